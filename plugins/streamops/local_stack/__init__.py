@@ -1,0 +1,1 @@
+"""Start, check and stop the local services (Kafka broker, Airflow) as background processes."""

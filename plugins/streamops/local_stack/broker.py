@@ -1,0 +1,249 @@
+"""The local single-node Apache Kafka broker (KRaft, no ZooKeeper), run from the jars that
+bin/setup resolved from Maven Central into .cache/jars/kafka-broker."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
+from streamops.paths import KAFKA_BROKER_JARS, RUN_DIR
+from streamops.waiting import DeadlineExceeded, poll_until
+
+DEFAULT_PORT = 9092
+
+_LOG4J2 = """\
+Configuration:
+  name: streamops-local-broker
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+      - name: org.apache.kafka.controller
+        level: INFO
+      - name: state.change.logger
+        level: WARN
+"""
+
+
+@dataclass
+class LocalBroker:
+    """A broker whose config, pid file, log and data all live under `state_dir`."""
+
+    state_dir: Path = RUN_DIR / "kafka"
+    port: int = DEFAULT_PORT
+    controller_port: int | None = None
+    data_dir: Path | None = None
+    heap: str = "512m"
+
+    @classmethod
+    def from_env(cls, port: int | None = None, data_dir: Path | None = None) -> LocalBroker:
+        """Settings from arguments, else STREAMOPS_KAFKA_PORT / STREAMOPS_KAFKA_DATA_DIR."""
+        port = port or int(os.environ.get("STREAMOPS_KAFKA_PORT", DEFAULT_PORT))
+        env_data = os.environ.get("STREAMOPS_KAFKA_DATA_DIR")
+        return cls(port=port, data_dir=data_dir or (Path(env_data) if env_data else None))
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        self.controller_port = self.controller_port or self.port + 1
+        self.data_dir = Path(self.data_dir) if self.data_dir else self.state_dir / "data"
+        self.process = ServiceProcess(
+            name="Kafka broker",
+            pid_file=self.state_dir / "broker.pid",
+            log_file=self.state_dir / "broker.log",
+            marker=str(self.config_file),
+        )
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def config_file(self) -> Path:
+        return self.state_dir / "server.properties"
+
+    def server_properties(self) -> dict[str, str]:
+        return {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            # Typos must not become topics: only the catalog creates topics.
+            "auto.create.topics.enable": "false",
+            # One broker: every internal topic must fit on it.
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "10",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "default.replication.factor": "1",
+            "min.insync.replicas": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "num.partitions": "1",
+        }
+
+    # -----------------------------------------------------------------------------------------
+
+    def pid(self) -> int | None:
+        return self.process.pid()
+
+    def start(self, timeout: float = 90.0) -> str:
+        running = self.pid()
+        if running is not None:
+            raise AlreadyRunning(
+                f"Kafka broker is already running (pid {running}) at {self.bootstrap_servers}; "
+                f"data in {self.data_dir}"
+            )
+        _require_jars()
+        for port in (self.port, self.controller_port):
+            if _port_in_use(port):
+                raise ServiceError(
+                    f"cannot start the Kafka broker: port {port} on 127.0.0.1 is in use by another "
+                    "process; choose other ports (--port / STREAMOPS_KAFKA_PORT)"
+                )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(
+            "".join(f"{key}={value}\n" for key, value in self.server_properties().items())
+        )
+        (self.state_dir / "log4j2.yaml").write_text(_LOG4J2)
+        self._format_storage()
+        self.process.spawn(
+            [*self._java(), "kafka.Kafka", str(self.config_file)],
+            env=self._env(),
+            cwd=self.state_dir,
+        )
+        try:
+            poll_until(self._ready_or_dead, timeout=timeout, what=f"the Kafka broker at {self.bootstrap_servers}")
+        except DeadlineExceeded:
+            self.process.stop(timeout=15)
+            raise ServiceError(
+                f"the Kafka broker did not become healthy within {timeout:g}s; last log lines "
+                f"({self.process.log_file}):\n{log_tail(self.process.log_file)}"
+            ) from None
+        if self.pid() is None:
+            raise ServiceError(
+                f"the Kafka broker exited during start-up; last log lines ({self.process.log_file}):\n"
+                f"{log_tail(self.process.log_file)}"
+            )
+        return f"Kafka broker up at {self.bootstrap_servers} (pid {self.pid()}, data in {self.data_dir})"
+
+    def stop(self) -> str:
+        return self.process.stop(timeout=60)
+
+    def healthy(self) -> bool:
+        """True when the broker answers a metadata request and has an active controller."""
+        if self.pid() is None:
+            return False
+        try:
+            # log_level 0: a broker still starting refuses connections; that is expected, not news.
+            admin = AdminClient(
+                {"bootstrap.servers": self.bootstrap_servers, "socket.timeout.ms": 2000, "log_level": 0}
+            )
+            cluster = admin.describe_cluster(request_timeout=3).result(timeout=5)
+            return cluster.controller is not None and len(cluster.nodes) >= 1
+        except Exception:  # noqa: BLE001 - any failure means "not healthy yet"
+            return False
+
+    def status(self) -> str:
+        pid = self.pid()
+        if pid is None:
+            return f"Kafka broker: stopped (would listen on {self.bootstrap_servers})"
+        health = "healthy" if self.healthy() else "NOT answering"
+        return f"Kafka broker: running (pid {pid}) at {self.bootstrap_servers}, {health}; data in {self.data_dir}"
+
+    # -----------------------------------------------------------------------------------------
+
+    def _ready_or_dead(self) -> bool:
+        # Stop polling early when the process died: start() then reports the log tail.
+        return self.pid() is None or self.healthy()
+
+    def _java(self) -> list[str]:
+        java = shutil.which("java")
+        if java is None:
+            raise ServiceError("java is not on PATH: the Kafka broker needs a JDK 17+")
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.yaml'}",
+            f"-Dkafka.logs.dir={self.state_dir}",
+            "-cp",
+            f"{KAFKA_BROKER_JARS}/*",
+        ]
+
+    def _env(self) -> dict[str, str]:
+        return {key: value for key, value in os.environ.items() if not key.startswith("KAFKA_")}
+
+    def _format_storage(self) -> None:
+        """Format the KRaft metadata log once; an already formatted data dir is kept as is."""
+        if (self.data_dir / "meta.properties").exists():
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        result = subprocess.run(  # noqa: S603
+            [
+                *self._java(),
+                "kafka.tools.StorageTool",
+                "format",
+                "--cluster-id",
+                _cluster_id(),
+                "--config",
+                str(self.config_file),
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+            env=self._env(),
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ServiceError(
+                f"formatting the broker's data dir {self.data_dir} failed:\n{result.stdout}{result.stderr}"
+            )
+
+
+def _cluster_id() -> str:
+    # KRaft wants a base64url-encoded UUID without padding, as `kafka-storage random-uuid` makes.
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _require_jars() -> None:
+    if not any(KAFKA_BROKER_JARS.glob("kafka_2.13-*.jar")):
+        raise ServiceError(
+            f"the Kafka broker jars are missing from {KAFKA_BROKER_JARS}: run bin/setup first"
+        )

@@ -1,0 +1,117 @@
+"""A background service process tracked by a pid file: start once, check, stop cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from streamops.waiting import DeadlineExceeded, poll_until
+
+
+class ServiceError(RuntimeError):
+    """A service could not be started or stopped; the message says why and what to do."""
+
+
+class AlreadyRunning(ServiceError):
+    pass
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    if not path.exists():
+        return f"(no log at {path})"
+    content = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(content[-lines:]) or f"(log {path} is empty)"
+
+
+@dataclass
+class ServiceProcess:
+    """One long-running process. `marker` is a string its command line must contain, so a
+    recycled pid that now belongs to something else is never mistaken for the service."""
+
+    name: str
+    pid_file: Path
+    log_file: Path
+    marker: str
+
+    def pid(self) -> int | None:
+        """The pid of the running service, or None (a stale pid file is removed)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            proc = psutil.Process(pid)
+            alive = proc.status() != psutil.STATUS_ZOMBIE and self.marker in " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            alive = False
+        if not alive:
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        return pid
+
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> int:
+        running = self.pid()
+        if running is not None:
+            raise AlreadyRunning(f"{self.name} is already running (pid {running}); log: {self.log_file}")
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            # A new session so the service outlives the command that started it and can be
+            # signalled as a group (Airflow components fork workers).
+            proc = subprocess.Popen(  # noqa: S603 - argv built by this package, no shell
+                list(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def exited(self) -> bool:
+        return self.pid() is None
+
+    def stop(self, timeout: float = 60.0) -> str:
+        """SIGTERM the process group, wait for it to exit, SIGKILL only past the deadline."""
+        pid = self.pid()
+        if pid is None:
+            return f"{self.name} is not running"
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            poll_until(lambda: _gone(pid), timeout=timeout, what=f"{self.name} (pid {pid}) to exit")
+            outcome = f"{self.name} stopped (pid {pid})"
+        except DeadlineExceeded:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            poll_until(lambda: _gone(pid), timeout=10, what=f"{self.name} (pid {pid}) to die")
+            outcome = f"{self.name} did not stop within {timeout:g}s and was killed (pid {pid})"
+        self.pid_file.unlink(missing_ok=True)
+        return outcome
+
+
+def _gone(pid: int) -> bool:
+    try:
+        proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return True
+    if proc.status() == psutil.STATUS_ZOMBIE:
+        # Our own child that has exited: reap it so the pid is released.
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        return True
+    return False
