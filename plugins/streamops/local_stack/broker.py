@@ -67,7 +67,6 @@ class LocalBroker:
             name="Kafka broker",
             pid_file=self.state_dir / "broker.pid",
             log_file=self.state_dir / "broker.log",
-            marker=str(self.config_file),
         )
 
     @property

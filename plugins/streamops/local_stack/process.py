@@ -31,23 +31,24 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 @dataclass
 class ServiceProcess:
-    """One long-running process. `marker` is a string its command line must contain, so a
-    recycled pid that now belongs to something else is never mistaken for the service."""
+    """One long-running process. The pid file holds the pid and the process's start time, so a
+    recycled pid that now belongs to something else is never mistaken for the service (the
+    command line is no proof: Airflow rewrites its process titles)."""
 
     name: str
     pid_file: Path
     log_file: Path
-    marker: str
 
     def pid(self) -> int | None:
         """The pid of the running service, or None (a stale pid file is removed)."""
         try:
-            pid = int(self.pid_file.read_text().strip())
+            pid_text, started_text = self.pid_file.read_text().split()
+            pid, started = int(pid_text), float(started_text)
         except (FileNotFoundError, ValueError):
             return None
         try:
             proc = psutil.Process(pid)
-            alive = proc.status() != psutil.STATUS_ZOMBIE and self.marker in " ".join(proc.cmdline())
+            alive = proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - started) < 0.01
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             alive = False
         if not alive:
@@ -73,7 +74,7 @@ class ServiceProcess:
                 cwd=cwd,
                 start_new_session=True,
             )
-        self.pid_file.write_text(f"{proc.pid}\n")
+        self.pid_file.write_text(f"{proc.pid} {psutil.Process(proc.pid).create_time()}\n")
         return proc.pid
 
     def exited(self) -> bool:

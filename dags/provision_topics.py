@@ -1,0 +1,85 @@
+"""provision_topics: create and update the Kafka topics declared in the catalog.
+
+Wiring only; the logic is in plugins/streamops/dag_tasks/provision_topics.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import provision_topics as steps
+
+# Parsing the catalog here means a broken catalog shows as this DAG's import error in the UI,
+# with the file, entry and field named.
+CATALOG = load_catalog()
+TOPIC_NAMES = CATALOG.topic_names()
+
+DOC = """
+### Provision Kafka topics from the catalog
+
+Brings the broker in line with `catalog/pipelines.yaml` (the one source of truth).
+
+1. **plan** compares every selected catalog topic with the broker: *create*, *add partitions*,
+   *alter configs* or *no change*. Changes Kafka cannot make safely are **refused** with the
+   reason (lowering partitions, changing the replication factor) and the topic is left untouched.
+   Topics on the broker that are not in the catalog are listed, never deleted.
+2. **apply** carries out the plan through the `kafka_default` connection. Skipped on a dry run.
+3. **verify** describes the topics again and fails if the broker does not match the catalog.
+
+**Dry run is on by default**: trigger once to read the plan in the *plan* task's log, then again
+with *Dry run* off to apply it. A second apply shows every topic as *no change*.
+"""
+
+
+@dag(
+    dag_id="provision_topics",
+    description="Create and update Kafka topics from the catalog (plan, apply, verify).",
+    doc_md=DOC,
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["kafka", "topics", "provisioning"],
+    default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(seconds=15)},
+    params={
+        "dry_run": Param(
+            True,
+            type="boolean",
+            title="Dry run",
+            description="Only show the plan; change nothing on the broker.",
+        ),
+        "topics": Param(
+            [],
+            type="array",
+            items={"type": "string", "enum": TOPIC_NAMES},
+            uniqueItems=True,
+            examples=TOPIC_NAMES,
+            title="Topics",
+            description="Catalog topics to provision. Leave empty for all of them.",
+        ),
+    },
+)
+def provision_topics():
+    @task
+    def plan() -> dict:
+        params = get_current_context()["params"]
+        return steps.plan(steps.admin_client(), params["topics"])
+
+    @task
+    def apply(plan_xcom: dict) -> dict:
+        if get_current_context()["params"]["dry_run"]:
+            raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log.")
+        return steps.apply(steps.admin_client(), plan_xcom)
+
+    # verify polls the broker with its own deadline; retrying it would only repeat that wait.
+    @task(retries=0)
+    def verify() -> dict:
+        return steps.check(steps.admin_client(), get_current_context()["params"]["topics"])
+
+    apply(plan()) >> verify()
+
+
+provision_topics()

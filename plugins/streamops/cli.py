@@ -1,0 +1,191 @@
+"""`streamops`: bring the local suite up and down, check it, and validate the catalog.
+
+    streamops up                 broker + Airflow up, topics provisioned through the DAG
+    streamops down               stop Airflow, then the broker
+    streamops status             what runs, and whether it is healthy
+    streamops broker start|stop|status
+    streamops airflow init|start|stop|status
+    streamops catalog check [FILE]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from streamops.catalog import CatalogError, catalog_path, load_catalog
+from streamops.local_stack.airflow_stack import ADMIN_USER, LocalAirflow
+from streamops.local_stack.broker import LocalBroker
+from streamops.local_stack.process import AlreadyRunning, ServiceError
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
+broker_app = typer.Typer(help="The local Kafka broker (KRaft, single node).", no_args_is_help=True)
+airflow_app = typer.Typer(help="The local Airflow (API server + UI, scheduler, DAG processor, triggerer).", no_args_is_help=True)
+catalog_app = typer.Typer(help="The pipeline catalog.", no_args_is_help=True)
+app.add_typer(broker_app, name="broker")
+app.add_typer(airflow_app, name="airflow")
+app.add_typer(catalog_app, name="catalog")
+
+PortOpt = Annotated[Optional[int], typer.Option("--port", help="Listener port (default: env or the standard port).")]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.secho(message, err=True, fg=typer.colors.RED)
+    return typer.Exit(code=1)
+
+
+def _broker(port: int | None = None, data_dir: Path | None = None) -> LocalBroker:
+    return LocalBroker.from_env(port=port, data_dir=data_dir)
+
+
+# --- broker ------------------------------------------------------------------------------------
+
+
+@broker_app.command("start")
+def broker_start(
+    port: PortOpt = None,
+    data_dir: Annotated[Optional[Path], typer.Option(help="Where the broker keeps its log segments.")] = None,
+) -> None:
+    """Start the broker and wait until it is healthy (or fail with its log's tail)."""
+    try:
+        typer.echo(_broker(port, data_dir).start())
+    except AlreadyRunning as exc:
+        typer.echo(str(exc))
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+
+
+@broker_app.command("stop")
+def broker_stop(port: PortOpt = None) -> None:
+    """Stop the broker cleanly (controlled shutdown)."""
+    typer.echo(_broker(port).stop())
+
+
+@broker_app.command("status")
+def broker_status(port: PortOpt = None) -> None:
+    """Running or not, and whether it answers."""
+    broker = _broker(port)
+    typer.echo(broker.status())
+    if broker.pid() is not None and not broker.healthy():
+        raise typer.Exit(code=1)
+
+
+# --- airflow -----------------------------------------------------------------------------------
+
+
+@airflow_app.command("init")
+def airflow_init(port: PortOpt = None) -> None:
+    """Create/upgrade the metadata database and the kafka_default and spark_default connections."""
+    try:
+        typer.echo(LocalAirflow.from_env(port=port).init())
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+
+
+@airflow_app.command("start")
+def airflow_start(port: PortOpt = None) -> None:
+    """Start every component and wait until the health endpoint reports all healthy."""
+    airflow = LocalAirflow.from_env(port=port)
+    try:
+        typer.echo(airflow.start())
+    except AlreadyRunning as exc:
+        typer.echo(str(exc))
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+    _print_login(airflow)
+
+
+@airflow_app.command("stop")
+def airflow_stop(port: PortOpt = None) -> None:
+    """Stop every component."""
+    typer.echo(LocalAirflow.from_env(port=port).stop())
+
+
+@airflow_app.command("status")
+def airflow_status(port: PortOpt = None) -> None:
+    """Running components and their health."""
+    airflow = LocalAirflow.from_env(port=port)
+    typer.echo(airflow.status())
+    if any(airflow.running().values()) and not airflow.healthy():
+        raise typer.Exit(code=1)
+
+
+def _print_login(airflow: LocalAirflow) -> None:
+    password = airflow.admin_password()
+    typer.echo(f"Airflow UI: {airflow.url}  (user {ADMIN_USER!r}, password {password!r})")
+
+
+# --- the whole suite ---------------------------------------------------------------------------
+
+
+@app.command()
+def up(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only plan the topics; change nothing.")] = False,
+) -> None:
+    """Start the broker and Airflow, then provision every catalog topic through the DAG."""
+    from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
+
+    broker = _broker()
+    airflow = LocalAirflow.from_env(kafka_bootstrap=broker.bootstrap_servers)
+    try:
+        load_catalog()
+        for service in (broker, airflow):
+            try:
+                typer.echo(service.start())
+            except AlreadyRunning as exc:
+                typer.echo(str(exc))
+        api = AirflowApi(airflow.url, ADMIN_USER, airflow.admin_password() or "")
+        api.wait_for_dag("provision_topics")
+        started = time.monotonic()
+        run_id = api.trigger("provision_topics", {"dry_run": dry_run, "topics": []})
+        typer.echo(f"triggered provision_topics (dry_run={dry_run}), run {run_id}; waiting for it to finish")
+        state = api.wait_for_run("provision_topics", run_id)
+    except (CatalogError, ServiceError, AirflowApiError, TimeoutError) as exc:
+        raise _fail(str(exc)) from None
+
+    plan = api.xcom("provision_topics", run_id, "plan") or {}
+    typer.echo(f"provision_topics finished: {state} in {time.monotonic() - started:.0f}s; plan: {plan.get('summary', '?')}")
+    for topic in plan.get("topics", []):
+        typer.echo(f"  {topic['topic']:<36} {', '.join(topic['actions'])}")
+    _print_login(airflow)
+    typer.echo(f"Kafka bootstrap servers: {broker.bootstrap_servers}")
+    if state != "success":
+        states = api.task_states("provision_topics", run_id)
+        raise _fail(f"provision_topics failed (tasks: {json.dumps(states)}); read the failed task's log in the UI")
+
+
+@app.command()
+def down() -> None:
+    """Stop Airflow, then the broker."""
+    typer.echo(LocalAirflow.from_env().stop())
+    typer.echo(_broker().stop())
+
+
+@app.command()
+def status() -> None:
+    """Status of the broker and Airflow."""
+    broker = _broker()
+    airflow = LocalAirflow.from_env(kafka_bootstrap=broker.bootstrap_servers)
+    typer.echo(broker.status())
+    typer.echo(airflow.status())
+
+
+# --- catalog -----------------------------------------------------------------------------------
+
+
+@catalog_app.command("check")
+def catalog_check(path: Annotated[Optional[Path], typer.Argument(help="Catalog file (default: the project's).")] = None) -> None:
+    """Validate a catalog file; print every problem with its entry, field and line."""
+    try:
+        catalog = load_catalog(path)
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    typer.echo(f"{catalog_path(path)}: valid, {len(catalog.topics)} topics")
+
+
+if __name__ == "__main__":
+    app()

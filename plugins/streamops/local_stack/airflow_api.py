@@ -1,0 +1,84 @@
+"""A small client for the Airflow 3 REST API (/api/v2), as an operator's script would use it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from streamops.waiting import DeadlineExceeded, poll_until
+
+_FINISHED = {"success", "failed"}
+
+
+class AirflowApiError(RuntimeError):
+    pass
+
+
+@dataclass
+class AirflowApi:
+    url: str
+    username: str
+    password: str
+
+    def __post_init__(self) -> None:
+        response = httpx.post(
+            f"{self.url}/auth/token", json={"username": self.username, "password": self.password}, timeout=30
+        )
+        if response.status_code >= 400:
+            raise AirflowApiError(f"login to {self.url} as {self.username!r} failed: {response.status_code} {response.text}")
+        token = response.json()["access_token"]
+        self.client = httpx.Client(base_url=f"{self.url}/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    def _get(self, path: str, **params) -> httpx.Response:
+        return self.client.get(path, params=params)
+
+    def import_errors(self) -> list[dict]:
+        return self._get("/importErrors").json().get("import_errors", [])
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120) -> dict:
+        """Wait until the DAG processor has parsed `dag_id`; fail early on its import error."""
+
+        def parsed():
+            errors = [e for e in self.import_errors() if dag_id in e.get("filename", "")]
+            if errors:
+                raise AirflowApiError(f"DAG file for {dag_id} failed to import:\n{errors[0].get('stack_trace')}")
+            response = self._get(f"/dags/{dag_id}")
+            return response.json() if response.status_code == 200 else None
+
+        try:
+            return poll_until(parsed, timeout=timeout, what=f"the DAG processor to parse {dag_id}", max_interval=3)
+        except DeadlineExceeded as exc:
+            raise AirflowApiError(f"{exc}; see the dag-processor log") from None
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        response = self.client.post(
+            f"/dags/{dag_id}/dagRuns",
+            json={"conf": conf, "logical_date": None, "note": "triggered by streamops up"},
+        )
+        if response.status_code >= 400:
+            raise AirflowApiError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
+        return response.json()["dag_run_id"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
+        def finished():
+            state = self._get(f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
+            return state if state in _FINISHED else None
+
+        return poll_until(finished, timeout=timeout, what=f"{dag_id} run {run_id} to finish", max_interval=3)
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        body = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
+        return {ti["task_id"]: ti["state"] for ti in body.get("task_instances", [])}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value"):
+        response = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}")
+        if response.status_code != 200:
+            return None
+        return response.json().get("value")
+
+    def unpause(self, dag_id: str) -> None:
+        self.client.patch(f"/dags/{dag_id}", json={"is_paused": False})
+
+

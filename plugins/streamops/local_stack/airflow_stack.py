@@ -1,0 +1,198 @@
+"""The local Airflow 3: API server (with the UI), scheduler, DAG processor and triggerer, each a
+background process, on the embedded SQLite metadata database under .run/airflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from streamops.catalog import CATALOG_ENV_VAR
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
+from streamops.paths import PROJECT_ROOT, RUN_DIR
+from streamops.waiting import DeadlineExceeded, poll_until
+
+DEFAULT_PORT = 8080
+ADMIN_USER = "admin"
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# /api/v2/monitor/health names the components with underscores.
+_HEALTH_KEYS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+
+
+@dataclass
+class LocalAirflow:
+    home: Path = RUN_DIR / "airflow"
+    port: int = DEFAULT_PORT
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    processes: dict[str, ServiceProcess] = field(init=False)
+
+    @classmethod
+    def from_env(cls, port: int | None = None, kafka_bootstrap: str | None = None) -> LocalAirflow:
+        from streamops.local_stack.broker import LocalBroker
+
+        port = port or int(os.environ.get("STREAMOPS_AIRFLOW_PORT", DEFAULT_PORT))
+        return cls(port=port, kafka_bootstrap=kafka_bootstrap or LocalBroker.from_env().bootstrap_servers)
+
+    def __post_init__(self) -> None:
+        self.home = Path(self.home)
+        self.processes = {
+            name: ServiceProcess(
+                name=f"Airflow {name}",
+                pid_file=self.home / "pids" / f"{name}.pid",
+                log_file=self.home / "service-logs" / f"{name}.log",
+            )
+            for name in COMPONENTS
+        }
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment every Airflow command of this stack runs with."""
+        venv_bin = str(Path(sys.executable).parent)
+        env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": "4",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__BASE_URL": self.url,
+                # One secret shared by the API server and the task runners that call it.
+                "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+                CATALOG_ENV_VAR: os.environ.get(CATALOG_ENV_VAR, str(PROJECT_ROOT / "catalog" / "pipelines.yaml")),
+            }
+        )
+        return env
+
+    def _jwt_secret(self) -> str:
+        path = self.home / "jwt_secret"
+        if not path.exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            path.write_text(secrets.token_urlsafe(32))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
+    def airflow(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        """Run one `airflow` CLI command in this stack's environment; raise with its output on failure."""
+        result = subprocess.run(  # noqa: S603
+            [str(Path(sys.executable).parent / "airflow"), *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ServiceError(
+                f"`airflow {' '.join(args)}` failed (exit {result.returncode}):\n{(result.stdout + result.stderr)[-4000:]}"
+            )
+        return result
+
+    # -----------------------------------------------------------------------------------------
+
+    def init(self) -> str:
+        """Create or upgrade the metadata database and create/update the suite's connections."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.airflow("db", "migrate")
+        subprocess.run(  # noqa: S603
+            [sys.executable, "-m", "streamops.local_stack.connections", self.kafka_bootstrap],
+            env=self.env(),
+            check=True,
+        )
+        return f"Airflow metadata DB ready in {self.home}; connections kafka_default ({self.kafka_bootstrap}) and spark_default (local[*])"
+
+    def running(self) -> dict[str, int | None]:
+        return {name: proc.pid() for name, proc in self.processes.items()}
+
+    def start(self, timeout: float = 180.0) -> str:
+        running = {name: pid for name, pid in self.running().items() if pid is not None}
+        if len(running) == len(COMPONENTS):
+            raise AlreadyRunning(f"Airflow is already running at {self.url} (pids: {_pids(running)})")
+        if running:
+            raise ServiceError(
+                f"Airflow is partly running ({_pids(running)}); run `streamops airflow stop` first"
+            )
+        if not (self.home / "airflow.db").exists():
+            self.init()
+        env = self.env()
+        airflow_bin = str(Path(sys.executable).parent / "airflow")
+        for name, proc in self.processes.items():
+            argv = [airflow_bin, name]
+            if name == "api-server":
+                argv += ["--port", str(self.port), "--host", "127.0.0.1"]
+            proc.spawn(argv, env=env, cwd=self.home)
+        try:
+            poll_until(self._healthy_or_dead, timeout=timeout, what=f"Airflow at {self.url} to report healthy")
+        except DeadlineExceeded:
+            tails = self._tails()
+            self.stop()
+            raise ServiceError(f"Airflow did not become healthy within {timeout:g}s.\n{tails}") from None
+        dead = [name for name, pid in self.running().items() if pid is None]
+        if dead:
+            tails = self._tails(dead)
+            self.stop()
+            raise ServiceError(f"Airflow component(s) exited during start-up: {', '.join(dead)}\n{tails}")
+        return f"Airflow up at {self.url} (pids: {_pids(self.running())})"
+
+    def stop(self) -> str:
+        return "\n".join(proc.stop(timeout=60) for proc in reversed(self.processes.values()))
+
+    def health(self) -> dict[str, str]:
+        """Status per component from the API server's health endpoint (empty if it is down)."""
+        try:
+            body = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+        return {key: (body.get(key) or {}).get("status", "unknown") for key in _HEALTH_KEYS}
+
+    def healthy(self) -> bool:
+        health = self.health()
+        return bool(health) and all(status == "healthy" for status in health.values())
+
+    def status(self) -> str:
+        pids = self.running()
+        if not any(pids.values()):
+            return f"Airflow: stopped (would serve {self.url})"
+        health = self.health() or {"api-server": "not answering"}
+        parts = ", ".join(f"{k} {v}" for k, v in health.items())
+        return f"Airflow: running at {self.url} (pids: {_pids(pids)}); {parts}"
+
+    def admin_password(self) -> str | None:
+        """The password SimpleAuthManager generated for the admin user, once the API server ran."""
+        path = self.home / "simple_auth_manager_passwords.json.generated"
+        try:
+            return json.loads(path.read_text())[ADMIN_USER]
+        except (FileNotFoundError, KeyError, ValueError):
+            return None
+
+    # -----------------------------------------------------------------------------------------
+
+    def _healthy_or_dead(self) -> bool:
+        return any(pid is None for pid in self.running().values()) or self.healthy()
+
+    def _tails(self, names: list[str] | None = None) -> str:
+        return "\n".join(
+            f"--- last lines of {self.processes[name].log_file} ---\n{log_tail(self.processes[name].log_file, 25)}"
+            for name in (names or COMPONENTS)
+        )
+
+
+def _pids(pids: dict[str, int | None]) -> str:
+    return ", ".join(f"{name} {pid}" for name, pid in pids.items() if pid is not None)
