@@ -63,19 +63,20 @@ with *Dry run* off to apply it. A second apply shows every topic as *no change*.
     },
 )
 def provision_topics():
-    @task
+    # One XCom per task (the whole dict), not one per key: easier to read in the UI.
+    @task(multiple_outputs=False)
     def plan() -> dict:
         params = get_current_context()["params"]
         return steps.plan(steps.admin_client(), params["topics"])
 
-    @task
+    @task(multiple_outputs=False)
     def apply(plan_xcom: dict) -> dict:
         if get_current_context()["params"]["dry_run"]:
             raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log.")
         return steps.apply(steps.admin_client(), plan_xcom)
 
     # verify polls the broker with its own deadline; retrying it would only repeat that wait.
-    @task(retries=0)
+    @task(retries=0, multiple_outputs=False)
     def verify() -> dict:
         return steps.check(steps.admin_client(), get_current_context()["params"]["topics"])
 

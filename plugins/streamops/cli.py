@@ -133,11 +133,17 @@ def up(
     airflow = LocalAirflow.from_env(kafka_bootstrap=broker.bootstrap_servers)
     try:
         load_catalog()
-        for service in (broker, airflow):
-            try:
-                typer.echo(service.start())
-            except AlreadyRunning as exc:
-                typer.echo(str(exc))
+        try:
+            typer.echo(broker.start())
+        except AlreadyRunning as exc:
+            typer.echo(str(exc))
+        if not any(airflow.running().values()):
+            # Migrates the DB and points kafka_default at this broker (its port may have changed).
+            typer.echo(airflow.init())
+        try:
+            typer.echo(airflow.start())
+        except AlreadyRunning as exc:
+            typer.echo(str(exc))
         api = AirflowApi(airflow.url, ADMIN_USER, airflow.admin_password() or "")
         api.wait_for_dag("provision_topics")
         started = time.monotonic()

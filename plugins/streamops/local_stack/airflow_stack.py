@@ -130,7 +130,7 @@ class LocalAirflow:
                 f"Airflow is partly running ({_pids(running)}); run `streamops airflow stop` first"
             )
         if not (self.home / "airflow.db").exists():
-            self.init()
+            raise ServiceError(f"no Airflow metadata database in {self.home}: run `streamops airflow init` (or bin/setup)")
         env = self.env()
         airflow_bin = str(Path(sys.executable).parent / "airflow")
         for name, proc in self.processes.items():

@@ -189,6 +189,8 @@ class LocalBroker:
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.yaml'}",
+            # Keep logging until the broker has finished its controlled shutdown.
+            "-Dlog4j2.shutdownHookEnabled=false",
             f"-Dkafka.logs.dir={self.state_dir}",
             "-cp",
             f"{KAFKA_BROKER_JARS}/*",

@@ -1,0 +1,162 @@
+"""Catalog validation: every bad catalog is refused with the file, entry, field and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamops.catalog import CatalogError, load_catalog
+
+GOOD_TOPIC = """\
+  - name: orders.placed
+    partitions: 3
+    replication_factor: 1
+    owner: shop
+    description: Orders as placed.
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path)
+    assert str(caught.value).startswith(f"catalog {path} is invalid")
+    return caught.value.problems
+
+
+def test_the_project_catalog_is_valid():
+    catalog = load_catalog()
+    assert "oplog.operations" in catalog.topic_names()
+    assert catalog.topic("presence.latest-state").kafka_configs()["cleanup.policy"] == "compact"
+
+
+def test_a_good_catalog_loads_with_configs_as_broker_strings(tmp_path):
+    path = write(
+        tmp_path,
+        "version: 1\ntopics:\n"
+        + GOOD_TOPIC
+        + "    configs:\n      cleanup.policy: compact\n      retention.ms: 1000\n      preallocate: true\n",
+    )
+    topic = load_catalog(path).topic("orders.placed")
+    assert topic.partitions == 3
+    assert topic.kafka_configs() == {"cleanup.policy": "compact", "retention.ms": "1000", "preallocate": "true"}
+
+
+def test_unknown_key_names_entry_field_and_line(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    partition_count: 3\n")
+    assert problems(path) == [
+        "topics[0] 'orders.placed' (line 8), field 'partition_count': "
+        "unknown key (not part of the catalog format; check the spelling)"
+    ]
+
+
+def test_unknown_topic_config_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    configs:\n      retention.msec: 10\n")
+    assert problems(path) == [
+        "topics[0] 'orders.placed' (line 8), field 'configs': unknown topic config 'retention.msec' "
+        "(not a Kafka topic-level config; check the spelling)"
+    ]
+
+
+def test_wrong_type_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC.replace("partitions: 3", 'partitions: "three"'))
+    assert problems(path) == [
+        "topics[0] 'orders.placed' (line 4), field 'partitions': must be an integer (got str 'three')"
+    ]
+
+
+def test_numeric_string_is_not_silently_converted(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC.replace("partitions: 3", 'partitions: "3"'))
+    assert problems(path) == ["topics[0] 'orders.placed' (line 4), field 'partitions': must be an integer (got str '3')"]
+
+
+@pytest.mark.parametrize("count", ["0", "-2"])
+def test_non_positive_partitions_are_refused(tmp_path, count):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC.replace("partitions: 3", f"partitions: {count}"))
+    assert problems(path) == [
+        f"topics[0] 'orders.placed' (line 4), field 'partitions': must be a positive integer (got {count})"
+    ]
+
+
+def test_duplicate_topic_name_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + GOOD_TOPIC)
+    assert problems(path) == [
+        "topics[1] 'orders.placed' (line 8), field 'name': duplicate topic name 'orders.placed' "
+        "(already declared at topics[0])"
+    ]
+
+
+def test_name_mixing_separators_with_the_rest_of_the_catalog_is_refused(tmp_path):
+    other = GOOD_TOPIC.replace("orders.placed", "orders_shipped")
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + other)
+    assert problems(path) == [
+        "topics[1] 'orders_shipped' (line 8), field 'name': 'orders_shipped' uses '_' but the catalog's "
+        "names use '.' (from topics[0] 'orders.placed'); Kafka maps '.' and '_' to the same metric name, "
+        "so one cluster must use only one"
+    ]
+
+
+def test_name_mixing_separators_within_itself_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC.replace("orders.placed", "orders.placed_v2"))
+    assert problems(path) == [
+        "topics[0] 'orders.placed_v2' (line 3), field 'name': "
+        "mixes '.' and '_': Kafka maps both to the same metric name, so use one of them"
+    ]
+
+
+def test_illegal_characters_in_a_name_are_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC.replace("orders.placed", "orders/placed"))
+    assert problems(path) == [
+        "topics[0] 'orders/placed' (line 3), field 'name': must be 1-249 characters of letters, digits, "
+        "'.', '_' and '-' (and not '.' or '..'), as Kafka requires"
+    ]
+
+
+def test_missing_field_is_named(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC.replace("    owner: shop\n", ""))
+    assert problems(path) == ["topics[0] 'orders.placed' (line 3), field 'owner': required but missing"]
+
+
+def test_min_insync_replicas_above_replication_factor_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    configs:\n      min.insync.replicas: 2\n")
+    assert problems(path) == [
+        "topics[0] 'orders.placed' (line 3): configs.min.insync.replicas (2) is larger than "
+        "replication_factor (1): no write with acks=all could ever succeed"
+    ]
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    bad = GOOD_TOPIC.replace("partitions: 3", "partitions: 0").replace("replication_factor: 1", "replication_factor: x")
+    path = write(tmp_path, "version: 1\ntopics:\n" + bad)
+    assert problems(path) == [
+        "topics[0] 'orders.placed' (line 4), field 'partitions': must be a positive integer (got 0)",
+        "topics[0] 'orders.placed' (line 5), field 'replication_factor': must be an integer (got str 'x')",
+    ]
+
+
+def test_duplicate_yaml_key_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    partitions: 6\n")
+    assert problems(path) == ["line 8, column 5: not valid YAML: duplicate key 'partitions' (first at line 4)"]
+
+
+def test_broken_yaml_is_reported_with_its_position(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n  - name: [unclosed\n")
+    assert problems(path) == ["line 4, column 1: not valid YAML: expected ',' or ']', but got '<stream end>'"]
+
+
+def test_missing_file_is_reported(tmp_path):
+    assert problems(tmp_path / "nope.yaml") == ["file not found"]
+
+
+def test_unknown_top_level_key_is_refused(tmp_path):
+    path = write(tmp_path, "version: 1\ntopic:\n" + GOOD_TOPIC)
+    assert problems(path) == [
+        "top level key 'topics' (line 1): required but missing",
+        "top level key 'topic' (line 2): unknown key (not part of the catalog format; check the spelling)",
+    ]

@@ -1,0 +1,128 @@
+"""The local stack: broker start/check/stop and the README's main command (`streamops up`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from conftest import free_port, free_port_pair, topic_entry, write_catalog
+from streamops.local_stack.broker import LocalBroker
+from streamops.local_stack.process import AlreadyRunning, ServiceError
+from streamops.toolchain import check
+
+STREAMOPS = str(Path(sys.executable).parent / "streamops")
+
+
+def test_installed_versions_fit_together():
+    assert check() == []
+
+
+def test_second_start_of_a_running_broker_says_so(broker):
+    same = LocalBroker(state_dir=broker.state_dir, port=broker.port)
+    with pytest.raises(AlreadyRunning) as caught:
+        same.start()
+    assert str(caught.value) == (
+        f"Kafka broker is already running (pid {broker.pid()}) at {broker.bootstrap_servers}; "
+        f"data in {broker.data_dir}"
+    )
+    assert same.status() == (
+        f"Kafka broker: running (pid {broker.pid()}) at {broker.bootstrap_servers}, healthy; data in {broker.data_dir}"
+    )
+
+
+def test_broker_refuses_a_port_in_use(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ServiceError) as caught:
+            LocalBroker(state_dir=tmp_path, port=port).start()
+    assert str(caught.value) == (
+        f"cannot start the Kafka broker: port {port} on 127.0.0.1 is in use by another process; "
+        "choose other ports (--port / STREAMOPS_KAFKA_PORT)"
+    )
+
+
+def test_broker_that_dies_at_start_up_reports_its_log_tail(tmp_path):
+    broker = LocalBroker(state_dir=tmp_path, port=free_port_pair(), heap="1k")  # the JVM refuses this heap
+    with pytest.raises(ServiceError) as caught:
+        broker.start(timeout=60)
+    message = str(caught.value)
+    assert message.startswith("formatting the broker's data dir") or "the Kafka broker exited during start-up" in message
+    assert "heap" in message.lower()
+    assert broker.pid() is None
+
+
+def test_broker_stop_is_clean_and_keeps_the_data(tmp_path):
+    broker = LocalBroker(state_dir=tmp_path, port=free_port_pair())
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    from confluent_kafka.admin import NewTopic
+
+    admin.create_topics([NewTopic("kept.after.restart", 2, 1)])["kept.after.restart"].result()
+    pid = broker.pid()
+
+    assert broker.stop() == f"Kafka broker stopped (pid {pid})"
+    assert broker.pid() is None
+    assert broker.status() == f"Kafka broker: stopped (would listen on {broker.bootstrap_servers})"
+    assert "shut down completed" in broker.process.log_file.read_text()
+
+    broker.start()
+    try:
+        topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics
+        assert len(topics["kept.after.restart"].partitions) == 2
+    finally:
+        broker.stop()
+
+
+def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, prefix):
+    """The README's main command, with its own run dir, ports and catalog."""
+    names = [f"{prefix}.orders", f"{prefix}.audit"]
+    catalog = write_catalog(tmp_path, [topic_entry(names[0], 4, configs={"retention.ms": 3600000}), topic_entry(names[1], 1)])
+    kafka_port, airflow_port = free_port_pair(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        STREAMOPS_RUN_DIR=str(tmp_path / "run"),
+        STREAMOPS_KAFKA_PORT=str(kafka_port),
+        STREAMOPS_AIRFLOW_PORT=str(airflow_port),
+        STREAMOPS_CATALOG=str(catalog),
+    )
+
+    def streamops(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([STREAMOPS, *args], env=env, capture_output=True, text=True, timeout=600)
+
+    try:
+        first = streamops("up")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "provision_topics finished: success" in first.stdout
+        assert re.search(rf"^  {re.escape(names[0])}\s+create$", first.stdout, re.M)
+        login = re.search(rf"Airflow UI: http://127.0.0.1:{airflow_port}  \(user 'admin', password '(\S+)'\)", first.stdout)
+        assert login, first.stdout
+
+        topics = AdminClient({"bootstrap.servers": f"127.0.0.1:{kafka_port}"}).list_topics(timeout=10).topics
+        assert {name: len(topics[name].partitions) for name in names} == {names[0]: 4, names[1]: 1}
+
+        status = streamops("status")
+        assert f"Kafka broker: running" in status.stdout and ", healthy;" in status.stdout
+        assert (
+            "metadatabase healthy, scheduler healthy, triggerer healthy, dag_processor healthy" in status.stdout
+        ), status.stdout
+
+        second = streamops("up")
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "Kafka broker is already running" in second.stdout
+        assert "Airflow is already running" in second.stdout
+        assert "plan: 2 no change" in second.stdout
+    finally:
+        down = streamops("down")
+    assert down.returncode == 0, down.stderr
+    assert "Kafka broker stopped" in down.stdout and "Airflow api-server stopped" in down.stdout
+    after = streamops("status")
+    assert "Kafka broker: stopped" in after.stdout and "Airflow: stopped" in after.stdout

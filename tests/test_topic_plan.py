@@ -1,0 +1,103 @@
+"""The plan as a pure function of catalog specs and a broker snapshot (no broker needed)."""
+
+from __future__ import annotations
+
+from streamops.catalog import TopicSpec
+from streamops.provisioning import Action, BrokerSnapshot, BrokerTopic, ConfigChange, plan_topics
+
+
+def spec(name="a.b", partitions=3, rf=1, **configs) -> TopicSpec:
+    return TopicSpec(
+        name=name, partitions=partitions, replication_factor=rf, owner="o", description="d",
+        configs={k.replace("_", "."): v for k, v in configs.items()},
+    )
+
+
+def broker(*topics: BrokerTopic, brokers=1, extra_names=()) -> BrokerSnapshot:
+    return BrokerSnapshot(
+        broker_count=brokers,
+        topics={t.name: t for t in topics},
+        all_topic_names=frozenset([t.name for t in topics] + list(extra_names)),
+    )
+
+
+def on_broker(name="a.b", partitions=3, rf=1, configs=None, overridden=()) -> BrokerTopic:
+    base = {"cleanup.policy": "delete", "retention.ms": "604800000"}
+    base.update(configs or {})
+    return BrokerTopic(name=name, partitions=partitions, replication_factor=rf, configs=base, overridden=frozenset(overridden))
+
+
+def test_missing_topic_is_created_with_its_configs():
+    plan = plan_topics([spec(retention_ms=1000)], broker(), report_unmanaged=True)
+    (topic,) = plan.topics
+    assert topic.actions == [Action.CREATE]
+    assert topic.configs_desired == {"retention.ms": "1000"}
+    assert topic.details() == "3 partitions, replication factor 1, retention.ms=1000"
+
+
+def test_matching_topic_is_no_change():
+    current = on_broker(configs={"retention.ms": "1000"}, overridden={"retention.ms"})
+    plan = plan_topics([spec(retention_ms=1000)], broker(current), report_unmanaged=True)
+    assert plan.topics[0].actions == [Action.NO_CHANGE]
+    assert plan.to_change == []
+    assert plan.summary() == "1 no change"
+
+
+def test_config_drift_is_planned_as_alter_with_both_values():
+    current = on_broker(configs={"retention.ms": "5"}, overridden={"retention.ms"})
+    (topic,) = plan_topics([spec(retention_ms=1000)], broker(current), report_unmanaged=False).topics
+    assert topic.actions == [Action.ALTER_CONFIGS]
+    assert topic.config_changes == [ConfigChange(key="retention.ms", current="5", desired="1000")]
+    assert topic.details() == "retention.ms: '5' -> '1000'"
+
+
+def test_override_not_in_catalog_is_reset_to_the_default():
+    current = on_broker(configs={"segment.ms": "100"}, overridden={"segment.ms"})
+    (topic,) = plan_topics([spec()], broker(current), report_unmanaged=False).topics
+    assert topic.config_changes == [ConfigChange(key="segment.ms", current="100", desired=None)]
+
+
+def test_cleanup_policy_order_does_not_count_as_drift():
+    current = on_broker(configs={"cleanup.policy": "delete,compact"}, overridden={"cleanup.policy"})
+    (topic,) = plan_topics([spec(cleanup_policy="compact,delete")], broker(current), report_unmanaged=False).topics
+    assert topic.actions == [Action.NO_CHANGE]
+
+
+def test_partition_increase_and_config_change_together():
+    current = on_broker(partitions=2, configs={"retention.ms": "5"}, overridden={"retention.ms"})
+    (topic,) = plan_topics([spec(partitions=4, retention_ms=1000)], broker(current), report_unmanaged=False).topics
+    assert topic.actions == [Action.ADD_PARTITIONS, Action.ALTER_CONFIGS]
+    assert topic.details() == "partitions 2 -> 4; retention.ms: '5' -> '1000'"
+
+
+def test_partition_decrease_is_refused_and_nothing_else_is_planned_for_that_topic():
+    current = on_broker(partitions=6, configs={"retention.ms": "5"}, overridden={"retention.ms"})
+    (topic,) = plan_topics([spec(partitions=3, retention_ms=1000)], broker(current), report_unmanaged=False).topics
+    assert topic.actions == [Action.REFUSED]
+    assert not topic.changes_broker
+    assert topic.refusals == [
+        "partitions 6 -> 3 refused: Kafka cannot remove partitions (it would drop their data and move "
+        "keys to other partitions); set the catalog back to 6, or create a new topic and migrate"
+    ]
+
+
+def test_replication_factor_change_is_refused():
+    (topic,) = plan_topics([spec(rf=1)], broker(on_broker(rf=3), brokers=3), report_unmanaged=False).topics
+    assert topic.refusals == [
+        "replication factor 3 -> 1 refused: that needs a partition reassignment "
+        "(kafka-reassign-partitions), which this DAG does not do"
+    ]
+
+
+def test_creating_with_more_replicas_than_brokers_is_refused():
+    (topic,) = plan_topics([spec(rf=3)], broker(brokers=1), report_unmanaged=False).topics
+    assert topic.actions == [Action.REFUSED]
+    assert topic.refusals == ["replication factor 3 needs at least 3 brokers; the cluster has 1"]
+
+
+def test_topics_not_in_catalog_are_reported_only_on_full_runs():
+    snapshot = broker(on_broker(), extra_names=["legacy.orders"])
+    assert plan_topics([spec()], snapshot, report_unmanaged=True).unmanaged_topics == ["legacy.orders"]
+    assert plan_topics([spec()], snapshot, report_unmanaged=False).unmanaged_topics == []
+    table = plan_topics([spec()], snapshot, report_unmanaged=True).table()
+    assert "legacy.orders  not in catalog  left alone (never deleted)" in table
