@@ -52,8 +52,9 @@ with *Dry run* off to apply it. A second apply shows every topic as *no change*.
             description="Only show the plan; change nothing on the broker.",
         ),
         "topics": Param(
+            # "null" in the type keeps the field optional in the form (no "required" asterisk).
             [],
-            type="array",
+            type=["array", "null"],
             items={"type": "string", "enum": TOPIC_NAMES},
             uniqueItems=True,
             examples=TOPIC_NAMES,
