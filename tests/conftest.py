@@ -144,3 +144,45 @@ def run_dag(airflow_db, monkeypatch):
         return DagRunResult(bag.get_dag(dag_id).test(run_conf=conf))
 
     return run
+
+
+@pytest.fixture(scope="session")
+def spark(session_dir):
+    """One local Spark session for every app test (each query has its own checkpoint)."""
+    from spark_apps.common.session import build_session
+
+    session = build_session(
+        "streamops-tests",
+        master="local[2]",
+        extra_conf={"spark.ui.enabled": "false", "spark.sql.warehouse.dir": str(session_dir / "warehouse")},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def app_catalog(admin, prefix):
+    """The project catalog with every topic renamed `<prefix>.<name>`, all created on the broker."""
+    from streamops.catalog import load_catalog
+    from streamops.provisioning import ensure_topics
+
+    catalog = load_catalog().with_topic_prefix(prefix)
+    ensure_topics(admin, catalog.topics)
+    return catalog
+
+
+def run_available_now(spark, catalog, app_name, broker, checkpoint, **options):
+    """Run every query of the app over what its inputs hold now, then stop; return the queries."""
+    import importlib
+
+    from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, start_app
+
+    spec = catalog.app(app_name)
+    program = importlib.import_module(f"spark_apps.{spec.program}")
+    return start_app(
+        spark,
+        spec,
+        program,
+        RunOptions(bootstrap_servers=broker.bootstrap_servers, checkpoint=str(checkpoint), trigger=AVAILABLE_NOW, **options),
+    )

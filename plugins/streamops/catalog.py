@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic import StringConstraints
 
 from streamops.paths import PROJECT_ROOT
 
@@ -163,11 +164,163 @@ def _kafka_string(value: ConfigValue) -> str:
     return str(value).replace(" ", "") if isinstance(value, str) else str(value)
 
 
+# ---------------------------------------------------------------------------------------------
+# Apps
+
+# Spark interval strings ("10 minutes", "2 seconds"): used for triggers, windows and watermarks.
+Duration = Annotated[
+    str, StringConstraints(pattern=r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
+]
+_DURATION_UNITS_MS = {"millisecond": 1, "second": 1_000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+
+
+def duration_ms(value: str) -> int:
+    """'10 minutes' -> 600000."""
+    amount, unit = value.split()
+    return int(amount) * _DURATION_UNITS_MS[unit.rstrip("s")]
+
+
+class RouterSettings(_Strict):
+    """Operation-log router: which op types go to which category (an output role)."""
+
+    kind: Literal["oplog_router"]
+    categories: dict[str, Annotated[list[str], Field(min_length=1)]] = Field(min_length=1)
+
+
+class PresenceSettings(_Strict):
+    """Presence notifier: the notification text, the count windows and how late data may be."""
+
+    kind: Literal["presence_notifier"]
+    message: str = "You are not currently viewing Facebook."
+    count_window: Duration = "10 minutes"
+    count_slide: Duration = "1 minute"
+    # How far behind the newest event time data may arrive and still be counted.
+    watermark: Duration = "1 minute"
+
+
+class BrowserActivitySettings(_Strict):
+    """Browser activity: the captcha logger, the challenge threshold and the windows."""
+
+    kind: Literal["browser_activity"]
+    captcha_logger: str = Field(min_length=1)
+    challenge_threshold: StrictInt = Field(default=5, gt=0)
+    window: Duration = "5 seconds"
+    slide: Duration = "2 seconds"
+    watermark: Duration = "10 seconds"
+
+
+AppSettings = Annotated[
+    Union[RouterSettings, PresenceSettings, BrowserActivitySettings], Field(discriminator="kind")
+]
+
+# The input and output roles each program needs (None: any roles, checked by its settings).
+PROGRAM_ROLES: dict[str, tuple[frozenset[str], frozenset[str] | None]] = {
+    "oplog_router": (frozenset({"operations"}), None),
+    "presence_notifier": (
+        frozenset({"events", "ticks"}),
+        frozenset({"notifications", "latest_state", "notification_counts"}),
+    ),
+    "browser_activity": (frozenset({"logs"}), frozenset({"challenges", "activity_counts"})),
+}
+
+
+class AppSpec(_Strict):
+    """One long-running Spark Structured Streaming app."""
+
+    name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{1,62}$")]
+    program: Literal["oplog_router", "presence_notifier", "browser_activity"]
+    version: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$")]
+    owner: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    inputs: dict[str, str] = Field(min_length=1)  # role -> topic
+    outputs: dict[str, str] = Field(min_length=1)  # role -> topic
+    dead_letter_topic: str
+    # Relative: under $STREAMOPS_CHECKPOINT_ROOT (default .run/checkpoints); or an absolute path/URI.
+    checkpoint: str | None = None
+    trigger: Duration = "5 seconds"
+    max_record_bytes: StrictInt = Field(default=1_048_576, gt=0)
+    spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
+    settings: AppSettings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_kind_from_program(cls, data: Any) -> Any:
+        # The program names the settings' shape; authors do not repeat it inside `settings`.
+        if isinstance(data, dict) and isinstance(data.get("settings"), dict) and "kind" not in data["settings"]:
+            data = {**data, "settings": {**data["settings"], "kind": data.get("program")}}
+        return data
+
+    @model_validator(mode="after")
+    def _roles_fit_the_program(self) -> AppSpec:
+        needed_inputs, needed_outputs = PROGRAM_ROLES[self.program]
+        if set(self.inputs) != needed_inputs:
+            raise ValueError(
+                f"inputs: program {self.program} reads the roles {sorted(needed_inputs)}, "
+                f"the catalog gives {sorted(self.inputs)}"
+            )
+        if needed_outputs is not None and set(self.outputs) != needed_outputs:
+            raise ValueError(
+                f"outputs: program {self.program} writes the roles {sorted(needed_outputs)}, "
+                f"the catalog gives {sorted(self.outputs)}"
+            )
+        if isinstance(self.settings, RouterSettings) and set(self.settings.categories) != set(self.outputs):
+            raise ValueError(
+                f"settings.categories and outputs must name the same categories: categories "
+                f"{sorted(self.settings.categories)}, outputs {sorted(self.outputs)}"
+            )
+        return self
+
+    def topics(self) -> list[str]:
+        """Every topic the app touches: inputs, outputs and its dead-letter topic."""
+        return [*self.inputs.values(), *self.outputs.values(), self.dead_letter_topic]
+
+    def checkpoint_location(self, root: str | os.PathLike[str] | None = None) -> str:
+        location = self.checkpoint or self.name
+        if "://" in location or location.startswith("/"):
+            return location
+        root = root or os.environ.get("STREAMOPS_CHECKPOINT_ROOT") or PROJECT_ROOT / ".run" / "checkpoints"
+        return str(Path(root) / location)
+
+
 class Catalog(_Strict):
     """The whole catalog file."""
 
     version: Literal[1]
     topics: list[TopicSpec] = Field(min_length=1)
+    apps: list[AppSpec] = Field(default_factory=list)
+
+    def app(self, name: str) -> AppSpec:
+        for spec in self.apps:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"app {name!r} is not in the catalog (known: {', '.join(self.app_names())})")
+
+    def app_names(self) -> list[str]:
+        return [spec.name for spec in self.apps]
+
+    def with_topic_prefix(self, prefix: str) -> Catalog:
+        """The same catalog with every topic renamed `<prefix>.<name>`, references included.
+
+        Used to run an app against its own copies of the topics (tests, scratch targets)."""
+
+        def rename(name: str) -> str:
+            return f"{prefix}.{name}"
+
+        return self.model_copy(
+            update={
+                "topics": [t.model_copy(update={"name": rename(t.name)}) for t in self.topics],
+                "apps": [
+                    a.model_copy(
+                        update={
+                            "inputs": {role: rename(t) for role, t in a.inputs.items()},
+                            "outputs": {role: rename(t) for role, t in a.outputs.items()},
+                            "dead_letter_topic": rename(a.dead_letter_topic),
+                        }
+                    )
+                    for a in self.apps
+                ],
+            }
+        )
 
     def topic(self, name: str) -> TopicSpec:
         for spec in self.topics:
@@ -241,6 +394,7 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
         raise CatalogError(path, problems) from None
 
     problems = list(_cross_topic_problems(catalog, data, root_node))
+    problems += list(_cross_app_problems(catalog, data, root_node))
     if problems:
         raise CatalogError(path, problems)
     return catalog
@@ -271,11 +425,39 @@ def _cross_topic_problems(catalog: Catalog, data: dict, root_node: yaml.Node) ->
             )
 
 
+def _cross_app_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> Iterator[str]:
+    topic_names = set(catalog.topic_names())
+    first_by_name: dict[str, int] = {}
+    writer_of: dict[str, str] = {}
+    for index, app in enumerate(catalog.apps):
+        if app.name in first_by_name:
+            where = _where(("apps", index), data, root_node, field_path=("apps", index, "name"))
+            yield f"{where}, field 'name': duplicate app name {app.name!r} (already declared at apps[{first_by_name[app.name]}])"
+        first_by_name.setdefault(app.name, index)
+        references = [("inputs", role, topic) for role, topic in app.inputs.items()]
+        references += [("outputs", role, topic) for role, topic in app.outputs.items()]
+        references.append(("dead_letter_topic", None, app.dead_letter_topic))
+        for field, role, topic in references:
+            path = ("apps", index, field) + ((role,) if role else ())
+            label = f"{field}.{role}" if role else field
+            where = _where(("apps", index), data, root_node, field_path=path)
+            if topic not in topic_names:
+                yield f"{where}, field '{label}': topic {topic!r} is not declared under 'topics'"
+            elif field != "inputs":
+                if topic in writer_of and writer_of[topic] != app.name:
+                    yield (
+                        f"{where}, field '{label}': topic {topic!r} is already written by app "
+                        f"{writer_of[topic]!r}; every topic has one writing app"
+                    )
+                writer_of.setdefault(topic, app.name)
+
+
 def _describe_error(err: dict[str, Any], data: dict, root_node: yaml.Node) -> str:
     loc = tuple(err["loc"])
-    # Pydantic appends the union member to the location ("int", "bool", "str"): drop it.
-    loc = tuple(part for part in loc if part not in {"int", "bool", "str"}) or loc
-    entry_loc = loc[:2] if len(loc) >= 2 and loc[0] == "topics" else loc[:1]
+    # Pydantic adds union members and discriminator tags to the location: drop them.
+    noise = {"int", "bool", "str", "oplog_router", "presence_notifier", "browser_activity"}
+    loc = tuple(part for part in loc if part not in noise) or loc
+    entry_loc = loc[:2] if len(loc) >= 2 and loc[0] in ("topics", "apps") else loc[:1]
     field = ".".join(str(p) for p in loc[len(entry_loc):])
     where = _where(entry_loc, data, root_node, field_path=loc)
     message = _friendly_message(err)
@@ -301,17 +483,30 @@ def _friendly_message(err: dict[str, Any]) -> str:
         return f"must be {wanted} (got {type(raw).__name__})"
     if kind == "value_error":
         return str(err["ctx"]["error"])
+    if kind == "literal_error":
+        return f"must be one of {err['ctx']['expected']} (got {raw!r})"
+    if kind == "string_pattern_mismatch":
+        return f"{raw!r} does not have the expected form ({_PATTERN_HINTS.get(err['ctx']['pattern'], err['ctx']['pattern'])})"
+    if kind in {"union_tag_invalid", "union_tag_not_found"}:
+        return "cannot be checked until 'program' names a known program"
     return err["msg"]
 
 
+_PATTERN_HINTS = {
+    Duration.__metadata__[0].pattern: "a Spark interval such as '10 seconds' or '5 minutes'",
+    AppSpec.model_fields["name"].metadata[0].pattern: "lowercase letters, digits and '-', starting with a letter",
+    AppSpec.model_fields["version"].metadata[0].pattern: "a semantic version such as '1.2.0'",
+}
+
+
 def _where(entry_loc: tuple, data: Any, root_node: yaml.Node, field_path: tuple | None = None) -> str:
-    """'topics[2] (name 'a.b', line 14)' for an entry, or the top-level key."""
-    if entry_loc and entry_loc[0] == "topics" and len(entry_loc) == 2:
-        index = entry_loc[1]
-        label = f"topics[{index}]"
-        topics = data.get("topics") if isinstance(data, dict) else None
-        if isinstance(topics, list) and index < len(topics) and isinstance(topics[index], dict):
-            name = topics[index].get("name")
+    """'topics[2] 'a.b' (line 14)' for an entry, or the top-level key."""
+    if entry_loc and entry_loc[0] in ("topics", "apps") and len(entry_loc) == 2:
+        section, index = entry_loc
+        label = f"{section}[{index}]"
+        entries = data.get(section) if isinstance(data, dict) else None
+        if isinstance(entries, list) and index < len(entries) and isinstance(entries[index], dict):
+            name = entries[index].get("name")
             if isinstance(name, str):
                 label += f" {name!r}"
     else:

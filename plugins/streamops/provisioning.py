@@ -384,3 +384,17 @@ def verify(admin: AdminClient, specs: Sequence[TopicSpec], timeout: float = 30.0
             f"after apply, {len(diff)} topic(s) on the broker still differ from the catalog:\n{lines}"
         ) from None
     return latest["snapshot"]
+
+
+def ensure_topics(admin: AdminClient, specs: Sequence[TopicSpec]) -> ProvisioningPlan:
+    """Plan, apply and verify in one call (scripts and tests); refuse if any change is refused."""
+    plan = plan_topics(specs, describe_broker(admin, [s.name for s in specs]), report_unmanaged=False)
+    if plan.refused:
+        raise ProvisioningError(
+            "refused: " + "; ".join(f"{p.topic}: {', '.join(p.refusals)}" for p in plan.refused)
+        )
+    failed = [r for r in apply_plan(admin, plan) if r.error]
+    if failed:
+        raise ProvisioningError("; ".join(f"{r.topic}: {r.error}" for r in failed))
+    verify(admin, specs)
+    return plan

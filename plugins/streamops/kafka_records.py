@@ -1,0 +1,131 @@
+"""Read a topic from its beginning to its current end, and produce records reliably.
+
+Small helpers over confluent-kafka used by the load generator, the tests and validation of
+bounded ranges. Reading assigns partitions directly (no consumer group, nothing committed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from streamops.waiting import poll_until
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+    def json(self):
+        return None if self.value is None else json.loads(self.value)
+
+    @property
+    def key_text(self) -> str | None:
+        return None if self.key is None else self.key.decode("utf-8", errors="replace")
+
+
+def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, tuple[int, int]]:
+    """partition -> (low, high) watermarks."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamops-offsets", "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(topic, timeout=15)
+        if metadata.topics[topic].error is not None:
+            raise KafkaException(metadata.topics[topic].error)
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
+            for p in sorted(metadata.topics[topic].partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def read_all(bootstrap_servers: str, topic: str, timeout: float = 60.0) -> list[Record]:
+    """Every record now in `topic`, in partition then offset order."""
+    ends = end_offsets(bootstrap_servers, topic)
+    wanted = {p: high for p, (low, high) in ends.items() if high > low}
+    if not wanted:
+        return []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "streamops-reader",
+            "enable.auto.commit": False,
+            # Skip records of aborted transactions, as any downstream reader would.
+            "isolation.level": "read_committed",
+        }
+    )
+    out: list[Record] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in wanted])
+        done: set[int] = set()
+
+        def drained() -> bool:
+            for message in consumer.consume(num_messages=1000, timeout=0.5):
+                if message.error():
+                    raise KafkaException(message.error())
+                p = message.partition()
+                if p in done or message.offset() >= wanted[p]:
+                    continue
+                out.append(Record(topic, p, message.offset(), message.key(), message.value(), message.timestamp()[1]))
+                if message.offset() >= wanted[p] - 1:
+                    done.add(p)
+            # Compacted or transactional topics have offset gaps: position tells the truth.
+            for tp in consumer.position([TopicPartition(topic, p) for p in wanted]):
+                if tp.offset >= wanted[tp.partition]:
+                    done.add(tp.partition)
+            return len(done) == len(wanted)
+
+        poll_until(drained, timeout=timeout, what=f"reading {topic} to its end", interval=0.01, max_interval=0.05)
+    finally:
+        consumer.close()
+    return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+def producer(bootstrap_servers: str, **extra) -> Producer:
+    """A producer that waits for all in-sync replicas and never duplicates on retry."""
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            **extra,
+        }
+    )
+
+
+def produce(
+    bootstrap_servers: str,
+    topic: str,
+    records: Iterable[tuple[str | bytes | None, str | bytes | None]],
+    partition: int | None = None,
+) -> int:
+    """Produce (key, value) pairs in order and wait until every one is acknowledged.
+    Without `partition`, the key chooses it (the default partitioner)."""
+    errors: list[str] = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(str(err))
+
+    out = producer(bootstrap_servers)
+    count = 0
+    for key, value in records:
+        if partition is None:
+            out.produce(topic, key=key, value=value, on_delivery=on_delivery)
+        else:
+            out.produce(topic, key=key, value=value, partition=partition, on_delivery=on_delivery)
+        out.poll(0)
+        count += 1
+    remaining = out.flush(60)
+    if remaining or errors:
+        raise KafkaException(f"{remaining} record(s) not acknowledged, errors: {errors[:5]}")
+    return count

@@ -1,0 +1,40 @@
+"""Kafka source and sink options, written once."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+
+def read_topics(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topics: list[str],
+    starting_offsets: str = "earliest",
+    max_offsets_per_trigger: int | None = None,
+) -> DataFrame:
+    """A streaming DataFrame of raw Kafka records (key, value, topic, partition, offset, timestamp).
+
+    `starting_offsets` applies only to a new checkpoint: an existing one resumes where it was.
+    """
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", starting_offsets)
+        # Records deleted by retention before we read them are a loss: fail, do not skip.
+        .option("failOnDataLoss", "true")
+    )
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    return reader.load()
+
+
+def kafka_sink_options(bootstrap_servers: str) -> dict[str, str]:
+    """Producer settings of every sink: acks from all in-sync replicas, idempotent retries."""
+    return {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "kafka.acks": "all",
+        "kafka.enable.idempotence": "true",
+        "kafka.compression.type": "lz4",
+        "kafka.linger.ms": "20",
+    }

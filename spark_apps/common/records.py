@@ -1,0 +1,124 @@
+"""Parsing input records, and the dead-letter envelope for the ones that do not parse.
+
+Values are parsed with Spark's VARIANT functions (`try_parse_json`, `try_variant_get`), so a bad
+record never fails the query: each row gets an `error` column with the first reason it is bad
+(null when it is good). Good rows go on; bad rows become dead letters with their provenance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+FieldType = Literal["string", "bigint", "timestamp"]
+
+_TYPE_NAMES = {"string": "a string", "bigint": "an integer", "timestamp": "an ISO-8601 timestamp string"}
+# An ISO-8601 time must say its offset: a naive time means different instants on different hosts.
+_HAS_OFFSET = r"(Z|z|[+-][0-9]{2}:?[0-9]{2})$"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One required field of an input record's JSON object."""
+
+    path: str  # key in the JSON object
+    type: FieldType
+    column: str  # column name in the parsed DataFrame
+    allowed: tuple[str, ...] = ()  # for strings: the only values accepted (empty: any)
+
+
+def with_source_columns(raw: DataFrame) -> DataFrame:
+    """Raw Kafka rows plus `event_id` (topic/partition/offset: unique per source record)."""
+    return raw.withColumn(
+        "event_id", F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
+    )
+
+
+def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int) -> DataFrame:
+    """Add a column per field, `event_json` (the whole value as VARIANT) and `error`."""
+    text = F.col("value").cast("string")
+    doc = F.try_parse_json(text)
+    size = F.length(F.col("value"))
+    checks: list[tuple[Column, Column]] = [
+        (F.col("value").isNull(), F.lit("empty value (null)")),
+        (size > max_record_bytes, F.format_string(f"record is %d bytes, over the {max_record_bytes}-byte limit", size)),
+        (doc.isNull(), F.lit("value is not valid JSON")),
+        (~F.schema_of_variant(doc).startswith("OBJECT"), F.lit("value is not a JSON object")),
+    ]
+    columns = {}
+    for field in fields:
+        path = f"$.{field.path}" if field.path.isidentifier() else f"$['{field.path}']"
+        present = F.variant_get(doc, path, "variant")
+        actual_type = F.schema_of_variant(present)
+        if field.type == "timestamp":
+            as_text = F.try_variant_get(doc, path, "string")
+            value = F.try_to_timestamp(as_text)
+            checks += [
+                (present.isNull(), F.lit(f"missing field '{field.path}'")),
+                (actual_type != "STRING", F.format_string(f"field '{field.path}' must be {_TYPE_NAMES['timestamp']} (got %s)", actual_type)),
+                (value.isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", as_text)),
+                (~as_text.rlike(_HAS_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", as_text)),
+            ]
+        else:
+            value = F.try_variant_get(doc, path, field.type)
+            expected = "STRING" if field.type == "string" else "BIGINT"
+            # JSON integers arrive as the narrowest integer type that holds them.
+            type_ok = actual_type.isin("TINYINT", "SMALLINT", "INT", "BIGINT") if field.type == "bigint" else actual_type == expected
+            checks += [
+                (present.isNull() | F.is_variant_null(present), F.lit(f"missing field '{field.path}'")),
+                (~type_ok, F.format_string(f"field '{field.path}' must be {_TYPE_NAMES[field.type]} (got %s)", actual_type)),
+            ]
+            if field.allowed:
+                allowed = ", ".join(field.allowed)
+                checks.append(
+                    (~value.isin(*field.allowed), F.format_string(f"field '{field.path}' must be one of {allowed} (got '%s')", value))
+                )
+        columns[field.column] = value
+
+    error = F.lit(None).cast("string")
+    for failed, reason in reversed(checks):
+        # First failing check wins; earlier checks guard later ones (no JSON -> no field checks).
+        error = F.when(F.coalesce(failed, F.lit(False)), reason).otherwise(error)
+
+    parsed = with_source_columns(raw).withColumn("event_json", doc).withColumn("error", error)
+    for name, value in columns.items():
+        parsed = parsed.withColumn(name, value)
+    return parsed
+
+
+def dead_letters(parsed: DataFrame, app: str, version: str, topic: str) -> DataFrame:
+    """Rows with an error as dead-letter records (key, value, topic) for the Kafka sink.
+
+    The envelope keeps the original key and value byte for byte (base64), so a replay can put
+    them back exactly, plus a readable preview, the source coordinates, the app and the reason.
+    """
+    envelope = F.struct(
+        F.lit(app).alias("app"),
+        F.lit(version).alias("app_version"),
+        F.col("error").alias("reason"),
+        F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("failed_at"),
+        F.struct(
+            F.col("topic").alias("topic"),
+            F.col("partition").alias("partition"),
+            F.col("offset").alias("offset"),
+            F.date_format(F.col("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("timestamp"),
+        ).alias("source"),
+        F.base64(F.col("key")).alias("original_key_base64"),
+        F.base64(F.col("value")).alias("original_value_base64"),
+        F.substring(F.col("value").cast("string"), 1, 512).alias("original_value_preview"),
+    )
+    return parsed.where(F.col("error").isNotNull()).select(
+        F.col("key"), F.to_json(envelope).alias("value"), F.lit(topic).alias("topic")
+    )
+
+
+def good(parsed: DataFrame) -> DataFrame:
+    return parsed.where(F.col("error").isNull())
+
+
+def iso_time(column: str | Column) -> Column:
+    """A timestamp as ISO-8601 text in UTC with milliseconds, as every output writes times."""
+    return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")

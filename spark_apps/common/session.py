@@ -1,0 +1,49 @@
+"""The SparkSession every app runs in."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+from streamops.catalog import AppSpec
+
+# Spark SQL settings every app gets; the catalog's spark_conf is applied on top.
+BASE_CONF = {
+    # Kafka Streams keeps state in RocksDB; so do we (bounded memory, incremental checkpoints).
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    # Commit state changes as a changelog per batch instead of full snapshots.
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+}
+
+
+def build_session(app_name: str, master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
+    """Get or create the session. Under spark-submit the master and jars come from the
+    launcher; run directly (tests, local runs) it uses local mode and the connector jars
+    that bin/setup resolved."""
+    # Executors must run the same Python (with pandas/pyarrow) as the driver.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    # Under spark-submit the JVM already runs (PYSPARK_GATEWAY_PORT is set) and the launcher
+    # passed the connector with --jars; started from plain Python, hand Spark the jars here.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        from streamops.toolchain import connector_jars
+
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in connector_jars()))
+    for key, value in {**BASE_CONF, **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def apply_app_conf(spark: SparkSession, spec: AppSpec) -> None:
+    """Set the app's SQL conf on the session before its queries start (they capture it)."""
+    for key, value in {**BASE_CONF, **spec.spark_conf}.items():
+        if key.startswith("spark.sql."):
+            spark.conf.set(key, str(value).lower() if isinstance(value, bool) else str(value))

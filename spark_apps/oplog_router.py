@@ -1,0 +1,89 @@
+"""Operation-log router (seed 000: LINE's loopback replicator; seed 002: dynamic routing).
+
+Reads the operation log and writes each event to every category topic whose op-type set holds
+its op type; the topic is chosen per record (the Kafka sink's `topic` column, the counterpart of
+Kafka Streams' TopicNameExtractor). Keys are kept, so per-user order holds within a partition.
+Events of unknown op types are counted (observed metric `unknown_op_type`), not routed.
+
+Output value: {"event_id", "category", "seq", "user_id", "op_type", "event_time", "event"}
+where event_id is the source topic/partition/offset and "event" is the original JSON object.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_apps.common import records
+from spark_apps.common.runner import OutputQuery
+from streamops.catalog import AppSpec, RouterSettings
+
+FIELDS = [
+    records.Field("seq", "bigint", "seq"),
+    records.Field("user_id", "string", "user_id"),
+    records.Field("op_type", "string", "op_type"),
+    records.Field("event_time", "timestamp", "event_time"),
+]
+
+
+def routes(spec: AppSpec) -> dict[str, list[tuple[str, str]]]:
+    """op type -> [(category, topic), ...], from the catalog's category map."""
+    settings = spec.settings
+    assert isinstance(settings, RouterSettings)
+    table: dict[str, list[tuple[str, str]]] = {}
+    for category, op_types in settings.categories.items():
+        for op_type in op_types:
+            table.setdefault(op_type, []).append((category, spec.outputs[category]))
+    return table
+
+
+def route(parsed: DataFrame, spec: AppSpec) -> DataFrame:
+    """Good events -> one output row per matching category (key, value, topic)."""
+    table = routes(spec)
+    route_map = F.create_map(
+        *[
+            item
+            for op_type, targets in sorted(table.items())
+            for item in (
+                F.lit(op_type),
+                F.array(*[F.struct(F.lit(c).alias("category"), F.lit(t).alias("topic")) for c, t in targets]),
+            )
+        ]
+    )
+    routed = records.good(parsed).withColumn("target", F.explode(F.element_at(route_map, F.col("op_type"))))
+    value = F.struct(
+        F.col("event_id"),
+        F.col("target.category").alias("category"),
+        F.col("seq"),
+        F.col("user_id"),
+        F.col("op_type"),
+        records.iso_time("event_time").alias("event_time"),
+        F.col("event_json").alias("event"),
+    )
+    return routed.select(F.col("key"), F.to_json(value).alias("value"), F.col("target.topic").alias("topic"))
+
+
+def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
+    known = list(routes(spec))
+    parsed = records.parse(source([spec.inputs["operations"]]), FIELDS, spec.max_record_bytes)
+    parsed = parsed.observe(
+        "router",
+        F.count(F.lit(1)).alias("records_in"),
+        F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("dead_letters"),
+        F.sum(F.when(F.col("error").isNull() & ~F.col("op_type").isin(*known), 1).otherwise(0)).alias("unknown_op_type"),
+    )
+    output = route(parsed, spec).unionByName(records.dead_letters(parsed, spec.name, version, spec.dead_letter_topic))
+    return [OutputQuery("route", output)]
+
+
+def main() -> int:
+    from spark_apps.common.runner import main as run
+
+    return run(sys.argv[1:], "oplog_router")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
