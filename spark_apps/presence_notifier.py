@@ -1,0 +1,192 @@
+"""Presence notifier (seed 001, "Not looking at Facebook").
+
+Query `notify` reads Open/Close presence events and ticks, both keyed by user:
+  (a) every Close produces the notification;
+  (b) every tick produces it when the user's latest presence event at or before the tick's
+      event time is a Close (no presence yet: nothing, as a KStream-KTable left join gives);
+  and it writes the latest presence per user to a compacted changelog topic (the KTable).
+The per-user presence history lives in Spark state (RocksDB), kept for `watermark` behind the
+newest presence event plus the last event before that, so ticks up to that late still see the
+state that held at their time.
+
+Query `count` reads the notifications and counts them per user in `count_window` windows
+hopping every `count_slide`, on event time with a watermark, emitted as updates.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from spark_apps.common import records
+from spark_apps.common.runner import OutputQuery
+from streamops.catalog import AppSpec, PresenceSettings, duration_ms
+
+EVENT_FIELDS = [
+    records.Field("seq", "bigint", "seq"),
+    records.Field("user_id", "string", "user_id"),
+    records.Field("action", "string", "action", allowed=("Open", "Close")),
+    records.Field("event_time", "timestamp", "event_time"),
+]
+TICK_FIELDS = [
+    records.Field("seq", "bigint", "seq"),
+    records.Field("user_id", "string", "user_id"),
+    records.Field("event_time", "timestamp", "event_time"),
+]
+
+OUTPUT_SCHEMA = "key string, value string, topic string"
+# The history as JSON text: Spark 4.0 cannot hand array-typed state back to Python
+# ("couldn't introspect javabean" when pickling UnsafeArrayData).
+STATE_SCHEMA = "history string"
+_PRESENCE, _TICK = 0, 1  # at equal event times a presence event applies before a tick
+
+
+def iso_ms(ms: int) -> str:
+    seconds, millis = divmod(int(ms), 1000)
+    return pd.Timestamp(seconds, unit="s").strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+
+
+def notify_user(
+    user_id: str,
+    rows: list[dict],
+    history: list[tuple[int, str, str]],
+    *,
+    message: str,
+    horizon_ms: int,
+    notifications_topic: str,
+    latest_state_topic: str,
+) -> tuple[list[tuple[str, str, str]], list[tuple[int, str, str]]]:
+    """One user's rows of one micro-batch, in event-time order, against their presence history.
+
+    rows: dicts with kind (0 presence, 1 tick), time_ms, action, event_id, partition, offset.
+    history: (time_ms, action, event_id) sorted by time. Returns (outputs, new history).
+    """
+    history = sorted(history)
+    latest_before = history[-1][0] if history else None
+    outputs: list[tuple[str, str, str]] = []
+
+    def notification(source_id: str, cause: str, time_ms: int, presence_id: str) -> None:
+        value = {
+            "notification_id": source_id,
+            "user_id": user_id,
+            "message": message,
+            "cause": cause,
+            "event_time": iso_ms(time_ms),
+            "source_event_id": source_id,
+            "presence_event_id": presence_id,
+        }
+        outputs.append((user_id, json.dumps(value), notifications_topic))
+
+    for row in sorted(rows, key=lambda r: (r["time_ms"], r["kind"], r["partition"], r["offset"])):
+        if row["kind"] == _PRESENCE:
+            history.append((row["time_ms"], row["action"], row["event_id"]))
+            history.sort()
+            if row["action"] == "Close":
+                notification(row["event_id"], "close", row["time_ms"], row["event_id"])
+        else:
+            current = [entry for entry in history if entry[0] <= row["time_ms"]]
+            if current and current[-1][1] == "Close":
+                notification(row["event_id"], "tick", row["time_ms"], current[-1][2])
+
+    if history and (latest_before is None or history[-1][0] > latest_before):
+        time_ms, action, event_id = history[-1]
+        state = {"user_id": user_id, "action": action, "event_time": iso_ms(time_ms), "event_id": event_id}
+        outputs.append((user_id, json.dumps(state), latest_state_topic))
+
+    if history:
+        cutoff = history[-1][0] - horizon_ms
+        older = [entry for entry in history if entry[0] < cutoff]
+        history = older[-1:] + [entry for entry in history if entry[0] >= cutoff]
+    return outputs, history
+
+
+def _notify_group(settings: PresenceSettings, spec: AppSpec):
+    options = dict(
+        message=settings.message,
+        horizon_ms=duration_ms(settings.watermark),
+        notifications_topic=spec.outputs["notifications"],
+        latest_state_topic=spec.outputs["latest_state"],
+    )
+
+    def apply(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
+        (user_id,) = key
+        history = [tuple(entry) for entry in json.loads(state.get[0])] if state.exists else []
+        rows = [row for frame in frames for row in frame.to_dict("records")]
+        outputs, history = notify_user(user_id, rows, history, **options)
+        state.update((json.dumps(history),))
+        yield pd.DataFrame(outputs, columns=["key", "value", "topic"])
+
+    return apply
+
+
+def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
+    settings = spec.settings
+    assert isinstance(settings, PresenceSettings)
+    events = records.parse(source([spec.inputs["events"]]), EVENT_FIELDS, spec.max_record_bytes)
+    ticks = records.parse(source([spec.inputs["ticks"]]), TICK_FIELDS, spec.max_record_bytes)
+
+    def shaped(parsed: DataFrame, kind: int) -> DataFrame:
+        return records.good(parsed).select(
+            "user_id",
+            F.lit(kind).alias("kind"),
+            F.unix_millis("event_time").alias("time_ms"),
+            (F.col("action") if kind == _PRESENCE else F.lit(None).cast("string")).alias("action"),
+            "event_id",
+            "partition",
+            "offset",
+        )
+
+    inputs = shaped(events, _PRESENCE).unionByName(shaped(ticks, _TICK))
+    inputs = inputs.observe(
+        "presence_in",
+        F.sum(F.when(F.col("kind") == _PRESENCE, 1).otherwise(0)).alias("presence_events"),
+        F.sum(F.when(F.col("kind") == _TICK, 1).otherwise(0)).alias("ticks"),
+    )
+    notified = inputs.groupBy("user_id").applyInPandasWithState(
+        _notify_group(settings, spec), OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout
+    )
+    dead = records.dead_letters(events, spec.name, version, spec.dead_letter_topic).unionByName(
+        records.dead_letters(ticks, spec.name, version, spec.dead_letter_topic)
+    )
+    return [OutputQuery("notify", notified.unionByName(dead)), OutputQuery("count", counts(spec, source), "update")]
+
+
+def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame:
+    """Notifications per user in hopping event-time windows, as updates."""
+    settings = spec.settings
+    assert isinstance(settings, PresenceSettings)
+    notifications = source([spec.outputs["notifications"]]).select(
+        F.from_json(F.col("value").cast("string"), "user_id string, event_time string").alias("n")
+    )
+    counted = (
+        notifications.select(F.col("n.user_id").alias("user_id"), F.to_timestamp("n.event_time").alias("event_time"))
+        .where(F.col("user_id").isNotNull() & F.col("event_time").isNotNull())
+        .withWatermark("event_time", settings.watermark)
+        .groupBy(F.window("event_time", settings.count_window, settings.count_slide), "user_id")
+        .count()
+    )
+    start, end = records.iso_time("window.start"), records.iso_time("window.end")
+    value = F.struct(
+        F.col("user_id"), start.alias("window_start"), end.alias("window_end"), F.col("count")
+    )
+    return counted.select(
+        F.concat_ws("|", F.col("user_id"), start).alias("key"),
+        F.to_json(value).alias("value"),
+        F.lit(spec.outputs["notification_counts"]).alias("topic"),
+    )
+
+
+def main() -> int:
+    from spark_apps.common.runner import main as run
+
+    return run(sys.argv[1:], "presence_notifier")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

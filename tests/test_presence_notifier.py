@@ -1,0 +1,145 @@
+"""Golden tests of the presence notifier on a real broker and real Spark."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_available_now
+from spark_apps.common.runner import observed_totals
+from streamops.kafka_records import produce, read_all
+
+MESSAGE = "You are not currently viewing Facebook."
+
+
+def presence(seq, user, action, hms):
+    return user, json.dumps({"seq": seq, "user_id": user, "action": action, "event_time": f"2026-01-01T{hms}Z"})
+
+
+def tick(seq, user, hms):
+    return user, json.dumps({"seq": seq, "user_id": user, "event_time": f"2026-01-01T{hms}Z"})
+
+
+def notification(user, cause, hms, source, presence_id):
+    return {
+        "notification_id": source,
+        "user_id": user,
+        "message": MESSAGE,
+        "cause": cause,
+        "event_time": f"2026-01-01T{hms}.000Z",
+        "source_event_id": source,
+        "presence_event_id": presence_id,
+    }
+
+
+def values(broker, topic):
+    return [r.json() for r in read_all(broker.bootstrap_servers, topic)]
+
+
+def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, broker, app_catalog, tmp_path):
+    spec = app_catalog.app("presence-notifier")
+    events_topic, ticks_topic = spec.inputs["events"], spec.inputs["ticks"]
+    produce(
+        broker.bootstrap_servers,
+        events_topic,
+        [
+            presence(1, "u1", "Open", "00:00:00"),  # offset 0
+            presence(2, "u1", "Close", "00:01:00"),  # 1: notification (close)
+            presence(3, "u2", "Close", "00:02:30"),  # 2: notification (close)
+            presence(4, "u1", "Open", "00:03:00"),  # 3
+            ("u1", json.dumps({"seq": 5, "user_id": "u1", "action": "Away", "event_time": "2026-01-01T00:03:30Z"})),
+        ],
+        partition=0,
+    )
+    produce(
+        broker.bootstrap_servers,
+        ticks_topic,
+        [
+            tick(1, "u3", "00:00:30"),  # offset 0: u3 has no presence state: nothing
+            tick(2, "u1", "00:00:30"),  # 1: latest at or before is Open: nothing
+            tick(3, "u1", "00:01:00"),  # 2: the Close at exactly this time counts: notification
+            tick(4, "u1", "00:02:00"),  # 3: still closed: notification
+            tick(5, "u1", "00:04:00"),  # 4: Open since 00:03: nothing
+            tick(6, "u2", "00:02:00"),  # 5: u2's Close is later (00:02:30): nothing
+            tick(7, "u2", "00:05:00"),  # 6: closed: notification
+            ("u2", "garbage"),  # 7: dead letter
+        ],
+        partition=0,
+    )
+
+    queries = run_available_now(spark, app_catalog, "presence-notifier", broker, tmp_path / "ckpt")
+
+    e, t = f"{events_topic}/0", f"{ticks_topic}/0"
+    got = sorted(values(broker, spec.outputs["notifications"]), key=lambda n: (n["user_id"], n["event_time"], n["cause"]))
+    assert got == [
+        notification("u1", "close", "00:01:00", f"{e}/1", f"{e}/1"),
+        notification("u1", "tick", "00:01:00", f"{t}/2", f"{e}/1"),
+        notification("u1", "tick", "00:02:00", f"{t}/3", f"{e}/1"),
+        notification("u2", "close", "00:02:30", f"{e}/2", f"{e}/2"),
+        notification("u2", "tick", "00:05:00", f"{t}/6", f"{e}/2"),
+    ]
+
+    latest = read_all(broker.bootstrap_servers, spec.outputs["latest_state"])
+    assert sorted((r.key_text, r.json()) for r in latest) == [
+        ("u1", {"user_id": "u1", "action": "Open", "event_time": "2026-01-01T00:03:00.000Z", "event_id": f"{e}/3"}),
+        ("u2", {"user_id": "u2", "action": "Close", "event_time": "2026-01-01T00:02:30.000Z", "event_id": f"{e}/2"}),
+    ]
+
+    def window(user, start, end, count):
+        return {"user_id": user, "window_start": f"{start}.000Z", "window_end": f"{end}.000Z", "count": count}
+
+    dec31, jan1 = "2025-12-31T23", "2026-01-01T00"
+    counts = sorted(values(broker, spec.outputs["notification_counts"]), key=lambda c: (c["user_id"], c["window_start"]))
+    assert counts == [
+        # u1: two notifications at 00:01:00 and one at 00:02:00; 10-minute windows every minute.
+        window("u1", f"{dec31}:52:00", f"{jan1}:02:00", 2),
+        window("u1", f"{dec31}:53:00", f"{jan1}:03:00", 3),
+        window("u1", f"{dec31}:54:00", f"{jan1}:04:00", 3),
+        window("u1", f"{dec31}:55:00", f"{jan1}:05:00", 3),
+        window("u1", f"{dec31}:56:00", f"{jan1}:06:00", 3),
+        window("u1", f"{dec31}:57:00", f"{jan1}:07:00", 3),
+        window("u1", f"{dec31}:58:00", f"{jan1}:08:00", 3),
+        window("u1", f"{dec31}:59:00", f"{jan1}:09:00", 3),
+        window("u1", f"{jan1}:00:00", f"{jan1}:10:00", 3),
+        window("u1", f"{jan1}:01:00", f"{jan1}:11:00", 3),
+        window("u1", f"{jan1}:02:00", f"{jan1}:12:00", 1),
+        # u2: notifications at 00:02:30 and 00:05:00.
+        window("u2", f"{dec31}:53:00", f"{jan1}:03:00", 1),
+        window("u2", f"{dec31}:54:00", f"{jan1}:04:00", 1),
+        window("u2", f"{dec31}:55:00", f"{jan1}:05:00", 1),
+        window("u2", f"{dec31}:56:00", f"{jan1}:06:00", 2),
+        window("u2", f"{dec31}:57:00", f"{jan1}:07:00", 2),
+        window("u2", f"{dec31}:58:00", f"{jan1}:08:00", 2),
+        window("u2", f"{dec31}:59:00", f"{jan1}:09:00", 2),
+        window("u2", f"{jan1}:00:00", f"{jan1}:10:00", 2),
+        window("u2", f"{jan1}:01:00", f"{jan1}:11:00", 2),
+        window("u2", f"{jan1}:02:00", f"{jan1}:12:00", 2),
+        window("u2", f"{jan1}:03:00", f"{jan1}:13:00", 1),
+        window("u2", f"{jan1}:04:00", f"{jan1}:14:00", 1),
+        window("u2", f"{jan1}:05:00", f"{jan1}:15:00", 1),
+    ]
+
+    dead = [r.json() for r in read_all(broker.bootstrap_servers, spec.dead_letter_topic)]
+    assert sorted((d["source"]["topic"], d["source"]["offset"], d["reason"]) for d in dead) == [
+        (events_topic, 4, "field 'action' must be one of Open, Close (got 'Away')"),
+        (ticks_topic, 7, "value is not valid JSON"),
+    ]
+    assert observed_totals(queries) == {"presence_events": 4, "ticks": 7}
+
+
+def test_presence_state_survives_a_restart_from_the_checkpoint(spark, broker, app_catalog, tmp_path):
+    spec = app_catalog.app("presence-notifier")
+    checkpoint = tmp_path / "ckpt"
+    produce(broker.bootstrap_servers, spec.inputs["events"], [presence(1, "u9", "Close", "00:10:00")], partition=0)
+    run_available_now(spark, app_catalog, "presence-notifier", broker, checkpoint)
+    assert [n["cause"] for n in values(broker, spec.outputs["notifications"])] == ["close"]
+
+    # A new run from the same checkpoint: the tick only notifies if u9's Close came back from state.
+    produce(broker.bootstrap_servers, spec.inputs["ticks"], [tick(1, "u9", "00:11:00")], partition=0)
+    run_available_now(spark, app_catalog, "presence-notifier", broker, checkpoint)
+
+    got = sorted(values(broker, spec.outputs["notifications"]), key=lambda n: n["event_time"])
+    events0 = f"{spec.inputs['events']}/0/0"
+    assert got == [
+        notification("u9", "close", "00:10:00", events0, events0),
+        notification("u9", "tick", "00:11:00", f"{spec.inputs['ticks']}/0/0", events0),
+    ]
