@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from spark_apps.common import records
+from spark_apps.common.records import iso_ms
 from spark_apps.common.runner import OutputQuery
 from streamops.catalog import AppSpec, PresenceSettings, duration_ms
 
@@ -45,11 +46,6 @@ OUTPUT_SCHEMA = "key string, value string, topic string"
 # ("couldn't introspect javabean" when pickling UnsafeArrayData).
 STATE_SCHEMA = "history string"
 _PRESENCE, _TICK = 0, 1  # at equal event times a presence event applies before a tick
-
-
-def iso_ms(ms: int) -> str:
-    seconds, millis = divmod(int(ms), 1000)
-    return pd.Timestamp(seconds, unit="s").strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
 
 
 def notify_user(

@@ -8,6 +8,7 @@ record never fails the query: each row gets an `error` column with the first rea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Literal
 
 from pyspark.sql import Column, DataFrame
@@ -117,6 +118,11 @@ def dead_letters(parsed: DataFrame, app: str, version: str, topic: str) -> DataF
 
 def good(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("error").isNull())
+
+
+def iso_ms(epoch_ms: int) -> str:
+    """Epoch milliseconds as ISO-8601 UTC text with milliseconds (Python side, same format)."""
+    return datetime.fromtimestamp(int(epoch_ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def iso_time(column: str | Column) -> Column:

@@ -1,0 +1,129 @@
+"""Golden tests of the browser-activity app on a real broker and real Spark."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_available_now
+from spark_apps.common.runner import observed_totals
+from streamops.kafka_records import produce, read_all
+
+CAPTCHA = "com.example.security.CaptchaVerifier"
+ACTION = "com.example.web.CheckoutController"
+
+
+def log_event(browser, time, logger=ACTION):
+    return "thread-1", json.dumps(
+        {"@timestamp": f"2026-01-01T14:{time}Z", "level": "INFO", "logger_name": logger, "thread_name": "http-1",
+         "message": "checkout step", "browserHash": browser}
+    )
+
+
+def window(browser, start, end, count):
+    return {
+        "fingerprint": browser,
+        "window_start": f"2026-01-01T14:{start}.000Z",
+        "window_end": f"2026-01-01T14:{end}.000Z",
+        "count": count,
+    }
+
+
+def appended(broker, topic, since):
+    """Records of `topic` that were not there when `since` was read."""
+    seen = {(r.partition, r.offset) for r in since}
+    return [r for r in read_all(broker.bootstrap_servers, topic) if (r.partition, r.offset) not in seen]
+
+
+def by_window(values):
+    return sorted(values, key=lambda v: (v["fingerprint"], v["window_start"]))
+
+
+def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, app_catalog, tmp_path):
+    spec = app_catalog.app("browser-activity")
+    logs = spec.inputs["logs"]
+    checkpoint = tmp_path / "ckpt"
+    produce(
+        broker.bootstrap_servers,
+        logs,
+        [
+            # b1: five actions -> challenged with 5.
+            log_event("b1", "11:52.000"),  # offset 0
+            log_event("b1", "11:53.000"),
+            log_event("b1", "11:54.000"),
+            log_event("b1", "11:55.500"),
+            log_event("b1", "11:58.000"),  # offset 4
+            # b2: six actions but verified by the captcha: counts as 0, never challenged.
+            *[log_event("b2", "12:00.000") for _ in range(6)],  # offsets 5-10
+            log_event("b2", "12:00.000", CAPTCHA),  # offset 11
+            # b3: four actions: under the threshold.
+            *[log_event("b3", "11:52.500") for _ in range(4)],  # offsets 12-15
+            ("thread-1", json.dumps({"@timestamp": "2026-01-01T14:11:59Z", "logger_name": ACTION})),  # 16
+        ],
+        partition=0,
+    )
+
+    first = run_available_now(spark, app_catalog, "browser-activity", broker, checkpoint)
+
+    challenges = read_all(broker.bootstrap_servers, spec.outputs["challenges"])
+    assert [(r.key_text, r.json()) for r in challenges] == [
+        ("b1", {"fingerprint": "b1", "actions": 5, "verified": False, "threshold": 5,
+                "last_event_id": f"{logs}/0/4", "last_event_time": "2026-01-01T14:11:58.000Z"}),
+    ]
+    counts_first = read_all(broker.bootstrap_servers, spec.outputs["activity_counts"])
+    assert by_window(r.json() for r in counts_first) == [
+        # 5-second windows starting every 2 seconds: an event at :52 is in [:48,:53), [:50,:55), [:52,:57).
+        window("b1", "11:48", "11:53", 1),
+        window("b1", "11:50", "11:55", 3),
+        window("b1", "11:52", "11:57", 4),
+        window("b1", "11:54", "11:59", 3),
+        window("b1", "11:56", "12:01", 1),
+        window("b1", "11:58", "12:03", 1),
+        window("b2", "11:56", "12:01", 6),  # the captcha event is not an action
+        window("b2", "11:58", "12:03", 6),
+        window("b2", "12:00", "12:05", 6),
+        window("b3", "11:48", "11:53", 4),
+        window("b3", "11:50", "11:55", 4),
+        window("b3", "11:52", "11:57", 4),
+    ]
+    dead = [r.json() for r in read_all(broker.bootstrap_servers, spec.dead_letter_topic)]
+    assert [(d["source"]["offset"], d["reason"]) for d in dead] == [(16, "missing field 'browserHash'")]
+    assert observed_totals(first) == {"records_in": 17, "dead_letters": 1, "captcha_verifications": 1}
+
+    # Second run from the same checkpoint: the watermark is now 14:12:00 - 10 s = 14:11:50.
+    produce(
+        broker.bootstrap_servers,
+        logs,
+        [
+            log_event("b1", "12:02.000"),  # b1's 6th action ...
+            log_event("b1", "12:03.000", CAPTCHA),  # ... then b1 verifies: its challenge is retracted
+            log_event("b3", "12:02.000"),  # b3's 5th action: challenged now (state survived the restart)
+            log_event("b5", "11:45.000"),  # later than the watermark: dropped and counted
+            log_event("b5", "12:01.000"),
+        ],
+        partition=0,
+    )
+
+    second = run_available_now(spark, app_catalog, "browser-activity", broker, checkpoint)
+
+    new_challenges = appended(broker, spec.outputs["challenges"], since=challenges)
+    assert sorted(((r.key_text, r.json()) for r in new_challenges), key=lambda kv: kv[0]) == [
+        ("b1", None),  # tombstone: verified browsers count as 0
+        ("b3", {"fingerprint": "b3", "actions": 5, "verified": False, "threshold": 5,
+                "last_event_id": f"{logs}/0/19", "last_event_time": "2026-01-01T14:12:02.000Z"}),
+    ]
+    new_counts = [r.json() for r in appended(broker, spec.outputs["activity_counts"], since=counts_first)]
+    assert by_window(new_counts) == [
+        window("b1", "11:58", "12:03", 2),  # updated: :58 and 12:02
+        window("b1", "12:00", "12:05", 1),
+        window("b1", "12:02", "12:07", 1),
+        window("b3", "11:58", "12:03", 1),
+        window("b3", "12:00", "12:05", 1),
+        window("b3", "12:02", "12:07", 1),
+        window("b5", "11:58", "12:03", 1),  # only the on-time event
+        window("b5", "12:00", "12:05", 1),
+    ]
+    window_query = next(q for q in second if q.name.endswith("window-count"))
+    dropped = sum(op.numRowsDroppedByWatermark for p in window_query.recentProgress for op in p.stateOperators)
+    # Spark counts a late record once per window it would have joined: 14:11:45 falls in the
+    # windows starting 14:11:42 and 14:11:44.
+    assert dropped == 2
