@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_apps.common import records
@@ -40,9 +40,17 @@ def routes(spec: AppSpec) -> dict[str, list[tuple[str, str]]]:
     return table
 
 
-def route(parsed: DataFrame, spec: AppSpec) -> DataFrame:
-    """Good events -> one output row per matching category (key, value, topic)."""
+def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
     table = routes(spec)
+    parsed = records.parse(source([spec.inputs["operations"]]), FIELDS, spec.max_record_bytes)
+    parsed = parsed.observe(
+        "router",
+        F.count(F.lit(1)).alias("records_in"),
+        F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("dead_letters"),
+        F.sum(F.when(F.col("error").isNull() & ~F.col("op_type").isin(*table), 1).otherwise(0)).alias("unknown_op_type"),
+    )
+    # One output row per matching category, or one dead letter, from a single pass over the
+    # input (a union of two branches would make Spark read the topic twice).
     route_map = F.create_map(
         *[
             item
@@ -53,30 +61,29 @@ def route(parsed: DataFrame, spec: AppSpec) -> DataFrame:
             )
         ]
     )
-    routed = records.good(parsed).withColumn("target", F.explode(F.element_at(route_map, F.col("op_type"))))
-    value = F.struct(
-        F.col("event_id"),
-        F.col("target.category").alias("category"),
-        F.col("seq"),
-        F.col("user_id"),
-        F.col("op_type"),
-        records.iso_time("event_time").alias("event_time"),
-        F.col("event_json").alias("event"),
-    )
-    return routed.select(F.col("key"), F.to_json(value).alias("value"), F.col("target.topic").alias("topic"))
 
+    def routed(target: Column) -> Column:
+        value = F.struct(
+            F.col("event_id"),
+            target["category"].alias("category"),
+            F.col("seq"),
+            F.col("user_id"),
+            F.col("op_type"),
+            records.iso_time("event_time").alias("event_time"),
+            F.col("event_json").alias("event"),
+        )
+        return F.struct(F.col("key").alias("key"), F.to_json(value).alias("value"), target["topic"].alias("topic"))
 
-def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
-    known = list(routes(spec))
-    parsed = records.parse(source([spec.inputs["operations"]]), FIELDS, spec.max_record_bytes)
-    parsed = parsed.observe(
-        "router",
-        F.count(F.lit(1)).alias("records_in"),
-        F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("dead_letters"),
-        F.sum(F.when(F.col("error").isNull() & ~F.col("op_type").isin(*known), 1).otherwise(0)).alias("unknown_op_type"),
+    dead = F.struct(
+        F.col("key").alias("key"),
+        records.dead_letter_value(spec.name, version).alias("value"),
+        F.lit(spec.dead_letter_topic).alias("topic"),
     )
-    output = route(parsed, spec).unionByName(records.dead_letters(parsed, spec.name, version, spec.dead_letter_topic))
-    return [OutputQuery("route", output)]
+    outputs = F.when(F.col("error").isNotNull(), F.array(dead)).otherwise(
+        # Unknown op types map to null, and explode() emits nothing for them.
+        F.transform(F.element_at(route_map, F.col("op_type")), routed)
+    )
+    return [OutputQuery("route", parsed.select(F.explode(outputs).alias("out")).select("out.*"))]
 
 
 def main() -> int:

@@ -160,3 +160,18 @@ def test_unknown_top_level_key_is_refused(tmp_path):
         "top level key 'topics' (line 1): required but missing",
         "top level key 'topic' (line 2): unknown key (not part of the catalog format; check the spelling)",
     ]
+
+
+def test_a_catalog_written_back_to_yaml_loads_equal(tmp_path):
+    catalog = load_catalog()
+    path = tmp_path / "copy.yaml"
+    path.write_text(catalog.to_yaml())
+    assert load_catalog(path) == catalog
+
+
+def test_topic_prefix_renames_topics_and_every_app_reference():
+    catalog = load_catalog().with_topic_prefix("scratch")
+    router = catalog.app("oplog-router")
+    assert router.inputs == {"operations": "scratch.oplog.operations"}
+    assert router.dead_letter_topic == "scratch.oplog.router.dead-letters"
+    assert set(router.topics()) <= set(catalog.topic_names())

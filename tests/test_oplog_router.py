@@ -89,3 +89,5 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
     assert base64.b64decode(envelopes[3]["original_value_base64"]).decode() == big
 
     assert observed_totals(queries) == {"records_in": 11, "dead_letters": 6, "unknown_op_type": 1}
+    # The topic is read once, not once per output branch.
+    assert sum(p.numInputRows for q in queries for p in q.recentProgress) == 11

@@ -298,6 +298,10 @@ class Catalog(_Strict):
     def app_names(self) -> list[str]:
         return [spec.name for spec in self.apps]
 
+    def to_yaml(self) -> str:
+        """The catalog as YAML that `load_catalog` reads back to an equal catalog."""
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True)
+
     def with_topic_prefix(self, prefix: str) -> Catalog:
         """The same catalog with every topic renamed `<prefix>.<name>`, references included.
 

@@ -6,6 +6,8 @@
     streamops broker start|stop|status
     streamops airflow init|start|stop|status
     streamops catalog check [FILE]
+    streamops app run APP [--trigger available-now]    a streaming app in the foreground
+    streamops loadgen APP --count N [--rate R] ...       realistic input for an app
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 broker_app = typer.Typer(help="The local Kafka broker (KRaft, single node).", no_args_is_help=True)
 airflow_app = typer.Typer(help="The local Airflow (API server + UI, scheduler, DAG processor, triggerer).", no_args_is_help=True)
 catalog_app = typer.Typer(help="The pipeline catalog.", no_args_is_help=True)
+apps_app = typer.Typer(help="The streaming apps.", no_args_is_help=True)
 app.add_typer(broker_app, name="broker")
+app.add_typer(apps_app, name="app")
 app.add_typer(airflow_app, name="airflow")
 app.add_typer(catalog_app, name="catalog")
 
@@ -190,7 +194,79 @@ def catalog_check(path: Annotated[Optional[Path], typer.Argument(help="Catalog f
         catalog = load_catalog(path)
     except CatalogError as exc:
         raise _fail(str(exc)) from None
-    typer.echo(f"{catalog_path(path)}: valid, {len(catalog.topics)} topics")
+    typer.echo(f"{catalog_path(path)}: valid, {len(catalog.topics)} topics, {len(catalog.apps)} apps")
+
+
+# --- apps ----------------------------------------------------------------------------------------
+
+BootstrapOpt = Annotated[
+    Optional[str], typer.Option("--bootstrap-servers", help="Kafka bootstrap servers (default: the local broker).")
+]
+
+
+def _app_spec(name: str):
+    catalog = load_catalog()
+    try:
+        return catalog.app(name)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+
+
+@apps_app.command("run")
+def app_run(
+    name: Annotated[str, typer.Argument(help="App name in the catalog.")],
+    trigger: Annotated[Optional[str], typer.Option(help="'2 seconds', or available-now to process what is there and stop.")] = None,
+    bootstrap_servers: BootstrapOpt = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
+    version: Annotated[Optional[str], typer.Option(help="Version label (default: the catalog's).")] = None,
+    master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
+    print_only: Annotated[bool, typer.Option("--print", help="Print the spark-submit command; run nothing.")] = False,
+) -> None:
+    """Run a streaming app with spark-submit in the foreground (Ctrl-C stops it)."""
+    import os
+    import shlex
+
+    from streamops.spark_submit import spark_env, submit_spec
+
+    spec = submit_spec(
+        _app_spec(name),
+        bootstrap_servers=bootstrap_servers or _broker().bootstrap_servers,
+        trigger=trigger,
+        checkpoint=checkpoint,
+        version=version,
+    )
+    argv = spec.argv(master=master)
+    typer.echo(shlex.join(argv), err=not print_only)
+    if not print_only:
+        os.execve(argv[0], argv, {**os.environ, **spark_env()})
+
+
+@app.command()
+def loadgen(
+    name: Annotated[str, typer.Argument(help="App whose inputs get the records.")],
+    count: Annotated[int, typer.Option(min=1, help="How many records.")] = 10_000,
+    rate: Annotated[float, typer.Option(min=0, help="Records per second (0: as fast as possible).")] = 0,
+    keys: Annotated[int, typer.Option(min=1, help="Distinct keys (users or browsers).")] = 100,
+    malformed: Annotated[float, typer.Option(min=0, max=1, help="Fraction of malformed records.")] = 0.0,
+    late: Annotated[float, typer.Option(min=0, max=1, help="Fraction of late records.")] = 0.0,
+    late_by: Annotated[float, typer.Option(min=0, help="How late a late record is, in seconds.")] = 300,
+    skew: Annotated[float, typer.Option(min=0, help="Event-time jitter, in seconds either way.")] = 0,
+    start_seq: Annotated[int, typer.Option(help="First sequence number.")] = 1,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed, for a repeatable load.")] = None,
+    bootstrap_servers: BootstrapOpt = None,
+) -> None:
+    """Produce realistic, sequence-numbered input for an app and print what was produced."""
+    from datetime import timedelta
+
+    from streamops.loadgen import LoadSpec
+    from streamops.loadgen import run as run_load
+
+    load = LoadSpec(
+        count=count, keys=keys, rate=rate, malformed=malformed, late=late, late_by=timedelta(seconds=late_by),
+        skew=timedelta(seconds=skew), start_seq=start_seq, seed=seed,
+    )
+    report = run_load(_app_spec(name), load, bootstrap_servers or _broker().bootstrap_servers)
+    typer.echo(report.summary())
 
 
 if __name__ == "__main__":

@@ -90,11 +90,11 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int) -> DataFra
     return parsed
 
 
-def dead_letters(parsed: DataFrame, app: str, version: str, topic: str) -> DataFrame:
-    """Rows with an error as dead-letter records (key, value, topic) for the Kafka sink.
+def dead_letter_value(app: str, version: str) -> Column:
+    """The dead-letter envelope (JSON text) of a parsed row with an error.
 
-    The envelope keeps the original key and value byte for byte (base64), so a replay can put
-    them back exactly, plus a readable preview, the source coordinates, the app and the reason.
+    It keeps the original key and value byte for byte (base64), so a replay can put them back
+    exactly, plus a readable preview, the source coordinates, the app and the reason.
     """
     envelope = F.struct(
         F.lit(app).alias("app"),
@@ -111,8 +111,13 @@ def dead_letters(parsed: DataFrame, app: str, version: str, topic: str) -> DataF
         F.base64(F.col("value")).alias("original_value_base64"),
         F.substring(F.col("value").cast("string"), 1, 512).alias("original_value_preview"),
     )
+    return F.to_json(envelope)
+
+
+def dead_letters(parsed: DataFrame, app: str, version: str, topic: str) -> DataFrame:
+    """Rows with an error as dead-letter records (key, value, topic) for the Kafka sink."""
     return parsed.where(F.col("error").isNotNull()).select(
-        F.col("key"), F.to_json(envelope).alias("value"), F.lit(topic).alias("topic")
+        F.col("key"), dead_letter_value(app, version).alias("value"), F.lit(topic).alias("topic")
     )
 
 

@@ -1,0 +1,78 @@
+"""How an app is handed to spark-submit: one description used by the CLI and by the DAGs
+(through the Spark provider's SparkSubmitHook), so both launch an app the same way."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streamops.catalog import AppSpec, catalog_path
+from streamops.paths import PROJECT_ROOT
+from streamops.toolchain import connector_jars
+
+DEFAULT_MASTER = "local[*]"
+
+
+@dataclass(frozen=True)
+class SubmitSpec:
+    name: str
+    application: str  # the program file
+    application_args: list[str]
+    jars: list[str]
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, master: str = DEFAULT_MASTER, spark_submit: str | None = None) -> list[str]:
+        binary = spark_submit or str(Path(sys.executable).parent / "spark-submit")
+        argv = [binary, "--master", master, "--name", self.name, "--jars", ",".join(self.jars)]
+        for key, value in sorted(self.conf.items()):
+            argv += ["--conf", f"{key}={value}"]
+        return [*argv, self.application, *self.application_args]
+
+
+def spark_env() -> dict[str, str]:
+    """Environment for spark-submit: the pip-installed Spark of this environment, its Python."""
+    import pyspark
+
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "SPARK_HOME": str(Path(pyspark.__file__).parent),
+        "PYSPARK_PYTHON": sys.executable,
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+def submit_spec(
+    app: AppSpec,
+    *,
+    bootstrap_servers: str,
+    catalog: str | os.PathLike[str] | None = None,
+    trigger: str | None = None,
+    checkpoint: str | None = None,
+    version: str | None = None,
+    starting_offsets: str | None = None,
+) -> SubmitSpec:
+    args = ["--app", app.name, "--catalog", str(catalog_path(catalog)), "--bootstrap-servers", bootstrap_servers]
+    for flag, value in (
+        ("--trigger", trigger),
+        ("--checkpoint", checkpoint),
+        ("--version", version),
+        ("--starting-offsets", starting_offsets),
+    ):
+        if value:
+            args += [flag, value]
+    python = sys.executable
+    conf = {
+        # Driver and executors run this environment's Python (pandas, pyarrow, streamops).
+        "spark.pyspark.python": python,
+        "spark.pyspark.driver.python": python,
+        **{key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in app.spark_conf.items()},
+    }
+    return SubmitSpec(
+        name=f"streamops-{app.name}",
+        application=str(PROJECT_ROOT / "spark_apps" / f"{app.program}.py"),
+        application_args=args,
+        jars=[str(jar) for jar in connector_jars()],
+        conf=conf,
+    )
