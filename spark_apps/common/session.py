@@ -28,7 +28,8 @@ def build_session(app_name: str, master: str | None = None, extra_conf: dict[str
     that bin/setup resolved."""
     # Executors must run the same Python (with pandas/pyarrow) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
+    # No console progress bars: driver output is read as a log.
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     if master:
         builder = builder.master(master)
     # Under spark-submit the JVM already runs (PYSPARK_GATEWAY_PORT is set) and the launcher
