@@ -27,7 +27,7 @@ os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
 os.environ.setdefault("STREAMOPS_CATALOG", str(Path(__file__).resolve().parents[1] / "catalog" / "pipelines.yaml"))
 
-from streamops.local_stack.broker import LocalBroker  # noqa: E402
+from streamops.local_stack.broker import LocalBroker, free_port_pair  # noqa: E402,F401 (re-exported)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,19 +37,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def free_port_pair() -> int:
-    """A port p with p and p+1 both free (the broker puts its controller on p+1)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two adjacent free ports found")
 
 
 @pytest.fixture(scope="session")

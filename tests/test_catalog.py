@@ -175,3 +175,81 @@ def test_topic_prefix_renames_topics_and_every_app_reference():
     assert router.inputs == {"operations": "scratch.oplog.operations"}
     assert router.dead_letter_topic == "scratch.oplog.router.dead-letters"
     assert set(router.topics()) <= set(catalog.topic_names())
+
+
+APP = """\
+apps:
+  - name: router
+    program: oplog_router
+    version: 1.0.0
+    owner: shop
+    description: Routes orders.
+    inputs: {operations: orders.placed}
+    outputs: {big: orders.big}
+    dead_letter_topic: orders.dead
+    settings:
+      categories: {big: [LARGE_ORDER]}
+"""
+TOPICS = "version: 1\ntopics:\n" + GOOD_TOPIC + "".join(
+    GOOD_TOPIC.replace("orders.placed", name) for name in ("orders.big", "orders.dead")
+)
+
+
+def test_a_good_app_loads_with_program_settings(tmp_path):
+    app = load_catalog(write(tmp_path, TOPICS + APP)).app("router")
+    assert app.settings.categories == {"big": ["LARGE_ORDER"]}
+    assert app.topics() == ["orders.placed", "orders.big", "orders.dead"]
+
+
+def test_app_referencing_an_undeclared_topic_is_refused(tmp_path):
+    path = write(tmp_path, TOPICS + APP.replace("dead_letter_topic: orders.dead", "dead_letter_topic: orders.dlq"))
+    assert problems(path) == [
+        "apps[0] 'router' (line 26), field 'dead_letter_topic': topic 'orders.dlq' is not declared under 'topics'"
+    ]
+
+
+def test_app_roles_must_fit_the_program(tmp_path):
+    path = write(tmp_path, TOPICS + APP.replace("inputs: {operations: orders.placed}", "inputs: {ops: orders.placed}"))
+    assert problems(path) == [
+        "apps[0] 'router' (line 19): inputs: program oplog_router reads the roles ['operations'], the catalog gives ['ops']"
+    ]
+
+
+def test_router_categories_must_match_its_outputs(tmp_path):
+    path = write(tmp_path, TOPICS + APP.replace("categories: {big: [LARGE_ORDER]}", "categories: {huge: [LARGE_ORDER]}"))
+    assert problems(path) == [
+        "apps[0] 'router' (line 19): settings.categories and outputs must name the same categories: "
+        "categories ['huge'], outputs ['big']"
+    ]
+
+
+def test_app_settings_are_validated_with_their_line(tmp_path):
+    path = write(
+        tmp_path,
+        TOPICS + APP.replace("program: oplog_router", "program: browser_activity").replace(
+            "categories: {big: [LARGE_ORDER]}", "captcha_logger: x\n      window: 5 secs"
+        ),
+    )
+    assert problems(path) == [
+        "apps[0] 'router' (line 29), field 'settings.window': '5 secs' does not have the expected form "
+        "(a Spark interval such as '10 seconds' or '5 minutes')"
+    ]
+
+
+def test_unknown_program_is_refused(tmp_path):
+    path = write(tmp_path, TOPICS + APP.replace("program: oplog_router", "program: oplog_routr"))
+    assert problems(path)[0] == (
+        "apps[0] 'router' (line 20), field 'program': must be one of "
+        "'oplog_router', 'presence_notifier' or 'browser_activity' (got 'oplog_routr')"
+    )
+
+
+def test_two_apps_writing_one_topic_is_refused(tmp_path):
+    second = APP.replace("apps:\n", "").replace("name: router", "name: router-two")
+    path = write(tmp_path, TOPICS + APP + second)
+    assert problems(path) == [
+        "apps[1] 'router-two' (line 35), field 'outputs.big': topic 'orders.big' is already written by app "
+        "'router'; every topic has one writing app",
+        "apps[1] 'router-two' (line 36), field 'dead_letter_topic': topic 'orders.dead' is already written by app "
+        "'router'; every topic has one writing app",
+    ]

@@ -29,8 +29,10 @@ broker_app = typer.Typer(help="The local Kafka broker (KRaft, single node).", no
 airflow_app = typer.Typer(help="The local Airflow (API server + UI, scheduler, DAG processor, triggerer).", no_args_is_help=True)
 catalog_app = typer.Typer(help="The pipeline catalog.", no_args_is_help=True)
 apps_app = typer.Typer(help="The streaming apps.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks: figures on this machine, printed.", no_args_is_help=True)
 app.add_typer(broker_app, name="broker")
 app.add_typer(apps_app, name="app")
+app.add_typer(bench_app, name="bench")
 app.add_typer(airflow_app, name="airflow")
 app.add_typer(catalog_app, name="catalog")
 
@@ -271,3 +273,16 @@ def loadgen(
 
 if __name__ == "__main__":
     app()
+
+
+@bench_app.command("router")
+def bench_router(
+    events: Annotated[int, typer.Option(min=1000, help="Events to preload and drain.")] = 200_000,
+    bootstrap_servers: Annotated[
+        Optional[str], typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
+    ] = None,
+) -> None:
+    """Router drain throughput: Spark vs a plain confluent-kafka loop on the same backlog."""
+    from streamops.bench import router_benchmark, table
+
+    typer.echo(table(router_benchmark(events, bootstrap_servers)))

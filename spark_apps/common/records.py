@@ -39,9 +39,40 @@ def with_source_columns(raw: DataFrame) -> DataFrame:
 
 
 def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int) -> DataFrame:
-    """Add a column per field, `event_json` (the whole value as VARIANT) and `error`."""
+    """Add a column per field, `event_json` (the whole value as VARIANT) and `error`.
+
+    Two paths: `from_json` with the expected schema (fast, code-generated) decides whether a
+    record is good; only records it rejects get the VARIANT checks that name the exact reason
+    (CASE WHEN evaluates that branch for those rows only).
+    """
     text = F.col("value").cast("string")
-    doc = F.try_parse_json(text)
+    schema = ", ".join(f"`{f.path}` {'BIGINT' if f.type == 'bigint' else 'STRING'}" for f in fields)
+    staged = (
+        with_source_columns(raw)
+        .withColumn("_fast", F.from_json(text, schema))
+        .withColumn("event_json", F.try_parse_json(text))
+    )
+    size = F.length(F.col("value"))
+    good_so_far = F.col("value").isNotNull() & (size <= max_record_bytes)
+    for field in fields:
+        fast_value = F.col("_fast").getField(field.path)
+        if field.type == "timestamp":
+            staged = staged.withColumn(field.column, F.try_to_timestamp(fast_value))
+            good_so_far = good_so_far & F.col(field.column).isNotNull() & fast_value.rlike(_HAS_OFFSET)
+        else:
+            staged = staged.withColumn(field.column, fast_value)
+            good_so_far = good_so_far & F.col(field.column).isNotNull()
+            if field.allowed:
+                good_so_far = good_so_far & F.col(field.column).isin(*field.allowed)
+    # The reason is built inside a lambda so that subexpression elimination cannot hoist its
+    # VARIANT calls out of the CASE and run them on every row (measured: 3x slower).
+    reason = F.transform(F.array(F.col("event_json")), lambda doc: _reason(doc, fields, max_record_bytes))[0]
+    error = F.when(F.coalesce(good_so_far, F.lit(False)), F.lit(None).cast("string")).otherwise(reason)
+    return staged.withColumn("error", error).drop("_fast")
+
+
+def _reason(doc: Column, fields: list[Field], max_record_bytes: int) -> Column:
+    """The first thing wrong with a rejected record, in words."""
     size = F.length(F.col("value"))
     checks: list[tuple[Column, Column]] = [
         (F.col("value").isNull(), F.lit("empty value (null)")),
@@ -49,45 +80,38 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int) -> DataFra
         (doc.isNull(), F.lit("value is not valid JSON")),
         (~F.schema_of_variant(doc).startswith("OBJECT"), F.lit("value is not a JSON object")),
     ]
-    columns = {}
     for field in fields:
         path = f"$.{field.path}" if field.path.isidentifier() else f"$['{field.path}']"
         present = F.variant_get(doc, path, "variant")
         actual_type = F.schema_of_variant(present)
+        missing = present.isNull() | F.is_variant_null(present)
         if field.type == "timestamp":
             as_text = F.try_variant_get(doc, path, "string")
-            value = F.try_to_timestamp(as_text)
             checks += [
-                (present.isNull(), F.lit(f"missing field '{field.path}'")),
+                (missing, F.lit(f"missing field '{field.path}'")),
                 (actual_type != "STRING", F.format_string(f"field '{field.path}' must be {_TYPE_NAMES['timestamp']} (got %s)", actual_type)),
-                (value.isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", as_text)),
+                (F.try_to_timestamp(as_text).isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", as_text)),
                 (~as_text.rlike(_HAS_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", as_text)),
             ]
         else:
-            value = F.try_variant_get(doc, path, field.type)
-            expected = "STRING" if field.type == "string" else "BIGINT"
             # JSON integers arrive as the narrowest integer type that holds them.
-            type_ok = actual_type.isin("TINYINT", "SMALLINT", "INT", "BIGINT") if field.type == "bigint" else actual_type == expected
+            type_ok = actual_type.isin("TINYINT", "SMALLINT", "INT", "BIGINT") if field.type == "bigint" else actual_type == "STRING"
             checks += [
-                (present.isNull() | F.is_variant_null(present), F.lit(f"missing field '{field.path}'")),
+                (missing, F.lit(f"missing field '{field.path}'")),
                 (~type_ok, F.format_string(f"field '{field.path}' must be {_TYPE_NAMES[field.type]} (got %s)", actual_type)),
             ]
             if field.allowed:
+                value = F.try_variant_get(doc, path, field.type)
                 allowed = ", ".join(field.allowed)
                 checks.append(
                     (~value.isin(*field.allowed), F.format_string(f"field '{field.path}' must be one of {allowed} (got '%s')", value))
                 )
-        columns[field.column] = value
-
-    error = F.lit(None).cast("string")
-    for failed, reason in reversed(checks):
-        # First failing check wins; earlier checks guard later ones (no JSON -> no field checks).
-        error = F.when(F.coalesce(failed, F.lit(False)), reason).otherwise(error)
-
-    parsed = with_source_columns(raw).withColumn("event_json", doc).withColumn("error", error)
-    for name, value in columns.items():
-        parsed = parsed.withColumn(name, value)
-    return parsed
+    # Reached only if from_json refused a record the checks above accept (e.g. a number too
+    # large for BIGINT): still a dead letter, never a silent pass.
+    reason = F.lit("value does not match the expected fields and types")
+    for failed, message in reversed(checks):
+        reason = F.when(F.coalesce(failed, F.lit(False)), message).otherwise(reason)
+    return reason
 
 
 def dead_letter_value(app: str, version: str) -> Column:

@@ -233,6 +233,17 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+def free_port_pair() -> int:
+    """A port p with p and p+1 both free now (the broker puts its controller on p+1)."""
+    for _ in range(50):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if not _port_in_use(port + 1):
+            return port
+    raise ServiceError("no two adjacent free ports found on 127.0.0.1")
+
+
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
