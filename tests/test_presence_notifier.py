@@ -139,6 +139,8 @@ def test_presence_state_survives_a_restart_from_the_checkpoint(spark, broker, ap
 
     got = sorted(values(broker, spec.outputs["notifications"]), key=lambda n: n["event_time"])
     events0 = f"{spec.inputs['events']}/0/0"
+    # The state lives in RocksDB with changelog checkpointing, not in the default HDFS-backed store.
+    assert list((checkpoint / "notify" / "state").rglob("*.changelog"))
     assert got == [
         notification("u9", "close", "00:10:00", events0, events0),
         notification("u9", "tick", "00:11:00", f"{spec.inputs['ticks']}/0/0", events0),
