@@ -6,6 +6,7 @@ the broker without seeing each other's topics.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -138,6 +139,8 @@ def spark(session_dir):
     """One local Spark session for every app test (each query has its own checkpoint)."""
     from spark_apps.common.session import build_session
 
+    # py4j logs its shutdown at interpreter exit, after pytest has closed the captured streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = build_session(
         "streamops-tests",
         master="local[2]",

@@ -24,7 +24,9 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_apps.common.kafka_io import kafka_sink_options, read_topics
 from spark_apps.common.session import apply_app_conf, build_session
+from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import AppSpec, catalog_path, load_catalog
+from streamops.waiting import DeadlineExceeded, poll_until
 
 log = logging.getLogger("streamops.app")
 
@@ -99,8 +101,29 @@ def observed_totals(queries: list[StreamingQuery]) -> dict[str, int]:
     return totals
 
 
-class ProgressLogger(StreamingQueryListener):
-    """One line per micro-batch in the driver log: what operators read at 3 a.m."""
+def offsets_of(progress) -> dict[str, dict[str, int]]:
+    """topic -> partition -> next offset to read, from a progress event's Kafka sources."""
+    merged: dict[str, dict[str, int]] = {}
+    for source in progress.sources:
+        if source.endOffset and source.endOffset.startswith("{"):
+            for topic, partitions in json.loads(source.endOffset).items():
+                merged.setdefault(topic, {}).update({str(p): int(o) for p, o in partitions.items()})
+    return merged
+
+
+class ProgressPublisher(StreamingQueryListener):
+    """Per micro-batch: a log line, the progress file beside the checkpoint (for status DAGs),
+    and the processed offsets committed to the consumer group `streamops.<app>` so standard
+    Kafka lag tools see the app (Spark itself keeps offsets only in its checkpoint)."""
+
+    def __init__(self, runtime: AppRuntime | None = None, group_id: str | None = None, bootstrap_servers: str | None = None):
+        super().__init__()
+        self.runtime = runtime
+        self.group = None
+        if group_id and bootstrap_servers:
+            from confluent_kafka import Consumer
+
+            self.group = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
 
     def onQueryStarted(self, event):  # noqa: N802 - Spark's API
         log.info("query %s started (run %s)", event.name, event.runId)
@@ -110,21 +133,79 @@ class ProgressLogger(StreamingQueryListener):
         observed = {name: row.asDict() for name, row in (p.observedMetrics or {}).items()}
         state_rows = sum(op.numRowsTotal for op in p.stateOperators)
         dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
+        duration_ms = (p.durationMs or {}).get("triggerExecution", 0)
         log.info(
             "query %s batch %d: %d rows in, %.1f rows/s processed, %d ms, state rows %d, "
             "dropped as late %d, metrics %s",
-            p.name, p.batchId, p.numInputRows, p.processedRowsPerSecond or 0.0,
-            (p.durationMs or {}).get("triggerExecution", 0), state_rows, dropped, json.dumps(observed),
+            p.name, p.batchId, p.numInputRows, p.processedRowsPerSecond or 0.0, duration_ms, state_rows, dropped,
+            json.dumps(observed),
         )
+        offsets = offsets_of(p)
+        if self.runtime is not None:
+            self.runtime.write_progress(
+                p.name.rsplit(".", 1)[-1],
+                {
+                    "query": p.name,
+                    "batch_id": p.batchId,
+                    "timestamp": p.timestamp,
+                    "published_at": now_iso(),
+                    "input_rows": p.numInputRows,
+                    "input_rows_per_second": p.inputRowsPerSecond,
+                    "processed_rows_per_second": p.processedRowsPerSecond,
+                    "batch_duration_ms": duration_ms,
+                    "state_rows": state_rows,
+                    "dropped_by_watermark": dropped,
+                    "watermark": (p.eventTime or {}).get("watermark"),
+                    "end_offsets": offsets,
+                    "observed": observed,
+                },
+            )
+        if self.group is not None and offsets:
+            from confluent_kafka import TopicPartition
+
+            try:
+                self.group.commit(
+                    offsets=[TopicPartition(t, int(part), off) for t, parts in offsets.items() for part, off in parts.items()],
+                    asynchronous=False,
+                )
+            except Exception as exc:  # noqa: BLE001 - lag visibility must never stop the app
+                log.warning("could not commit offsets to consumer group for %s: %s", p.name, exc)
 
     def onQueryIdle(self, event):  # noqa: N802
-        pass
+        if self.runtime is not None:
+            self.runtime.update(last_idle_at=now_iso())
 
     def onQueryTerminated(self, event):  # noqa: N802
         if event.exception:
             log.error("query %s terminated with an error: %s", event.id, event.exception)
         else:
             log.info("query %s stopped", event.id)
+
+
+def graceful_stop(queries: list[StreamingQuery], deadline_s: float) -> str:
+    """Let each query finish its in-flight micro-batch, then stop it. Past the deadline, stop
+    anyway: an interrupted batch is not committed and is re-run on restart, so the checkpoint
+    stays consistent either way."""
+    outcomes = []
+    for query in queries:
+        if not query.isActive:
+            continue
+        try:
+            poll_until(
+                lambda q=query: not q.isActive or not q.status["isTriggerActive"],
+                timeout=deadline_s,
+                what=f"{query.name} to finish its micro-batch",
+                interval=0.05,
+                max_interval=0.2,
+            )
+            query.stop()
+            outcomes.append(f"{query.name}: stopped between micro-batches")
+        except DeadlineExceeded:
+            query.stop()
+            outcomes.append(f"{query.name}: batch still running after {deadline_s:g}s, interrupted (it re-runs on restart)")
+    for outcome in outcomes:
+        log.info("graceful stop: %s", outcome)
+    return "; ".join(outcomes)
 
 
 def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
@@ -163,24 +244,60 @@ def main(argv: list[str], program_name: str) -> int:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
     log.info("app %s (%s %s) from %s: %s", spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
-    spark = build_session(f"streamops-{spec.name}")
-    spark.sparkContext.setLogLevel("WARN")
-    spark.streams.addListener(ProgressLogger())
-    queries = start_app(spark, spec, program, options)
-    if options.trigger == AVAILABLE_NOW:
-        log.info("available-now run finished; totals %s", json.dumps(observed_totals(queries)))
+    runtime = AppRuntime(options.checkpoint)
+    try:
+        runtime.acquire(
+            {
+                "app": spec.name,
+                "program": spec.program,
+                "version": options.version or spec.version,
+                "trigger": options.trigger,
+                "spark_conf": {k: str(v) for k, v in spec.spark_conf.items()},
+                "catalog": str(catalog_path(args.catalog)),
+                "launched_by": os.environ.get("STREAMOPS_LAUNCHED_BY", "command line"),
+            }
+        )
+    except AlreadyRunningError as exc:
+        log.error("refused: %s", exc)
+        return 3
+    outcome, reason = "failed", "driver exited during start-up"
+    try:
+        spark = build_session(f"streamops-{spec.name}")
+        spark.sparkContext.setLogLevel("WARN")
+        runtime.update(application_id=spark.sparkContext.applicationId)
+        spark.streams.addListener(ProgressPublisher(runtime, f"streamops.{spec.name}", options.bootstrap_servers))
+        queries = start_app(spark, spec, program, options)
+        if options.trigger == AVAILABLE_NOW:
+            log.info("available-now run finished; totals %s", json.dumps(observed_totals(queries)))
+            outcome, reason = "stopped", "available-now run finished"
+            return 0
+
+        signals: list[str] = []
+
+        def on_signal(signum, _frame):
+            signals.append(signal.Signals(signum).name)
+            if len(signals) > 1:  # a second signal: stop now, still restart-safe
+                for query in queries:
+                    query.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        poll_until(
+            lambda: signals or runtime.stop_requested() or any(not q.isActive for q in queries),
+            timeout=10 * 365 * 86400,
+            what="a stop request",
+            interval=0.5,
+            max_interval=1.0,
+        )
+        failed = [q for q in queries if not q.isActive and q.exception()]
+        if failed:
+            reason = "; ".join(f"query {q.name} failed: {q.exception()}" for q in failed)
+            log.error(reason)
+            graceful_stop(queries, deadline_s=30)
+            return 1
+        why = f"signal {signals[0]}" if signals else "stop requested"
+        reason = f"{why}; {graceful_stop(queries, deadline_s=float(os.environ.get('STREAMOPS_STOP_DEADLINE', 60)))}"
+        outcome = "stopped"
         return 0
-
-    def stop(signum, _frame):
-        log.info("signal %s: stopping %d queries", signal.Signals(signum).name, len(queries))
-        for query in queries:
-            query.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    for query in queries:
-        query.awaitTermination()
-    failed = [q for q in queries if q.exception()]
-    for query in failed:
-        log.error("query %s failed: %s", query.name, query.exception())
-    return 1 if failed else 0
+    finally:
+        runtime.release(outcome, reason)

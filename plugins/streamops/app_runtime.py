@@ -1,0 +1,158 @@
+"""What a running app leaves beside its checkpoint, for every DAG and operator to read.
+
+    <checkpoint>/_runtime/driver.lock      flock held by the one live driver (released on any exit,
+                                           kill -9 included): exactly one driver per checkpoint
+    <checkpoint>/_runtime/driver.json      the current or last driver: app, version, conf, pid,
+                                           host, Spark application id, started/stopped at
+    <checkpoint>/_runtime/runs.jsonl       every start and stop, appended
+    <checkpoint>/_runtime/progress/Q.json  the latest progress of query Q (a StreamingQueryListener)
+    <checkpoint>/_runtime/stop-requested   ask the driver for a graceful stop
+
+The lock and files need a POSIX filesystem the driver and the DAGs share (local mode, or a
+shared mount); a checkpoint on an object store keeps its runtime folder on such a mount.
+Imported by the Spark apps, so no Airflow here.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+class AlreadyRunningError(RuntimeError):
+    """Another driver holds the app's lock; the message names it."""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _write_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class AppRuntime:
+    def __init__(self, checkpoint: str | os.PathLike[str]):
+        location = str(checkpoint)
+        if "://" in location and not location.startswith("file://"):
+            raise ValueError(
+                f"the driver lock needs the checkpoint on a POSIX filesystem, not {location!r}; "
+                "keep the app's _runtime folder on a shared mount"
+            )
+        self.checkpoint = Path(location.removeprefix("file://"))
+        self.dir = self.checkpoint / "_runtime"
+        self.lock_file = self.dir / "driver.lock"
+        self.driver_file = self.dir / "driver.json"
+        self.history_file = self.dir / "runs.jsonl"
+        self.stop_marker = self.dir / "stop-requested"
+        self.progress_dir = self.dir / "progress"
+        self._lock_fd: int | None = None
+
+    # --- the one-driver lock --------------------------------------------------------------------
+
+    def acquire(self, info: dict[str, Any]) -> None:
+        """Take the lock for this process and record the driver; refuse if another holds it."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunningError(self.refusal(info.get("app", "the app"))) from None
+        self._lock_fd = fd
+        self.stop_marker.unlink(missing_ok=True)
+        record = {**info, "pid": os.getpid(), "host": socket.gethostname(), "started_at": now_iso()}
+        _write_atomic(self.driver_file, record)
+        self._append_history({"event": "started", **record})
+
+    def refusal(self, app: str) -> str:
+        running = self.driver() or {}
+        return (
+            f"{app} is already running: driver pid {running.get('pid', '?')} on {running.get('host', '?')}, "
+            f"version {running.get('version', '?')}, Spark application {running.get('application_id', '?')}, "
+            f"started {running.get('started_at', '?')} (lock {self.lock_file}); stop it first"
+        )
+
+    def update(self, **fields: Any) -> None:
+        record = {**(self.driver() or {}), **fields}
+        _write_atomic(self.driver_file, record)
+
+    def release(self, outcome: str, reason: str = "") -> None:
+        """Record how the driver ended, then drop the lock."""
+        record = {**(self.driver() or {}), "stopped_at": now_iso(), "outcome": outcome, "reason": reason}
+        _write_atomic(self.driver_file, record)
+        self._append_history({"event": "stopped", **record})
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def is_locked(self) -> bool:
+        """True while some live process holds the driver lock."""
+        if not self.lock_file.exists():
+            return False
+        fd = os.open(self.lock_file, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        finally:
+            os.close(fd)
+
+    def driver(self) -> dict[str, Any] | None:
+        return _read_json(self.driver_file)
+
+    def state(self) -> str:
+        """running | stopped | failed (its query failed) | crashed (died unrecorded) | never started."""
+        if self.is_locked():
+            return "running"
+        record = self.driver()
+        if record is None:
+            return "never started"
+        return record.get("outcome", "crashed") if record.get("stopped_at") else "crashed"
+
+    def history(self) -> list[dict[str, Any]]:
+        if not self.history_file.exists():
+            return []
+        return [json.loads(line) for line in self.history_file.read_text().splitlines() if line.strip()]
+
+    def _append_history(self, entry: dict[str, Any]) -> None:
+        with open(self.history_file, "a", encoding="utf-8") as history:
+            history.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    # --- graceful stop requests -----------------------------------------------------------------
+
+    def request_stop(self, by: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.stop_marker, {"requested_at": now_iso(), "by": by})
+
+    def stop_requested(self) -> bool:
+        return self.stop_marker.exists()
+
+    # --- progress ---------------------------------------------------------------------------------
+
+    def write_progress(self, query: str, progress: dict[str, Any]) -> None:
+        self.progress_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.progress_dir / f"{query}.json", progress)
+
+    def progress(self) -> dict[str, dict[str, Any]]:
+        if not self.progress_dir.exists():
+            return {}
+        return {path.stem: _read_json(path) for path in sorted(self.progress_dir.glob("*.json")) if _read_json(path)}

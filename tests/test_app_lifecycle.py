@@ -1,0 +1,127 @@
+"""Driver lifecycle through spark-submit: one driver per app, graceful stop, crash and restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from streamops.app_runtime import AppRuntime
+from streamops.kafka_records import read_all
+from streamops.loadgen import LoadSpec
+from streamops.loadgen import run as run_load
+from streamops.waiting import poll_until
+from test_app_runs import expected_routes, routed_now
+
+STREAMOPS = str(Path(sys.executable).parent / "streamops")
+
+
+@pytest.fixture
+def launcher(broker, app_catalog, tmp_path):
+    """Start `streamops app run APP` as its own process on the test's catalog copy."""
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(app_catalog.to_yaml())
+    env = {
+        **os.environ,
+        "STREAMOPS_CATALOG": str(catalog_file),
+        "STREAMOPS_CHECKPOINT_ROOT": str(tmp_path / "checkpoints"),
+        "STREAMOPS_KAFKA_PORT": str(broker.port),
+    }
+    started: list[subprocess.Popen] = []
+
+    def launch(app: str, *args: str) -> subprocess.Popen:
+        log = open(tmp_path / f"driver-{len(started)}.log", "w")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(
+            [STREAMOPS, "app", "run", app, "--master", "local[2]", "--trigger", "1 second", *args],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        process.log_path = log.name
+        started.append(process)
+        return process
+
+    launch.runtime = lambda app: AppRuntime(tmp_path / "checkpoints" / app)
+    launch.env = env
+    yield launch
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def wait_running(runtime: AppRuntime, process: subprocess.Popen, query: str) -> None:
+    def up() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"driver exited ({process.returncode}):\n{Path(process.log_path).read_text()[-3000:]}")
+        return runtime.state() == "running" and query in runtime.progress()
+
+    poll_until(up, timeout=180, what="the driver's first progress", max_interval=1)
+
+
+def test_second_launch_is_refused_and_a_stop_request_stops_gracefully(launcher, broker):
+    runtime = launcher.runtime("oplog-router")
+    first = launcher("oplog-router")
+    wait_running(runtime, first, "route")
+    running = runtime.driver()
+
+    second = launcher("oplog-router")
+    assert second.wait(timeout=300) == 3
+    log = Path(second.log_path).read_text()
+    assert (
+        f"refused: oplog-router is already running: driver pid {running['pid']} on {running['host']}, "
+        f"version 1.0.0, Spark application {running['application_id']}, started {running['started_at']}"
+    ) in log
+    assert runtime.state() == "running" and runtime.driver()["pid"] == running["pid"]
+
+    runtime.request_stop(by="test")
+    assert first.wait(timeout=120) == 0
+    record = runtime.driver()
+    assert runtime.state() == "stopped"
+    assert record["outcome"] == "stopped"
+    assert record["reason"] == "stop requested; oplog-router.route: stopped between micro-batches"
+    assert [entry["event"] for entry in runtime.history()] == ["started", "stopped"]
+
+
+def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker, app_catalog):
+    spec = app_catalog.app("oplog-router")
+    runtime = launcher.runtime("oplog-router")
+    first = launcher("oplog-router")
+    wait_running(runtime, first, "route")
+    run_load(spec, LoadSpec(count=3000, keys=30, seed=5), broker.bootstrap_servers)
+    poll_until(lambda: runtime.progress()["route"]["batch_id"] >= 2, timeout=120, what="a few batches")
+
+    os.kill(runtime.driver()["pid"], signal.SIGKILL)
+    first.wait(timeout=60)
+    assert runtime.state() == "crashed"
+
+    run_load(spec, LoadSpec(count=2000, keys=30, start_seq=3001, seed=6), broker.bootstrap_servers)
+    second = launcher("oplog-router")
+    wait_running(runtime, second, "route")
+    expected = expected_routes(broker, spec)
+    got: list = []
+
+    def complete() -> bool:
+        got[:] = routed_now(broker, spec)
+        return expected <= set(got)
+
+    poll_until(complete, timeout=180, what="every record routed after the restart", max_interval=2)
+    duplicates = sum(n - 1 for n in Counter(got).values())
+    print(f"kill -9 and restart: {len(expected)} routed records, none lost, {duplicates} duplicates")
+    runtime.request_stop(by="test")
+    assert second.wait(timeout=120) == 0
+
+    # The processed offsets are in the consumer group named after the app, for Kafka lag tools.
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = spec.inputs["operations"]
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "streamops.oplog-router"})
+    committed = consumer.committed([TopicPartition(topic, p) for p in range(6)], timeout=15)
+    consumer.close()
+    ends = {}
+    for record in read_all(broker.bootstrap_servers, topic):
+        ends[record.partition] = record.offset + 1
+    assert {tp.partition: tp.offset for tp in committed} == {p: ends.get(p, 0) for p in range(6)}
