@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -91,14 +92,16 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
     runtime = launcher.runtime("oplog-router")
     first = launcher("oplog-router")
     wait_running(runtime, first, "route")
-    run_load(spec, LoadSpec(count=3000, keys=30, seed=5), broker.bootstrap_servers)
-    poll_until(lambda: runtime.progress()["route"]["batch_id"] >= 2, timeout=120, what="a few batches")
+    producer = threading.Thread(target=run_load, args=(spec, LoadSpec(count=4000, keys=30, rate=400, seed=5), broker.bootstrap_servers))
+    producer.start()
+    poll_until(lambda: runtime.progress()["route"]["input_rows"] > 0, timeout=120, what="a micro-batch with data")
 
-    os.kill(runtime.driver()["pid"], signal.SIGKILL)
+    os.kill(runtime.driver()["pid"], signal.SIGKILL)  # mid-stream: the load is still being produced
     first.wait(timeout=60)
+    assert producer.is_alive()
     assert runtime.state() == "crashed"
+    producer.join(timeout=120)
 
-    run_load(spec, LoadSpec(count=2000, keys=30, start_seq=3001, seed=6), broker.bootstrap_servers)
     second = launcher("oplog-router")
     wait_running(runtime, second, "route")
     expected = expected_routes(broker, spec)
