@@ -32,6 +32,9 @@ from spark_apps.common.records import iso_ms
 from spark_apps.common.runner import OutputQuery
 from streamops.catalog import AppSpec, BrowserActivitySettings
 
+# The app's streaming queries, in start order (each has a checkpoint folder of this name).
+QUERIES = ("challenge", "window-count")
+
 FIELDS = [
     records.Field("@timestamp", "timestamp", "event_time"),
     records.Field("logger_name", "string", "logger_name"),
@@ -121,8 +124,8 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
     )
     dead = records.dead_letters(parsed, spec.name, version, spec.dead_letter_topic)
     return [
-        OutputQuery("challenge", challenges.unionByName(dead)),
-        OutputQuery("window-count", window_counts(spec, source), "update"),
+        OutputQuery(QUERIES[0], challenges.unionByName(dead)),
+        OutputQuery(QUERIES[1], window_counts(spec, source), "update"),
     ]
 
 

@@ -21,6 +21,9 @@ from spark_apps.common import records
 from spark_apps.common.runner import OutputQuery
 from streamops.catalog import AppSpec, RouterSettings
 
+# The app's streaming queries, in start order (each has a checkpoint folder of this name).
+QUERIES = ("route",)
+
 FIELDS = [
     records.Field("seq", "bigint", "seq"),
     records.Field("user_id", "string", "user_id"),
@@ -83,7 +86,7 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         # Unknown op types map to null, and explode() emits nothing for them.
         F.transform(F.element_at(route_map, F.col("op_type")), routed)
     )
-    return [OutputQuery("route", parsed.select(F.explode(outputs).alias("out")).select("out.*"))]
+    return [OutputQuery(QUERIES[0], parsed.select(F.explode(outputs).alias("out")).select("out.*"))]
 
 
 def main() -> int:

@@ -29,6 +29,9 @@ from spark_apps.common.records import iso_ms
 from spark_apps.common.runner import OutputQuery
 from streamops.catalog import AppSpec, PresenceSettings, duration_ms
 
+# The app's streaming queries, in start order (each has a checkpoint folder of this name).
+QUERIES = ("notify", "count")
+
 EVENT_FIELDS = [
     records.Field("seq", "bigint", "seq"),
     records.Field("user_id", "string", "user_id"),
@@ -150,7 +153,10 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
     dead = records.dead_letters(events, spec.name, version, spec.dead_letter_topic).unionByName(
         records.dead_letters(ticks, spec.name, version, spec.dead_letter_topic)
     )
-    return [OutputQuery("notify", notified.unionByName(dead)), OutputQuery("count", counts(spec, source), "update")]
+    return [
+        OutputQuery(QUERIES[0], notified.unionByName(dead)),
+        OutputQuery(QUERIES[1], counts(spec, source), "update"),
+    ]
 
 
 def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame:

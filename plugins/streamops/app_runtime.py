@@ -139,12 +139,15 @@ class AppRuntime:
 
     # --- graceful stop requests -----------------------------------------------------------------
 
-    def request_stop(self, by: str) -> None:
+    def request_stop(self, by: str, deadline_s: float | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.stop_marker, {"requested_at": now_iso(), "by": by})
+        _write_atomic(self.stop_marker, {"requested_at": now_iso(), "by": by, "deadline_s": deadline_s})
 
     def stop_requested(self) -> bool:
         return self.stop_marker.exists()
+
+    def stop_request(self) -> dict[str, Any]:
+        return _read_json(self.stop_marker) or {}
 
     # --- progress ---------------------------------------------------------------------------------
 

@@ -296,7 +296,8 @@ def main(argv: list[str], program_name: str) -> int:
             graceful_stop(queries, deadline_s=30)
             return 1
         why = f"signal {signals[0]}" if signals else "stop requested"
-        reason = f"{why}; {graceful_stop(queries, deadline_s=float(os.environ.get('STREAMOPS_STOP_DEADLINE', 60)))}"
+        deadline = runtime.stop_request().get("deadline_s") or float(os.environ.get("STREAMOPS_STOP_DEADLINE", 60))
+        reason = f"{why}; {graceful_stop(queries, deadline_s=float(deadline))}"
         outcome = "stopped"
         return 0
     finally:

@@ -1,0 +1,70 @@
+"""deploy_apps: start streaming apps from the catalog as long-running Spark drivers.
+
+Wiring only; the logic is in plugins/streamops/dag_tasks/apps.py and streamops/app_ops.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import apps as steps
+
+APP_NAMES = load_catalog().app_names()
+
+DOC = """
+### Deploy streaming apps
+
+Starts each chosen app with `spark-submit` through the `spark_default` connection (Spark local
+mode here; a cluster master in production). The driver runs **detached**: it keeps running after
+this task ends, holding no Airflow worker slot.
+
+* **Exactly one driver per app.** An app that is already running, launched by any DAG run or by
+  hand, is refused with the running driver named (pid, host, version, Spark application, start
+  time). The guard is a lock the driver holds beside its checkpoint, so it holds outside Airflow too.
+* The task waits until the driver holds its lock and every query reported progress, or fails with
+  the driver log's last lines.
+* What runs where is recorded beside each checkpoint (`_runtime/driver.json`, history in
+  `runs.jsonl`); the **app_status** DAG reads it. Stop with **stop_apps**.
+"""
+
+
+@dag(
+    dag_id="deploy_apps",
+    description="Start streaming apps (one detached Spark driver per app).",
+    doc_md=DOC,
+    schedule=None,
+    catchup=False,
+    tags=["spark", "apps", "deploy"],
+    default_args={"owner": "data-platform", "retries": 0, "retry_delay": timedelta(seconds=30)},
+    params={
+        "apps": Param(
+            APP_NAMES[:1], type="array", items={"type": "string", "enum": APP_NAMES}, minItems=1,
+            uniqueItems=True, examples=APP_NAMES, title="Apps", description="Apps to start.",
+        ),
+        "version": Param(
+            None, type=["null", "string"], pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$",
+            title="Version label", description="Recorded with the run and in dead letters. Empty: the catalog's.",
+        ),
+        "spark_conf": Param(
+            {}, type="object", title="Spark conf", description='Extra --conf for spark-submit, e.g. {"spark.driver.memory": "2g"}.',
+        ),
+    },
+)
+def deploy_apps():
+    @task
+    def chosen_apps() -> list[str]:
+        return steps.selected(load_catalog(), get_current_context()["params"]["apps"])
+
+    @task(multiple_outputs=False, map_index_template="{{ task.op_kwargs['app_name'] }}")
+    def launch(app_name: str) -> dict:
+        context = get_current_context()
+        params = context["params"]
+        return steps.deploy(app_name, params["version"], params["spark_conf"], context["run_id"])
+
+    launch.expand(app_name=chosen_apps())
+
+
+deploy_apps()

@@ -1,0 +1,58 @@
+"""stop_apps: stop streaming apps gracefully.
+
+Wiring only; the logic is in plugins/streamops/app_ops.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import apps as steps
+
+APP_NAMES = load_catalog().app_names()
+
+DOC = """
+### Stop streaming apps gracefully
+
+Asks each chosen driver to stop: it lets the in-flight micro-batch finish, then stops its
+queries, records the stop beside its checkpoint and releases its lock. If a batch is still
+running at the deadline the query is stopped anyway, which is still safe: an uncommitted batch
+is re-run from the checkpoint on restart. A driver that does not exit is sent SIGTERM, then
+killed, and the task says which happened.
+"""
+
+
+@dag(
+    dag_id="stop_apps",
+    description="Stop streaming apps after their in-flight micro-batch.",
+    doc_md=DOC,
+    schedule=None,
+    catchup=False,
+    tags=["spark", "apps", "stop"],
+    default_args={"owner": "data-platform", "retries": 0},
+    params={
+        "apps": Param(
+            APP_NAMES[:1], type="array", items={"type": "string", "enum": APP_NAMES}, minItems=1,
+            uniqueItems=True, examples=APP_NAMES, title="Apps", description="Apps to stop.",
+        ),
+        "deadline_s": Param(60, type="integer", minimum=5, maximum=3600, title="Deadline (s)",
+                            description="How long a micro-batch may take to finish before it is interrupted."),
+    },
+)
+def stop_apps():
+    @task
+    def chosen_apps() -> list[str]:
+        return steps.selected(load_catalog(), get_current_context()["params"]["apps"])
+
+    @task(map_index_template="{{ task.op_kwargs['app_name'] }}")
+    def stop(app_name: str) -> str:
+        context = get_current_context()
+        return steps.stop_app(app_name, context["params"]["deadline_s"], context["run_id"])
+
+    stop.expand(app_name=chosen_apps())
+
+
+stop_apps()

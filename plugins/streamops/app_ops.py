@@ -1,0 +1,150 @@
+"""Launch and stop the streaming apps as detached drivers (used by the DAGs and the CLI).
+
+The Spark provider's SparkSubmitHook.submit() runs spark-submit in the foreground and, in client
+mode, holds the Airflow worker slot for the life of the driver. We use the hook for what it is
+good at, turning the `spark_default` connection and our SubmitSpec into a spark-submit command,
+and start that command detached so the app outlives the task. The one-driver guard is the app's
+own lock (streamops.app_runtime), checked here first for a clear refusal and enforced again by
+the driver itself, so a launch by hand is refused the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamops.app_runtime import AlreadyRunningError, AppRuntime
+from streamops.catalog import AppSpec
+from streamops.local_stack.process import log_tail
+from streamops.spark_submit import SubmitSpec, spark_env
+from streamops.waiting import DeadlineExceeded, poll_until
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Launch:
+    app: str
+    pid: int
+    version: str
+    application_id: str | None
+    driver_log: str
+    command: list[str]
+
+
+def spark_submit_command(spec: SubmitSpec, conn_id: str = "spark_default") -> list[str]:
+    """The spark-submit argv for `spec`, built by the Spark provider's hook from `conn_id`."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    hook = SparkSubmitHook(
+        conn_id=conn_id,
+        conf=spec.conf,
+        jars=",".join(spec.jars),
+        name=spec.name,
+        application_args=spec.application_args,
+    )
+    return hook._build_spark_submit_command(spec.application)  # noqa: SLF001 - see module doc
+
+
+def launch(
+    app: AppSpec,
+    command: list[str],
+    *,
+    checkpoint: str,
+    launched_by: str,
+    version: str,
+    wait_for_progress_s: float = 240.0,
+) -> Launch:
+    """Start the driver detached, then wait until it holds its lock and every query reported
+    progress; on failure, raise with the driver log's tail."""
+    runtime = AppRuntime(checkpoint)
+    if runtime.is_locked():
+        raise AlreadyRunningError(runtime.refusal(app.name))
+    runtime.dir.mkdir(parents=True, exist_ok=True)
+    driver_log = runtime.dir / "driver.log"
+    with open(driver_log, "ab") as log:
+        log.write(f"\n===== launch by {launched_by}: {' '.join(command)}\n".encode())
+        log.flush()
+        process = subprocess.Popen(  # noqa: S603 - argv built from the catalog by the provider hook
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **spark_env(), "STREAMOPS_LAUNCHED_BY": launched_by},
+            start_new_session=True,  # the driver outlives the Airflow task that started it
+        )
+    expected_queries = _query_names(app)
+
+    def started() -> bool:
+        if process.poll() is not None:
+            raise LaunchError(
+                f"{app.name}: the driver exited with code {process.returncode} during start-up; last lines of "
+                f"{driver_log}:\n{log_tail(driver_log, 30)}"
+            )
+        record = runtime.driver() or {}
+        return (
+            runtime.is_locked()
+            and record.get("launched_by") == launched_by
+            and expected_queries <= set(runtime.progress())
+        )
+
+    try:
+        poll_until(started, timeout=wait_for_progress_s, what=f"{app.name} to start and report progress", max_interval=2)
+    except DeadlineExceeded:
+        os.killpg(process.pid, signal.SIGTERM)
+        raise LaunchError(
+            f"{app.name} did not report progress within {wait_for_progress_s:g}s and was stopped; last lines of "
+            f"{driver_log}:\n{log_tail(driver_log, 30)}"
+        ) from None
+    record = runtime.driver() or {}
+    return Launch(app.name, int(record["pid"]), version, record.get("application_id"), str(driver_log), command)
+
+
+def _query_names(app: AppSpec) -> set[str]:
+    import importlib
+
+    return set(importlib.import_module(f"spark_apps.{app.program}").QUERIES)
+
+
+def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float = 60.0) -> str:
+    """Ask the driver to stop after its in-flight micro-batch; escalate only if it will not."""
+    runtime = AppRuntime(checkpoint)
+    if not runtime.is_locked():
+        return f"{app.name} is not running (state: {runtime.state()})"
+    pid = (runtime.driver() or {}).get("pid")
+    runtime.request_stop(by=requested_by, deadline_s=deadline_s)
+    # The driver's own deadline (STREAMOPS_STOP_DEADLINE) covers the batch; allow for exit too.
+    try:
+        poll_until(lambda: not runtime.is_locked(), timeout=deadline_s + 60, what=f"{app.name} to stop", max_interval=1)
+        record = runtime.driver() or {}
+        return f"{app.name} stopped (pid {pid}): {record.get('reason', '')}"
+    except DeadlineExceeded:
+        pass
+    # Still running: two SIGTERMs make the driver stop its queries at once; both are safe to
+    # restart from, as an interrupted micro-batch is re-run from the checkpoint.
+    for _ in range(2):
+        _signal(pid, signal.SIGTERM)
+    try:
+        poll_until(lambda: not runtime.is_locked(), timeout=30, what=f"{app.name} to exit after SIGTERM")
+        return f"{app.name} did not stop within {deadline_s + 60:g}s; stopped with SIGTERM (pid {pid})"
+    except DeadlineExceeded:
+        _signal(pid, signal.SIGKILL)
+        poll_until(lambda: not runtime.is_locked(), timeout=30, what=f"{app.name} to die")
+        return f"{app.name} ignored SIGTERM; killed (pid {pid}); the checkpoint is safe to restart from"
+
+
+def _signal(pid: int | None, sig: int) -> None:
+    if pid:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def driver_log_tail(checkpoint: str, lines: int = 30) -> str:
+    return log_tail(Path(AppRuntime(checkpoint).dir / "driver.log"), lines)

@@ -1,0 +1,170 @@
+"""Status and lag of the streaming apps, read from their checkpoints and the broker.
+
+Spark keeps its offsets in the checkpoint, not in a consumer group, so lag is computed here:
+for each query, the offsets of its last committed micro-batch (offsets/<N> where commits/<N>
+exists) against the topics' end offsets. Time lag is the age of the oldest unprocessed record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from streamops.app_runtime import AppRuntime
+from streamops.catalog import AppSpec
+from streamops.kafka_records import end_offsets
+
+
+@dataclass
+class PartitionLag:
+    query: str
+    topic: str
+    partition: int
+    processed_to: int  # next offset the query will read
+    end: int
+    lag: int
+    time_lag_s: float | None  # age of the oldest unprocessed record; None when caught up
+
+
+@dataclass
+class AppStatus:
+    app: str
+    state: str  # running | stopped | failed | crashed | never started
+    version: str | None = None
+    pid: int | None = None
+    application_id: str | None = None
+    started_at: str | None = None
+    stopped_at: str | None = None
+    reason: str | None = None
+    last_progress_at: str | None = None
+    progress_age_s: float | None = None
+    batches: dict[str, int] = field(default_factory=dict)
+    dead_letters_last_batch: int = 0
+    lags: list[PartitionLag] = field(default_factory=list)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(p.lag for p in self.lags)
+
+    @property
+    def max_time_lag_s(self) -> float | None:
+        ages = [p.time_lag_s for p in self.lags if p.time_lag_s is not None]
+        return max(ages) if ages else None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "total_lag": self.total_lag, "max_time_lag_s": self.max_time_lag_s}
+
+
+def committed_offsets(query_dir: Path) -> dict[str, dict[int, int]] | None:
+    """topic -> partition -> next offset, as of the query's last committed batch (None: none yet)."""
+    commits = [int(p.name) for p in (query_dir / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return None
+    lines = (query_dir / "offsets" / str(max(commits))).read_text().splitlines()
+    merged: dict[str, dict[int, int]] = {}
+    # Line 0 is the log version, line 1 the batch metadata, then one line per source.
+    for line in lines[2:]:
+        if line.startswith("{"):
+            for topic, partitions in json.loads(line).items():
+                merged.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
+    return merged
+
+
+def _age_seconds(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    return round((datetime.now(timezone.utc) - moment).total_seconds(), 1)
+
+
+def _record_timestamps(bootstrap: str, positions: list[TopicPartition]) -> dict[tuple[str, int], int]:
+    """Timestamp (ms) of the record at each position."""
+    if not positions:
+        return {}
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamops-status", "enable.auto.commit": False})
+    found: dict[tuple[str, int], int] = {}
+    try:
+        consumer.assign(positions)
+        deadline = time.monotonic() + 10
+        while len(found) < len(positions) and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=len(positions), timeout=0.5):
+                if message.error() is None:
+                    found.setdefault((message.topic(), message.partition()), message.timestamp()[1])
+                    consumer.pause([TopicPartition(message.topic(), message.partition())])
+    finally:
+        consumer.close()
+    return found
+
+
+def app_status(spec: AppSpec, bootstrap: str, checkpoint: str | None = None) -> AppStatus:
+    location = checkpoint or spec.checkpoint_location()
+    runtime = AppRuntime(location)
+    record = runtime.driver() or {}
+    status = AppStatus(
+        app=spec.name,
+        state=runtime.state(),
+        version=record.get("version"),
+        pid=record.get("pid"),
+        application_id=record.get("application_id"),
+        started_at=record.get("started_at"),
+        stopped_at=record.get("stopped_at"),
+        reason=record.get("reason"),
+    )
+    progress = runtime.progress()
+    if progress:
+        latest = max((p.get("published_at") or "" for p in progress.values()), default="")
+        status.last_progress_at = latest or None
+        status.progress_age_s = _age_seconds(latest)
+        status.batches = {name: p["batch_id"] for name, p in progress.items()}
+        status.dead_letters_last_batch = sum(
+            int(metrics.get("dead_letters") or 0) for p in progress.values() for metrics in (p.get("observed") or {}).values()
+        )
+
+    ends_cache: dict[str, dict[int, tuple[int, int]]] = {}
+    behind: list[TopicPartition] = []
+    for query_dir in sorted(Path(runtime.checkpoint).iterdir()) if Path(runtime.checkpoint).exists() else []:
+        if query_dir.name.startswith("_") or not (query_dir / "offsets").exists():
+            continue
+        offsets = committed_offsets(query_dir) or {}
+        for topic, partitions in offsets.items():
+            if topic not in ends_cache:
+                ends_cache[topic] = end_offsets(bootstrap, topic)
+            for partition, (_, high) in ends_cache[topic].items():
+                done = partitions.get(partition, 0)
+                lag = max(high - done, 0)
+                status.lags.append(PartitionLag(query_dir.name, topic, partition, done, high, lag, None))
+                if lag:
+                    behind.append(TopicPartition(topic, partition, done))
+    stamps = _record_timestamps(bootstrap, behind)
+    now_ms = time.time() * 1000
+    for lag in status.lags:
+        stamp = stamps.get((lag.topic, lag.partition)) if lag.lag else None
+        lag.time_lag_s = round((now_ms - stamp) / 1000, 1) if stamp else None
+    return status
+
+
+def status_table(statuses: list[AppStatus]) -> str:
+    from tabulate import tabulate
+
+    rows = [
+        [
+            s.app, s.state, s.version or "-", s.pid or "-",
+            f"{s.progress_age_s:.0f}s ago" if s.progress_age_s is not None else "-",
+            ", ".join(f"{q} #{b}" for q, b in sorted(s.batches.items())) or "-",
+            s.total_lag, f"{s.max_time_lag_s:.0f}s" if s.max_time_lag_s is not None else "0s",
+        ]
+        for s in statuses
+    ]
+    return tabulate(rows, headers=["app", "state", "version", "pid", "last progress", "batches", "lag (records)", "time lag"])
+
+
+def lag_table(status: AppStatus) -> str:
+    from tabulate import tabulate
+
+    rows = [[p.query, p.topic, p.partition, p.processed_to, p.end, p.lag, p.time_lag_s if p.time_lag_s is not None else "-"] for p in status.lags]
+    return tabulate(rows, headers=["query", "topic", "partition", "processed to", "end", "lag", "time lag (s)"])

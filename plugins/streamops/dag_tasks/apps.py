@@ -1,0 +1,75 @@
+"""Tasks of the deploy_apps, app_status and stop_apps DAGs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+
+from streamops.app_ops import launch, spark_submit_command, stop
+from streamops.app_runtime import AlreadyRunningError
+from streamops.app_status import app_status, lag_table, status_table
+from streamops.catalog import Catalog, load_catalog
+from streamops.spark_submit import submit_spec
+
+log = logging.getLogger(__name__)
+
+
+def kafka_bootstrap(conn_id: str = "kafka_default") -> str:
+    """The bootstrap servers of the Kafka connection, for the apps' command lines."""
+    from airflow.sdk import BaseHook
+
+    return BaseHook.get_connection(conn_id).extra_dejson["bootstrap.servers"]
+
+
+def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
+    if not names:
+        return catalog.app_names()
+    unknown = sorted(set(names) - set(catalog.app_names()))
+    if unknown:
+        raise ValueError(f"apps not in the catalog: {', '.join(unknown)}; choose from: {', '.join(catalog.app_names())}")
+    return [name for name in catalog.app_names() if name in set(names)]
+
+
+def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) -> dict:
+    """Start one app detached through spark_default; refuse if it is already running."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    catalog = load_catalog()
+    app = catalog.app(app_name)
+    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version)
+    spec = spec.__class__(**{**spec.__dict__, "conf": {**spec.conf, **{k: str(v) for k, v in (spark_conf or {}).items()}}})
+    command = spark_submit_command(spec)
+    try:
+        started = launch(
+            app, command, checkpoint=app.checkpoint_location(), launched_by=run_id, version=version or app.version
+        )
+    except AlreadyRunningError as exc:
+        # A refusal is an answer, not a transient failure: no retries.
+        raise AirflowFailException(f"refused: {exc}") from None
+    log.info(
+        "%s is running: driver pid %s, Spark application %s, version %s; driver log %s",
+        app.name, started.pid, started.application_id, started.version, started.driver_log,
+    )
+    return {"app": app.name, "pid": started.pid, "application_id": started.application_id,
+            "version": started.version, "driver_log": started.driver_log}
+
+
+def status(names: Sequence[str] | None) -> dict:
+    catalog = load_catalog()
+    bootstrap = kafka_bootstrap()
+    statuses = [app_status(catalog.app(name), bootstrap) for name in selected(catalog, names)]
+    log.info("Streaming apps:\n%s", status_table(statuses))
+    for item in statuses:
+        if item.lags:
+            log.info("%s lag per partition:\n%s", item.app, lag_table(item))
+        if item.state in ("crashed", "failed"):
+            log.warning("%s is %s: %s", item.app, item.state.upper(), item.reason or "the driver died without recording a stop")
+    return {item.app: json.loads(json.dumps(item.to_dict())) for item in statuses}
+
+
+def stop_app(app_name: str, deadline_s: float, run_id: str) -> str:
+    app = load_catalog().app(app_name)
+    outcome = stop(app, checkpoint=app.checkpoint_location(), requested_by=run_id, deadline_s=deadline_s)
+    log.info(outcome)
+    return outcome

@@ -1,0 +1,70 @@
+"""deploy_apps, app_status and stop_apps as real Airflow task runs, with a real detached driver."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamops.app_runtime import AppRuntime
+from streamops.loadgen import LoadSpec
+from streamops.loadgen import run as run_load
+from streamops.waiting import poll_until
+
+
+@pytest.fixture
+def app_env(app_catalog, tmp_path, monkeypatch):
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(app_catalog.to_yaml())
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}',
+    )
+    runtime = AppRuntime(tmp_path / "checkpoints" / "oplog-router")
+    yield catalog_file, runtime
+    if runtime.is_locked():  # never leave a driver behind
+        import os
+        import signal
+
+        os.kill(runtime.driver()["pid"], signal.SIGKILL)
+
+
+def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_catalog, broker, capfd):
+    catalog_file, runtime = app_env
+    spec = app_catalog.app("oplog-router")
+
+    deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.1")
+    assert deployed.state == "success", deployed.task_states
+    driver = runtime.driver()
+    assert deployed.xcoms["launch"]["pid"] == driver["pid"]
+    assert driver["version"] == "1.0.1" and driver["launched_by"].startswith("manual__")
+    assert runtime.state() == "running"  # the driver outlived the task
+
+    capfd.readouterr()
+    again = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])
+    assert again.state == "failed"
+    task_log = capfd.readouterr().out
+    assert f"refused: oplog-router is already running: driver pid {driver['pid']} on {driver['host']}, version 1.0.1" in task_log
+    assert runtime.driver()["pid"] == driver["pid"]
+
+    run_load(spec, LoadSpec(count=1000, keys=10, seed=9), broker.bootstrap_servers)
+    poll_until(lambda: sum(p.lag for p in _status(spec, broker).lags) == 0, timeout=120, what="the router to catch up")
+    status = run_dag("app_status", catalog_file, apps=["oplog-router"])
+    assert status.state == "success"
+    router = status.xcoms["status"]["oplog-router"]
+    assert router["state"] == "running" and router["version"] == "1.0.1"
+    assert router["total_lag"] == 0 and router["batches"]["route"] >= 1
+    assert {(lag["topic"], lag["partition"]) for lag in router["lags"]} == {(spec.inputs["operations"], p) for p in range(6)}
+    assert sum(lag["end"] for lag in router["lags"]) == 1000
+
+    stopped = run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=30)
+    assert stopped.state == "success"
+    assert stopped.xcoms["stop"].startswith(f"oplog-router stopped (pid {driver['pid']}): stop requested;")
+    assert runtime.state() == "stopped"
+    after = run_dag("app_status", catalog_file, apps=["oplog-router"])
+    assert after.xcoms["status"]["oplog-router"]["state"] == "stopped"
+
+
+def _status(spec, broker):
+    from streamops.app_status import app_status
+
+    return app_status(spec, broker.bootstrap_servers)
