@@ -127,8 +127,8 @@ def _notify_group(settings: PresenceSettings, spec: AppSpec):
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
     settings = spec.settings
     assert isinstance(settings, PresenceSettings)
-    events = records.parse(source([spec.inputs["events"]]), EVENT_FIELDS, spec.max_record_bytes)
-    ticks = records.parse(source([spec.inputs["ticks"]]), TICK_FIELDS, spec.max_record_bytes)
+    events = counted(records.parse(source([spec.inputs["events"]]), EVENT_FIELDS, spec.max_record_bytes), "presence_events")
+    ticks = counted(records.parse(source([spec.inputs["ticks"]]), TICK_FIELDS, spec.max_record_bytes), "ticks")
 
     def shaped(parsed: DataFrame, kind: int) -> DataFrame:
         return records.good(parsed).select(
@@ -142,11 +142,6 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         )
 
     inputs = shaped(events, _PRESENCE).unionByName(shaped(ticks, _TICK))
-    inputs = inputs.observe(
-        "presence_in",
-        F.sum(F.when(F.col("kind") == _PRESENCE, 1).otherwise(0)).alias("presence_events"),
-        F.sum(F.when(F.col("kind") == _TICK, 1).otherwise(0)).alias("ticks"),
-    )
     notified = inputs.groupBy("user_id").applyInPandasWithState(
         _notify_group(settings, spec), OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout
     )
@@ -157,6 +152,15 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         OutputQuery(QUERIES[0], notified.unionByName(dead)),
         OutputQuery(QUERIES[1], counts(spec, source), "update"),
     ]
+
+
+def counted(parsed: DataFrame, name: str) -> DataFrame:
+    """Observed metrics `records_in` and `dead_letters` of one input, per micro-batch."""
+    return parsed.observe(
+        name,
+        F.count(F.lit(1)).alias("records_in"),
+        F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("dead_letters"),
+    )
 
 
 def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame:

@@ -123,7 +123,7 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
         (events_topic, 4, "field 'action' must be one of Open, Close (got 'Away')"),
         (ticks_topic, 7, "value is not valid JSON"),
     ]
-    assert observed_totals(queries) == {"presence_events": 4, "ticks": 7}
+    assert observed_totals(queries) == {"records_in": 13, "dead_letters": 2}
 
 
 def test_presence_state_survives_a_restart_from_the_checkpoint(spark, broker, app_catalog, tmp_path):

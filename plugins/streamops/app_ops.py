@@ -10,6 +10,7 @@ the driver itself, so a launch by hand is refused the same way.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -58,10 +59,12 @@ def launch(
     checkpoint: str,
     launched_by: str,
     version: str,
-    wait_for_progress_s: float = 240.0,
+    spark_conf: dict[str, str] | None = None,
+    wait_for_start_s: float = 240.0,
 ) -> Launch:
-    """Start the driver detached, then wait until it holds its lock and every query reported
-    progress; on failure, raise with the driver log's tail."""
+    """Start the driver detached, then wait until it holds its lock and has started every query;
+    on failure, raise with the driver log's tail. (Progress is the health gate's business: an
+    idle query reports none.)"""
     runtime = AppRuntime(checkpoint)
     if runtime.is_locked():
         raise AlreadyRunningError(runtime.refusal(app.name))
@@ -75,7 +78,13 @@ def launch(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **spark_env(), "STREAMOPS_LAUNCHED_BY": launched_by},
+            env={
+                **os.environ,
+                **spark_env(),
+                "STREAMOPS_LAUNCHED_BY": launched_by,
+                # Recorded by the driver, so a rollback can start exactly this again.
+                "STREAMOPS_LAUNCH": json.dumps({"version": version, "spark_conf": spark_conf or {}}),
+            },
             start_new_session=True,  # the driver outlives the Airflow task that started it
         )
     expected_queries = _query_names(app)
@@ -90,15 +99,15 @@ def launch(
         return (
             runtime.is_locked()
             and record.get("launched_by") == launched_by
-            and expected_queries <= set(runtime.progress())
+            and expected_queries <= set(record.get("queries_started") or [])
         )
 
     try:
-        poll_until(started, timeout=wait_for_progress_s, what=f"{app.name} to start and report progress", max_interval=2)
+        poll_until(started, timeout=wait_for_start_s, what=f"{app.name} to start its queries", max_interval=2)
     except DeadlineExceeded:
         os.killpg(process.pid, signal.SIGTERM)
         raise LaunchError(
-            f"{app.name} did not report progress within {wait_for_progress_s:g}s and was stopped; last lines of "
+            f"{app.name} did not start its queries within {wait_for_start_s:g}s and was stopped; last lines of "
             f"{driver_log}:\n{log_tail(driver_log, 30)}"
         ) from None
     record = runtime.driver() or {}

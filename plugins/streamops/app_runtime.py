@@ -75,6 +75,10 @@ class AppRuntime:
             raise AlreadyRunningError(self.refusal(info.get("app", "the app"))) from None
         self._lock_fd = fd
         self.stop_marker.unlink(missing_ok=True)
+        # Progress files describe the previous driver: a new one starts with none, so nobody
+        # mistakes old progress for this driver's.
+        for stale in self.progress_dir.glob("*.json") if self.progress_dir.exists() else []:
+            stale.unlink()
         record = {**info, "pid": os.getpid(), "host": socket.gethostname(), "started_at": now_iso()}
         _write_atomic(self.driver_file, record)
         self._append_history({"event": "started", **record})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -122,8 +123,9 @@ def events(app: AppSpec, load: LoadSpec) -> Iterator[tuple[str, str, str, bool, 
         yield topic, key, (_malformed(rng, value) if bad else json.dumps(value)), bad, late
 
 
-def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str) -> LoadReport:
-    """Produce the load, paced to `load.rate` if set, and wait for every acknowledgement."""
+def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str, stop: threading.Event | None = None) -> LoadReport:
+    """Produce the load, paced to `load.rate` if set, and wait for every acknowledgement.
+    Setting `stop` ends it early (what was produced is still flushed and reported)."""
     report = LoadReport(first_seq=load.start_seq, last_seq=load.start_seq + load.count - 1)
     errors: list[str] = []
 
@@ -134,6 +136,8 @@ def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str) -> LoadReport:
     out = producer(bootstrap_servers)
     began = time.monotonic()
     for index, (topic, key, value, bad, late) in enumerate(events(app, load)):
+        if stop is not None and stop.is_set():
+            break
         if load.rate:
             # Pacing to the requested rate, not synchronisation: wait for the record's slot.
             ahead = began + index / load.rate - time.monotonic()
@@ -152,6 +156,7 @@ def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str) -> LoadReport:
         report.by_topic[topic] += 1
     remaining = out.flush(120)
     report.seconds = time.monotonic() - began
+    report.last_seq = report.first_seq + report.produced - 1
     if remaining or errors:
         raise KafkaException(f"{remaining} record(s) not acknowledged; first errors: {errors[:3]}")
     return report

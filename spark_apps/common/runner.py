@@ -13,6 +13,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable
@@ -56,19 +57,29 @@ class RunOptions:
 Program = Callable[[AppSpec, str, Callable[[list[str]], DataFrame]], list[OutputQuery]]
 
 
-def start_app(spark: SparkSession, spec: AppSpec, program: ModuleType, options: RunOptions) -> list[StreamingQuery]:
-    """Start every query of the app. With available-now, run them one after the other (a later
-    query may read an earlier one's output) and return them finished; else return them running."""
+def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, options: RunOptions) -> list[OutputQuery]:
+    """The app's queries as DataFrames, not started."""
     apply_app_conf(spark, spec)
-    version = options.version or spec.version
 
     def source(topics: list[str]) -> DataFrame:
         return read_topics(
             spark, options.bootstrap_servers, topics, options.starting_offsets, options.max_offsets_per_trigger
         )
 
+    return program.queries(spec, options.version or spec.version, source)
+
+
+def start_app(
+    spark: SparkSession,
+    spec: AppSpec,
+    program: ModuleType,
+    options: RunOptions,
+    outputs: list[OutputQuery] | None = None,
+) -> list[StreamingQuery]:
+    """Start every query of the app. With available-now, run them one after the other (a later
+    query may read an earlier one's output) and return them finished; else return them running."""
     started = []
-    for output in program.queries(spec, version, source):
+    for output in outputs or build_outputs(spark, spec, program, options):
         writer = (
             output.frame.writeStream.format("kafka")
             .options(**kafka_sink_options(options.bootstrap_servers))
@@ -88,6 +99,26 @@ def start_app(spark: SparkSession, spec: AppSpec, program: ModuleType, options: 
                 raise RuntimeError(f"query {query.name} failed: {query.exception()}")
         started.append(query)
     return started
+
+
+_STATEFUL = ("FlatMapGroups", "Aggregate", "Deduplicate", "Join", "TransformWithState")
+# Expression ids, query ids and watermark delays (a changed watermark is restart-safe).
+_VOLATILE = re.compile(r"#\d+L?|-T\d+ms|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def plan_fingerprint(outputs: list[OutputQuery]) -> dict[str, list[str]]:
+    """Per query, its stateful operators and window definitions as plan text with expression
+    ids removed: what must stay the same for a restart from the existing checkpoint."""
+    fingerprint = {}
+    for output in outputs:
+        plan = output.frame._jdf.queryExecution().analyzed().toString()  # noqa: SLF001 - no public API for it
+        lines = [
+            _VOLATILE.sub("", line.strip().lstrip(":+- ~"))
+            for line in plan.splitlines()
+            if any(node in line for node in _STATEFUL) or ("window" in line and "Expand" in line)
+        ]
+        fingerprint[output.name] = lines
+    return fingerprint
 
 
 def observed_totals(queries: list[StreamingQuery]) -> dict[str, int]:
@@ -222,6 +253,10 @@ def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
     parser.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"])
     parser.add_argument("--version", default=None, help="version label written into dead letters")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    parser.add_argument(
+        "--plan-fingerprint", action="store_true",
+        help="print the stateful plan fingerprint as JSON and exit (no lock, nothing started)",
+    )
     return parser.parse_args(argv)
 
 
@@ -243,6 +278,11 @@ def main(argv: list[str], program_name: str) -> int:
         version=args.version,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
     )
+    if args.plan_fingerprint:
+        spark = build_session(f"streamops-{spec.name}-plan")
+        spark.sparkContext.setLogLevel("ERROR")
+        print("PLAN-FINGERPRINT " + json.dumps(plan_fingerprint(build_outputs(spark, spec, program, options)), sort_keys=True))
+        return 0
     log.info("app %s (%s %s) from %s: %s", spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
     runtime = AppRuntime(options.checkpoint)
     try:
@@ -255,6 +295,7 @@ def main(argv: list[str], program_name: str) -> int:
                 "spark_conf": {k: str(v) for k, v in spec.spark_conf.items()},
                 "catalog": str(catalog_path(args.catalog)),
                 "launched_by": os.environ.get("STREAMOPS_LAUNCHED_BY", "command line"),
+                "launch": json.loads(os.environ.get("STREAMOPS_LAUNCH") or "{}"),
             }
         )
     except AlreadyRunningError as exc:
@@ -266,7 +307,11 @@ def main(argv: list[str], program_name: str) -> int:
         spark.sparkContext.setLogLevel("WARN")
         runtime.update(application_id=spark.sparkContext.applicationId)
         spark.streams.addListener(ProgressPublisher(runtime, f"streamops.{spec.name}", options.bootstrap_servers))
-        queries = start_app(spark, spec, program, options)
+        outputs = build_outputs(spark, spec, program, options)
+        runtime.update(plan_fingerprint=plan_fingerprint(outputs))
+        queries = start_app(spark, spec, program, options, outputs)
+        # Launchers wait for this: an idle query reports no progress, but it has started.
+        runtime.update(queries_started=[q.name.rsplit(".", 1)[-1] for q in queries], queries_started_at=now_iso())
         if options.trigger == AVAILABLE_NOW:
             log.info("available-now run finished; totals %s", json.dumps(observed_totals(queries)))
             outcome, reason = "stopped", "available-now run finished"

@@ -31,18 +31,25 @@ def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
     return [name for name in catalog.app_names() if name in set(names)]
 
 
+def command_for(app_name: str, version: str | None, spark_conf: dict | None) -> list[str]:
+    """The spark-submit command for an app at a version with extra Spark conf, via spark_default."""
+    from dataclasses import replace
+
+    app = load_catalog().app(app_name)
+    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version)
+    spec = replace(spec, conf={**spec.conf, **{k: str(v) for k, v in (spark_conf or {}).items()}})
+    return spark_submit_command(spec)
+
+
 def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) -> dict:
     """Start one app detached through spark_default; refuse if it is already running."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    catalog = load_catalog()
-    app = catalog.app(app_name)
-    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version)
-    spec = spec.__class__(**{**spec.__dict__, "conf": {**spec.conf, **{k: str(v) for k, v in (spark_conf or {}).items()}}})
-    command = spark_submit_command(spec)
+    app = load_catalog().app(app_name)
     try:
         started = launch(
-            app, command, checkpoint=app.checkpoint_location(), launched_by=run_id, version=version or app.version
+            app, command_for(app_name, version, spark_conf), checkpoint=app.checkpoint_location(),
+            launched_by=run_id, version=version or app.version, spark_conf=spark_conf,
         )
     except AlreadyRunningError as exc:
         # A refusal is an answer, not a transient failure: no retries.
@@ -53,6 +60,35 @@ def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) ->
     )
     return {"app": app.name, "pid": started.pid, "application_id": started.application_id,
             "version": started.version, "driver_log": started.driver_log}
+
+
+def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, max_dead_letter_rate: float, run_id: str) -> dict:
+    """Roll one app to `version`/`spark_conf`, or refuse, or roll back and fail loudly."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.rollout import RolloutFailed, RolloutRefused, roll_restart
+
+    app = load_catalog().app(app_name)
+
+    def previous_command(previous: dict) -> list[str]:
+        launched = previous.get("launch") or {}
+        return command_for(app_name, launched.get("version") or previous.get("version"), launched.get("spark_conf"))
+
+    try:
+        return roll_restart(
+            app,
+            new_command=command_for(app_name, version, spark_conf),
+            previous_command=previous_command,
+            new_version=version,
+            new_spark_conf=spark_conf,
+            bootstrap=kafka_bootstrap(),
+            run_id=run_id,
+            gate_deadline_s=gate_deadline_s,
+            max_dead_letter_rate=max_dead_letter_rate,
+            log=log.info,
+        )
+    except (RolloutRefused, RolloutFailed) as exc:
+        raise AirflowFailException(f"{type(exc).__name__.replace('Rollout', 'rolling restart ').lower()}: {exc}") from None
 
 
 def status(names: Sequence[str] | None) -> dict:

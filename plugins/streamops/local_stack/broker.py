@@ -209,8 +209,8 @@ class LocalBroker:
                 *self._java(),
                 "kafka.tools.StorageTool",
                 "format",
-                "--cluster-id",
-                _cluster_id(),
+                # "=" form: an id may start with "-", which argparse would take for a flag.
+                f"--cluster-id={_cluster_id()}",
                 "--config",
                 str(self.config_file),
                 "--ignore-formatted",

@@ -1,0 +1,247 @@
+"""Rolling restart (upgrade) of the streaming apps: one app at a time, with a backup of the
+checkpoint, a health gate, and a rollback to the previous version and checkpoint on failure.
+
+Per app: (1) compare the stateful plan of the new version with the running one and refuse before
+touching anything if Spark could not restore the checkpoint; (2) stop gracefully; (3) back up the
+checkpoint (taken while stopped, so the snapshot is consistent); (4) start the new version;
+(5) health gate; (6) on failure stop it, restore the backup, start the previous version, and fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from streamops.app_ops import Launch, launch, stop
+from streamops.app_runtime import AppRuntime
+from streamops.app_status import app_status
+from streamops.catalog import AppSpec, Catalog
+from streamops.spark_submit import spark_env
+from streamops.waiting import DeadlineExceeded, poll_until
+
+
+class RolloutRefused(RuntimeError):
+    """Refused before the running app was touched."""
+
+
+class RolloutFailed(RuntimeError):
+    """The new version failed its health gate; the previous one was restored."""
+
+
+def dependency_order(catalog: Catalog, names: list[str]) -> list[str]:
+    """Apps that write a topic another chosen app reads go first; ties keep catalog order."""
+    chosen = [app for app in catalog.apps if app.name in set(names)]
+    writers = {topic: app.name for app in chosen for topic in [*app.outputs.values(), app.dead_letter_topic]}
+    upstream = {app.name: {writers[t] for t in app.inputs.values() if t in writers and writers[t] != app.name} for app in chosen}
+    ordered: list[str] = []
+    while len(ordered) < len(chosen):
+        ready = [app.name for app in chosen if app.name not in ordered and upstream[app.name] <= set(ordered)]
+        if not ready:
+            cycle = sorted(set(upstream) - set(ordered))
+            raise RolloutRefused(f"the chosen apps read each other's outputs in a cycle: {', '.join(cycle)}")
+        ordered.append(ready[0])
+    return ordered
+
+
+# --- checkpoint backups ---------------------------------------------------------------------------
+
+
+def backups_dir(checkpoint: str) -> Path:
+    location = Path(checkpoint)
+    return location.parent / "_backups" / location.name
+
+
+def backup_checkpoint(checkpoint: str, label: str) -> Path:
+    """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = backups_dir(checkpoint) / f"{stamp}-{label}"
+    shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns("_runtime"))
+    return target
+
+
+def list_backups(checkpoint: str) -> list[Path]:
+    root = backups_dir(checkpoint)
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def restore_checkpoint(checkpoint: str, backup: Path) -> Path:
+    """Put `backup` in place of the checkpoint's query folders. What was there is kept as a
+    snapshot of its own ("replaced-..."), never deleted. Returns that snapshot."""
+    replaced = backup_checkpoint(checkpoint, "replaced")
+    for child in Path(checkpoint).iterdir():
+        if child.name != "_runtime":
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    for child in backup.iterdir():
+        target = Path(checkpoint) / child.name
+        shutil.copytree(child, target) if child.is_dir() else shutil.copy2(child, target)
+    return replaced
+
+
+# --- the stateful plan check ------------------------------------------------------------------------
+
+
+def plan_fingerprint(command: list[str]) -> dict[str, list[str]]:
+    """Run the app's command with --plan-fingerprint: builds the queries, starts nothing."""
+    result = subprocess.run(  # noqa: S603 - argv from the catalog
+        [*command, "--plan-fingerprint"], capture_output=True, text=True, timeout=600, env={**os.environ, **spark_env()}
+    )
+    for line in result.stdout.splitlines():
+        if line.startswith("PLAN-FINGERPRINT "):
+            return json.loads(line.removeprefix("PLAN-FINGERPRINT "))
+    raise RolloutRefused(f"could not build the new version's plan (exit {result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+
+
+def incompatibilities(running: dict[str, list[str]], new: dict[str, list[str]]) -> list[str]:
+    problems = []
+    for query in sorted(set(running) | set(new)):
+        if query not in new:
+            problems.append(f"query {query!r} is gone from the new version (its checkpoint would be orphaned)")
+        elif query not in running:
+            continue  # a new query starts from its own empty checkpoint
+        elif running[query] != new[query]:
+            before, after = set(running[query]), set(new[query])
+            changed = [f"- {line[:200]}" for line in sorted(before - after)] + [f"+ {line[:200]}" for line in sorted(after - before)]
+            problems.append(f"query {query!r} changes its stateful operators:\n    " + "\n    ".join(changed))
+    return problems
+
+
+# --- health gate ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class GateResult:
+    healthy: bool
+    reason: str
+    batches: dict[str, int] = field(default_factory=dict)
+    lag_at_start: int = 0
+    lag_at_end: int = 0
+    dead_letter_rate: float = 0.0
+
+
+def health_gate(app: AppSpec, bootstrap: str, deadline_s: float, max_dead_letter_rate: float, min_batches: int = 2) -> GateResult:
+    """Within the deadline: the driver keeps running, it catches up (lag 0) or completes
+    `min_batches` batches per query without its lag growing, and dead letters stay under the
+    rate. Fails fast when the driver dies."""
+    runtime = AppRuntime(app.checkpoint_location())
+    first = app_status(app, bootstrap)
+    start_batches = dict(first.batches)
+    result = GateResult(False, "", lag_at_start=first.total_lag)
+    seen: dict[str, int] = {}
+    records = dead = 0
+
+    def check() -> bool:
+        nonlocal records, dead
+        if not runtime.is_locked():
+            raise _GateFailure(f"the new driver is {runtime.state()}: {(runtime.driver() or {}).get('reason', 'it died')}")
+        for name, progress in runtime.progress().items():
+            if progress["batch_id"] != seen.get(name):
+                seen[name] = progress["batch_id"]
+                for metrics in (progress.get("observed") or {}).values():
+                    records += int(metrics.get("records_in") or 0)
+                    dead += int(metrics.get("dead_letters") or 0)
+        status = app_status(app, bootstrap)
+        result.batches = status.batches
+        result.lag_at_end = status.total_lag
+        result.dead_letter_rate = dead / records if records else 0.0
+        if result.dead_letter_rate > max_dead_letter_rate and records >= 20:
+            raise _GateFailure(
+                f"dead-letter rate {result.dead_letter_rate:.1%} over {records} records is above {max_dead_letter_rate:.1%}"
+            )
+        # Healthy: caught up (an idle app completes no new batches, and needs none), or still
+        # behind but completing batches while its lag does not grow.
+        progressed = bool(status.batches) and all(
+            status.batches.get(q, -1) - start_batches.get(q, -1) >= min_batches for q in status.batches
+        )
+        return status.total_lag == 0 or (progressed and status.total_lag <= result.lag_at_start)
+
+    try:
+        poll_until(check, timeout=deadline_s, what=f"{app.name} to pass its health gate", max_interval=2)
+    except _GateFailure as failure:
+        result.reason = str(failure)
+        return result
+    except DeadlineExceeded:
+        result.reason = (
+            f"not healthy within {deadline_s:g}s: batches {result.batches} (needed {min_batches} new per query), "
+            f"lag {result.lag_at_start} -> {result.lag_at_end}"
+        )
+        return result
+    result.healthy = True
+    result.reason = f"healthy: batches {result.batches}, lag {result.lag_at_start} -> {result.lag_at_end}, dead letters {result.dead_letter_rate:.1%}"
+    return result
+
+
+class _GateFailure(Exception):
+    pass
+
+
+# --- the roll -----------------------------------------------------------------------------------------
+
+
+def roll_restart(
+    app: AppSpec,
+    *,
+    new_command: list[str],
+    previous_command: Callable[[dict], list[str]],
+    new_version: str,
+    bootstrap: str,
+    new_spark_conf: dict | None = None,
+    run_id: str,
+    gate_deadline_s: float = 180.0,
+    max_dead_letter_rate: float = 0.05,
+    stop_deadline_s: float = 60.0,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Roll one app to `new_command`. Returns a summary; raises RolloutRefused (nothing was
+    touched) or RolloutFailed (rolled back to the previous version and checkpoint)."""
+    checkpoint = app.checkpoint_location()
+    runtime = AppRuntime(checkpoint)
+    previous = runtime.driver() or {}
+    if runtime.state() != "running":
+        raise RolloutRefused(f"{app.name} is {runtime.state()}, not running: deploy it with deploy_apps instead")
+    new_plan = plan_fingerprint(new_command)
+    problems = incompatibilities(previous.get("plan_fingerprint") or {}, new_plan)
+    if problems:
+        raise RolloutRefused(
+            f"{app.name}: the new version cannot restart from the running version's checkpoint, so nothing was "
+            f"stopped:\n  " + "\n  ".join(problems) + "\nDeploy it on a new checkpoint (rebuild state) instead."
+        )
+    log(f"{app.name}: stateful plan unchanged; stopping version {previous.get('version')} (pid {previous.get('pid')})")
+    stop_began = time.monotonic()
+    log(stop(app, checkpoint=checkpoint, requested_by=run_id, deadline_s=stop_deadline_s))
+    backup = backup_checkpoint(checkpoint, f"before-{new_version}")
+    log(f"{app.name}: checkpoint backed up to {backup}")
+    try:
+        started: Launch = launch(
+            app, new_command, checkpoint=checkpoint, launched_by=run_id, version=new_version, spark_conf=new_spark_conf
+        )
+        downtime = time.monotonic() - stop_began
+        log(f"{app.name}: version {new_version} running (pid {started.pid}) after {downtime:.1f}s down; health gate")
+        gate = health_gate(app, bootstrap, gate_deadline_s, max_dead_letter_rate)
+    except Exception as exc:  # noqa: BLE001 - any start failure is a failed gate: roll back
+        gate = GateResult(False, f"the new version did not start: {exc}")
+        downtime = time.monotonic() - stop_began
+    if gate.healthy:
+        log(f"{app.name}: {gate.reason}")
+        return {"app": app.name, "version": new_version, "previous_version": previous.get("version"),
+                "backup": str(backup), "downtime_s": round(downtime, 1), "gate": gate.reason}
+
+    log(f"{app.name}: HEALTH GATE FAILED: {gate.reason}; rolling back to version {previous.get('version')}")
+    if runtime.is_locked():
+        log(stop(app, checkpoint=checkpoint, requested_by=f"{run_id} (rollback)", deadline_s=stop_deadline_s))
+    replaced = restore_checkpoint(checkpoint, backup)
+    log(f"{app.name}: checkpoint restored from {backup} (the failed version's checkpoint is kept at {replaced})")
+    restored = launch(
+        app, previous_command(previous), checkpoint=checkpoint, launched_by=f"{run_id} (rollback)",
+        version=str(previous.get("version")), spark_conf=(previous.get("launch") or {}).get("spark_conf"),
+    )
+    raise RolloutFailed(
+        f"{app.name}: version {new_version} failed its health gate ({gate.reason}); rolled back to version "
+        f"{previous.get('version')} on the checkpoint backup {backup}, running again as pid {restored.pid}"
+    )

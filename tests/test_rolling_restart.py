@@ -1,0 +1,123 @@
+"""roll_restart_apps end to end: zero loss under load, rollback on a failed gate, refusal of a
+stateful change, all as real Airflow task runs with real detached drivers."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import yaml
+
+from streamops.app_runtime import AppRuntime
+from streamops.catalog import load_catalog
+from streamops.loadgen import LoadSpec
+from streamops.loadgen import run as run_load
+from streamops.rollout import dependency_order, incompatibilities, list_backups
+from streamops.waiting import poll_until
+from test_app_dags import app_env  # noqa: F401 - fixture
+from test_app_runs import expected_routes, routed_now
+
+
+def test_dependency_order_puts_writers_before_their_readers():
+    catalog = load_catalog()
+    data = yaml.safe_load(catalog.to_yaml())
+    downstream = dict(data["apps"][0])
+    downstream.update(name="contacts-router", inputs={"operations": "oplog.category.contacts"},
+                      outputs={"contacts": "presence.ticks"}, dead_letter_topic="presence.events",
+                      settings={"categories": {"contacts": ["ADD_CONTACT"]}})
+    data["apps"] = [downstream] + [a for a in data["apps"] if a["name"] != "presence-notifier"]
+    chained = type(catalog).model_validate(data)
+    assert dependency_order(chained, ["contacts-router", "oplog-router", "browser-activity"]) == [
+        "oplog-router", "contacts-router", "browser-activity",
+    ]
+
+
+def test_incompatibilities_name_the_changed_operator():
+    assert incompatibilities({"q": ["Aggregate [a]"]}, {"q": ["Aggregate [a]"], "new": ["x"]}) == []
+    assert incompatibilities({"q": ["Aggregate [a]"]}, {"q": ["Aggregate [b]"]}) == [
+        "query 'q' changes its stateful operators:\n    - Aggregate [a]\n    + Aggregate [b]"
+    ]
+    assert incompatibilities({"gone": ["x"]}, {}) == ["query 'gone' is gone from the new version (its checkpoint would be orphaned)"]
+
+
+def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app_env, app_catalog, broker, capfd):  # noqa: F811
+    catalog_file, runtime = app_env
+    spec = app_catalog.app("oplog-router")
+    assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0").state == "success"
+    first_pid = runtime.driver()["pid"]
+
+    stop_load = threading.Event()
+    load = threading.Thread(
+        target=run_load, args=(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.bootstrap_servers, stop_load),
+        daemon=True,
+    )
+    load.start()
+    try:
+        poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
+        rolled = run_dag("roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.1.0", gate_deadline_s=120)
+        under_load = load.is_alive()  # the producer was still writing when the roll finished
+    finally:
+        stop_load.set()
+    assert rolled.state == "success", rolled.task_states
+    (summary,) = rolled.xcoms["roll"]
+    assert summary["version"] == "1.1.0" and summary["previous_version"] == "1.0.0"
+    assert runtime.driver()["version"] == "1.1.0" and runtime.driver()["pid"] != first_pid
+    assert under_load, "the load ended before the roll: it was not a restart under load"
+    print(f"roll-restart downtime: {summary['downtime_s']} s")
+    load.join(timeout=120)
+    expected = expected_routes(broker, spec)
+    got: list = []
+
+    def complete() -> bool:
+        got[:] = routed_now(broker, spec)
+        return expected <= set(got)
+
+    poll_until(complete, timeout=180, what="every record routed after the roll", max_interval=2)
+    duplicates = sum(n - 1 for n in Counter(got).values())
+    print(f"rolling restart under load: {len(expected)} routed records, none lost, {duplicates} duplicates")
+
+    # A broken new version: its plan builds, but its queries cannot start. The gate fails and
+    # 1.1.0 comes back on its checkpoint.
+    good_pid = runtime.driver()["pid"]
+    backups_before = list_backups(spec.checkpoint_location())
+    capfd.readouterr()
+    broken = run_dag(
+        "roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.2.0",
+        spark_conf={"spark.sql.streaming.minBatchesToRetain": "0"}, gate_deadline_s=60,
+    )
+    assert broken.state == "failed"
+    out = capfd.readouterr().out
+    assert "oplog-router: version 1.2.0 failed its health gate (the new version did not start:" in out, out[-3000:]
+    assert "minBatchesToRetain has to be positive" in out
+    assert "rolled back to version 1.1.0 on the checkpoint backup" in out
+    record = runtime.driver()
+    assert runtime.state() == "running" and record["version"] == "1.1.0" and record["pid"] != good_pid
+    backups = list_backups(spec.checkpoint_location())
+    assert len(backups) == len(backups_before) + 2  # the pre-roll snapshot and the replaced one
+    assert [e["event"] for e in runtime.history()][-2:] == ["stopped", "started"]
+    assert run_dag("stop_apps", catalog_file, apps=["oplog-router"]).state == "success"
+
+
+def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env, app_catalog, tmp_path, capfd):  # noqa: F811
+    catalog_file, _ = app_env
+    runtime = AppRuntime(tmp_path / "checkpoints" / "browser-activity")
+    assert run_dag("deploy_apps", catalog_file, apps=["browser-activity"]).state == "success"
+    running = runtime.driver()
+    try:
+        changed = yaml.safe_load(catalog_file.read_text())
+        browser = next(a for a in changed["apps"] if a["name"] == "browser-activity")
+        browser["settings"]["window"] = "6 seconds"
+        catalog_file.write_text(yaml.safe_dump(changed, sort_keys=False))
+        capfd.readouterr()
+
+        refused = run_dag("roll_restart_apps", catalog_file, apps=["browser-activity"], version="2.0.0")
+
+        assert refused.state == "failed"
+        out = capfd.readouterr().out
+        assert "browser-activity: the new version cannot restart from the running version's checkpoint, so nothing was stopped" in out
+        assert "query 'window-count' changes its stateful operators" in out
+        assert runtime.state() == "running" and runtime.driver()["pid"] == running["pid"]
+        assert list_backups(str(tmp_path / "checkpoints" / "browser-activity")) == []
+    finally:
+        runtime.request_stop(by="test")
+        poll_until(lambda: not runtime.is_locked(), timeout=120, what="browser-activity to stop")
