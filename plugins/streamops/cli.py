@@ -286,3 +286,14 @@ def bench_router(
     from streamops.bench import router_benchmark, table
 
     typer.echo(table(router_benchmark(events, bootstrap_servers)))
+
+
+@bench_app.command("roll-restart")
+def bench_roll_restart(
+    rate: Annotated[float, typer.Option(min=1, help="Load in records/s during the roll.")] = 300,
+) -> None:
+    """Roll the router to a new version under load: downtime, output gap, loss and duplicates."""
+    from streamops.bench import roll_restart_benchmark
+
+    for line in roll_restart_benchmark(rate):
+        typer.echo(line)
