@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
+from streamops.dag_tasks import apps_param
 
 APP_NAMES = load_catalog().app_names()
 
@@ -38,10 +39,7 @@ Running apps also commit their processed offsets to the consumer group `streamop
     tags=["spark", "apps", "status"],
     default_args={"owner": "data-platform", "retries": 1, "retry_delay": timedelta(seconds=30)},
     params={
-        "apps": Param(
-            [], type=["array", "null"], items={"type": "string", "enum": APP_NAMES}, uniqueItems=True,
-            examples=APP_NAMES, title="Apps", description="Leave empty for all apps.",
-        ),
+        "apps": apps_param(APP_NAMES, required=False, description="Leave empty for all apps."),
     },
 )
 def app_status():

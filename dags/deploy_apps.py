@@ -11,6 +11,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
+from streamops.dag_tasks import apps_param
 
 APP_NAMES = load_catalog().app_names()
 
@@ -40,10 +41,7 @@ this task ends, holding no Airflow worker slot.
     tags=["spark", "apps", "deploy"],
     default_args={"owner": "data-platform", "retries": 0, "retry_delay": timedelta(seconds=30)},
     params={
-        "apps": Param(
-            APP_NAMES[:1], type="array", items={"type": "string", "enum": APP_NAMES}, minItems=1,
-            uniqueItems=True, examples=APP_NAMES, title="Apps", description="Apps to start.",
-        ),
+        "apps": apps_param(APP_NAMES, required=True, description="Apps to start."),
         "version": Param(
             None, type=["null", "string"], pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$",
             title="Version label", description="Recorded with the run and in dead letters. Empty: the catalog's.",

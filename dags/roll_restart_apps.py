@@ -9,6 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
+from streamops.dag_tasks import apps_param
 from streamops.rollout import dependency_order
 
 CATALOG = load_catalog()
@@ -45,10 +46,7 @@ The XCom of each app has the downtime (seconds without a driver) and the backup 
     tags=["spark", "apps", "deploy", "upgrade"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "apps": Param(
-            APP_NAMES[:1], type="array", items={"type": "string", "enum": APP_NAMES}, minItems=1,
-            uniqueItems=True, examples=APP_NAMES, title="Apps", description="Apps to roll, in any order.",
-        ),
+        "apps": apps_param(APP_NAMES, required=True, description="Apps to roll, in any order."),
         "version": Param(
             "1.0.0", type="string", pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$",
             title="New version label",

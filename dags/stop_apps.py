@@ -11,6 +11,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
+from streamops.dag_tasks import apps_param
 
 APP_NAMES = load_catalog().app_names()
 
@@ -34,10 +35,7 @@ killed, and the task says which happened.
     tags=["spark", "apps", "stop"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "apps": Param(
-            APP_NAMES[:1], type="array", items={"type": "string", "enum": APP_NAMES}, minItems=1,
-            uniqueItems=True, examples=APP_NAMES, title="Apps", description="Apps to stop.",
-        ),
+        "apps": apps_param(APP_NAMES, required=True, description="Apps to stop."),
         "deadline_s": Param(60, type="integer", minimum=5, maximum=3600, title="Deadline (s)",
                             description="How long a micro-batch may take to finish before it is interrupted."),
     },

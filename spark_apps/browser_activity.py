@@ -135,17 +135,9 @@ def window_counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> Da
     actions = records.good(records.parse(source([spec.inputs["logs"]]), FIELDS, spec.max_record_bytes)).where(
         F.col("logger_name") != settings.captcha_logger
     )
-    counted = (
-        actions.withWatermark("event_time", settings.watermark)
-        .groupBy(F.window("event_time", settings.window, settings.slide), "fingerprint")
-        .count()
-    )
-    start, end = records.iso_time("window.start"), records.iso_time("window.end")
-    value = F.struct(F.col("fingerprint"), start.alias("window_start"), end.alias("window_end"), F.col("count"))
-    return counted.select(
-        F.concat_ws("|", F.col("fingerprint"), start).alias("key"),
-        F.to_json(value).alias("value"),
-        F.lit(spec.outputs["activity_counts"]).alias("topic"),
+    return records.windowed_counts(
+        actions, "fingerprint", "event_time", settings.window, settings.slide, settings.watermark,
+        spec.outputs["activity_counts"],
     )
 
 

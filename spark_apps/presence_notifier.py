@@ -170,21 +170,12 @@ def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame
     notifications = source([spec.outputs["notifications"]]).select(
         F.from_json(F.col("value").cast("string"), "user_id string, event_time string").alias("n")
     )
-    counted = (
-        notifications.select(F.col("n.user_id").alias("user_id"), F.to_timestamp("n.event_time").alias("event_time"))
-        .where(F.col("user_id").isNotNull() & F.col("event_time").isNotNull())
-        .withWatermark("event_time", settings.watermark)
-        .groupBy(F.window("event_time", settings.count_window, settings.count_slide), "user_id")
-        .count()
-    )
-    start, end = records.iso_time("window.start"), records.iso_time("window.end")
-    value = F.struct(
-        F.col("user_id"), start.alias("window_start"), end.alias("window_end"), F.col("count")
-    )
-    return counted.select(
-        F.concat_ws("|", F.col("user_id"), start).alias("key"),
-        F.to_json(value).alias("value"),
-        F.lit(spec.outputs["notification_counts"]).alias("topic"),
+    timed = notifications.select(
+        F.col("n.user_id").alias("user_id"), F.to_timestamp("n.event_time").alias("event_time")
+    ).where(F.col("user_id").isNotNull() & F.col("event_time").isNotNull())
+    return records.windowed_counts(
+        timed, "user_id", "event_time", settings.count_window, settings.count_slide, settings.watermark,
+        spec.outputs["notification_counts"],
     )
 
 

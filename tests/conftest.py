@@ -70,7 +70,7 @@ def airflow_db(session_dir: Path) -> Path:
     return Path(os.environ["AIRFLOW_HOME"])
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def admin(broker: LocalBroker):
     from confluent_kafka.admin import AdminClient
 

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
-from test_app_runs import expected_routes, routed_now
+from test_app_runs import wait_until_all_routed
 
 STREAMOPS = str(Path(sys.executable).parent / "streamops")
 
@@ -104,15 +103,7 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
 
     second = launcher("oplog-router")
     wait_running(runtime, second, "route")
-    expected = expected_routes(broker, spec)
-    got: list = []
-
-    def complete() -> bool:
-        got[:] = routed_now(broker, spec)
-        return expected <= set(got)
-
-    poll_until(complete, timeout=180, what="every record routed after the restart", max_interval=2)
-    duplicates = sum(n - 1 for n in Counter(got).values())
+    expected, duplicates = wait_until_all_routed(broker, spec)
     print(f"kill -9 and restart: {len(expected)} routed records, none lost, {duplicates} duplicates")
     runtime.request_stop(by="test")
     assert second.wait(timeout=120) == 0

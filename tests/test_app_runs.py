@@ -35,6 +35,20 @@ def routed_now(broker, spec) -> list[tuple[str, str]]:
     return out
 
 
+def wait_until_all_routed(broker, spec, timeout: float = 180) -> tuple[set, int]:
+    """Poll until every routable input record is in the outputs; (expected, duplicates)."""
+    expected = expected_routes(broker, spec)
+    got: list[tuple[str, str]] = []
+
+    def complete() -> bool:
+        got[:] = routed_now(broker, spec)
+        return expected <= set(got)
+
+    poll_until(complete, timeout=timeout, what="every input record in the router's output", max_interval=2)
+    assert set(got) - expected == set(), "output records that no input explains"
+    return expected, sum(n - 1 for n in Counter(got).values())
+
+
 def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, app_catalog, tmp_path):
     spec = app_catalog.app("oplog-router")
     options = RunOptions(bootstrap_servers=broker.bootstrap_servers, checkpoint=str(tmp_path / "ckpt"), trigger="1 second")
@@ -51,20 +65,11 @@ def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, ap
     (query,) = start_app(spark, spec, oplog_router, options)
     try:
         producer.join(timeout=120)
-        expected = expected_routes(broker, spec)
+        expected, duplicates = wait_until_all_routed(broker, spec)
         assert len(expected) > 5000
-        got: list[tuple[str, str]] = []
-
-        def all_routed() -> bool:
-            got[:] = routed_now(broker, spec)
-            return expected <= set(got)
-
-        poll_until(all_routed, timeout=180, what="every input record in the router's output", max_interval=2)
     finally:
         query.stop()
-    duplicates = sum(n - 1 for n in Counter(got).values())
     print(f"router restart: {len(expected)} routed records expected, all present; {duplicates} duplicates")
-    assert set(got) - expected == set(), "output records that no input explains"
 
 
 def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_path):

@@ -4,18 +4,18 @@ stateful change, all as real Airflow task runs with real detached drivers."""
 from __future__ import annotations
 
 import threading
-from collections import Counter
 
 import yaml
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
+from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.rollout import dependency_order, incompatibilities, list_backups
 from streamops.waiting import poll_until
 from test_app_dags import app_env  # noqa: F401 - fixture
-from test_app_runs import expected_routes, routed_now
+from test_app_runs import wait_until_all_routed
 
 
 def test_dependency_order_puts_writers_before_their_readers():
@@ -65,15 +65,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert under_load, "the load ended before the roll: it was not a restart under load"
     print(f"roll-restart downtime: {summary['downtime_s']} s")
     load.join(timeout=120)
-    expected = expected_routes(broker, spec)
-    got: list = []
-
-    def complete() -> bool:
-        got[:] = routed_now(broker, spec)
-        return expected <= set(got)
-
-    poll_until(complete, timeout=180, what="every record routed after the roll", max_interval=2)
-    duplicates = sum(n - 1 for n in Counter(got).values())
+    expected, duplicates = wait_until_all_routed(broker, spec)
     print(f"rolling restart under load: {len(expected)} routed records, none lost, {duplicates} duplicates")
 
     # A broken new version: its plan builds, but its queries cannot start. The gate fails and
@@ -121,3 +113,41 @@ def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env
     finally:
         runtime.request_stop(by="test")
         poll_until(lambda: not runtime.is_locked(), timeout=120, what="browser-activity to stop")
+
+
+def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_env, app_catalog, broker, tmp_path):  # noqa: F811
+    catalog_file, _ = app_env
+    spec = app_catalog.app("presence-notifier")
+    runtime = AppRuntime(tmp_path / "checkpoints" / "presence-notifier")
+    assert run_dag("deploy_apps", catalog_file, apps=["presence-notifier"]).state == "success"
+    stop_load = threading.Event()
+    load = threading.Thread(
+        target=run_load, args=(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.bootstrap_servers, stop_load),
+        daemon=True,
+    )
+    load.start()
+    try:
+        poll_until(lambda: runtime.progress().get("notify", {}).get("input_rows"), timeout=180, what="notify to see load")
+        rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="1.1.0", gate_deadline_s=180)
+        under_load = load.is_alive()
+    finally:
+        stop_load.set()
+    load.join(timeout=120)
+    assert rolled.state == "success", rolled.task_states
+    assert under_load
+    print(f"presence roll-restart downtime: {rolled.xcoms['roll'][0]['downtime_s']} s")
+
+    closes = {
+        f"{r.topic}/{r.partition}/{r.offset}"
+        for r in read_all(broker.bootstrap_servers, spec.inputs["events"])
+        if r.json()["action"] == "Close"
+    }
+    notified: list[str] = []
+
+    def every_close_notified() -> bool:
+        notified[:] = [n["source_event_id"] for n in (r.json() for r in read_all(broker.bootstrap_servers, spec.outputs["notifications"])) if n["cause"] == "close"]
+        return closes <= set(notified)
+
+    poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)
+    print(f"presence roll under load: {len(closes)} Close events, all notified, {len(notified) - len(set(notified))} duplicates")
+    assert run_dag("stop_apps", catalog_file, apps=["presence-notifier"]).state == "success"

@@ -157,3 +157,20 @@ def iso_ms(epoch_ms: int) -> str:
 def iso_time(column: str | Column) -> Column:
     """A timestamp as ISO-8601 text in UTC with milliseconds, as every output writes times."""
     return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+
+
+def windowed_counts(
+    frame: DataFrame, key: str, event_time: str, window: str, slide: str, watermark: str, topic: str
+) -> DataFrame:
+    """Rows per `key` in `window` windows every `slide` on event time, as update records
+    (key `<key>|<window start>`, value {key, window_start, window_end, count})."""
+    counted = (
+        frame.withWatermark(event_time, watermark)
+        .groupBy(F.window(event_time, window, slide), key)
+        .count()
+    )
+    start, end = iso_time("window.start"), iso_time("window.end")
+    value = F.struct(F.col(key), start.alias("window_start"), end.alias("window_end"), F.col("count"))
+    return counted.select(
+        F.concat_ws("|", F.col(key), start).alias("key"), F.to_json(value).alias("value"), F.lit(topic).alias("topic")
+    )
