@@ -5,8 +5,6 @@ Wiring only; the logic is in plugins/streamops/app_ops.py.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog

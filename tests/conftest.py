@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -176,3 +177,23 @@ def run_available_now(spark, catalog, app_name, broker, checkpoint, **options):
         program,
         RunOptions(bootstrap_servers=broker.bootstrap_servers, checkpoint=str(checkpoint), trigger=AVAILABLE_NOW, **options),
     )
+
+
+@pytest.fixture
+def app_env(app_catalog, tmp_path, monkeypatch):
+    """The app catalog as a file, checkpoints under tmp_path and spark_default in local mode, for
+    DAG runs that launch real drivers; a driver left running is killed at the end."""
+    from streamops.app_runtime import AppRuntime
+
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(app_catalog.to_yaml())
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_DEFAULT",
+        '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}',
+    )
+    yield catalog_file, AppRuntime(tmp_path / "checkpoints" / "oplog-router")
+    for name in app_catalog.app_names():  # never leave a driver behind
+        runtime = AppRuntime(tmp_path / "checkpoints" / name)
+        if runtime.is_locked():
+            os.kill(runtime.driver()["pid"], signal.SIGKILL)

@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
-from streamops.app_runtime import AppRuntime
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
-
-
-@pytest.fixture
-def app_env(app_catalog, tmp_path, monkeypatch):
-    catalog_file = tmp_path / "catalog.yaml"
-    catalog_file.write_text(app_catalog.to_yaml())
-    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_SPARK_DEFAULT",
-        '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}',
-    )
-    runtime = AppRuntime(tmp_path / "checkpoints" / "oplog-router")
-    yield catalog_file, runtime
-    if runtime.is_locked():  # never leave a driver behind
-        import os
-        import signal
-
-        os.kill(runtime.driver()["pid"], signal.SIGKILL)
 
 
 def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_catalog, broker, capfd):
@@ -47,7 +26,11 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     assert runtime.driver()["pid"] == driver["pid"]
 
     run_load(spec, LoadSpec(count=1000, keys=10, seed=9), broker.bootstrap_servers)
-    poll_until(lambda: sum(p.lag for p in _status(spec, broker).lags) == 0, timeout=120, what="the router to catch up")
+    def caught_up() -> bool:
+        lags = _status(spec, broker).lags  # empty until the first batch commits
+        return bool(lags) and sum(p.end for p in lags) == 1000 and sum(p.lag for p in lags) == 0
+
+    poll_until(caught_up, timeout=120, what="the router to catch up")
     status = run_dag("app_status", catalog_file, apps=["oplog-router"])
     assert status.state == "success"
     router = status.xcoms["status"]["oplog-router"]

@@ -110,7 +110,7 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, p
         assert {name: len(topics[name].partitions) for name in names} == {names[0]: 4, names[1]: 1}
 
         status = streamops("status")
-        assert f"Kafka broker: running" in status.stdout and ", healthy;" in status.stdout
+        assert "Kafka broker: running" in status.stdout and ", healthy;" in status.stdout
         assert (
             "metadatabase healthy, scheduler healthy, triggerer healthy, dag_processor healthy" in status.stdout
         ), status.stdout

@@ -14,7 +14,6 @@ from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.rollout import dependency_order, incompatibilities, list_backups
 from streamops.waiting import poll_until
-from test_app_dags import app_env  # noqa: F401 - fixture
 from test_app_runs import wait_until_all_routed
 
 
@@ -40,7 +39,7 @@ def test_incompatibilities_name_the_changed_operator():
     assert incompatibilities({"gone": ["x"]}, {}) == ["query 'gone' is gone from the new version (its checkpoint would be orphaned)"]
 
 
-def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app_env, app_catalog, broker, capfd):  # noqa: F811
+def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app_env, app_catalog, broker, capfd):
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0").state == "success"
@@ -90,7 +89,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"]).state == "success"
 
 
-def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env, app_catalog, tmp_path, capfd):  # noqa: F811
+def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env, app_catalog, tmp_path, capfd):
     catalog_file, _ = app_env
     runtime = AppRuntime(tmp_path / "checkpoints" / "browser-activity")
     assert run_dag("deploy_apps", catalog_file, apps=["browser-activity"]).state == "success"
@@ -115,7 +114,7 @@ def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env
         poll_until(lambda: not runtime.is_locked(), timeout=120, what="browser-activity to stop")
 
 
-def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_env, app_catalog, broker, tmp_path):  # noqa: F811
+def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_env, app_catalog, broker, tmp_path):
     catalog_file, _ = app_env
     spec = app_catalog.app("presence-notifier")
     runtime = AppRuntime(tmp_path / "checkpoints" / "presence-notifier")

@@ -16,8 +16,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 
 from pyspark.sql import DataFrame, SparkSession
@@ -51,10 +50,7 @@ class RunOptions:
     starting_offsets: str = "earliest"  # only for a new checkpoint
     version: str | None = None  # overrides the catalog's version label
     max_offsets_per_trigger: int | None = None
-    extra: dict = field(default_factory=dict)
 
-
-Program = Callable[[AppSpec, str, Callable[[list[str]], DataFrame]], list[OutputQuery]]
 
 
 def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, options: RunOptions) -> list[OutputQuery]:
