@@ -1,4 +1,4 @@
-"""Tasks of the deploy_apps, app_status and stop_apps DAGs."""
+"""Tasks of the deploy_apps, app_status, stop_apps and roll_restart_apps DAGs."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def command_for(app_name: str, version: str | None, spark_conf: dict | None) -> 
     from dataclasses import replace
 
     app = load_catalog().app(app_name)
-    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version)
+    # The checkpoint is passed explicitly so the driver and the DAGs agree on it.
+    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version, checkpoint=app.checkpoint_location())
     spec = replace(spec, conf={**spec.conf, **{k: str(v) for k, v in (spark_conf or {}).items()}})
     return spark_submit_command(spec)
 
