@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import httpx
 
@@ -51,14 +53,19 @@ class AirflowApi:
         except DeadlineExceeded as exc:
             raise AirflowApiError(f"{exc}; see the dag-processor log") from None
 
-    def trigger(self, dag_id: str, conf: dict) -> str:
-        response = self.client.post(
-            f"/dags/{dag_id}/dagRuns",
-            json={"conf": conf, "logical_date": None, "note": "triggered by streamops up"},
-        )
-        if response.status_code >= 400:
-            raise AirflowApiError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
-        return response.json()["dag_run_id"]
+    def trigger(self, dag_id: str, conf: dict, attempts: int = 5) -> str:
+        """Create a DAG run. The embedded SQLite database answers 500 "database is locked" while
+        the scheduler writes: retry with the same run id, so a retry never makes a second run."""
+        run_id = f"streamops__{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
+        body = {"dag_run_id": run_id, "conf": conf, "logical_date": None, "note": "triggered by streamops up"}
+        for attempt in range(1, attempts + 1):
+            response = self.client.post(f"/dags/{dag_id}/dagRuns", json=body)
+            if response.status_code < 400 or response.status_code == 409:  # 409: an earlier try got in
+                return run_id
+            if response.status_code < 500 or attempt == attempts:
+                raise AirflowApiError(f"triggering {dag_id} failed: {response.status_code} {response.text}")
+            time.sleep(attempt)  # back off before retrying a server error
+        raise AssertionError("unreachable")
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
         def finished():
