@@ -3,7 +3,6 @@ stateful change, all as real Airflow task runs with real detached drivers."""
 
 from __future__ import annotations
 
-import threading
 
 import yaml
 
@@ -11,7 +10,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
-from streamops.loadgen import run as run_load
+from streamops.loadgen import background_load
 from streamops.rollout import dependency_order, incompatibilities, list_backups
 from streamops.waiting import poll_until
 from test_app_runs import wait_until_all_routed
@@ -45,25 +44,16 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0").state == "success"
     first_pid = runtime.driver()["pid"]
 
-    stop_load = threading.Event()
-    load = threading.Thread(
-        target=run_load, args=(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.bootstrap_servers, stop_load),
-        daemon=True,
-    )
-    load.start()
-    try:
+    with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.bootstrap_servers) as load:
         poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.1.0", gate_deadline_s=120)
         under_load = load.is_alive()  # the producer was still writing when the roll finished
-    finally:
-        stop_load.set()
     assert rolled.state == "success", rolled.task_states
     (summary,) = rolled.xcoms["roll"]
     assert summary["version"] == "1.1.0" and summary["previous_version"] == "1.0.0"
     assert runtime.driver()["version"] == "1.1.0" and runtime.driver()["pid"] != first_pid
     assert under_load, "the load ended before the roll: it was not a restart under load"
     print(f"roll-restart downtime: {summary['downtime_s']} s")
-    load.join(timeout=120)
     expected, duplicates = wait_until_all_routed(broker, spec)
     print(f"rolling restart under load: {len(expected)} routed records, none lost, {duplicates} duplicates")
 
@@ -119,19 +109,10 @@ def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_e
     spec = app_catalog.app("presence-notifier")
     runtime = AppRuntime(tmp_path / "checkpoints" / "presence-notifier")
     assert run_dag("deploy_apps", catalog_file, apps=["presence-notifier"]).state == "success"
-    stop_load = threading.Event()
-    load = threading.Thread(
-        target=run_load, args=(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.bootstrap_servers, stop_load),
-        daemon=True,
-    )
-    load.start()
-    try:
+    with background_load(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.bootstrap_servers) as load:
         poll_until(lambda: runtime.progress().get("notify", {}).get("input_rows"), timeout=180, what="notify to see load")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="1.1.0", gate_deadline_s=180)
         under_load = load.is_alive()
-    finally:
-        stop_load.set()
-    load.join(timeout=120)
     assert rolled.state == "success", rolled.task_states
     assert under_load
     print(f"presence roll-restart downtime: {rolled.xcoms['roll'][0]['downtime_s']} s")

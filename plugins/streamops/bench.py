@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import AppSpec, Catalog, load_catalog
 from streamops.kafka_records import end_offsets, producer
-from streamops.loadgen import LoadSpec
+from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics
 
@@ -172,7 +172,6 @@ def roll_restart_benchmark(rate: float = 300.0, bootstrap: str | None = None) ->
     """Deploy the router, roll it to a new version under steady load, and measure the downtime
     (no driver) and the gap in its output, then reconcile input against output."""
     import os
-    import threading
     from collections import Counter
 
     from streamops.app_ops import launch
@@ -203,19 +202,13 @@ def roll_restart_benchmark(rate: float = 300.0, bootstrap: str | None = None) ->
             return spec.argv(master="local[2]")
 
         launch(app, command("1.0.0"), checkpoint=app.checkpoint_location(), launched_by="bench", version="1.0.0")
-        stop_load = threading.Event()
-        load = threading.Thread(
-            target=run_load, args=(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=1), bootstrap, stop_load), daemon=True
-        )
-        load.start()
         runtime = AppRuntime(app.checkpoint_location())
-        poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
-        summary = roll_restart(
-            app, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"), new_version="1.1.0",
-            bootstrap=bootstrap, run_id="bench", log=lambda line: None,
-        )
-        stop_load.set()
-        load.join()
+        with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=1), bootstrap):
+            poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
+            summary = roll_restart(
+                app, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"), new_version="1.1.0",
+                bootstrap=bootstrap, run_id="bench", log=lambda line: None,
+            )
         from spark_apps.oplog_router import routes
 
         table = routes(app)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -160,3 +161,17 @@ def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str, stop: threading.Ev
     if remaining or errors:
         raise KafkaException(f"{remaining} record(s) not acknowledged; first errors: {errors[:3]}")
     return report
+
+
+@contextmanager
+def background_load(app: AppSpec, load: LoadSpec, bootstrap_servers: str) -> Iterator[threading.Thread]:
+    """Produce `load` from a background thread while the block runs; stop and flush it on exit.
+    The thread is yielded so callers can ask whether it was still producing."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(app, load, bootstrap_servers, stop), daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(timeout=120)
