@@ -253,3 +253,57 @@ def test_two_apps_writing_one_topic_is_refused(tmp_path):
         "apps[1] 'router-two' (line 36), field 'dead_letter_topic': topic 'orders.dead' is already written by app "
         "'router'; every topic has one writing app",
     ]
+
+
+# --- value schemas and expectation suites ---------------------------------------------------
+
+
+def test_every_output_topic_has_a_suite_that_loads_with_its_catalog_parameters():
+    from streamops.quality.suites import load_suite
+
+    catalog = load_catalog()
+    outputs = {t for app in catalog.apps for t in [*app.outputs.values(), app.dead_letter_topic]}
+    assert set(catalog.validated_topics()) == outputs
+    contacts = load_suite(catalog, "oplog.category.contacts")
+    assert contacts.parameters["op_types"] == catalog.app("oplog-router").settings.categories["contacts"]
+    assert contacts.reconciliation == "router"
+    counts = load_suite(catalog, "presence.notification-counts")
+    window_check = next(e for e in counts.record_expectations if "window size" in e["description"])
+    assert "<> 600000" in window_check["kwargs"]["unexpected_rows_query"]  # 10 minutes, from the catalog
+
+
+def test_a_suite_file_that_does_not_exist_is_named_with_its_line(tmp_path):
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    value_schema: {id: string}\n    expectation_suite: expectations/nope.json\n")
+    assert problems(path) == [
+        f"topics[0] 'orders.placed' (line 9), field 'expectation_suite': file {tmp_path / 'expectations' / 'nope.json'} not found"
+    ]
+
+
+def test_a_suite_needs_a_value_schema_and_schema_types_are_checked(tmp_path):
+    (tmp_path / "s.json").write_text('{"expectations": []}')
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    value_schema: {id: integer}\n  - name: orders.paid\n"
+                 "    partitions: 1\n    replication_factor: 1\n    owner: shop\n    description: d\n    expectation_suite: s.json\n")
+    assert problems(path) == [
+        "topics[0] 'orders.placed' (line 8), field 'value_schema.id': must be one of "
+        "'string', 'bigint', 'double', 'boolean', 'timestamp' or 'json' (got 'integer')",
+        "topics[1] 'orders.paid' (line 9): expectation_suite needs value_schema: the suite validates the decoded fields",
+    ]
+
+
+def test_a_suite_parameter_the_catalog_does_not_provide_is_refused(tmp_path):
+    import json
+
+    from streamops.quality.suites import SuiteError, load_suite
+
+    catalog = load_catalog()
+    suite_file = tmp_path / "contacts.json"
+    suite_file.write_text(json.dumps({"name": "x", "expectations": [
+        {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "op_type", "value_set": {"$PARAMETER": "op_typo"}}}]}))
+    topics = [t.model_copy(update={"expectation_suite": str(suite_file)}) if t.name == "oplog.category.contacts" else t
+              for t in catalog.topics]
+    with pytest.raises(SuiteError) as caught:
+        load_suite(catalog.model_copy(update={"topics": topics}), "oplog.category.contacts")
+    assert str(caught.value) == (
+        f"suite file {suite_file}, expectations[0], kwargs.value_set: parameter 'op_typo' is not provided by the "
+        "catalog (available: category, op_types)"
+    )

@@ -92,6 +92,8 @@ class _Strict(BaseModel):
 
 
 ConfigValue = StrictInt | bool | str
+# Types a value field may have: "json" keeps a nested object as JSON text.
+ValueType = Literal["string", "bigint", "double", "boolean", "timestamp", "json"]
 
 
 class TopicSpec(_Strict):
@@ -103,6 +105,11 @@ class TopicSpec(_Strict):
     owner: str = Field(min_length=1)
     description: str = Field(min_length=1)
     configs: dict[str, ConfigValue] = Field(default_factory=dict)
+    # JSON value fields -> type, for decoding the topic as a batch (validation, reconciliation).
+    # Nested fields are dotted paths ("source.offset"); their column is "source_offset".
+    value_schema: dict[str, ValueType] | None = None
+    # The Great Expectations suite for this topic: a JSON file, relative to the catalog file.
+    expectation_suite: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -152,6 +159,16 @@ class TopicSpec(_Strict):
                     f"({self.replication_factor}): no write with acks=all could ever succeed"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _suite_needs_a_schema(self) -> TopicSpec:
+        if self.expectation_suite and not self.value_schema:
+            raise ValueError("expectation_suite needs value_schema: the suite validates the decoded fields")
+        return self
+
+    def value_columns(self) -> dict[str, str]:
+        """Decoded column name -> field path ("source.offset" -> "source_offset")."""
+        return {path.replace(".", "_"): path for path in (self.value_schema or {})}
 
     def kafka_configs(self) -> dict[str, str]:
         """The configs as the broker reports them: every value a string."""
@@ -335,6 +352,20 @@ class Catalog(_Strict):
     def topic_names(self) -> list[str]:
         return [spec.name for spec in self.topics]
 
+    def writer(self, topic: str) -> tuple[AppSpec, str] | None:
+        """The app writing `topic` and its output role ("dead_letters" for its dead-letter topic)."""
+        for app in self.apps:
+            for role, name in app.outputs.items():
+                if name == topic:
+                    return app, role
+            if app.dead_letter_topic == topic:
+                return app, "dead_letters"
+        return None
+
+    def validated_topics(self) -> list[str]:
+        """Topics that have an expectation suite, in catalog order."""
+        return [spec.name for spec in self.topics if spec.expectation_suite]
+
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -399,9 +430,26 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
 
     problems = list(_cross_topic_problems(catalog, data, root_node))
     problems += list(_cross_app_problems(catalog, data, root_node))
+    catalog, suite_problems = _resolve_suite_paths(catalog, path.parent, data, root_node)
+    problems += suite_problems
     if problems:
         raise CatalogError(path, problems)
     return catalog
+
+
+def _resolve_suite_paths(catalog: Catalog, base: Path, data: dict, root_node: yaml.Node) -> tuple[Catalog, list[str]]:
+    """Suite files relative to the catalog become absolute (a catalog copied elsewhere, as the
+    tests do, still finds them); a missing file is a problem naming the entry."""
+    topics, problems = [], []
+    for index, spec in enumerate(catalog.topics):
+        if spec.expectation_suite:
+            suite = (base / spec.expectation_suite).resolve()
+            if not suite.is_file():
+                where = _where(("topics", index), data, root_node, field_path=("topics", index, "expectation_suite"))
+                problems.append(f"{where}, field 'expectation_suite': file {suite} not found")
+            spec = spec.model_copy(update={"expectation_suite": str(suite)})
+        topics.append(spec)
+    return catalog.model_copy(update={"topics": topics}), problems
 
 
 def _cross_topic_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> Iterator[str]:
