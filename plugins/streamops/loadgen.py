@@ -36,6 +36,9 @@ class LoadSpec:
     skew: timedelta = timedelta(seconds=0)  # event times jitter by up to this, either way
     start_seq: int = 1
     start_time: datetime | None = None  # event time of the first record (default: now)
+    # Event time between consecutive records (default: 1/rate, or 1 ms unpaced): spread a
+    # backlog over hours of event time so windows close.
+    event_spacing: timedelta | None = None
     seed: int | None = None
 
 
@@ -84,7 +87,7 @@ def events(app: AppSpec, load: LoadSpec) -> Iterator[tuple[str, str, str, bool, 
     """(topic, key, value, malformed, late) for `load.count` records of the app's inputs."""
     rng = random.Random(load.seed)
     start = load.start_time or datetime.now(timezone.utc)
-    spacing = timedelta(seconds=1 / load.rate) if load.rate else timedelta(milliseconds=1)
+    spacing = load.event_spacing or (timedelta(seconds=1 / load.rate) if load.rate else timedelta(milliseconds=1))
     categories = app.settings.categories if isinstance(app.settings, RouterSettings) else {}
     op_types = sorted({op for ops in categories.values() for op in ops})
     presence_state: dict[str, str] = {}

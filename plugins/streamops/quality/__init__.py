@@ -1,0 +1,1 @@
+"""Output topic quality: bounded Kafka ranges validated with Great Expectations suites."""

@@ -1,0 +1,272 @@
+"""Bounded Kafka ranges: what a validation run reads as its batch.
+
+An operator asks for a range in one of four ways (the validate DAG's form): the last N records
+of each partition, a time range, explicit offsets per partition, or "auto" (a scheduled run's
+data interval; after a deploy or backfill, the last N records). Every request is checked against
+the catalog and the broker before any record is read; all problems are reported at once.
+
+Times are the records' Kafka timestamps: for an output topic, when the app wrote the record.
+Ranges are half-open: [start, end) per partition, as Kafka's offsets count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from streamops.catalog import Catalog
+
+RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
+MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
+_TIMEOUT_S = 15
+
+
+class RangeError(ValueError):
+    """A range request that cannot be served. The message lists every problem, one per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        head = "the validation range was refused before reading anything:"
+        super().__init__("\n".join([head, *(f"  - {p}" for p in problems)]))
+
+
+@dataclass(frozen=True)
+class TopicRange:
+    """[start, end) offsets per partition of one topic."""
+
+    topic: str
+    partitions: dict[int, tuple[int, int]]
+    description: str  # how the operator asked for it, in words
+
+    @property
+    def records(self) -> int:
+        """Offsets in the range (on a compacted topic, some may have been compacted away)."""
+        return sum(end - start for start, end in self.partitions.values())
+
+    def spans(self) -> str:
+        """'p0 10-20, p1 empty' for logs."""
+        return ", ".join(
+            f"p{p} {start}-{end}" if end > start else f"p{p} empty" for p, (start, end) in sorted(self.partitions.items())
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "topic": self.topic,
+            "partitions": {str(p): [s, e] for p, (s, e) in sorted(self.partitions.items())},
+            "description": self.description,
+            "records": self.records,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> TopicRange:
+        return cls(data["topic"], {int(p): (int(s), int(e)) for p, (s, e) in data["partitions"].items()}, data["description"])
+
+
+@dataclass
+class RangeRequest:
+    """The range part of the validate DAG's form."""
+
+    mode: str = "auto"
+    last_records: int = 1000
+    start_time: str | None = None
+    end_time: str | None = None
+    # topic -> partition (as text, JSON keys are strings) -> [start, end)
+    offsets: dict[str, dict[str, list[int]]] | None = None
+
+    @classmethod
+    def from_params(cls, params: dict) -> RangeRequest:
+        return cls(
+            mode=params.get("range") or "auto",
+            last_records=params.get("last_records") if params.get("last_records") is not None else 1000,
+            start_time=params.get("start_time") or None,
+            end_time=params.get("end_time") or None,
+            offsets=params.get("offsets") or None,
+        )
+
+
+def parse_time(text: str, what: str) -> datetime:
+    """An ISO-8601 time that says its timezone; a naive one means different instants on
+    different hosts, so it is refused."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except (ValueError, AttributeError):
+        raise ValueError(f"{what} {text!r} is not an ISO-8601 time (e.g. 2026-11-22T10:00:00Z)") from None
+    if value.tzinfo is None:
+        raise ValueError(f"{what} {text!r} has no timezone: add Z or an offset such as +01:00")
+    return value
+
+
+def watermarks(admin: AdminClient, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """partition -> (earliest, latest) offsets now."""
+    low = _list_offsets(admin, topic, {p: OffsetSpec.earliest() for p in partitions})
+    high = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
+    return {p: (low[p], high[p]) for p in partitions}
+
+
+def offsets_for_time(admin: AdminClient, topic: str, partitions: Sequence[int], epoch_ms: int) -> dict[int, int]:
+    """partition -> the first offset whose timestamp is at or after `epoch_ms` (the end if none)."""
+    found = _list_offsets(admin, topic, {p: OffsetSpec.for_timestamp(epoch_ms) for p in partitions})
+    latest = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
+    return {p: latest[p] if found[p] < 0 else found[p] for p in partitions}
+
+
+def _list_offsets(admin: AdminClient, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
+    futures = admin.list_offsets({TopicPartition(topic, p): spec for p, spec in specs.items()}, request_timeout=_TIMEOUT_S)
+    return {tp.partition: future.result().offset for tp, future in futures.items()}
+
+
+def topic_partitions(admin: AdminClient, topics: Sequence[str]) -> dict[str, list[int] | None]:
+    """topic -> its partitions on the broker (None: the topic does not exist)."""
+    metadata = admin.list_topics(timeout=_TIMEOUT_S)
+    return {
+        t: sorted(metadata.topics[t].partitions) if t in metadata.topics and metadata.topics[t].error is None else None
+        for t in topics
+    }
+
+
+def resolve(
+    admin: AdminClient,
+    catalog: Catalog,
+    topics: Sequence[str],
+    request: RangeRequest,
+    interval: tuple[datetime, datetime] | None = None,
+) -> list[TopicRange]:
+    """The offsets to read per topic, or `RangeError` naming every problem.
+
+    `interval` is the DAG run's data interval: "auto" uses it when it has a length (a
+    scheduled run), else falls back to the last `last_records` records (after a deploy).
+    """
+    problems: list[str] = []
+    selected = _check_topics(catalog, topics, problems)
+    mode = request.mode
+    if mode not in MODES:
+        problems.append(f"range {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "auto":
+        if interval and interval[1] > interval[0]:
+            mode, start, end = "time_range", interval[0], interval[1]
+        else:
+            mode = "last_records"
+    elif mode == "time_range":
+        start, end = _check_times(request, problems)
+    if mode == "last_records" and (not isinstance(request.last_records, int) or request.last_records < 1):
+        problems.append(f"last_records must be a positive whole number (got {request.last_records!r})")
+    if mode == "offsets":
+        _check_offsets_shape(request.offsets, selected, problems)
+    if problems:
+        raise RangeError(problems)
+
+    layout = topic_partitions(admin, selected)
+    for topic, partitions in layout.items():
+        if partitions is None:
+            problems.append(f"topic {topic!r} does not exist on the broker (run provision_topics first)")
+    if problems:
+        raise RangeError(problems)
+
+    ranges = []
+    for topic in selected:
+        partitions = layout[topic]
+        marks = watermarks(admin, topic, partitions)
+        if mode == "last_records":
+            n = request.last_records
+            spans = {p: (max(low, high - n), high) for p, (low, high) in marks.items()}
+            described = f"last {n} records of each partition"
+        elif mode == "time_range":
+            starts = offsets_for_time(admin, topic, partitions, int(start.timestamp() * 1000))
+            ends = offsets_for_time(admin, topic, partitions, int(end.timestamp() * 1000))
+            spans = {p: (starts[p], max(starts[p], ends[p])) for p in partitions}
+            described = f"records written from {start.isoformat()} up to {end.isoformat()}"
+        else:
+            spans = _explicit_spans(topic, request.offsets[topic], marks, problems)
+            described = "explicit offsets"
+        ranges.append(TopicRange(topic, spans, described))
+    if problems:
+        raise RangeError(problems)
+    return ranges
+
+
+def _check_topics(catalog: Catalog, topics: Sequence[str], problems: list[str]) -> list[str]:
+    validated = catalog.validated_topics()
+    if not topics:
+        problems.append("choose at least one topic")
+    selected = []
+    for topic in topics:
+        if topic not in catalog.topic_names():
+            problems.append(f"topic {topic!r} is not in the catalog (topics with suites: {', '.join(validated)})")
+        elif topic not in validated:
+            problems.append(f"topic {topic!r} has no expectation suite in the catalog (topics with suites: {', '.join(validated)})")
+        elif topic not in selected:
+            selected.append(topic)
+    return selected
+
+
+def _check_times(request: RangeRequest, problems: list[str]) -> tuple[datetime | None, datetime | None]:
+    times = []
+    for what, text in (("start_time", request.start_time), ("end_time", request.end_time)):
+        if not text:
+            problems.append(f"range time_range needs {what}")
+            times.append(None)
+            continue
+        try:
+            times.append(parse_time(text, what))
+        except ValueError as exc:
+            problems.append(str(exc))
+            times.append(None)
+    start, end = times
+    if start and end and end <= start:
+        problems.append(f"end_time {request.end_time} is not after start_time {request.start_time}: the time range is empty or inverted")
+    return start, end
+
+
+def _check_offsets_shape(offsets, selected: list[str], problems: list[str]) -> None:
+    example = '{"%s": {"0": [100, 200]}}' % (selected[0] if selected else "topic")
+    if not isinstance(offsets, dict) or not offsets:
+        problems.append(f"range offsets needs offsets per topic and partition, e.g. {example}")
+        return
+    for topic in offsets:
+        if topic not in selected:
+            problems.append(f"offsets name topic {topic!r}, which is not among the chosen topics")
+    for topic in selected:
+        if topic not in offsets:
+            problems.append(f"offsets has no entry for chosen topic {topic!r} (e.g. {example})")
+            continue
+        partitions = offsets[topic]
+        if not isinstance(partitions, dict) or not partitions:
+            problems.append(f"offsets[{topic!r}] must map partitions to [start, end], e.g. {example}")
+            continue
+        for partition, span in partitions.items():
+            where = f"offsets[{topic!r}][{partition!r}]"
+            if not str(partition).isdigit():
+                problems.append(f"{where}: the partition must be a whole number")
+            if (
+                not isinstance(span, list)
+                or len(span) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)
+            ):
+                problems.append(f"{where} must be [start, end] (two whole numbers, end exclusive), got {span!r}")
+            elif span[0] < 0 or span[1] < span[0]:
+                problems.append(f"{where} = {span}: start must be >= 0 and end >= start")
+
+
+def _explicit_spans(topic: str, wanted: dict[str, list[int]], marks: dict[int, tuple[int, int]], problems: list[str]) -> dict[int, tuple[int, int]]:
+    spans = {}
+    for key, (start, end) in wanted.items():
+        partition = int(key)
+        where = f"offsets[{topic!r}][{key!r}]"
+        if partition not in marks:
+            problems.append(f"{where}: topic {topic!r} has no partition {partition} (it has {len(marks)}: 0-{len(marks) - 1})")
+            continue
+        low, high = marks[partition]
+        if end > high:
+            problems.append(f"{where} = [{start}, {end}]: end is beyond the end of the partition ({high})")
+        elif start < low:
+            problems.append(
+                f"{where} = [{start}, {end}]: records before offset {low} are gone (retention or compaction deleted them)"
+            )
+        else:
+            spans[partition] = (start, end)
+    return spans

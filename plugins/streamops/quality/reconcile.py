@@ -1,0 +1,226 @@
+"""Cross-record checks: recompute what the app should have written and line it up with what it
+did write. The result is a small "reconciliation batch" that the suite's reconciliation
+expectations validate like any other batch (so their failures list the exact rows).
+
+Both recomputations run the app's own transformation code (its `queries()`), fed by bounded
+batch reads instead of streams; nothing here re-implements an app.
+
+router (category topics): the range's output records name their source (event_id =
+  topic/partition/offset). Per input partition, the covered range is [lowest, highest] source
+  offset seen. The router is re-run over exactly that input range; its records for this topic
+  are the expected set. The actual set is every record of the topic written since the first
+  input record of the range (so records outside the chosen output range still count).
+  Rows: event_id, source_partition, source_offset, op_type, expected, copies.
+
+window_counts (windowed count topics): for every window in the range, the last (largest)
+  count the app emitted for it, from the range's start to the topic's end, against the count
+  recomputed from the app's whole retained input. Only windows the watermark has closed are
+  compared (the newest window start seen, minus the watermark): open ones can still change.
+  Records the app dropped as late show up as differences; the query's progress counts them.
+  Rows: <key>, window_start, window_end, emitted_count, recomputed_count.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamops.catalog import AppSpec, Catalog, duration_ms
+from streamops.quality.batches import read_decoded, read_range
+from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks
+
+# Output records are written after their input; allow this much clock skew between hosts.
+CLOCK_SKEW_MS = 60_000
+_EVENT_ID = r"^(.*)/([0-9]+)/([0-9]+)$"
+
+# (program, output role) -> (the program's query that writes it, the column windows are per)
+WINDOW_COUNTS = {
+    ("presence_notifier", "notification_counts"): ("count", "user_id"),
+    ("browser_activity", "activity_counts"): ("window-count", "fingerprint"),
+}
+
+
+@dataclass
+class Reconciliation:
+    frame: DataFrame | None  # None: nothing to compare (the summary says why)
+    summary: dict = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where reconciliation reads from."""
+
+    spark: SparkSession
+    bootstrap_servers: str
+    admin: AdminClient
+    catalog: Catalog
+
+
+def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batch: DataFrame) -> Reconciliation:
+    writer = sources.catalog.writer(topic)
+    if writer is None:
+        raise ValueError(f"topic {topic!r}: its suite asks for a '{kind}' reconciliation but no app writes it")
+    app, role = writer
+    if kind == "router" and app.program == "oplog_router" and role in app.outputs:
+        return _router(sources, app, topic, batch)
+    if kind == "window_counts" and (app.program, role) in WINDOW_COUNTS:
+        return _window_counts(sources, app, role, topic, topic_range, batch)
+    raise ValueError(f"topic {topic!r}: its suite asks for a '{kind}' reconciliation, which {app.program} ({role}) does not support")
+
+
+def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
+    """The frame of one of the app's own queries, built over `source` (a batch reader)."""
+    from spark_apps.common.session import apply_app_conf
+
+    program = importlib.import_module(f"spark_apps.{app.program}")
+    apply_app_conf(sources.spark, app)
+    for output in program.queries(app, app.version, source):
+        if output.name == name:
+            return output.frame
+    raise ValueError(f"app {app.name}: program {app.program} has no query {name!r}")
+
+
+def _whole_topic(sources: Sources, topic: str) -> TopicRange:
+    partitions = topic_partitions(sources.admin, [topic])[topic] or []
+    return TopicRange(topic, watermarks(sources.admin, topic, partitions), "the whole retained topic")
+
+
+def _with_source(frame: DataFrame) -> DataFrame:
+    return frame.select(
+        "*",
+        F.regexp_extract("event_id", _EVENT_ID, 1).alias("source_topic"),
+        F.regexp_extract("event_id", _EVENT_ID, 2).cast("int").alias("source_partition"),
+        F.regexp_extract("event_id", _EVENT_ID, 3).cast("bigint").alias("source_offset"),
+    )
+
+
+def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Reconciliation:
+    input_topic = app.inputs["operations"]
+    covered = (
+        _with_source(batch.where(F.col("event_id").isNotNull()))
+        .where(F.col("source_topic") == input_topic)
+        .groupBy("source_partition")
+        .agg(F.min("source_offset").alias("low"), F.max("source_offset").alias("high"))
+        .collect()
+    )
+    if not covered:
+        return Reconciliation(None, {"input_records": 0}, f"no record in the range names a source in {input_topic}")
+    spans = {row["source_partition"]: (row["low"], row["high"] + 1) for row in covered}
+    input_range = TopicRange(input_topic, spans, "the input range the output range covers")
+    spark, bootstrap = sources.spark, sources.bootstrap_servers
+
+    def source(topics: list[str]) -> DataFrame:
+        assert topics == [input_topic], topics
+        return read_range(spark, bootstrap, input_range)
+
+    routed = _app_query(sources, app, "route", source).where(F.col("topic") == topic)
+    expected = routed.select(
+        F.from_json(F.col("value").cast("string"), "event_id STRING, op_type STRING").alias("v")
+    ).select(F.col("v.event_id").alias("event_id"), F.col("v.op_type").alias("op_type"), F.lit(True).alias("expected"))
+
+    # Every output of the covered input range was written after its input record was.
+    first_input_ms = read_range(spark, bootstrap, input_range).agg(F.min(F.unix_millis("timestamp"))).first()[0]
+    partitions = topic_partitions(sources.admin, [topic])[topic] or []
+    since = offsets_for_time(sources.admin, topic, partitions, max(0, first_input_ms - CLOCK_SKEW_MS))
+    ends = watermarks(sources.admin, topic, partitions)
+    written_range = TopicRange(topic, {p: (since[p], ends[p][1]) for p in partitions}, "written since the input range began")
+    in_covered = F.lit(False)
+    for partition, (low, end) in spans.items():
+        in_covered = in_covered | ((F.col("source_partition") == partition) & F.col("source_offset").between(low, end - 1))
+    actual = (
+        _with_source(read_decoded(spark, bootstrap, written_range, sources.catalog.topic(topic)).where(F.col("event_id").isNotNull()))
+        .where((F.col("source_topic") == input_topic) & in_covered)
+        .groupBy("event_id")
+        .agg(F.count(F.lit(1)).alias("copies"), F.first("op_type").alias("written_op_type"))
+    )
+    frame = _with_source(
+        expected.join(actual, "event_id", "full_outer").select(
+            "event_id",
+            F.coalesce("op_type", "written_op_type").alias("op_type"),
+            F.coalesce("expected", F.lit(False)).alias("expected"),
+            F.coalesce("copies", F.lit(0)).alias("copies"),
+        )
+    ).drop("source_topic")
+    frame = frame.persist()
+    totals = frame.agg(
+        F.sum(F.col("expected").cast("int")).alias("expected"),
+        F.sum(F.when(F.col("copies") > 0, 1).otherwise(0)).alias("written"),
+        F.sum(F.when(F.col("expected") & (F.col("copies") == 0), 1).otherwise(0)).alias("missing"),
+        F.sum(F.when(~F.col("expected"), 1).otherwise(0)).alias("unexpected"),
+        F.sum(F.greatest(F.col("copies") - 1, F.lit(0))).alias("duplicates"),
+    ).first()
+    summary = {
+        "input_range": input_range.to_json(),
+        **{key: int(totals[key] or 0) for key in ("expected", "written", "missing", "unexpected", "duplicates")},
+    }
+    note = (
+        f"{input_topic} {input_range.spans()}: {summary['expected']} record(s) of this category expected, "
+        f"{summary['written']} written, {summary['missing']} missing, {summary['unexpected']} unexpected, "
+        f"{summary['duplicates']} duplicate copies"
+    )
+    return Reconciliation(frame, summary, note)
+
+
+def _window_counts(
+    sources: Sources, app: AppSpec, role: str, topic: str, topic_range: TopicRange, batch: DataFrame
+) -> Reconciliation:
+    query, key_column = WINDOW_COUNTS[(app.program, role)]
+    window = [key_column, "window_start", "window_end"]
+    windows = batch.where(F.col(key_column).isNotNull() & F.col("window_start").isNotNull()).select(*window).distinct()
+    spark, bootstrap, spec = sources.spark, sources.bootstrap_servers, sources.catalog.topic(topic)
+
+    # The last emitted count of a window is its largest: counts only grow as updates arrive.
+    ends = watermarks(sources.admin, topic, sorted(topic_range.partitions))
+    since_range = TopicRange(
+        topic, {p: (start, ends[p][1]) for p, (start, _) in topic_range.partitions.items()}, "from the range start to the end"
+    )
+    emitted = read_decoded(spark, bootstrap, since_range, spec).groupBy(*window).agg(F.max("count").alias("emitted_count"))
+
+    def source(topics: list[str]) -> DataFrame:
+        frames = [read_range(spark, bootstrap, _whole_topic(sources, t)) for t in topics]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        return union
+
+    recounted = _app_query(sources, app, query, source).select(
+        F.from_json(F.col("value").cast("string"), f"`{key_column}` STRING, window_start STRING, window_end STRING, count BIGINT").alias("v")
+    ).select(
+        F.col(f"v.{key_column}").alias(key_column),
+        F.try_to_timestamp("v.window_start").alias("window_start"),
+        F.try_to_timestamp("v.window_end").alias("window_end"),
+        F.col("v.count").alias("recomputed_count"),
+    ).persist()
+    newest_start = recounted.agg(F.max("window_start")).first()[0]
+    watermark_ms = duration_ms(app.settings.watermark)
+    lined_up = (
+        windows.join(emitted, window, "left")
+        .join(recounted, window, "left")
+        .select(
+            *window,
+            F.coalesce("emitted_count", F.lit(0)).alias("emitted_count"),
+            F.coalesce("recomputed_count", F.lit(0)).alias("recomputed_count"),
+        )
+        .persist()
+    )
+    if newest_start is None:
+        closed = F.lit(True)
+    else:
+        closed = F.unix_millis("window_end") <= F.lit(int(newest_start.timestamp() * 1000) - watermark_ms)
+    totals = lined_up.agg(
+        F.count(F.lit(1)).alias("windows"),
+        F.sum(closed.cast("int")).alias("closed"),
+        F.sum((closed & (F.col("emitted_count") != F.col("recomputed_count"))).cast("int")).alias("differ"),
+    ).first()
+    summary = {key: int(totals[key] or 0) for key in ("windows", "closed", "differ")}
+    frame = lined_up.where(closed)
+    note = (
+        f"{summary['windows']} window(s) in the range, {summary['closed']} closed by the watermark and compared with "
+        f"the app's own '{query}' query re-run over its whole retained input, {summary['differ']} differ"
+    )
+    return Reconciliation(frame, summary, note)

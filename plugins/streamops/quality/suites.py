@@ -1,0 +1,144 @@
+"""Expectation suites: JSON files in catalog/expectations/, named by the topic's catalog entry.
+
+A suite is a GX 1.x ExpectationSuite document. Values that the catalog already states (a
+category's op types, a window size, the notification text) are not repeated in the suite: it
+names them as parameters, filled in from the catalog entry of the app that writes the topic:
+
+- in an expectation's kwargs, GX's own form: `"value_set": {"$PARAMETER": "op_types"}`;
+- inside an `unexpected_rows_query` (SQL, where GX has no parameters): `${window_ms}`.
+
+Expectations with `"meta": {"reconciliation": ...}` are cross-record checks: they run on a
+reconciliation batch built from the app's input (see reconcile.py), not on the topic's records.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamops.catalog import (
+    AppSpec,
+    BrowserActivitySettings,
+    Catalog,
+    PresenceSettings,
+    RouterSettings,
+    duration_ms,
+)
+
+
+class SuiteError(ValueError):
+    """A suite file that cannot be used, with the file and the expectation named."""
+
+
+@dataclass(frozen=True)
+class TopicSuite:
+    """One topic's suite, split by the batch each part runs on, with its parameters."""
+
+    topic: str
+    path: Path
+    name: str
+    record_expectations: list[dict]
+    reconciliation: str | None  # kind of reconciliation batch needed, or None
+    reconciliation_expectations: list[dict]
+    parameters: dict
+    meta: dict
+
+
+def suite_parameters(catalog: Catalog, topic: str) -> dict:
+    """The parameters a topic's suite may use, from the app that writes the topic."""
+    writer = catalog.writer(topic)
+    if writer is None:
+        return {}
+    app, role = writer
+    if role == "dead_letters":
+        return {"app": [app.name], "source_topics": sorted(app.inputs.values())}
+    settings = app.settings
+    if isinstance(settings, RouterSettings):
+        return {"op_types": list(settings.categories[role]), "category": [role]}
+    if isinstance(settings, PresenceSettings):
+        return {
+            "messages": [settings.message],
+            "window_ms": duration_ms(settings.count_window),
+            "slide_ms": duration_ms(settings.count_slide),
+            "watermark_ms": duration_ms(settings.watermark),
+        }
+    if isinstance(settings, BrowserActivitySettings):
+        return {
+            "threshold": settings.challenge_threshold,
+            "window_ms": duration_ms(settings.window),
+            "slide_ms": duration_ms(settings.slide),
+            "watermark_ms": duration_ms(settings.watermark),
+        }
+    return {}
+
+
+def writer_of(catalog: Catalog, topic: str) -> tuple[AppSpec, str]:
+    writer = catalog.writer(topic)
+    if writer is None:
+        raise SuiteError(f"topic {topic!r} is written by no app in the catalog, so its suite has no parameters")
+    return writer
+
+
+def load_suite(catalog: Catalog, topic: str) -> TopicSuite:
+    """Read and check the topic's suite file; substitute the catalog's values into SQL."""
+    spec = catalog.topic(topic)
+    if not spec.expectation_suite:
+        raise SuiteError(f"topic {topic!r} has no expectation_suite in the catalog")
+    path = Path(spec.expectation_suite)
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SuiteError(f"suite file {path} (topic {topic!r}) not found") from None
+    except json.JSONDecodeError as exc:
+        raise SuiteError(f"suite file {path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    expectations = document.get("expectations")
+    if not isinstance(expectations, list) or not expectations:
+        raise SuiteError(f"suite file {path}: 'expectations' must be a non-empty list")
+
+    parameters = suite_parameters(catalog, topic)
+    records, reconciling, kinds = [], [], set()
+    for index, item in enumerate(expectations):
+        where = f"suite file {path}, expectations[{index}]"
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str) or not isinstance(item.get("kwargs"), dict):
+            raise SuiteError(f"{where}: each expectation needs 'type' (text) and 'kwargs' (a mapping)")
+        item = copy.deepcopy(item)
+        _check_parameters(item["kwargs"], parameters, where)
+        query = item["kwargs"].get("unexpected_rows_query")
+        if isinstance(query, str):
+            try:
+                item["kwargs"]["unexpected_rows_query"] = string.Template(query).substitute(parameters)
+            except KeyError as exc:
+                raise SuiteError(
+                    f"{where}: the query uses ${{{exc.args[0]}}}, which the catalog does not provide for {topic!r} "
+                    f"(available: {', '.join(sorted(parameters)) or 'none'})"
+                ) from None
+        kind = (item.get("meta") or {}).get("reconciliation")
+        if kind:
+            kinds.add(kind)
+            reconciling.append(item)
+        else:
+            records.append(item)
+    if len(kinds) > 1:
+        raise SuiteError(f"suite file {path}: one reconciliation kind per suite (found {sorted(kinds)})")
+    return TopicSuite(
+        topic=topic,
+        path=path,
+        name=document.get("name") or topic,
+        record_expectations=records,
+        reconciliation=next(iter(kinds), None),
+        reconciliation_expectations=reconciling,
+        parameters=parameters,
+        meta=document.get("meta") or {},
+    )
+
+
+def _check_parameters(kwargs: dict, parameters: dict, where: str) -> None:
+    for key, value in kwargs.items():
+        if isinstance(value, dict) and "$PARAMETER" in value and value["$PARAMETER"] not in parameters:
+            raise SuiteError(
+                f"{where}, kwargs.{key}: parameter {value['$PARAMETER']!r} is not provided by the catalog "
+                f"(available: {', '.join(sorted(parameters)) or 'none'})"
+            )
