@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param
+from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 
 APP_NAMES = load_catalog().app_names()
 
@@ -27,6 +28,8 @@ this task ends, holding no Airflow worker slot.
   time). The guard is a lock the driver holds beside its checkpoint, so it holds outside Airflow too.
 * The task waits until the driver holds its lock and every query reported progress, or fails with
   the driver log's last lines.
+* Each deployed app is announced as an event of the asset `streamops://apps/deployments`, which
+  triggers **validate_topic_quality** on that app's output topics.
 * What runs where is recorded beside each checkpoint (`_runtime/driver.json`, history in
   `runs.jsonl`); the **app_status** DAG reads it. Stop with **stop_apps**.
 """
@@ -56,11 +59,14 @@ def deploy_apps():
     def chosen_apps() -> list[str]:
         return steps.selected(load_catalog(), get_current_context()["params"]["apps"])
 
-    @task(multiple_outputs=False, map_index_template="{{ task.op_kwargs['app_name'] }}")
+    # A deploy is an asset event: validate_topic_quality then validates the app's output topics.
+    @task(multiple_outputs=False, map_index_template="{{ task.op_kwargs['app_name'] }}", outlets=[Asset(APP_DEPLOYMENTS_ASSET)])
     def launch(app_name: str) -> dict:
         context = get_current_context()
         params = context["params"]
-        return steps.deploy(app_name, params["version"], params["spark_conf"], context["run_id"])
+        started = steps.deploy(app_name, params["version"], params["spark_conf"], context["run_id"])
+        context["outlet_events"][Asset(APP_DEPLOYMENTS_ASSET)].extra = {"apps": [app_name], "version": started["version"]}
+        return started
 
     launch.expand(app_name=chosen_apps())
 

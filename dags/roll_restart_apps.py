@@ -5,11 +5,12 @@ Wiring only; the logic is in plugins/streamops/rollout.py.
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param
+from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.rollout import dependency_order
 
 CATALOG = load_catalog()
@@ -31,6 +32,9 @@ before it). For each app:
    the deadline.
 4. If the gate fails: stop the new version, **restore the backup**, start the **previous version**,
    and fail this run with the reason. Apps after it are not touched.
+
+When every app passed, the run announces them on the asset `streamops://apps/deployments`, which
+triggers **validate_topic_quality** on their output topics.
 
 The XCom of each app has the downtime (seconds without a driver) and the backup path.
 """
@@ -62,15 +66,18 @@ def roll_restart_apps():
         names = steps.selected(load_catalog(), get_current_context()["params"]["apps"])
         return dependency_order(load_catalog(), names)
 
-    @task(multiple_outputs=False)
+    # Rolled apps are announced like deploys: validate_topic_quality then checks their topics.
+    @task(multiple_outputs=False, outlets=[Asset(APP_DEPLOYMENTS_ASSET)])
     def roll(apps: list[str]) -> list[dict]:
         # Sequential on purpose: the next app is touched only after this one passed its gate.
         context = get_current_context()
         p = context["params"]
-        return [
+        rolled = [
             steps.roll(app, p["version"], p["spark_conf"], p["gate_deadline_s"], p["max_dead_letter_rate"], context["run_id"])
             for app in apps
         ]
+        context["outlet_events"][Asset(APP_DEPLOYMENTS_ASSET)].extra = {"apps": list(apps), "version": p["version"]}
+        return rolled
 
     roll(ordered_apps())
 

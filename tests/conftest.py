@@ -109,6 +109,7 @@ class DagRunResult:
         from airflow.models.xcom import XComModel
         from airflow.utils.session import create_session
 
+        self.run_id = dag_run.run_id
         self.state = str(dag_run.state)
         self.task_states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
         with create_session() as session:

@@ -1,0 +1,104 @@
+"""validate_topic_quality: validate bounded ranges of output topics with Great Expectations.
+
+Wiring only; the logic is in plugins/streamops/dag_tasks/quality.py and streamops/quality/.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Asset, Param, dag, get_current_context, task
+from airflow.timetables.assets import AssetOrTimeSchedule
+from airflow.timetables.interval import CronDataIntervalTimetable
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import quality as steps
+from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.provision_topics import admin_client
+from streamops.quality.ranges import MODES
+
+CATALOG = load_catalog()
+
+DOC = """
+### Validate output topic quality
+
+Reads a **bounded range** of each chosen output topic from Kafka as a Spark batch, decodes it
+with the topic's `value_schema` from the catalog and validates it with the topic's expectation
+suite (`catalog/expectations/<topic>.json`, reviewed like code).
+
+**Range** (offsets are per partition, end exclusive; times are when the records were written):
+
+| choice | reads |
+|---|---|
+| *Automatic* | scheduled runs: the last closed hour; after a deploy or backfill: the last N records |
+| *Last N records* | the last *Last records* records of each partition |
+| *Time range* | records written from *Start time* up to *End time* (ISO-8601 with a timezone) |
+| *Explicit offsets* | *Offsets*, e.g. `{"oplog.category.contacts": {"0": [100, 200]}}` |
+
+Bad params (unknown topic, inverted time range, offsets beyond the end) fail the **plan** task
+with every problem listed, before anything is read.
+
+Cross-record checks run too: the router's category topics are reconciled record by record with
+the operation log (missing, unexpected and duplicate outputs), windowed counts against a
+recomputation by the app's own code.
+
+**validate** fails when a critical expectation fails; its log lists each failed expectation
+with sample offending records and their offsets, and the **Data Docs** page of the run. Results
+are kept: `streamops quality results` or the SQLite file `.run/quality/results.sqlite`.
+
+Runs every hour over the last closed hour, and after each deploy or roll of an app (its topics).
+"""
+
+
+@dag(
+    dag_id="validate_topic_quality",
+    description="Validate output topic ranges with the catalog's Great Expectations suites.",
+    doc_md=DOC,
+    schedule=AssetOrTimeSchedule(
+        timetable=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
+        assets=Asset(steps.APP_DEPLOYMENTS_ASSET) | Asset(steps.BACKFILLS_ASSET),
+    ),
+    catchup=False,
+    max_active_runs=1,
+    tags=["kafka", "quality", "great-expectations"],
+    default_args={"owner": "data-platform", "retries": 1, "retry_delay": timedelta(minutes=1)},
+    params={
+        "topics": steps.topics_param(CATALOG),
+        "range": Param(
+            "auto", type="string", enum=list(MODES), title="Range",
+            values_display={
+                "auto": "Automatic (scheduled: last closed hour; after a deploy: last N records)",
+                "last_records": "Last N records of each partition",
+                "time_range": "Time range",
+                "offsets": "Explicit offsets per partition",
+            },
+        ),
+        "last_records": Param(1000, type="integer", minimum=1, title="Last records",
+                              description="Records per partition, for 'Last N records' and 'Automatic' after a deploy."),
+        "start_time": Param(None, type=["null", "string"], format="date-time", title="Start time",
+                            description="For 'Time range': first write time included (with a timezone)."),
+        "end_time": Param(None, type=["null", "string"], format="date-time", title="End time",
+                          description="For 'Time range': write time where the range ends (excluded)."),
+        "offsets": Param(None, type=["null", "object"], title="Offsets",
+                         description='For \'Explicit offsets\': {"<topic>": {"<partition>": [start, end]}}, end excluded.'),
+    },
+)
+def validate_topic_quality():
+    # Bad params are refused here; retrying would refuse them again.
+    @task(retries=0)
+    def plan() -> list[dict]:
+        context = get_current_context()
+        scheduled = context["dag_run"].run_type == "scheduled"
+        interval = (context["data_interval_start"], context["data_interval_end"]) if scheduled else None
+        triggered_by = steps.apps_from_events(context.get("triggering_asset_events"))
+        return steps.plan(admin_client(), context["params"], interval, triggered_by)
+
+    @task
+    def validate(ranges: list[dict]) -> list[dict]:
+        context = get_current_context()
+        return steps.validate(ranges, context["run_id"], kafka_bootstrap(), admin_client(), steps.spark_master())
+
+    validate(plan())
+
+
+validate_topic_quality()

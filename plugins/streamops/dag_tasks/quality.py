@@ -1,0 +1,102 @@
+"""Tasks of the validate_topic_quality DAG: plan the ranges, then validate them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from tabulate import tabulate
+
+from streamops.catalog import Catalog, load_catalog
+from streamops.quality.ranges import RangeError, RangeRequest, TopicRange, resolve
+
+log = logging.getLogger(__name__)
+
+# Assets whose events trigger a validation run: apps deployed or rolled, backfills finished.
+# Producers put the app names in the event's extra ({"apps": [...]}).
+APP_DEPLOYMENTS_ASSET = "streamops://apps/deployments"
+BACKFILLS_ASSET = "streamops://apps/backfills"
+
+
+def topics_param(catalog: Catalog):
+    """The "Topics" multi-select: every topic that has an expectation suite (all by default)."""
+    from airflow.sdk import Param
+
+    names = catalog.validated_topics()
+    return Param(
+        names, type="array", items={"type": "string", "enum": names}, minItems=1, uniqueItems=True,
+        examples=names, title="Topics", description="Output topics to validate, each with its expectation suite.",
+    )
+
+
+def topics_of_apps(catalog: Catalog, apps: Sequence[str]) -> list[str]:
+    """Validated topics written by these apps (for runs triggered by a deploy or backfill)."""
+    wanted = set(apps)
+    return [
+        topic for topic in catalog.validated_topics() if (writer := catalog.writer(topic)) and writer[0].name in wanted
+    ]
+
+
+def apps_from_events(triggering_events: dict | None) -> list[str]:
+    """App names carried by the asset events that triggered this run (empty: not triggered)."""
+    names: list[str] = []
+    for events in (triggering_events or {}).values():
+        for event in events:
+            for name in (getattr(event, "extra", None) or {}).get("apps", []):
+                if name not in names:
+                    names.append(name)
+    return names
+
+
+def plan(
+    admin,
+    params: dict,
+    interval: tuple[datetime, datetime] | None,
+    triggered_by_apps: Sequence[str] = (),
+) -> list[dict]:
+    """Resolve the form's range to offsets per topic; refuse bad params before any reading."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    catalog = load_catalog()
+    topics = list(params["topics"])
+    if triggered_by_apps:
+        topics = topics_of_apps(catalog, triggered_by_apps) or topics
+        log.info("Triggered after a deploy or backfill of %s: validating %s", ", ".join(triggered_by_apps), ", ".join(topics))
+    try:
+        ranges = resolve(admin, catalog, topics, RangeRequest.from_params(params), interval)
+    except RangeError as exc:
+        # A refused form is an answer, not a transient failure: no retries.
+        raise AirflowFailException(str(exc)) from None
+    rows = [[r.topic, r.description, r.spans(), r.records] for r in ranges]
+    log.info("Ranges to validate:\n%s", tabulate(rows, headers=["topic", "range", "offsets [start-end)", "records"]))
+    return [r.to_json() for r in ranges]
+
+
+def validate(ranges: list[dict], run_name: str, bootstrap_servers: str, admin, spark_master: str) -> list[dict]:
+    """Validate each planned range; fail (after validating all of them) if any suite failed."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spark_apps.common.session import build_session
+    from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
+
+    topic_ranges = [TopicRange.from_json(r) for r in ranges]
+    spark = build_session("streamops-validate-topic-quality", master=spark_master)
+    outcomes = validate_topics(spark, bootstrap_servers, admin, load_catalog(), topic_ranges, run_name)
+    rows = [[o.topic, "passed" if o.success else "FAILED", o.records, len(o.failures), len(o.warnings)] for o in outcomes]
+    log.info("Summary:\n%s", tabulate(rows, headers=["topic", "result", "records", "failed", "warnings"]))
+    try:
+        raise_on_failures(outcomes)
+    except QualityCheckFailed as exc:
+        # Retrying would read the same records and fail the same way.
+        raise AirflowFailException(str(exc)) from None
+    return [o.to_json() for o in outcomes]
+
+
+def spark_master(conn_id: str = "spark_default") -> str:
+    """The master of the Spark connection (validation runs its batch jobs there)."""
+    from airflow.sdk import BaseHook
+
+    connection = BaseHook.get_connection(conn_id)
+    host = connection.host or "local[*]"
+    return f"{host}:{connection.port}" if connection.port else host
