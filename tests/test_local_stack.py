@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
@@ -114,6 +115,13 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, p
         assert (
             "metadatabase healthy, scheduler healthy, triggerer healthy, dag_processor healthy" in status.stdout
         ), status.stdout
+
+        # validate_topic_quality's Data Docs are served by the API server (the plugin in plugins/).
+        site = tmp_path / "run" / "quality" / "gx" / "uncommitted" / "data_docs" / "local_site"
+        (site / "validations").mkdir(parents=True, exist_ok=True)
+        (site / "validations" / "a page.html").write_text("<html>suite oplog.category.contacts</html>")
+        page = httpx.get(f"http://127.0.0.1:{airflow_port}/streamops/data-docs/validations/a%20page.html", timeout=30)
+        assert (page.status_code, page.text) == (200, "<html>suite oplog.category.contacts</html>")
 
         second = streamops("up")
         assert second.returncode == 0, second.stdout + second.stderr

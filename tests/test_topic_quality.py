@@ -48,6 +48,13 @@ def app_outputs(spark, broker, admin, tmp_path_factory):
     return catalog_file, catalog, clean
 
 
+def task_log(capfd, caplog) -> str:
+    """What the in-process task runs logged. Airflow routes stdlib logging to the output of the
+    first dag.test in the process, so depending on test order it lands in one or the other."""
+    captured = capfd.readouterr()
+    return captured.out + captured.err + caplog.text
+
+
 @pytest.fixture
 def quality_env(monkeypatch, tmp_path):
     monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
@@ -86,7 +93,7 @@ def test_clean_outputs_of_the_three_apps_pass_every_suite(run_dag, app_outputs, 
     )
 
 
-def test_injected_bad_records_fail_naming_the_expectation_and_the_offsets(run_dag, broker, app_outputs, quality_env, caplog):
+def test_injected_bad_records_fail_naming_the_expectation_and_the_offsets(run_dag, broker, app_outputs, quality_env, capfd, caplog):
     _, catalog, clean = app_outputs
     router, browser = catalog.app("oplog-router"), catalog.app("browser-activity")
     contacts, counts, challenges = router.outputs["contacts"], browser.outputs["activity_counts"], browser.outputs["challenges"]
@@ -110,7 +117,7 @@ def test_injected_bad_records_fail_naming_the_expectation_and_the_offsets(run_da
 
     assert result.state == "failed"
     assert result.task_states == {"plan": "success", "validate": "failed"}
-    text = caplog.text  # the validate task's log
+    text = task_log(capfd, caplog)
     assert f"FAILED {contacts}" in text and f"FAILED {counts}" in text and f"FAILED {challenges}" in text
     assert "expect_column_values_to_be_in_set(op_type) [records]" in text
     assert f"partition 0 offset {wrong_at}: key '{wrong_type['user_id']}', op_type '{wrong_type['op_type']}'" in text
@@ -173,7 +180,7 @@ def test_a_missing_output_record_fails_the_reconciliation(spark, broker, admin, 
     assert shown == sorted(expected_missing, key=lambda e: (int(e.rsplit("/", 2)[1]), int(e.rsplit("/", 2)[2])))[:5]
 
 
-def test_bad_params_are_refused_before_anything_is_read(run_dag, broker, app_outputs, quality_env, capfd):
+def test_bad_params_are_refused_before_anything_is_read(run_dag, broker, app_outputs, quality_env, capfd, caplog):
     catalog_file, catalog, _ = app_outputs
     contacts = catalog.app("oplog-router").outputs["contacts"]
     end = end_offsets(broker.bootstrap_servers, contacts)[0][1]
@@ -186,8 +193,7 @@ def test_bad_params_are_refused_before_anything_is_read(run_dag, broker, app_out
     for result in (inverted, beyond):
         assert result.state == "failed"
         assert result.task_states == {"plan": "failed", "validate": "upstream_failed"}
-    text = capfd.readouterr()
-    text = text.out + text.err
+    text = task_log(capfd, caplog)
     assert "end_time 2026-11-22T09:00:00Z is not after start_time 2026-11-22T10:00:00Z: the time range is empty or inverted" in text
     assert f"offsets['{contacts}']['0'] = [0, {end + 50}]: end is beyond the end of the partition ({end})" in text
     assert f"offsets['{contacts}']['9']: topic '{contacts}' has no partition 9 (it has 6: 0-5)" in text
@@ -227,3 +233,19 @@ def test_range_requests_are_checked_against_the_catalog_and_the_broker(admin, br
     assert hour.partitions == marks
     (future,) = resolve(admin, catalog, [contacts], RangeRequest(mode="auto"), (now, now + timedelta(hours=1)))
     assert future.records == 0
+
+
+def test_a_deploy_event_narrows_the_run_to_the_deployed_apps_topics():
+    from types import SimpleNamespace
+
+    from streamops.catalog import load_catalog
+    from streamops.dag_tasks.quality import apps_from_events, topics_of_apps
+
+    catalog = load_catalog()
+    events = {"streamops://apps/deployments": [SimpleNamespace(extra={"apps": ["browser-activity"]}),
+                                               SimpleNamespace(extra={"apps": ["browser-activity", "oplog-router"]})]}
+    assert apps_from_events(events) == ["browser-activity", "oplog-router"]
+    assert apps_from_events(None) == []
+    assert topics_of_apps(catalog, ["browser-activity"]) == [
+        "browser.captcha-challenges", "browser.activity-counts", "browser.activity.dead-letters"
+    ]

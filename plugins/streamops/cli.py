@@ -8,6 +8,7 @@
     streamops catalog check [FILE]
     streamops app run APP [--trigger available-now]    a streaming app in the foreground
     streamops loadgen APP --count N [--rate R] ...       realistic input for an app
+    streamops quality results [--topic T] [--failed]     kept results of validate_topic_quality
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ airflow_app = typer.Typer(help="The local Airflow (API server + UI, scheduler, D
 catalog_app = typer.Typer(help="The pipeline catalog.", no_args_is_help=True)
 apps_app = typer.Typer(help="The streaming apps.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks: figures on this machine, printed.", no_args_is_help=True)
+quality_app = typer.Typer(help="Output topic quality (validate_topic_quality).", no_args_is_help=True)
 app.add_typer(broker_app, name="broker")
 app.add_typer(apps_app, name="app")
 app.add_typer(bench_app, name="bench")
 app.add_typer(airflow_app, name="airflow")
 app.add_typer(catalog_app, name="catalog")
+app.add_typer(quality_app, name="quality")
 
 PortOpt = Annotated[Optional[int], typer.Option("--port", help="Listener port (default: env or the standard port).")]
 
@@ -297,3 +300,31 @@ def bench_roll_restart(
 
     for line in roll_restart_benchmark(rate):
         typer.echo(line)
+
+
+@quality_app.command("results")
+def quality_results(
+    topic: Annotated[Optional[str], typer.Option(help="Only this topic.")] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Only failed validations.")] = False,
+    limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Every field as JSON lines.")] = False,
+) -> None:
+    """Validation results kept by validate_topic_quality (one row per topic per run)."""
+    from tabulate import tabulate
+
+    from streamops.quality import results
+
+    rows = results.query(topic=topic, failed_only=failed, limit=limit)
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps(row))
+        return
+    if not rows:
+        typer.echo(f"No validation results in {results.results_path()}.")
+        return
+    table = [
+        [r["validated_at"], r["topic"], "passed" if r["success"] else "FAILED", r["records"], r["range_description"],
+         "; ".join(r["failed_expectations"])[:120] or "-"]
+        for r in rows
+    ]
+    typer.echo(tabulate(table, headers=["validated at", "topic", "result", "records", "range", "failed expectations"]))

@@ -24,9 +24,11 @@ def topics_param(catalog: Catalog):
     from airflow.sdk import Param
 
     names = catalog.validated_topics()
+    # A catalog without suites still parses (the plan task then says there is nothing to do).
+    items = {"type": "string", "enum": names} if names else {"type": "string"}
     return Param(
-        names, type="array", items={"type": "string", "enum": names}, minItems=1, uniqueItems=True,
-        examples=names, title="Topics", description="Output topics to validate, each with its expectation suite.",
+        names, type="array", items=items, uniqueItems=True, examples=names, title="Topics",
+        description="Output topics to validate, each with its expectation suite.",
     )
 
 
@@ -56,10 +58,12 @@ def plan(
     triggered_by_apps: Sequence[str] = (),
 ) -> list[dict]:
     """Resolve the form's range to offsets per topic; refuse bad params before any reading."""
-    from airflow.sdk.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     catalog = load_catalog()
     topics = list(params["topics"])
+    if not topics and not catalog.validated_topics():
+        raise AirflowSkipException("The catalog has no topics with an expectation suite: nothing to validate.")
     if triggered_by_apps:
         topics = topics_of_apps(catalog, triggered_by_apps) or topics
         log.info("Triggered after a deploy or backfill of %s: validating %s", ", ".join(triggered_by_apps), ", ".join(topics))
@@ -81,7 +85,11 @@ def validate(ranges: list[dict], run_name: str, bootstrap_servers: str, admin, s
     from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
 
     topic_ranges = [TopicRange.from_json(r) for r in ranges]
-    spark = build_session("streamops-validate-topic-quality", master=spark_master)
+    if not any(r.records for r in topic_ranges):
+        log.info("Every range is empty: nothing was written in it, so nothing is validated (no Spark job started).")
+        spark = None  # validate_topics needs no session for empty ranges
+    else:
+        spark = build_session("streamops-validate-topic-quality", master=spark_master)
     outcomes = validate_topics(spark, bootstrap_servers, admin, load_catalog(), topic_ranges, run_name)
     rows = [[o.topic, "passed" if o.success else "FAILED", o.records, len(o.failures), len(o.warnings)] for o in outcomes]
     log.info("Summary:\n%s", tabulate(rows, headers=["topic", "result", "records", "failed", "warnings"]))

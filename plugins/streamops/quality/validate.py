@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from streamops.catalog import Catalog
 from streamops.quality import reconcile, results
 from streamops.quality.batches import read_decoded
+from streamops.quality.docs import airflow_base_url, ui_link
 from streamops.quality.ranges import TopicRange
 from streamops.quality.suites import TopicSuite, load_suite
 
@@ -88,9 +89,14 @@ class TopicResult:
         for warning in self.warnings:
             lines.append(f"  warning: {warning.headline()}")
             lines += [f"      {sample}" for sample in warning.samples]
-        for url in self.docs_urls:
-            lines.append(f"  Data Docs: {url}")
+        for url, link in zip(self.docs_urls, self.docs_links()):
+            lines.append(f"  Data Docs: {link}  (file on the worker: {url})" if link else f"  Data Docs: {url}")
         return "\n".join(lines)
+
+    def docs_links(self) -> list[str | None]:
+        """The Data Docs pages as Airflow UI addresses (None where not served)."""
+        base = airflow_base_url()
+        return [ui_link(url, base) for url in self.docs_urls]
 
     def to_json(self) -> dict:
         return {
@@ -103,6 +109,7 @@ class TopicResult:
             "warnings": [w.headline() for w in self.warnings],
             "reconciliation": self.reconciliation,
             "data_docs": self.docs_urls,
+            "data_docs_ui": [link for link in self.docs_links() if link],
         }
 
 
@@ -168,6 +175,9 @@ def raise_on_failures(outcomes: list[TopicResult]) -> None:
 
 
 def _validate_topic(context, sources: reconcile.Sources, suite: TopicSuite, topic_range: TopicRange, run_name: str) -> TopicResult:
+    if topic_range.records == 0:
+        # Nothing to read: no Spark job, no GX run; reported (and recorded) as an empty range.
+        return TopicResult(topic_range.topic, suite.name, str(suite.path), topic_range, 0, [], [], None, [])
     spec = sources.catalog.topic(topic_range.topic)
     batch = read_decoded(sources.spark, sources.bootstrap_servers, topic_range, spec).persist()
     try:
