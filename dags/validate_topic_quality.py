@@ -47,6 +47,7 @@ with sample offending records and their offsets, and the **Data Docs** page of t
 are kept: `streamops quality results` or the SQLite file `.run/quality/results.sqlite`.
 
 Runs every hour over the last closed hour, and after each deploy or roll of an app (its topics).
+Backfills (the **reprocess** DAG) validate their target topics with this same code themselves.
 """
 
 
@@ -56,7 +57,7 @@ Runs every hour over the last closed hour, and after each deploy or roll of an a
     doc_md=DOC,
     schedule=AssetOrTimeSchedule(
         timetable=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
-        assets=Asset(steps.APP_DEPLOYMENTS_ASSET) | Asset(steps.BACKFILLS_ASSET),
+        assets=[Asset(steps.APP_DEPLOYMENTS_ASSET)],
     ),
     catchup=False,
     max_active_runs=1,

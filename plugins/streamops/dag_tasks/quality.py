@@ -13,10 +13,9 @@ from streamops.quality.ranges import RangeError, RangeRequest, TopicRange, resol
 
 log = logging.getLogger(__name__)
 
-# Assets whose events trigger a validation run: apps deployed or rolled, backfills finished.
-# Producers put the app names in the event's extra ({"apps": [...]}).
+# The asset whose events trigger a validation run: apps deployed or rolled. Producers put the
+# app names in the event's extra ({"apps": [...]}).
 APP_DEPLOYMENTS_ASSET = "streamops://apps/deployments"
-BACKFILLS_ASSET = "streamops://apps/backfills"
 
 
 def topics_param(catalog: Catalog):

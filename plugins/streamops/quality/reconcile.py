@@ -124,7 +124,7 @@ def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Rec
     ).select(F.col("v.event_id").alias("event_id"), F.col("v.op_type").alias("op_type"), F.lit(True).alias("expected"))
 
     # Every output of the covered input range was written after its input record was.
-    first_input_ms = read_range(spark, bootstrap, input_range).agg(F.min(F.unix_millis("timestamp"))).first()[0]
+    first_input_ms = read_range(spark, bootstrap, input_range).agg(F.min(F.unix_millis("timestamp"))).first()[0] or 0
     partitions = topic_partitions(sources.admin, [topic])[topic] or []
     since = offsets_for_time(sources.admin, topic, partitions, max(0, first_input_ms - CLOCK_SKEW_MS))
     ends = watermarks(sources.admin, topic, partitions)
