@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_apps.common.kafka_io import kafka_sink_options, read_topics
@@ -47,7 +48,11 @@ class RunOptions:
     bootstrap_servers: str
     checkpoint: str  # this app's checkpoint root; each query has a folder under it
     trigger: str = "5 seconds"  # a Spark interval, or "available-now" (process what is there, stop)
-    starting_offsets: str = "earliest"  # only for a new checkpoint
+    # Only for a new checkpoint: earliest, latest, or Spark's JSON of offsets per topic and partition.
+    starting_offsets: str = "earliest"
+    # Bounded runs (reprocessing): topic -> partition -> first offset NOT processed. Records at or
+    # past it are dropped at the source, so an available-now run covers exactly the planned range.
+    ending_offsets: dict[str, dict[str, int]] | None = None
     version: str | None = None  # overrides the catalog's version label
     max_offsets_per_trigger: int | None = None
 
@@ -58,11 +63,35 @@ def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, optio
     apply_app_conf(spark, spec)
 
     def source(topics: list[str]) -> DataFrame:
-        return read_topics(
-            spark, options.bootstrap_servers, topics, options.starting_offsets, options.max_offsets_per_trigger
+        frame = read_topics(
+            spark, options.bootstrap_servers, topics, _starting_offsets(options.starting_offsets, topics),
+            options.max_offsets_per_trigger,
         )
+        ends = {t: e for t, e in (options.ending_offsets or {}).items() if t in topics}
+        if not ends:
+            return frame
+        within = F.lit(False)
+        for topic, partitions in ends.items():
+            for partition, end in partitions.items():
+                within = within | ((F.col("topic") == topic) & (F.col("partition") == int(partition)) & (F.col("offset") < end))
+        unbounded = ~F.col("topic").isin(*ends)
+        return frame.where(within | unbounded)
 
     return program.queries(spec, options.version or spec.version, source)
+
+
+def _starting_offsets(starting: str, topics: list[str]) -> str:
+    """earliest/latest as given; a JSON of offsets narrowed to these topics (a query's source may
+    read a topic the JSON does not name, e.g. the app's own output: that one starts at earliest)."""
+    if not starting.lstrip().startswith("{"):
+        return starting
+    offsets = {t: o for t, o in json.loads(starting).items() if t in topics}
+    if not offsets:
+        return "earliest"
+    missing = [t for t in topics if t not in offsets]
+    if missing:
+        raise ValueError(f"starting offsets name {sorted(offsets)} but not {missing}, read by the same query")
+    return json.dumps(offsets)
 
 
 def start_app(
@@ -246,7 +275,10 @@ def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
     )
     parser.add_argument("--checkpoint", default=None, help="checkpoint root (default: from the catalog)")
     parser.add_argument("--trigger", default=None, help=f"micro-batch interval such as '2 seconds', or {AVAILABLE_NOW}")
-    parser.add_argument("--starting-offsets", default="earliest", choices=["earliest", "latest"])
+    parser.add_argument(
+        "--starting-offsets", default="earliest",
+        help="earliest, latest, or a JSON of offsets per topic and partition (new checkpoints only)",
+    )
     parser.add_argument("--version", default=None, help="version label written into dead letters")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument(

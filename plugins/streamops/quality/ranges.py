@@ -189,6 +189,12 @@ def resolve(
     return ranges
 
 
+def whole_topics(admin: AdminClient, topics: Sequence[str]) -> list[TopicRange]:
+    """Each topic from its first to its last retained record (e.g. a backfill's fresh targets)."""
+    layout = topic_partitions(admin, topics)
+    return [TopicRange(t, watermarks(admin, t, layout[t] or []), "the whole topic") for t in topics]
+
+
 def _check_topics(catalog: Catalog, topics: Sequence[str], problems: list[str]) -> list[str]:
     validated = catalog.validated_topics()
     if not topics:

@@ -1,0 +1,338 @@
+"""Reprocessing: recompute an app's outputs from its retained input, as a bounded job.
+
+Kafka keeps the log, so an app can be re-run over any retained range: after a code fix, for a
+new derived topic, or to check live output. The job runs the app's own `queries()` (the live
+code, not a copy) with Trigger.AvailableNow on a fresh checkpoint: it starts at the planned
+offsets and drops records at or past the planned end, so the run is exactly the planned range.
+
+Targets are never the live topics: *versioned* topics (`<topic>.<version>`, e.g.
+`oplog.category.contacts.v2`) or *scratch* topics (`scratch.<tag>.<topic>`), created from the
+catalog's definitions of the live ones (partitions, configs, value schema, suite).
+
+    plan = plan_reprocess(admin, catalog, ReprocessRequest(app="oplog-router", start="6 hours"))
+    print(plan.table())                  # per input partition: offsets, records, estimate, warnings
+    result = run_reprocess(spark, bootstrap_servers, admin, catalog, plan)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from tabulate import tabulate
+
+from streamops.catalog import AppSpec, Catalog, TopicSpec, duration_ms
+from streamops.quality.ranges import offsets_for_time, parse_time, topic_partitions, watermarks
+
+# Used for the estimate until this machine has measured a run of the app.
+DEFAULT_RATE = 5_000.0
+_DURATION = re.compile(r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
+_VERSION = re.compile(r"^v[0-9]+$")
+
+
+class ReprocessRefused(ValueError):
+    """A request that cannot be planned; the message lists every problem."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(["the reprocessing request was refused before anything was changed:", *(f"  - {p}" for p in problems)]))
+
+
+@dataclass
+class ReprocessRequest:
+    app: str
+    start: str = "earliest"  # "earliest", an ISO-8601 time with timezone, or a duration back ("6 hours")
+    end: str = "now"  # "now" or an ISO-8601 time with timezone
+    target: str = "versioned"  # "versioned" or "scratch"
+    version: str = "v2"  # suffix of versioned targets
+    tag: str = ""  # names scratch targets and the checkpoint; default: a timestamp
+
+
+@dataclass
+class PartitionRange:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+    first_timestamp_ms: int | None  # of the record at `start`, if any
+
+    @property
+    def records(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class ReprocessPlan:
+    app: str
+    request: dict
+    inputs: list[PartitionRange]
+    targets: dict[str, str]  # live topic -> target topic
+    estimate_s: float
+    rate: float
+    rate_measured: bool
+    warnings: list[str] = field(default_factory=list)
+    planned_at: str = ""
+
+    @property
+    def records(self) -> int:
+        return sum(p.records for p in self.inputs)
+
+    def starting_offsets(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for p in self.inputs:
+            out.setdefault(p.topic, {})[str(p.partition)] = p.start
+        return out
+
+    def ending_offsets(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for p in self.inputs:
+            out.setdefault(p.topic, {})[str(p.partition)] = p.end
+        return out
+
+    def table(self) -> str:
+        rows = [
+            [p.topic, p.partition, p.start, p.end, p.records, _iso(p.first_timestamp_ms) if p.first_timestamp_ms else "-"]
+            for p in self.inputs
+        ]
+        head = tabulate(rows, headers=["input topic", "partition", "start offset", "end offset", "records", "first record written"])
+        basis = "measured" if self.rate_measured else "assumed (no run of this app measured yet)"
+        targets = "\n".join(f"  {live} -> {target}" for live, target in self.targets.items())
+        lines = [head, f"{self.records} record(s); estimated run time {self.estimate_s:.0f} s at {self.rate:,.0f} records/s ({basis})",
+                 f"targets:\n{targets}"]
+        lines += [f"WARNING: {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "records": self.records}
+
+    @classmethod
+    def from_json(cls, data: dict) -> ReprocessPlan:
+        data = {k: v for k, v in data.items() if k != "records"}
+        data["inputs"] = [PartitionRange(**p) for p in data["inputs"]]
+        return cls(**data)
+
+
+@dataclass
+class ReprocessResult:
+    app: str
+    records_in: int
+    records_out: dict[str, int]  # target topic -> records written
+    dead_letters: int
+    seconds: float
+    checkpoint: str
+    catalog_file: str  # the catalog the run used (targets in place of the live outputs)
+
+    @property
+    def rate(self) -> float:
+        return self.records_in / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> str:
+        out = ", ".join(f"{t}: {n}" for t, n in self.records_out.items())
+        return (f"{self.app}: {self.records_in} record(s) in, out [{out}], {self.dead_letters} dead letter(s), "
+                f"{self.seconds:.1f} s = {self.rate:,.0f} records/s")
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def target_topics(app: AppSpec, target: str, version: str, tag: str) -> dict[str, str]:
+    """Live output topic (and dead-letter topic) -> the topic the reprocessing writes."""
+    live = [*app.outputs.values(), app.dead_letter_topic]
+    if target == "versioned":
+        return {t: f"{t}.{version}" for t in live}
+    return {t: f"scratch.{tag}.{t}" for t in live}
+
+
+def target_catalog(catalog: Catalog, app_name: str, targets: dict[str, str]) -> Catalog:
+    """The catalog with the target topics declared (copied from the live ones) and the app
+    writing to them; inputs are unchanged."""
+    app = catalog.app(app_name)
+    copies: list[TopicSpec] = [catalog.topic(live).model_copy(update={"name": new}) for live, new in targets.items()]
+    renamed = app.model_copy(
+        update={
+            "outputs": {role: targets[t] for role, t in app.outputs.items()},
+            "dead_letter_topic": targets[app.dead_letter_topic],
+            # A fresh checkpoint per run; never the live app's.
+            "checkpoint": None,
+        }
+    )
+    known = set(catalog.topic_names())
+    return catalog.model_copy(
+        update={
+            "topics": [*catalog.topics, *[c for c in copies if c.name not in known]],
+            "apps": [renamed if a.name == app_name else a for a in catalog.apps],
+        }
+    )
+
+
+def _first_timestamps(bootstrap_servers: str, ranges: list[PartitionRange]) -> None:
+    """Fill in the write time of each range's first record (one fetch per partition)."""
+    wanted = [r for r in ranges if r.records > 0]
+    if not wanted:
+        return
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamops-reprocess-plan", "enable.auto.commit": False})
+    try:
+        for r in wanted:
+            consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+            message = consumer.poll(10)
+            if message is not None and not message.error():
+                r.first_timestamp_ms = message.timestamp()[1]
+    finally:
+        consumer.close()
+
+
+def plan_reprocess(
+    admin: AdminClient,
+    bootstrap_servers: str,
+    catalog: Catalog,
+    request: ReprocessRequest,
+    now: datetime | None = None,
+    measured_rate: float | None = None,
+) -> ReprocessPlan:
+    """Resolve the request to offsets per input partition; refuse bad requests naming each problem."""
+    now = now or datetime.now(timezone.utc)
+    problems: list[str] = []
+    try:
+        app = catalog.app(request.app)
+    except KeyError as exc:
+        raise ReprocessRefused([str(exc.args[0])]) from None
+    start_time = end_time = None
+    if request.start != "earliest":
+        if _DURATION.match(request.start or ""):
+            start_time = datetime.fromtimestamp(now.timestamp() - duration_ms(request.start) / 1000, tz=timezone.utc)
+        else:
+            try:
+                start_time = parse_time(request.start, "start")
+            except ValueError as exc:
+                problems.append(f"{exc}; or use 'earliest' or a duration such as '6 hours'")
+    if request.end != "now":
+        try:
+            end_time = parse_time(request.end, "end")
+        except ValueError as exc:
+            problems.append(f"{exc}; or use 'now'")
+    if end_time and end_time > now:
+        problems.append(f"end {request.end} is in the future; use 'now' to process up to the current end")
+    if start_time and (end_time or now) <= start_time:
+        problems.append(f"end {request.end} is not after start {request.start}: the range is empty or inverted")
+    if request.target not in ("versioned", "scratch"):
+        problems.append(f"target {request.target!r} must be 'versioned' or 'scratch'")
+    if request.target == "versioned" and not _VERSION.match(request.version or ""):
+        problems.append(f"version {request.version!r} must look like v2 (it becomes the topic suffix)")
+    tag = request.tag or now.strftime("%Y%m%dt%H%M%S")
+    if not re.match(r"^[a-z0-9-]{1,40}$", tag):
+        problems.append(f"tag {tag!r} must be 1-40 lowercase letters, digits or '-'")
+    if problems:
+        raise ReprocessRefused(problems)
+
+    inputs = sorted(set(app.inputs.values()))
+    layout = topic_partitions(admin, inputs)
+    missing = [t for t, parts in layout.items() if parts is None]
+    if missing:
+        raise ReprocessRefused([f"input topic {t!r} does not exist on the broker" for t in missing])
+    ranges: list[PartitionRange] = []
+    for topic in inputs:
+        partitions = layout[topic]
+        marks = watermarks(admin, topic, partitions)
+        starts = {p: low for p, (low, _) in marks.items()}
+        if start_time:
+            starts = offsets_for_time(admin, topic, partitions, int(start_time.timestamp() * 1000))
+        ends = {p: high for p, (_, high) in marks.items()}
+        if end_time:
+            ends = offsets_for_time(admin, topic, partitions, int(end_time.timestamp() * 1000))
+        ranges += [PartitionRange(topic, p, starts[p], max(starts[p], ends[p]), None) for p in partitions]
+    _first_timestamps(bootstrap_servers, ranges)
+
+    rate = measured_rate or DEFAULT_RATE
+    records = sum(r.records for r in ranges)
+    estimate_s = records / rate
+    warnings = []
+    for r in ranges:
+        retention = catalog.topic(r.topic).configs.get("retention.ms")
+        if not r.first_timestamp_ms or not isinstance(retention, int) or retention < 0:
+            continue
+        age_ms = now.timestamp() * 1000 - r.first_timestamp_ms
+        if age_ms + estimate_s * 1000 > 0.9 * retention:
+            warnings.append(
+                f"{r.topic} p{r.partition}: the range starts with a record written {age_ms / 3_600_000:.1f} h ago and "
+                f"retention is {retention / 3_600_000:.1f} h; with the estimated {estimate_s:.0f} s of run time the broker "
+                "could delete it before the run reads it (the run then fails rather than skip records)"
+            )
+    targets = target_topics(app, request.target, request.version, tag)
+    problems = []
+    for target, partitions in topic_partitions(admin, list(targets.values())).items():
+        held = sum(high - low for low, high in watermarks(admin, target, partitions).values()) if partitions else 0
+        if held:
+            problems.append(
+                f"target topic {target!r} already holds {held} record(s): a second run would mix with them; "
+                "choose another version (or tag), or keep the existing output"
+            )
+    if problems:
+        raise ReprocessRefused(problems)
+    return ReprocessPlan(
+        app=app.name,
+        request={**asdict(request), "tag": tag},
+        inputs=ranges,
+        targets=targets,
+        estimate_s=estimate_s,
+        rate=rate,
+        rate_measured=measured_rate is not None,
+        warnings=warnings,
+        planned_at=now.isoformat(timespec="seconds"),
+    )
+
+
+def run_reprocess(
+    spark,
+    bootstrap_servers: str,
+    admin: AdminClient,
+    catalog: Catalog,
+    plan: ReprocessPlan,
+    work_dir: Path,
+) -> ReprocessResult:
+    """Create the targets, run the app's queries over exactly the planned range, count the output."""
+    from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, start_app
+    from streamops.provisioning import ensure_topics
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    targeted = target_catalog(catalog, plan.app, plan.targets)
+    ensure_topics(admin, [targeted.topic(t) for t in plan.targets.values()])
+    catalog_file = work_dir / "catalog.yaml"
+    catalog_file.write_text(targeted.to_yaml())
+    app = targeted.app(plan.app)
+    program = importlib.import_module(f"spark_apps.{app.program}")
+    checkpoint = work_dir / "checkpoint"
+    started = time.monotonic()
+    start_app(
+        spark,
+        app,
+        program,
+        RunOptions(
+            bootstrap_servers=bootstrap_servers,
+            checkpoint=str(checkpoint),
+            trigger=AVAILABLE_NOW,
+            starting_offsets=json.dumps(plan.starting_offsets()),
+            ending_offsets=plan.ending_offsets(),
+        ),
+    )
+    seconds = time.monotonic() - started
+    written = {}
+    for target in plan.targets.values():
+        marks = watermarks(admin, target, topic_partitions(admin, [target])[target] or [])
+        written[target] = sum(high - low for low, high in marks.values())
+    return ReprocessResult(
+        app=plan.app,
+        records_in=plan.records,
+        records_out={t: n for t, n in written.items() if t != plan.targets[catalog.app(plan.app).dead_letter_topic]},
+        dead_letters=written[plan.targets[catalog.app(plan.app).dead_letter_topic]],
+        seconds=seconds,
+        checkpoint=str(checkpoint),
+        catalog_file=str(catalog_file),
+    )
