@@ -1,0 +1,87 @@
+"""reprocess: recompute an app's outputs from its retained input into new topics (backfill).
+
+Wiring only; the logic is in plugins/streamops/reprocess.py and streamops/dag_tasks/reprocess.py.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import reprocess as steps
+from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.provision_topics import admin_client
+from streamops.dag_tasks.quality import spark_master
+
+APP_NAMES = load_catalog().app_names()
+
+DOC = """
+### Reprocess an app (backfill)
+
+Re-runs the app's **own transformation code** over a range of its retained input, as a bounded
+job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned end offsets), into
+**new topics**; the live topics and the live app are never touched.
+
+* **Start**: `earliest`, an ISO-8601 time with a timezone (`2026-11-22T08:00:00Z`: records written
+  from then on), or a duration back from now (`6 hours`). **End**: `now` or an ISO-8601 time.
+* **Target**: *versioned* topics `<topic>.<version>` (e.g. `oplog.category.contacts.v2`) or
+  *scratch* topics `scratch.<tag>.<topic>`, created from the live topics' catalog definitions.
+  A target that already holds records is refused (no mixing of two runs).
+
+1. **plan**: per input partition the start and end offsets and record counts, the estimated run
+   time from this deployment's last measured rate, and a **warning** where retention could delete
+   the start of the range before the run reaches it. **Dry run (the default) stops here.**
+2. **run**: creates the targets and runs the job; logs records in, out per topic, dead letters
+   and the rate.
+3. **validate**: the targets, whole, with the live topics' expectation suites (the
+   validate_topic_quality code); the run fails if they fail.
+"""
+
+
+@dag(
+    dag_id="reprocess",
+    description="Backfill: recompute an app's outputs from its retained input into new topics.",
+    doc_md=DOC,
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["spark", "apps", "reprocessing", "backfill"],
+    default_args={"owner": "data-platform", "retries": 0},
+    params={
+        "app": Param(APP_NAMES[0], type="string", enum=APP_NAMES, title="App"),
+        "start": Param("earliest", type="string", minLength=1, title="Start",
+                       description="earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
+        "end": Param("now", type="string", minLength=1, title="End", description="now, or an ISO-8601 time with timezone."),
+        "target": Param("versioned", type="string", enum=["versioned", "scratch"], title="Target",
+                        values_display={"versioned": "New versioned topics (<topic>.<version>)",
+                                        "scratch": "Scratch topics (scratch.<tag>.<topic>)"}),
+        "version": Param("v2", type="string", pattern=r"^v[0-9]+$", title="Version suffix",
+                         description="For versioned targets."),
+        "tag": Param(None, type=["null", "string"], pattern=r"^[a-z0-9-]{1,40}$", title="Tag",
+                     description="Names scratch targets and the run's folder. Empty: a timestamp."),
+        "dry_run": Param(True, type="boolean", title="Dry run", description="Only show the plan; create and write nothing."),
+    },
+)
+def reprocess():
+    # A refused request is an answer: no retries.
+    @task(retries=0, multiple_outputs=False)
+    def plan() -> dict:
+        return steps.plan(admin_client(), kafka_bootstrap(), get_current_context()["params"])
+
+    @task(multiple_outputs=False)
+    def run(planned: dict) -> dict:
+        context = get_current_context()
+        if context["params"]["dry_run"]:
+            raise AirflowSkipException("Dry run: nothing was created or written. The plan is in the 'plan' task's log.")
+        return steps.run(planned, context["run_id"], kafka_bootstrap(), admin_client(), spark_master())
+
+    @task(multiple_outputs=False)
+    def validate(planned: dict, _ran: dict) -> list[dict]:
+        return steps.validate(planned, get_current_context()["run_id"], kafka_bootstrap(), admin_client(), spark_master())
+
+    planned = plan()
+    validate(planned, run(planned))
+
+
+reprocess()

@@ -1,0 +1,92 @@
+"""Tasks of the reprocess DAG: plan -> run -> validate."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from streamops.catalog import load_catalog
+from streamops.paths import RUN_DIR
+from streamops.reprocess import (
+    ReprocessPlan,
+    ReprocessRefused,
+    ReprocessRequest,
+    plan_reprocess,
+    run_reprocess,
+    target_catalog,
+)
+
+log = logging.getLogger(__name__)
+
+
+def work_root() -> Path:
+    """Reprocessing runs keep their checkpoint, catalog and measured rate here."""
+    import os
+
+    return Path(os.environ.get("STREAMOPS_REPROCESS_ROOT") or RUN_DIR / "reprocess")
+
+
+def measured_rate(app: str) -> float | None:
+    """records/s of the app's last reprocessing run on this deployment, if any."""
+    ledger = work_root() / "runs.jsonl"
+    if not ledger.exists():
+        return None
+    rates = [json.loads(line) for line in ledger.read_text().splitlines() if line.strip()]
+    rates = [r["rate"] for r in rates if r["app"] == app and r.get("rate")]
+    return rates[-1] if rates else None
+
+
+def plan(admin, bootstrap_servers: str, params: dict) -> dict:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    request = ReprocessRequest(
+        app=params["app"], start=params["start"], end=params["end"], target=params["target"],
+        version=params.get("version") or "v2", tag=params.get("tag") or "",
+    )
+    try:
+        the_plan = plan_reprocess(admin, bootstrap_servers, load_catalog(), request, measured_rate=measured_rate(request.app))
+    except ReprocessRefused as exc:
+        raise AirflowFailException(str(exc)) from None
+    log.info("Reprocessing plan for %s:\n%s", the_plan.app, the_plan.table())
+    return the_plan.to_json()
+
+
+def run(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_master: str) -> dict:
+    from spark_apps.common.session import build_session
+
+    the_plan = ReprocessPlan.from_json(plan_json)
+    if the_plan.records == 0:
+        log.warning("The planned range holds no records: the targets are created empty.")
+    spark = build_session("streamops-reprocess", master=spark_master)
+    work_dir = work_root() / the_plan.app / the_plan.request["tag"]
+    result = run_reprocess(spark, bootstrap_servers, admin, load_catalog(), the_plan, work_dir)
+    log.info("Reprocessed %s", result.summary())
+    ledger = work_root() / "runs.jsonl"
+    with ledger.open("a") as out:
+        out.write(json.dumps({"app": result.app, "run_id": run_id, "records": result.records_in,
+                              "seconds": round(result.seconds, 3), "rate": round(result.rate, 1)}) + "\n")
+    return {"summary": result.summary(), "records_in": result.records_in, "records_out": result.records_out,
+            "dead_letters": result.dead_letters, "seconds": result.seconds, "rate": result.rate,
+            "checkpoint": result.checkpoint, "catalog_file": result.catalog_file, "targets": the_plan.targets}
+
+
+def validate(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_master: str) -> list[dict]:
+    """The targets, whole, through the validate DAG's code and the live topics' suites."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spark_apps.common.session import build_session
+    from streamops.quality.ranges import whole_topics
+    from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
+
+    the_plan = ReprocessPlan.from_json(plan_json)
+    catalog = target_catalog(load_catalog(), the_plan.app, the_plan.targets)
+    topics = [t for t in the_plan.targets.values() if catalog.topic(t).expectation_suite]
+    ranges = whole_topics(admin, topics)
+    spark = build_session("streamops-reprocess", master=spark_master)
+    outcomes = validate_topics(spark, bootstrap_servers, admin, catalog, ranges, run_id)
+    try:
+        raise_on_failures(outcomes)
+    except QualityCheckFailed as exc:
+        raise AirflowFailException(str(exc)) from None
+    return [o.to_json() for o in outcomes]

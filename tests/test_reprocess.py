@@ -1,0 +1,151 @@
+"""Reprocessing on a real broker, real Spark and real Airflow task runs: a backfill from earliest
+reproduces what the live code wrote, a backfill from a timestamp processes only what was written
+from then on, a dry run changes nothing, and bad requests are refused before anything changes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import datetime, timezone
+
+import pytest
+
+from conftest import run_available_now
+from streamops import loadgen
+from streamops.kafka_records import read_all
+
+SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'
+
+
+@pytest.fixture
+def reprocess_env(monkeypatch, tmp_path, app_catalog):
+    monkeypatch.setenv("STREAMOPS_REPROCESS_ROOT", str(tmp_path / "reprocess"))
+    monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", SPARK_LOCAL)
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(app_catalog.to_yaml())
+    return catalog_file
+
+
+def comparable(records, dead_letters: bool = False) -> Counter:
+    """(key, value) of a topic as a multiset; dead letters without their failure time."""
+    out = Counter()
+    for r in records:
+        value = r.json()
+        if dead_letters:
+            value = {k: v for k, v in value.items() if k != "failed_at"}
+        out[(r.key_text, json.dumps(value, sort_keys=True))] += 1
+    return out
+
+
+def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
+    spark, broker, app_catalog, reprocess_env, run_dag, tmp_path
+):
+    router = app_catalog.app("oplog-router")
+    loadgen.run(router, loadgen.LoadSpec(count=1200, keys=30, malformed=0.02, seed=3), broker.bootstrap_servers)
+    run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "live")
+
+    result = run_dag("reprocess", reprocess_env, app="oplog-router", start="earliest", end="now",
+                     target="versioned", version="v2", dry_run=False)
+
+    assert result.state == "success", result.task_states
+    assert result.task_states == {"plan": "success", "run": "success", "validate": "success"}
+    ran = result.xcoms["run"]
+    assert ran["records_in"] == 1200
+    for live in [*router.outputs.values()]:
+        target = f"{live}.v2"
+        assert comparable(read_all(broker.bootstrap_servers, target)) == comparable(read_all(broker.bootstrap_servers, live))
+        assert ran["records_out"][target] == sum(comparable(read_all(broker.bootstrap_servers, live)).values())
+    dead = router.dead_letter_topic
+    assert comparable(read_all(broker.bootstrap_servers, f"{dead}.v2"), True) == comparable(read_all(broker.bootstrap_servers, dead), True)
+    assert ran["dead_letters"] > 0
+    assert {o["topic"]: o["success"] for o in result.xcoms["validate"]} == {f"{t}.v2": True for t in [*router.outputs.values(), dead]}
+
+
+def test_backfill_of_a_stateful_app_reproduces_its_state_driven_output(spark, broker, admin, app_catalog, tmp_path):
+    from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
+
+    presence = app_catalog.app("presence-notifier")
+    load = loadgen.LoadSpec(count=900, keys=15, seed=5, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc),
+                            event_spacing=loadgen.timedelta(seconds=2))
+    loadgen.run(presence, load, broker.bootstrap_servers)
+    run_available_now(spark, app_catalog, "presence-notifier", broker, tmp_path / "live")
+
+    plan = plan_reprocess(admin, broker.bootstrap_servers, app_catalog,
+                          ReprocessRequest(app="presence-notifier", target="scratch", tag="stateful"))
+    result = run_reprocess(spark, broker.bootstrap_servers, admin, app_catalog, plan, tmp_path / "work")
+
+    assert result.records_in == 900
+    for live, target in plan.targets.items():
+        if live == presence.dead_letter_topic:
+            continue
+        assert comparable(read_all(broker.bootstrap_servers, target)) == comparable(read_all(broker.bootstrap_servers, live)), live
+
+
+def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(spark, broker, admin, app_catalog, tmp_path):
+    from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
+
+    router = app_catalog.app("oplog-router")
+    loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=1), broker.bootstrap_servers)
+    before = {(r.partition, r.offset) for r in read_all(broker.bootstrap_servers, router.inputs["operations"])}
+    cut = max(r.timestamp_ms for r in read_all(broker.bootstrap_servers, router.inputs["operations"])) + 1
+    cut_time = datetime.fromtimestamp(cut / 1000, tz=timezone.utc)
+    # The second batch is written after `cut`: poll the clock past it instead of sleeping.
+    from streamops.waiting import poll_until
+
+    poll_until(lambda: datetime.now(timezone.utc) > cut_time, timeout=5, what="the clock to pass the cut")
+    loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=2, start_seq=301), broker.bootstrap_servers)
+    after = {(r.partition, r.offset) for r in read_all(broker.bootstrap_servers, router.inputs["operations"])} - before
+
+    plan = plan_reprocess(admin, broker.bootstrap_servers, app_catalog,
+                          ReprocessRequest(app="oplog-router", start=cut_time.isoformat(), target="scratch", tag="since"))
+    assert plan.records == len(after) == 300
+    run_reprocess(spark, broker.bootstrap_servers, admin, app_catalog, plan, tmp_path / "work")
+
+    sources = set()
+    for live in router.outputs.values():
+        for record in read_all(broker.bootstrap_servers, plan.targets[live]):
+            _, partition, offset = record.json()["event_id"].rsplit("/", 2)
+            sources.add((int(partition), int(offset)))
+    assert sources and sources <= after
+    assert min(r.json()["seq"] for live in router.outputs.values() for r in read_all(broker.bootstrap_servers, plan.targets[live])) > 300
+
+
+def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess_env, run_dag, caplog, capfd):
+    router = app_catalog.app("oplog-router")
+    loadgen.run(router, loadgen.LoadSpec(count=200, keys=10, seed=4), broker.bootstrap_servers)
+
+    result = run_dag("reprocess", reprocess_env, app="oplog-router", start="earliest", end="now", target="versioned",
+                     version="v3", dry_run=True)
+
+    assert result.state == "success"
+    assert result.task_states == {"plan": "success", "run": "skipped", "validate": "skipped"}
+    plan = result.xcoms["plan"]
+    assert sum(p["records"] for p in [dict(x, records=x["end"] - x["start"]) for x in plan["inputs"]]) == 200
+    existing = admin.list_topics(timeout=10).topics
+    assert not [t for t in existing if t.endswith(".v3")]
+
+
+def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_catalog, reprocess_env, run_dag, capfd, caplog):
+    inverted = run_dag("reprocess", reprocess_env, app="oplog-router", start="2026-11-22T10:00:00Z",
+                       end="2026-11-22T09:00:00Z", target="versioned", version="v2", dry_run=False)
+    assert inverted.task_states == {"plan": "failed", "run": "upstream_failed", "validate": "upstream_failed"}
+    captured = capfd.readouterr()
+    text = captured.out + captured.err + caplog.text
+    assert "end 2026-11-22T09:00:00Z is not after start 2026-11-22T10:00:00Z: the range is empty or inverted" in text
+
+    from streamops.reprocess import ReprocessRefused, ReprocessRequest, plan_reprocess
+
+    def refused(**request) -> list[str]:
+        with pytest.raises(ReprocessRefused) as caught:
+            plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(**request))
+        return caught.value.problems
+
+    assert refused(app="no-such-app") == [
+        "app 'no-such-app' is not in the catalog (known: oplog-router, presence-notifier, browser-activity)"
+    ]
+    assert refused(app="oplog-router", start="2026-11-22T10:00:00") == [
+        "start '2026-11-22T10:00:00' has no timezone: add Z or an offset such as +01:00; or use 'earliest' or a duration such as '6 hours'"
+    ]
+    assert refused(app="oplog-router", version="2") == ["version '2' must look like v2 (it becomes the topic suffix)"]
+    assert not [t for t in admin.list_topics(timeout=10).topics if t.endswith(".v2") and t.startswith(app_catalog.topics[0].name.split(".")[0])]
