@@ -149,3 +149,43 @@ def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_cat
     ]
     assert refused(app="oplog-router", version="2") == ["version '2' must look like v2 (it becomes the topic suffix)"]
     assert not [t for t in admin.list_topics(timeout=10).topics if t.endswith(".v2") and t.startswith(app_catalog.topics[0].name.split(".")[0])]
+
+
+def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_window(
+    spark, broker, admin, app_catalog, reprocess_env, run_dag, tmp_path, monkeypatch, capfd, caplog
+):
+    from streamops.kafka_records import produce
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    browser = app_catalog.app("browser-activity")
+    load = loadgen.LoadSpec(count=1500, keys=20, seed=9, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc),
+                            event_spacing=loadgen.timedelta(milliseconds=40))
+    loadgen.run(browser, load, broker.bootstrap_servers)
+    run_available_now(spark, app_catalog, "browser-activity", broker, tmp_path / "checkpoints" / "browser-activity")
+
+    clean = run_dag("reconcile_stateful_apps", reprocess_env, apps=["browser-activity"])
+
+    assert clean.state == "success", clean.task_states
+    (comparison,) = clean.xcoms["reconcile"]["comparisons"]
+    assert comparison["closed_by"] == "live watermark"
+    assert comparison["compared"] > 20 and comparison["mismatched"] == 0, comparison
+    # The scratch topics were deleted (their names end with the live topic's).
+    assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
+
+    counts = read_all(broker.bootstrap_servers, browser.outputs["activity_counts"])
+    first = min((r.json() for r in counts), key=lambda v: (v["window_start"], v["fingerprint"]))
+    tampered = [r.json() for r in counts if (r.json()["fingerprint"], r.json()["window_start"]) == (first["fingerprint"], first["window_start"])]
+    final = max(v["count"] for v in tampered)
+    produce(broker.bootstrap_servers, browser.outputs["activity_counts"],
+            [(f"{first['fingerprint']}|{first['window_start']}", json.dumps({**first, "count": final + 7}))])
+
+    broken = run_dag("reconcile_stateful_apps", reprocess_env, apps=["browser-activity"])
+
+    assert broken.state == "failed"
+    captured = capfd.readouterr()
+    text = captured.out + captured.err + caplog.text
+    assert "1 differ" in text
+    assert f"fingerprint '{first['fingerprint']}' window {first['window_start'][:19]}Z..{first['window_end'][:19]}Z" in text
+    assert f"live {final + 7}, recomputed {final}" in text
+    assert "over the 0.00% threshold" in text
+    assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]

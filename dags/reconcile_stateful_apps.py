@@ -1,0 +1,70 @@
+"""reconcile_stateful_apps: nightly, recompute each stateful app's closed windows from the earliest
+offsets and compare them with what the live app emitted.
+
+Wiring only; the logic is in plugins/streamops/reconciliation.py and dag_tasks/reconcile_apps.py.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag, get_current_context, task
+from airflow.timetables.trigger import CronTriggerTimetable
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import apps_param
+from streamops.dag_tasks import reconcile_apps as steps
+from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.provision_topics import admin_client
+from streamops.dag_tasks.quality import spark_master
+
+STATEFUL = steps.stateful_app_names(load_catalog())
+
+DOC = """
+### Nightly reconciliation of stateful apps
+
+For each app with windowed counts: a reprocessing run of the app's own code from the **earliest**
+retained offsets into **scratch topics** (`scratch.recon-<time>.<topic>`), then a comparison of
+every **closed** window (end at or before the live count query's watermark, read from its
+checkpoint) with the live output: matching, differing, only live, only recomputed. Windows still
+open are skipped and counted. Examples of mismatches are in the log.
+
+The run fails when the mismatched share is above **Max mismatch ratio** (0: any mismatch fails).
+The scratch topics are deleted at the end, also when the run fails. Records the live app
+dropped as late show up as mismatches (the live query's progress counts them).
+"""
+
+
+@dag(
+    dag_id="reconcile_stateful_apps",
+    description="Nightly: recompute stateful apps' closed windows from earliest and compare with the live output.",
+    doc_md=DOC,
+    schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["spark", "apps", "reprocessing", "quality"],
+    default_args={"owner": "data-platform", "retries": 0},
+    params={
+        "apps": Param(STATEFUL, type="array", items={"type": "string", "enum": STATEFUL} if STATEFUL else {"type": "string"},
+                      uniqueItems=True, examples=STATEFUL, title="Apps", description="Stateful apps to reconcile."),
+        "max_mismatch_ratio": Param(0.0, type="number", minimum=0, maximum=1, title="Max mismatch ratio",
+                                    description="Share of compared windows that may differ before the run fails."),
+    },
+)
+def reconcile_stateful_apps():
+    @task
+    def chosen() -> list[str]:
+        names = get_current_context()["params"]["apps"]
+        unknown = sorted(set(names) - set(STATEFUL))
+        if unknown:
+            raise ValueError(f"not stateful apps of the catalog: {', '.join(unknown)} (choose from {', '.join(STATEFUL)})")
+        return names
+
+    @task(multiple_outputs=False, map_index_template="{{ task.op_kwargs['app_name'] }}")
+    def reconcile(app_name: str) -> dict:
+        context = get_current_context()
+        return steps.reconcile_app(app_name, context["run_id"], kafka_bootstrap(), admin_client(), spark_master(),
+                                   context["params"]["max_mismatch_ratio"])
+
+    reconcile.expand(app_name=chosen())
+
+
+reconcile_stateful_apps()

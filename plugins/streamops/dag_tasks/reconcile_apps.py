@@ -1,0 +1,54 @@
+"""Tasks of the reconcile_stateful_apps DAG: per app, recompute into scratch topics, compare the
+closed windows with the live output, delete the scratch topics."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+from streamops.catalog import Catalog, load_catalog
+from streamops.dag_tasks.reprocess import work_root
+from streamops.reconciliation import compare_windows, delete_scratch_topics, window_outputs
+from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess, target_catalog
+
+log = logging.getLogger(__name__)
+
+
+def stateful_app_names(catalog: Catalog) -> list[str]:
+    names: list[str] = []
+    for app, _role in window_outputs(catalog):
+        if app.name not in names:
+            names.append(app.name)
+    return names
+
+
+def reconcile_app(app_name: str, run_id: str, bootstrap_servers: str, admin, spark_master: str, max_mismatch_ratio: float) -> dict:
+    """Recompute from earliest into scratch topics, compare, clean up; fail above the threshold."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spark_apps.common.session import build_session
+
+    catalog = load_catalog()
+    app = catalog.app(app_name)
+    tag = "recon-" + datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")
+    plan = plan_reprocess(admin, bootstrap_servers, catalog, ReprocessRequest(app=app_name, target="scratch", tag=tag))
+    log.info("Recomputing %s from the earliest offsets into scratch topics:\n%s", app_name, plan.table())
+    comparisons = []
+    try:
+        spark = build_session("streamops-reconcile", master=spark_master)
+        result = run_reprocess(spark, bootstrap_servers, admin, catalog, plan, work_root() / app_name / tag)
+        log.info("Recomputed %s", result.summary())
+        scratch = target_catalog(catalog, app_name, plan.targets)
+        for _app, role in [(a, r) for a, r in window_outputs(catalog) if a.name == app_name]:
+            comparison = compare_windows(spark, bootstrap_servers, admin, catalog, app, role, plan.targets[app.outputs[role]], scratch)
+            log.info("%s%s", comparison.summary(), "".join(f"\n    {e}" for e in comparison.examples))
+            comparisons.append(comparison)
+    finally:
+        deleted = delete_scratch_topics(admin, list(plan.targets.values()))
+        log.info("Deleted the scratch topics of this run: %s", ", ".join(deleted) or "none")
+    over = [c for c in comparisons if c.mismatch_ratio > max_mismatch_ratio]
+    if over:
+        lines = [f"{c.summary()}: {c.mismatch_ratio:.2%} mismatched, over the {max_mismatch_ratio:.2%} threshold"
+                 + "".join(f"\n    {e}" for e in c.examples) for c in over]
+        raise AirflowFailException("Live output does not match the recomputation:\n" + "\n".join(lines))
+    return {"app": app_name, "comparisons": [c.to_json() for c in comparisons]}
