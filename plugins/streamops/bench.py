@@ -1,9 +1,10 @@
 """Benchmarks that print figures (never assertions): `streamops bench router --events N`.
 
-The router benchmark preloads N operation-log events, then drains the same backlog twice on
-this machine: with the Spark router (Trigger.AvailableNow, a fresh checkpoint) and with a plain
-confluent-kafka Python loop doing the same parsing and routing. Both write their outputs with
-acks=all and idempotent producers.
+The router benchmark preloads N operation-log events, then drains the same backlog on this
+machine: with the Spark router (Trigger.AvailableNow, a fresh checkpoint), with a plain
+confluent-kafka Python loop doing the same parsing and routing, and as a reprocessing backfill
+from earliest (the reprocess DAG's job, into scratch topics); beside them, the broker's raw
+consume rate on the same backlog. Writers use acks=all and idempotent producers.
 """
 
 from __future__ import annotations
@@ -122,6 +123,36 @@ def python_router(source: AppSpec, target: AppSpec, bootstrap: str, expected: in
     return Result("Python confluent-kafka loop", seen, written, seconds)
 
 
+def reprocess_backfill(catalog: Catalog, admin: AdminClient, bootstrap: str, workdir: Path) -> Result:
+    """The reprocess DAG's job (plan from earliest, scratch targets) over the same backlog."""
+    from spark_apps.common.session import build_session
+    from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
+
+    spark = build_session("streamops-bench", master="local[*]", extra_conf={"spark.ui.enabled": "false"})
+    plan = plan_reprocess(admin, bootstrap, catalog, ReprocessRequest(app="oplog-router", target="scratch", tag="bench"))
+    result = run_reprocess(spark, bootstrap, admin, catalog, plan, workdir)
+    written = sum(result.records_out.values()) + result.dead_letters
+    return Result("Backfill from earliest (reprocess, warm JVM)", result.records_in, written, result.seconds,
+                  "targets " + ", ".join(sorted(plan.targets.values()))[:60] + "...")
+
+
+def raw_consume(bootstrap: str, topic: str, expected: int) -> Result:
+    """The broker's raw consume rate on the same backlog: fetch every record, do nothing with it."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "fetch.max.bytes": 52_428_800})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in end_offsets(bootstrap, topic)])
+    seen = 0
+    began = time.monotonic()
+    while seen < expected:
+        for message in consumer.consume(num_messages=10_000, timeout=1.0):
+            if message.error():
+                raise KafkaException(message.error())
+            seen += 1
+    seconds = time.monotonic() - began
+    consumer.close()
+    return Result("Raw consume (confluent-kafka, no processing)", seen, 0, seconds, "the ceiling for any reader here")
+
+
 def _produce(out, topic, key, value) -> None:
     while True:
         try:
@@ -154,7 +185,9 @@ def router_benchmark(events: int, bootstrap: str | None = None, keys: int = 1000
         cold = spark_router(app, bootstrap, workdir / "checkpoint-cold", "fresh JVM")
         warm = spark_router(app, bootstrap, workdir / "checkpoint-warm", "warm JVM")
         python_result = python_router(app, python_catalog.app("oplog-router"), bootstrap, load.produced)
-        return [preload, cold, warm, python_result]
+        backfill = reprocess_backfill(spark_catalog, admin, bootstrap, workdir / "reprocess")
+        raw = raw_consume(bootstrap, app.inputs["operations"], load.produced)
+        return [preload, cold, warm, python_result, backfill, raw]
     finally:
         if broker is not None:
             print(broker.stop())

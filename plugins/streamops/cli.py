@@ -274,10 +274,6 @@ def loadgen(
     typer.echo(report.summary())
 
 
-if __name__ == "__main__":
-    app()
-
-
 @bench_app.command("router")
 def bench_router(
     events: Annotated[int, typer.Option(min=1000, help="Events to preload and drain.")] = 200_000,
@@ -328,3 +324,7 @@ def quality_results(
         for r in rows
     ]
     typer.echo(tabulate(table, headers=["validated at", "topic", "result", "records", "range", "failed expectations"]))
+
+
+if __name__ == "__main__":
+    app()
