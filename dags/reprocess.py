@@ -36,6 +36,10 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
    and the rate.
 3. **validate**: the targets, whole, with the live topics' expectation suites (the
    validate_topic_quality code); the run fails if they fail.
+4. **cut_over** (only with *Cut over*; versioned targets, end `now`): the live app stops
+   gracefully, its checkpoint is kept as a snapshot and replaced by the backfill's, and it starts
+   again from there writing to the new topics: no gap, no overlap. The old topics are kept and
+   named in the log, with the catalog change to make next.
 """
 
 
@@ -61,6 +65,9 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
         "tag": Param(None, type=["null", "string"], pattern=r"^[a-z0-9-]{1,40}$", title="Tag",
                      description="Names scratch targets and the run's folder. Empty: a timestamp."),
         "dry_run": Param(True, type="boolean", title="Dry run", description="Only show the plan; create and write nothing."),
+        "cutover": Param(False, type="boolean", title="Cut over",
+                         description="After a validated run: stop the live app and continue it on the new topics "
+                                     "from where the backfill ended (needs versioned targets and end 'now')."),
     },
 )
 def reprocess():
@@ -80,8 +87,16 @@ def reprocess():
     def validate(planned: dict, _ran: dict) -> list[dict]:
         return steps.validate(planned, get_current_context()["run_id"], kafka_bootstrap(), admin_client(), spark_master())
 
+    @task(multiple_outputs=False)
+    def cut_over(planned: dict, ran: dict, _validated: list[dict]) -> dict:
+        context = get_current_context()
+        if not context["params"]["cutover"]:
+            raise AirflowSkipException("No cutover asked for: the live app was not touched.")
+        return steps.cutover(planned, ran, context["run_id"], kafka_bootstrap())
+
     planned = plan()
-    validate(planned, run(planned))
+    ran = run(planned)
+    cut_over(planned, ran, validate(planned, ran))
 
 
 reprocess()

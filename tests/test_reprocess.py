@@ -49,7 +49,7 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
                      target="versioned", version="v2", dry_run=False)
 
     assert result.state == "success", result.task_states
-    assert result.task_states == {"plan": "success", "run": "success", "validate": "success"}
+    assert result.task_states == {"plan": "success", "run": "success", "validate": "success", "cut_over": "skipped"}
     ran = result.xcoms["run"]
     assert ran["records_in"] == 1200
     for live in [*router.outputs.values()]:
@@ -119,7 +119,7 @@ def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess
                      version="v3", dry_run=True)
 
     assert result.state == "success"
-    assert result.task_states == {"plan": "success", "run": "skipped", "validate": "skipped"}
+    assert result.task_states == {"plan": "success", "run": "skipped", "validate": "skipped", "cut_over": "skipped"}
     plan = result.xcoms["plan"]
     assert sum(p["records"] for p in [dict(x, records=x["end"] - x["start"]) for x in plan["inputs"]]) == 200
     existing = admin.list_topics(timeout=10).topics
@@ -129,7 +129,7 @@ def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess
 def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_catalog, reprocess_env, run_dag, capfd, caplog):
     inverted = run_dag("reprocess", reprocess_env, app="oplog-router", start="2026-11-22T10:00:00Z",
                        end="2026-11-22T09:00:00Z", target="versioned", version="v2", dry_run=False)
-    assert inverted.task_states == {"plan": "failed", "run": "upstream_failed", "validate": "upstream_failed"}
+    assert inverted.task_states == {"plan": "failed", "run": "upstream_failed", "validate": "upstream_failed", "cut_over": "upstream_failed"}
     captured = capfd.readouterr()
     text = captured.out + captured.err + caplog.text
     assert "end 2026-11-22T09:00:00Z is not after start 2026-11-22T10:00:00Z: the range is empty or inverted" in text
@@ -189,3 +189,44 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
     assert f"live {final + 7}, recomputed {final}" in text
     assert "over the 0.00% threshold" in text
     assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
+
+
+def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
+    run_dag, app_env, reprocess_env, app_catalog, broker
+):
+    from test_app_runs import wait_until_all_routed
+
+    from streamops.loadgen import LoadSpec, background_load
+    from streamops.reprocess import target_catalog
+    from streamops.waiting import poll_until
+
+    catalog_file, runtime = app_env
+    spec = app_catalog.app("oplog-router")
+    assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"]).state == "success"
+
+    with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=33), broker.bootstrap_servers) as load:
+        poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
+        result = run_dag("reprocess", catalog_file, app="oplog-router", start="earliest", end="now", target="versioned",
+                         version="v2", dry_run=False, cutover=True)
+        under_load = load.is_alive()  # the producer was still writing when the cutover finished
+
+    assert result.state == "success", result.task_states
+    assert under_load, "the load ended before the cutover: it was not a cutover under load"
+    handed_over = result.xcoms["cut_over"]
+    targets = dict(zip(handed_over["old_topics"], handed_over["new_topics"]))
+    assert handed_over["old_topics"] == [*spec.outputs.values(), spec.dead_letter_topic]
+    assert runtime.state() == "running" and runtime.driver()["version"] == "1.0.0+v2"
+
+    new_app = target_catalog(app_catalog, "oplog-router", targets).app("oplog-router")
+    expected, duplicates = wait_until_all_routed(broker, new_app)  # zero loss; nothing no input explains
+    # No overlap: no record was written both by the backfill and by the app after the cutover.
+    cut_ms = datetime.fromisoformat(runtime.driver()["started_at"]).timestamp() * 1000
+    phases: dict[str, set] = {"backfill": set(), "live": set()}
+    for topic in new_app.outputs.values():
+        for record in read_all(broker.bootstrap_servers, topic):
+            phases["backfill" if record.timestamp_ms < cut_ms else "live"].add((record.json()["event_id"], topic))
+    assert phases["backfill"] and phases["live"]
+    assert phases["backfill"] & phases["live"] == set()
+    print(f"cutover under load: {len(expected)} routed records on the new topics ({len(phases['backfill'])} by the "
+          f"backfill, {len(phases['live'])} after the cutover), none lost, no overlap, {duplicates} duplicates")
+    assert run_dag("stop_apps", catalog_file, apps=["oplog-router"]).state == "success"

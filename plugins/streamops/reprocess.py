@@ -53,6 +53,9 @@ class ReprocessRequest:
     target: str = "versioned"  # "versioned" or "scratch"
     version: str = "v2"  # suffix of versioned targets
     tag: str = ""  # names scratch targets and the checkpoint; default: a timestamp
+    # After the run, hand the live app over to the targets: it continues from the backfill's
+    # checkpoint (so the run is not cut at the planned end: it reads what is there when it starts).
+    cutover: bool = False
 
 
 @dataclass
@@ -224,6 +227,8 @@ def plan_reprocess(
         problems.append(f"end {request.end} is not after start {request.start}: the range is empty or inverted")
     if request.target not in ("versioned", "scratch"):
         problems.append(f"target {request.target!r} must be 'versioned' or 'scratch'")
+    if request.cutover and (request.target != "versioned" or request.end != "now"):
+        problems.append("cutover needs target 'versioned' and end 'now' (the live app continues where the backfill ends)")
     if request.target == "versioned" and not _VERSION.match(request.version or ""):
         problems.append(f"version {request.version!r} must look like v2 (it becomes the topic suffix)")
     tag = request.tag or now.strftime("%Y%m%dt%H%M%S")
@@ -319,7 +324,9 @@ def run_reprocess(
             checkpoint=str(checkpoint),
             trigger=AVAILABLE_NOW,
             starting_offsets=json.dumps(plan.starting_offsets()),
-            ending_offsets=plan.ending_offsets(),
+            # A cutover continues from this checkpoint: cutting at the planned end would drop
+            # what arrived since the plan. Otherwise the run is exactly the planned range.
+            ending_offsets=None if plan.request.get("cutover") else plan.ending_offsets(),
         ),
     )
     seconds = time.monotonic() - started
@@ -329,10 +336,45 @@ def run_reprocess(
         written[target] = sum(high - low for low, high in marks.values())
     return ReprocessResult(
         app=plan.app,
-        records_in=plan.records,
+        records_in=_records_read(checkpoint, plan) if plan.request.get("cutover") else plan.records,
         records_out={t: n for t, n in written.items() if t != plan.targets[catalog.app(plan.app).dead_letter_topic]},
         dead_letters=written[plan.targets[catalog.app(plan.app).dead_letter_topic]],
         seconds=seconds,
         checkpoint=str(checkpoint),
         catalog_file=str(catalog_file),
     )
+
+
+def _records_read(checkpoint: Path, plan: ReprocessPlan) -> int:
+    """Records the run read: from the planned start to the offsets its checkpoint committed."""
+    from streamops.app_status import committed_offsets
+
+    read = 0
+    for query_dir in checkpoint.iterdir():
+        ends = committed_offsets(query_dir) or {}
+        read += sum(ends.get(p.topic, {}).get(p.partition, p.start) - p.start for p in plan.inputs if p.topic in ends)
+    return read
+
+
+def cutover(
+    live: AppSpec,
+    result: ReprocessResult,
+    command: list[str],
+    *,
+    requested_by: str,
+    version: str,
+    stop_deadline_s: float = 60.0,
+) -> dict:
+    """Stop the live app gracefully, put the backfill's checkpoint in place of its own (the old
+    one is kept as a snapshot), and start it on the targets from there: no gap, no overlap."""
+    from streamops.app_ops import launch, stop
+    from streamops.rollout import backup_checkpoint, restore_checkpoint
+
+    checkpoint = live.checkpoint_location()
+    stopped = stop(live, checkpoint=checkpoint, requested_by=requested_by, deadline_s=stop_deadline_s)
+    Path(checkpoint).mkdir(parents=True, exist_ok=True)
+    snapshot = backup_checkpoint(checkpoint, "before-cutover")
+    restore_checkpoint(checkpoint, Path(result.checkpoint))
+    started = launch(live, command, checkpoint=checkpoint, launched_by=requested_by, version=version)
+    return {"stopped": stopped, "backup": str(snapshot), "pid": started.pid, "version": version,
+            "catalog_file": result.catalog_file, "driver_log": started.driver_log}

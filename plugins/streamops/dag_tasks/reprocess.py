@@ -42,7 +42,7 @@ def plan(admin, bootstrap_servers: str, params: dict) -> dict:
 
     request = ReprocessRequest(
         app=params["app"], start=params["start"], end=params["end"], target=params["target"],
-        version=params.get("version") or "v2", tag=params.get("tag") or "",
+        version=params.get("version") or "v2", tag=params.get("tag") or "", cutover=bool(params.get("cutover")),
     )
     try:
         the_plan = plan_reprocess(admin, bootstrap_servers, load_catalog(), request, measured_rate=measured_rate(request.app))
@@ -90,3 +90,33 @@ def validate(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_
     except QualityCheckFailed as exc:
         raise AirflowFailException(str(exc)) from None
     return [o.to_json() for o in outcomes]
+
+
+def cutover(plan_json: dict, ran: dict, run_id: str, bootstrap_servers: str) -> dict:
+    """Hand the live app over to the backfill's targets and checkpoint; say what to change next."""
+    from streamops.app_ops import spark_submit_command
+    from streamops.catalog import load_catalog as load
+    from streamops.reprocess import ReprocessResult, cutover as hand_over
+    from streamops.spark_submit import submit_spec
+
+    the_plan = ReprocessPlan.from_json(plan_json)
+    live = load_catalog().app(the_plan.app)
+    targeted = load(ran["catalog_file"]).app(the_plan.app)
+    version = f"{live.version}+{the_plan.request['version']}"
+    command = spark_submit_command(submit_spec(
+        targeted, bootstrap_servers=bootstrap_servers, catalog=ran["catalog_file"],
+        checkpoint=live.checkpoint_location(), version=version,
+    ))
+    result = ReprocessResult(the_plan.app, ran["records_in"], ran["records_out"], ran["dead_letters"], ran["seconds"],
+                             ran["checkpoint"], ran["catalog_file"])
+    outcome = hand_over(live, result, command, requested_by=run_id, version=version)
+    old = list(the_plan.targets)
+    log.info(
+        "Cutover done: %s (%s) now runs as version %s (pid %s) from the backfill's checkpoint, writing to %s.\n"
+        "The old topics are kept, untouched: %s.\nThe old checkpoint is kept at %s.\n"
+        "Next: make catalog/pipelines.yaml name the new topics as %s's outputs; until then the app runs with %s, "
+        "and a redeploy or roll from the catalog would write to the old topics again.",
+        the_plan.app, outcome["stopped"], version, outcome["pid"], ", ".join(the_plan.targets.values()), ", ".join(old),
+        outcome["backup"], the_plan.app, ran["catalog_file"],
+    )
+    return {**outcome, "old_topics": old, "new_topics": list(the_plan.targets.values())}
