@@ -53,7 +53,8 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
     tags=["spark", "apps", "reprocessing", "backfill"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "app": Param(APP_NAMES[0], type="string", enum=APP_NAMES, title="App"),
+        # A catalog without apps still parses (plan then refuses: there is nothing to reprocess).
+        "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App", **({"enum": APP_NAMES} if APP_NAMES else {})),
         "start": Param("earliest", type="string", minLength=1, title="Start",
                        description="earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
         "end": Param("now", type="string", minLength=1, title="End", description="now, or an ISO-8601 time with timezone."),

@@ -52,3 +52,17 @@ def test_broken_catalog_shows_as_an_import_error_naming_the_problem(airflow_db, 
     bag = DagBag(dag_folder=str(DAGS_DIR / "provision_topics.py"))
     (error,) = bag.import_errors.values()
     assert "topics[0] 'a.b' (line 4), field 'partitions': must be a positive integer (got 0)" in error
+
+
+def test_every_dag_imports_with_a_catalog_of_topics_only(airflow_db, tmp_path, monkeypatch):
+    """A catalog without apps or suites (a first catalog, or the provisioning tests') must not
+    break the DAGs that offer apps and suites in their forms."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("version: 1\ntopics:\n  - name: a.b\n    partitions: 1\n    replication_factor: 1\n"
+                     "    owner: o\n    description: d\n")
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(plain))
+    bag = DagBag(dag_folder=str(DAGS_DIR))
+    assert bag.import_errors == {}
+    assert len(bag.dags) == len(list(DAGS_DIR.glob("*.py")))

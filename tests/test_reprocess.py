@@ -230,3 +230,25 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
     print(f"cutover under load: {len(expected)} routed records on the new topics ({len(phases['backfill'])} by the "
           f"backfill, {len(phases['live'])} after the cutover), none lost, no overlap, {duplicates} duplicates")
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"]).state == "success"
+
+
+def test_the_plan_warns_when_retention_could_delete_the_start_of_the_range(broker, admin, app_catalog):
+    from datetime import timedelta
+
+    from streamops.reprocess import ReprocessRequest, plan_reprocess
+
+    router = app_catalog.app("oplog-router")
+    loadgen.run(router, loadgen.LoadSpec(count=60, keys=5, seed=8), broker.bootstrap_servers)
+    retention_h = app_catalog.topic(router.inputs["operations"]).configs["retention.ms"] / 3_600_000
+    # Planned as if 6.5 of the input's 7 retained days had passed since these records were written.
+    later = datetime.now(timezone.utc) + timedelta(hours=retention_h - 12)
+
+    plan = plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app="oplog-router"), now=later)
+    fresh = plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app="oplog-router"))
+
+    assert fresh.warnings == []
+    partitions_with_records = [p for p in plan.inputs if p.records]
+    assert len(plan.warnings) == len(partitions_with_records) > 0
+    assert plan.warnings[0].startswith(f"{router.inputs['operations']} p{partitions_with_records[0].partition}: the range starts with a record written 15")
+    assert f"retention is {retention_h:.1f} h" in plan.warnings[0]
+    assert "could delete it before the run reads it" in plan.table()

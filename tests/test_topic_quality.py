@@ -249,3 +249,24 @@ def test_a_deploy_event_narrows_the_run_to_the_deployed_apps_topics():
     assert topics_of_apps(catalog, ["browser-activity"]) == [
         "browser.captcha-challenges", "browser.activity-counts", "browser.activity.dead-letters"
     ]
+
+
+def test_an_expectation_that_cannot_be_evaluated_fails_with_the_error(spark, broker, admin, app_outputs, tmp_path):
+    from streamops.quality.ranges import whole_topics
+    from streamops.quality.validate import validate_topics
+
+    _, catalog, _ = app_outputs
+    dead = catalog.app("oplog-router").dead_letter_topic
+    suite = tmp_path / "broken.json"
+    suite.write_text(json.dumps({"name": "broken", "expectations": [{
+        "type": "unexpected_rows_expectation", "description": "a query with a typo",
+        "kwargs": {"unexpected_rows_query": "SELECT * FROM {batch} WHERE no_such_column > 0"}}]}))
+    broken = catalog.model_copy(update={"topics": [
+        t.model_copy(update={"expectation_suite": str(suite)}) if t.name == dead else t for t in catalog.topics]})
+
+    (outcome,) = validate_topics(spark, broker.bootstrap_servers, admin, broken, whole_topics(admin, [dead]), "broken", tmp_path)
+
+    (failure,) = outcome.failures
+    assert failure.description == "a query with a typo"
+    assert failure.samples[0].startswith("the expectation could not be evaluated:")
+    assert "no_such_column" in failure.samples[0]

@@ -261,10 +261,9 @@ def _describe(part: str, result, frame: DataFrame, index_columns: list[str] | No
     severity = getattr(config.severity, "value", str(config.severity))
     outcome = result.result or {}
     samples: list[str] = []
-    raised = (result.exception_info or {}).get("raised_exception") if isinstance(result.exception_info, dict) else False
-    if raised:
-        message = result.exception_info.get("exception_message", "unknown error")
-        samples.append(f"the expectation could not be evaluated: {message}")
+    error = _raised(result.exception_info)
+    if error:
+        samples.append(f"the expectation could not be evaluated: {error}")
         return FailedExpectation(part, label, config.description or "", "critical", None, None, samples)
     if config.type == "unexpected_rows_expectation":
         # GX returns the rows only with result_format COMPLETE (every row, in memory): run the
@@ -282,6 +281,18 @@ def _describe(part: str, result, frame: DataFrame, index_columns: list[str] | No
     return FailedExpectation(
         part, label, config.description or "", severity, outcome.get("unexpected_count"), outcome.get("element_count"), samples
     )
+
+
+def _raised(info) -> str | None:
+    """The error message if GX could not evaluate the expectation. GX reports it either at the top
+    of exception_info or per metric, nested one level down."""
+    if not isinstance(info, dict):
+        return None
+    candidates = [info, *[v for v in info.values() if isinstance(v, dict)]]
+    for candidate in candidates:
+        if candidate.get("raised_exception"):
+            return str(candidate.get("exception_message") or "unknown error")
+    return None
 
 
 def _records_at(frame: DataFrame, positions: list[dict], columns: list[str]) -> list[str]:
