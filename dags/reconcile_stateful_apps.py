@@ -10,7 +10,6 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import apps_param
 from streamops.dag_tasks import reconcile_apps as steps
 from streamops.dag_tasks.apps import kafka_bootstrap
 from streamops.dag_tasks.provision_topics import admin_client
