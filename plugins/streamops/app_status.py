@@ -60,14 +60,21 @@ class AppStatus:
         return {**asdict(self), "total_lag": self.total_lag, "max_time_lag_s": self.max_time_lag_s}
 
 
-def committed_offsets(query_dir: Path) -> dict[str, dict[int, int]] | None:
-    """topic -> partition -> next offset, as of the query's last committed batch (None: none yet)."""
+def last_committed_batch(query_dir: Path) -> list[str] | None:
+    """The offset-log lines of the query's last committed batch (None: none yet). Line 0 is the
+    log version, line 1 the batch metadata (watermark, time, conf), then one line per source."""
     commits = [int(p.name) for p in (query_dir / "commits").glob("[0-9]*") if p.name.isdigit()]
     if not commits:
         return None
-    lines = (query_dir / "offsets" / str(max(commits))).read_text().splitlines()
+    return (query_dir / "offsets" / str(max(commits))).read_text().splitlines()
+
+
+def committed_offsets(query_dir: Path) -> dict[str, dict[int, int]] | None:
+    """topic -> partition -> next offset, as of the query's last committed batch (None: none yet)."""
+    lines = last_committed_batch(query_dir)
+    if lines is None:
+        return None
     merged: dict[str, dict[int, int]] = {}
-    # Line 0 is the log version, line 1 the batch metadata, then one line per source.
     for line in lines[2:]:
         if line.startswith("{"):
             for topic, partitions in json.loads(line).items():

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamops.app_status import last_committed_batch
 from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.batches import read_decoded
 from streamops.quality.ranges import whole_topics
@@ -70,12 +72,10 @@ def window_outputs(catalog: Catalog) -> list[tuple[AppSpec, str]]:
 
 def live_watermark_ms(checkpoint: str, query: str) -> int | None:
     """The watermark of the query's last committed micro-batch (0 or None: none yet)."""
-    query_dir = Path(checkpoint) / query
-    commits = [int(p.name) for p in (query_dir / "commits").glob("[0-9]*") if p.name.isdigit()]
-    if not commits:
+    lines = last_committed_batch(Path(checkpoint) / query)
+    if lines is None:
         return None
-    metadata = json.loads((query_dir / "offsets" / str(max(commits))).read_text().splitlines()[1])
-    return int(metadata.get("batchWatermarkMs") or 0) or None
+    return int(json.loads(lines[1]).get("batchWatermarkMs") or 0) or None
 
 
 def _final_counts(spark: SparkSession, bootstrap: str, admin: AdminClient, catalog: Catalog, topic: str, key: str, name: str) -> DataFrame:
@@ -123,8 +123,6 @@ def compare_windows(
     mismatched = lined_up.where(
         closed & (F.col("live_count").isNull() | F.col("recomputed_count").isNull() | (F.col("live_count") != F.col("recomputed_count")))
     ).orderBy(key, "window_start").limit(EXAMPLES).collect()
-    from datetime import datetime, timezone
-
     result = WindowComparison(
         app=app.name,
         live_topic=live_topic,

@@ -334,11 +334,12 @@ def run_reprocess(
     for target in plan.targets.values():
         marks = watermarks(admin, target, topic_partitions(admin, [target])[target] or [])
         written[target] = sum(high - low for low, high in marks.values())
+    dead_letter_target = plan.targets[catalog.app(plan.app).dead_letter_topic]
     return ReprocessResult(
         app=plan.app,
         records_in=_records_read(checkpoint, plan) if plan.request.get("cutover") else plan.records,
-        records_out={t: n for t, n in written.items() if t != plan.targets[catalog.app(plan.app).dead_letter_topic]},
-        dead_letters=written[plan.targets[catalog.app(plan.app).dead_letter_topic]],
+        records_out={t: n for t, n in written.items() if t != dead_letter_target},
+        dead_letters=written[dead_letter_target],
         seconds=seconds,
         checkpoint=str(checkpoint),
         catalog_file=str(catalog_file),

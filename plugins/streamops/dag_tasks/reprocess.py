@@ -95,13 +95,12 @@ def validate(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_
 def cutover(plan_json: dict, ran: dict, run_id: str, bootstrap_servers: str) -> dict:
     """Hand the live app over to the backfill's targets and checkpoint; say what to change next."""
     from streamops.app_ops import spark_submit_command
-    from streamops.catalog import load_catalog as load
     from streamops.reprocess import ReprocessResult, cutover as hand_over
     from streamops.spark_submit import submit_spec
 
     the_plan = ReprocessPlan.from_json(plan_json)
     live = load_catalog().app(the_plan.app)
-    targeted = load(ran["catalog_file"]).app(the_plan.app)
+    targeted = load_catalog(ran["catalog_file"]).app(the_plan.app)
     version = f"{live.version}+{the_plan.request['version']}"
     command = spark_submit_command(submit_spec(
         targeted, bootstrap_servers=bootstrap_servers, catalog=ran["catalog_file"],

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.batches import read_decoded, read_range
-from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks
+from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks, whole_topics
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
@@ -83,11 +83,6 @@ def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
         if output.name == name:
             return output.frame
     raise ValueError(f"app {app.name}: program {app.program} has no query {name!r}")
-
-
-def _whole_topic(sources: Sources, topic: str) -> TopicRange:
-    partitions = topic_partitions(sources.admin, [topic])[topic] or []
-    return TopicRange(topic, watermarks(sources.admin, topic, partitions), "the whole retained topic")
 
 
 def _with_source(frame: DataFrame) -> DataFrame:
@@ -182,7 +177,7 @@ def _window_counts(
     emitted = read_decoded(spark, bootstrap, since_range, spec).groupBy(*window).agg(F.max("count").alias("emitted_count"))
 
     def source(topics: list[str]) -> DataFrame:
-        frames = [read_range(spark, bootstrap, _whole_topic(sources, t)) for t in topics]
+        frames = [read_range(spark, bootstrap, whole) for whole in whole_topics(sources.admin, topics)]
         union = frames[0]
         for frame in frames[1:]:
             union = union.unionByName(frame)
