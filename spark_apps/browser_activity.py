@@ -40,6 +40,9 @@ FIELDS = [
     records.Field("logger_name", "string", "logger_name"),
     records.Field("browserHash", "string", "fingerprint"),
 ]
+# Input role -> the fields its records must have (dead-letter replay re-checks with these).
+INPUT_FIELDS = {"logs": FIELDS}
+
 OUTPUT_SCHEMA = "key string, value string, topic string"
 STATE_SCHEMA = "actions bigint, verified boolean, challenged_at bigint"
 

@@ -30,6 +30,8 @@ FIELDS = [
     records.Field("op_type", "string", "op_type"),
     records.Field("event_time", "timestamp", "event_time"),
 ]
+# Input role -> the fields its records must have (dead-letter replay re-checks with these).
+INPUT_FIELDS = {"operations": FIELDS}
 
 
 def routes(spec: AppSpec) -> dict[str, list[tuple[str, str]]]:

@@ -31,6 +31,8 @@ from streamops.catalog import AppSpec, PresenceSettings, duration_ms
 
 # The app's streaming queries, in start order (each has a checkpoint folder of this name).
 QUERIES = ("notify", "count")
+# Output roles the app reads back (the count query counts the notifications it wrote).
+READS_OUTPUTS = ("notifications",)
 
 EVENT_FIELDS = [
     records.Field("seq", "bigint", "seq"),
@@ -43,6 +45,8 @@ TICK_FIELDS = [
     records.Field("user_id", "string", "user_id"),
     records.Field("event_time", "timestamp", "event_time"),
 ]
+# Input role -> the fields its records must have (dead-letter replay re-checks with these).
+INPUT_FIELDS = {"events": EVENT_FIELDS, "ticks": TICK_FIELDS}
 
 OUTPUT_SCHEMA = "key string, value string, topic string"
 # The history as JSON text: Spark 4.0 cannot hand array-typed state back to Python

@@ -77,6 +77,11 @@ KNOWN_TOPIC_CONFIGS = frozenset(
 _CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
 
 
+def checkpoint_root() -> Path:
+    """Where relative app checkpoints live: $STREAMOPS_CHECKPOINT_ROOT, else .run/checkpoints."""
+    return Path(os.environ.get("STREAMOPS_CHECKPOINT_ROOT") or PROJECT_ROOT / ".run" / "checkpoints")
+
+
 class CatalogError(ValueError):
     """A catalog file that cannot be used. The message lists every problem, one per line."""
 
@@ -295,8 +300,7 @@ class AppSpec(_Strict):
         location = self.checkpoint or self.name
         if "://" in location or location.startswith("/"):
             return location
-        root = root or os.environ.get("STREAMOPS_CHECKPOINT_ROOT") or PROJECT_ROOT / ".run" / "checkpoints"
-        return str(Path(root) / location)
+        return str(Path(root or checkpoint_root()) / location)
 
 
 class Catalog(_Strict):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from streamops.waiting import poll_until
 
@@ -23,6 +23,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    headers: list[tuple[str, bytes]] = field(default_factory=list, compare=False)
 
     def json(self):
         return None if self.value is None else json.loads(self.value)
@@ -49,8 +50,12 @@ def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, tuple[int, int]
 
 def read_all(bootstrap_servers: str, topic: str, timeout: float = 60.0) -> list[Record]:
     """Every record now in `topic`, in partition then offset order."""
-    ends = end_offsets(bootstrap_servers, topic)
-    wanted = {p: high for p, (low, high) in ends.items() if high > low}
+    return read_spans(bootstrap_servers, topic, end_offsets(bootstrap_servers, topic), timeout)
+
+
+def read_spans(bootstrap_servers: str, topic: str, spans: dict[int, tuple[int, int]], timeout: float = 60.0) -> list[Record]:
+    """The records of `topic` in [start, end) per partition, in partition then offset order."""
+    wanted = {p: (low, high) for p, (low, high) in spans.items() if high > low}
     if not wanted:
         return []
     consumer = Consumer(
@@ -64,7 +69,7 @@ def read_all(bootstrap_servers: str, topic: str, timeout: float = 60.0) -> list[
     )
     out: list[Record] = []
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in wanted])
+        consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in wanted.items()])
         done: set[int] = set()
 
         def drained() -> bool:
@@ -72,18 +77,19 @@ def read_all(bootstrap_servers: str, topic: str, timeout: float = 60.0) -> list[
                 if message.error():
                     raise KafkaException(message.error())
                 p = message.partition()
-                if p in done or message.offset() >= wanted[p]:
+                if p in done or message.offset() >= wanted[p][1]:
                     continue
-                out.append(Record(topic, p, message.offset(), message.key(), message.value(), message.timestamp()[1]))
-                if message.offset() >= wanted[p] - 1:
+                out.append(Record(topic, p, message.offset(), message.key(), message.value(), message.timestamp()[1],
+                                  message.headers() or []))
+                if message.offset() >= wanted[p][1] - 1:
                     done.add(p)
             # Compacted or transactional topics have offset gaps: position tells the truth.
             for tp in consumer.position([TopicPartition(topic, p) for p in wanted]):
-                if tp.offset >= wanted[tp.partition]:
+                if tp.offset >= wanted[tp.partition][1]:
                     done.add(tp.partition)
             return len(done) == len(wanted)
 
-        poll_until(drained, timeout=timeout, what=f"reading {topic} to its end", interval=0.01, max_interval=0.05)
+        poll_until(drained, timeout=timeout, what=f"reading {topic}", interval=0.01, max_interval=0.05)
     finally:
         consumer.close()
     return sorted(out, key=lambda r: (r.partition, r.offset))

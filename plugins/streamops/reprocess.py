@@ -33,7 +33,8 @@ from streamops.quality.ranges import offsets_for_time, parse_time, topic_partiti
 
 # Used for the estimate until this machine has measured a run of the app.
 DEFAULT_RATE = 5_000.0
-_DURATION = re.compile(r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
+# "6 hours": a duration back from now, as the start of a range.
+DURATION_BACK = re.compile(r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
 _VERSION = re.compile(r"^v[0-9]+$")
 
 
@@ -209,7 +210,7 @@ def plan_reprocess(
         raise ReprocessRefused([str(exc.args[0])]) from None
     start_time = end_time = None
     if request.start != "earliest":
-        if _DURATION.match(request.start or ""):
+        if DURATION_BACK.match(request.start or ""):
             start_time = datetime.fromtimestamp(now.timestamp() - duration_ms(request.start) / 1000, tz=timezone.utc)
         else:
             try:

@@ -324,6 +324,8 @@ def main(argv: list[str], program_name: str) -> int:
                 "catalog": str(catalog_path(args.catalog)),
                 "launched_by": os.environ.get("STREAMOPS_LAUNCHED_BY", "command line"),
                 "launch": json.loads(os.environ.get("STREAMOPS_LAUNCH") or "{}"),
+                # spark-submit and its JVM share it: a recovery can find what a dead driver left.
+                "process_group": os.getpgrp(),
             }
         )
     except AlreadyRunningError as exc:

@@ -31,13 +31,15 @@ def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
     return [name for name in catalog.app_names() if name in set(names)]
 
 
-def command_for(app_name: str, version: str | None, spark_conf: dict | None) -> list[str]:
-    """The spark-submit command for an app at a version with extra Spark conf, via spark_default."""
+def command_for(app_name: str, version: str | None, spark_conf: dict | None, starting_offsets: str | None = None) -> list[str]:
+    """The spark-submit command for an app at a version with extra Spark conf, via spark_default
+    (`starting_offsets`: where a new checkpoint starts; an existing one ignores it)."""
     from dataclasses import replace
 
     app = load_catalog().app(app_name)
     # The checkpoint is passed explicitly so the driver and the DAGs agree on it.
-    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version, checkpoint=app.checkpoint_location())
+    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version, checkpoint=app.checkpoint_location(),
+                       starting_offsets=starting_offsets)
     spec = replace(spec, conf={**spec.conf, **{k: str(v) for k, v in (spark_conf or {}).items()}})
     return spark_submit_command(spec)
 

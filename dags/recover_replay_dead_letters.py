@@ -1,0 +1,80 @@
+"""recover_replay_dead_letters: put dead letters that now parse back on their input topic, once.
+
+Wiring only; the logic is in plugins/streamops/recovery/replay.py.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import recovery as steps
+from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.provision_topics import admin_client
+from streamops.dag_tasks.quality import spark_master
+from streamops.dag_tasks.recovery_params import app_param, dry_run_param
+
+DOC = """
+### Replay dead letters (on-call)
+
+**Symptom**: an app's dead-letter topic filled up because of a bug or a limit that has since
+been fixed (a new parser version, a raised `max_record_bytes` in the catalog), and those records
+must now be processed.
+
+**Params**: *App*; *Start* / *End* of the dead letters (`earliest`, an ISO-8601 time with a
+timezone, or a duration back such as `6 hours`; `now`); *Reason contains*: only dead letters
+whose reason contains this text (case-insensitive), e.g. `byte limit`; empty for all.
+
+1. **plan**: reads the dead letters in the range and runs the app's **current** parsing over the
+   original records: per reason, how many **now pass** (to replay), **still fail** (they stay,
+   with the reason they fail now), were **already replayed** (ledger), or are filtered out.
+2. **apply** (dry run off): produces the passing records, byte for byte, to their input topic and
+   original partition, with headers `streamops.replay.source` / `.dead-letter` / `.run`; each
+   acknowledged record enters the **replay ledger**, so running this again replays nothing twice.
+3. **verify**: every replayed record is on its input topic at the acknowledged offset.
+
+The dead-letter topic is never changed. Audited (`streamops audit`).
+"""
+
+
+@dag(
+    dag_id="recover_replay_dead_letters",
+    description="On-call: replay dead letters that pass the app's parsing now back to the input topic, once.",
+    doc_md=DOC,
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["recovery", "on-call", "dead-letters"],
+    default_args={"owner": "data-platform", "retries": 0},
+    params={
+        "app": app_param(load_catalog().app_names()),
+        "start": Param("earliest", type="string", minLength=1, title="Start",
+                       description="earliest, an ISO-8601 time with timezone, or a duration back such as '6 hours'."),
+        "end": Param("now", type="string", minLength=1, title="End", description="now, or an ISO-8601 time with timezone."),
+        "reason_contains": Param("", type="string", maxLength=200, title="Reason contains",
+                                 description="Only dead letters whose reason contains this text; empty: all."),
+        "dry_run": dry_run_param(),
+    },
+)
+def recover_replay_dead_letters():
+    def session():
+        from spark_apps.common.session import build_session
+
+        return build_session("streamops-recovery", master=spark_master())
+
+    @task
+    def plan() -> dict:
+        return steps.replay_plan(get_current_context(), session(), admin_client(), kafka_bootstrap())
+
+    @task
+    def apply(planned: dict) -> dict:
+        return steps.replay_apply(get_current_context(), session(), planned, kafka_bootstrap())
+
+    @task
+    def verify(applied: dict) -> dict:
+        return steps.replay_verify(get_current_context(), applied, kafka_bootstrap())
+
+    verify(apply(plan()))
+
+
+recover_replay_dead_letters()

@@ -1,0 +1,90 @@
+"""recover_reset_offsets: move a Spark app's input position (kafka-consumer-groups --reset-offsets).
+
+Wiring only; the logic is in plugins/streamops/recovery/reset.py.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import recovery as steps
+from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.provision_topics import admin_client
+from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
+
+DOC = """
+### Reset an app's input position (on-call)
+
+Kafka's `kafka-consumer-groups --reset-offsets` does nothing to a Spark app: its position is in
+its checkpoint. This DAG is the Spark counterpart.
+
+**Symptoms**: a poison batch of records must be skipped (*shift* +N, *latest*, or a *datetime*
+after it); records must be processed again after a downstream loss (*datetime*, *duration*,
+*shift* -N, *earliest*); an exact position is known (*offsets*).
+
+**Params**: *App*; *Mode* and its value (*To datetime* `2026-11-22T03:00:00Z`, with a timezone;
+*Duration* `2 hours`; *Shift* `-500`; *Offsets* `{"<input topic>": {"0": 1200, "1": 980}}`);
+*Partitions*: empty for every input partition, or `topic` / `topic:N` items. The app must be
+**stopped** first (`stop_apps`).
+
+1. **plan**: per input partition the current checkpoint offset, the new offset and the records
+   **replayed** or **skipped**; for a stateful app, that its **state starts empty** (to rebuild it
+   from everything retained, use `recover_rebuild_state` instead).
+2. **apply** (dry run off): **backs up** the checkpoint (`<time>-before-reset`), retires it, and
+   starts the app on a **new checkpoint** at exactly the planned offsets.
+3. **verify**: every query recorded the planned starting offsets, and it makes progress.
+
+To undo: `recover_restore_checkpoint` with the `before-reset` snapshot. Audited (`streamops audit`).
+"""
+
+
+@dag(
+    dag_id="recover_reset_offsets",
+    description="On-call: reset a Spark app's input offsets (earliest, latest, datetime, duration, shift, explicit).",
+    doc_md=DOC,
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["recovery", "on-call", "spark", "apps"],
+    default_args={"owner": "data-platform", "retries": 0},
+    params={
+        "app": app_param(load_catalog().app_names()),
+        "mode": Param("earliest", type="string", enum=["earliest", "latest", "datetime", "duration", "shift", "offsets"],
+                      title="Mode", values_display={
+                          "earliest": "Earliest retained record", "latest": "Latest (skip everything waiting)",
+                          "datetime": "Records written at or after a time", "duration": "A duration back from now",
+                          "shift": "Shift by N records per partition", "offsets": "Explicit offsets"}),
+        "to_datetime": Param(None, type=["null", "string"], title="To datetime",
+                             description="Mode datetime: ISO-8601 with a timezone, e.g. 2026-11-22T03:00:00Z."),
+        "duration": Param(None, type=["null", "string"], pattern=r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$",
+                          title="Duration", description="Mode duration: e.g. '2 hours' back from now."),
+        "shift": Param(None, type=["null", "integer"], title="Shift",
+                       description="Mode shift: -N replays N records per partition, +N skips N."),
+        "offsets": Param(None, type=["null", "object"], title="Offsets",
+                         propertyNames={"pattern": NAME_PATTERN},
+                         description='Mode offsets: {"<input topic>": {"<partition>": <offset>}}.'),
+        "partitions": Param([], type="array", items={"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]+)?$"},
+                            title="Partitions", description="Empty: every input partition. Else 'topic' or 'topic:N' items."),
+        "dry_run": dry_run_param(),
+        "verify_deadline_s": verify_deadline_param(),
+    },
+)
+def recover_reset_offsets():
+    @task
+    def plan() -> dict:
+        return steps.reset_plan(get_current_context(), admin_client())
+
+    @task
+    def apply(planned: dict) -> dict:
+        return steps.reset_apply(get_current_context(), planned)
+
+    @task
+    def verify(planned: dict, _applied: dict) -> dict:
+        return steps.reset_verify(get_current_context(), planned, kafka_bootstrap())
+
+    planned = plan()
+    verify(planned, apply(planned))
+
+
+recover_reset_offsets()

@@ -1,0 +1,64 @@
+"""recover_restart_app: restart a crashed streaming app from its checkpoint.
+
+Wiring only; the logic is in plugins/streamops/recovery/restart.py.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk import dag, get_current_context, task
+
+from streamops.catalog import load_catalog
+from streamops.dag_tasks import recovery as steps
+from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
+
+DOC = """
+### Restart a crashed app (on-call)
+
+**Symptom**: `app_status` shows the app **CRASHED** or **FAILED** (or it was stopped), its lag grows,
+its output topics go quiet.
+
+**Params**: *App*; *Dry run* on first, to read the plan.
+
+1. **plan**: the app's state and how its last driver ended (pid, host, version, reason), its
+   checkpoint batches and lag, and any process its dead driver **left behind** (spark-submit, the
+   JVM that runs the queries). A running app is refused: if it is stuck, stop it with `stop_apps`.
+2. **apply** (dry run off): ends the leftover processes (SIGTERM, then SIGKILL), **backs up** the
+   checkpoint (`_backups/<app>/<time>-before-restart`), starts the version and Spark conf it last
+   ran with, from its checkpoint: it resumes exactly after its last committed micro-batch, so
+   nothing is lost (a batch cut short by the crash is written again: duplicates, not gaps).
+3. **verify**: waits until every query completes micro-batches again and the lag shrinks.
+
+Every step is written to the recovery audit log (`streamops audit`).
+"""
+
+
+@dag(
+    dag_id="recover_restart_app",
+    description="On-call: restart a crashed app from its checkpoint, ending what its dead driver left.",
+    doc_md=DOC,
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    tags=["recovery", "on-call", "spark", "apps"],
+    default_args={"owner": "data-platform", "retries": 0},
+    params={"app": app_param(load_catalog().app_names()), "dry_run": dry_run_param(), "verify_deadline_s": verify_deadline_param()},
+)
+def recover_restart_app():
+    @task
+    def plan() -> dict:
+        return steps.restart_plan(get_current_context(), kafka_bootstrap())
+
+    @task
+    def apply(planned: dict) -> dict:
+        return steps.restart_apply(get_current_context(), planned)
+
+    @task
+    def verify(planned: dict, _applied: dict) -> dict:
+        return steps.await_progress(get_current_context(), planned["app"], kafka_bootstrap(), planned["lag"])
+
+    planned = plan()
+    verify(planned, apply(planned))
+
+
+recover_restart_app()

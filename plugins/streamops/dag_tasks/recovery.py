@@ -1,0 +1,326 @@
+"""Tasks of the recovery DAGs: each is plan -> apply -> verify, every step audited.
+
+The plan is logged as a table and returned for XCom; a dry run (the default) stops there. Apply
+re-checks what the plan assumed, backs up, changes, and starts; verify waits for the outcome.
+Refusals fail the task without retries, naming every problem; nothing was changed by then.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from streamops.catalog import load_catalog
+from streamops.recovery.audit import AuditTrail, audit_file
+from streamops.recovery.common import RecoveryRefused
+
+log = logging.getLogger(__name__)
+
+
+def trail(context) -> AuditTrail:
+    dag_run = context["dag_run"]
+    user = getattr(dag_run, "triggering_user_name", None) or "unknown"
+    return AuditTrail(dag_run.dag_id, dag_run.run_id, user, {k: v for k, v in dict(context["params"]).items()})
+
+
+def audited(context, step: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one step; write its outcome (or refusal, or failure) to the audit log; fail the task
+    without retries on a refusal or error."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    audit = trail(context)
+    try:
+        result = action()
+    except RecoveryRefused as exc:
+        audit.write(step, "refused", error=str(exc))
+        raise AirflowFailException(f"{context['dag_run'].dag_id}: {exc}") from None
+    except Exception as exc:
+        audit.write(step, "failed", error=f"{type(exc).__name__}: {exc}")
+        raise AirflowFailException(f"{step} failed: {exc}") from exc
+    dry = step == "plan" and context["params"].get("dry_run", False)
+    audit.write(step, "planned (dry run: nothing changed)" if dry else "done", summary=result.get("summary", ""), result=result)
+    log.info("audit: %s %s by %s recorded in %s", audit.dag_id, step, audit.user, audit_file())
+    return result
+
+
+def skip_if_dry_run(context) -> None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if context["params"].get("dry_run", True):
+        raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log; "
+                                   "trigger again with 'Dry run' off to apply it.")
+
+
+# --- what starts and stops the apps -----------------------------------------------------------
+
+
+def last_launch(app_name: str) -> tuple[str, dict]:
+    """The version and Spark conf the app last ran with (the catalog's version if never run)."""
+    from streamops.app_runtime import AppRuntime
+
+    app = load_catalog().app(app_name)
+    driver = AppRuntime(app.checkpoint_location()).driver() or {}
+    launched = driver.get("launch") or {}
+    return launched.get("version") or driver.get("version") or app.version, launched.get("spark_conf") or {}
+
+
+def _launch(app_name: str, run_id: str, version: str, spark_conf: dict, starting_offsets: str | None = None):
+    from streamops.app_ops import launch
+    from streamops.dag_tasks.apps import command_for
+
+    app = load_catalog().app(app_name)
+    return launch(app, command_for(app_name, version, spark_conf, starting_offsets), checkpoint=app.checkpoint_location(),
+                  launched_by=run_id, version=version, spark_conf=spark_conf)
+
+
+def start_version(app_name: str, run_id: str):
+    """start(version, spark_conf): launch the app detached via spark_default from its checkpoint."""
+    return lambda version, spark_conf: _launch(app_name, run_id, version, spark_conf)
+
+
+def start_on_new_checkpoint(app_name: str, run_id: str):
+    """start(starting_offsets): launch the version it last ran with on a new checkpoint at those offsets."""
+    return lambda starting_offsets: _launch(app_name, run_id, *last_launch(app_name), starting_offsets)
+
+
+def stopper(app_name: str, run_id: str, deadline_s: float = 60.0):
+    from streamops.app_ops import stop
+
+    app = load_catalog().app(app_name)
+    return lambda: stop(app, checkpoint=app.checkpoint_location(), requested_by=run_id, deadline_s=deadline_s)
+
+
+# --- restart ------------------------------------------------------------------------------------------
+
+
+def restart_plan(context, bootstrap: str) -> dict:
+    from streamops.recovery.restart import plan_restart
+
+    def action():
+        plan = plan_restart(load_catalog(), context["params"]["app"], bootstrap)
+        log.info("Restart plan:\n%s", plan.table())
+        return {**plan.to_json(), "summary": f"{plan.app} is {plan.state}; lag {plan.lag}; {len(plan.leftovers)} leftover process(es)"}
+
+    return audited(context, "plan", action)
+
+
+def restart_apply(context, plan: dict) -> dict:
+    from streamops.recovery.restart import RestartPlan, apply_restart
+
+    skip_if_dry_run(context)
+
+    def action():
+        the_plan = RestartPlan(**{k: v for k, v in plan.items() if k != "summary"})
+        result = apply_restart(load_catalog().app(the_plan.app), the_plan, start_version(the_plan.app, context["run_id"]))
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "apply", action)
+
+
+def await_progress(context, app_name: str, bootstrap: str, lag_before: int | None, caught_up: bool = False) -> dict:
+    from streamops.recovery.lifecycle import await_resumed
+
+    def action():
+        result = await_resumed(load_catalog().app(app_name), bootstrap, lag_before, float(context["params"]["verify_deadline_s"]),
+                               caught_up=caught_up)
+        result["summary"] = (f"{app_name} is making progress: batches {result['batches']}, lag {lag_before} -> "
+                             f"{result['lag_after']} after {result['seconds']} s")
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "verify", action)
+
+
+# --- reset ----------------------------------------------------------------------------------------------
+
+
+def reset_request(params: dict):
+    from streamops.recovery.reset import ResetRequest
+
+    return ResetRequest(
+        app=params["app"], mode=params["mode"], to_datetime=params.get("to_datetime") or None,
+        duration=params.get("duration") or None, shift=params.get("shift"), offsets=params.get("offsets") or None,
+        partitions=list(params.get("partitions") or []),
+    )
+
+
+def reset_plan(context, admin) -> dict:
+    from streamops.recovery.reset import plan_reset
+
+    def action():
+        params = context["params"]
+        plan = plan_reset(admin, load_catalog(), reset_request(params), for_apply=not params["dry_run"])
+        log.info("Reset plan for %s:\n%s", plan.app, plan.table())
+        return {**plan.to_json(), "summary": f"{plan.replayed} replayed, {plan.skipped} skipped"}
+
+    return audited(context, "plan", action)
+
+
+def reset_apply(context, plan: dict) -> dict:
+    from streamops.recovery.reset import ResetPlan, apply_reset
+
+    skip_if_dry_run(context)
+
+    def action():
+        the_plan = ResetPlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        result = apply_reset(load_catalog().app(the_plan.app), the_plan, start_on_new_checkpoint(the_plan.app, context["run_id"]))
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "apply", action)
+
+
+def reset_verify(context, plan: dict, bootstrap: str) -> dict:
+    from streamops.recovery.lifecycle import await_resumed
+    from streamops.recovery.reset import ResetPlan, verify_reset
+
+    def action():
+        the_plan = ResetPlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        app = load_catalog().app(the_plan.app)
+        started = verify_reset(app, the_plan)
+        log.info(started["summary"])
+        progress = await_resumed(app, bootstrap, None, float(context["params"]["verify_deadline_s"]))
+        return {**started, "progress": progress, "summary": f"{started['summary']}; lag now {progress['lag_after']}"}
+
+    return audited(context, "verify", action)
+
+
+# --- dead-letter replay ---------------------------------------------------------------------------------
+
+
+def replay_plan(context, spark, admin, bootstrap: str) -> dict:
+    from streamops.recovery.replay import ReplayRequest, plan_replay
+
+    def action():
+        p = context["params"]
+        request = ReplayRequest(app=p["app"], start=p["start"], end=p["end"], reason_contains=p.get("reason_contains") or "")
+        plan = plan_replay(spark, admin, bootstrap, load_catalog(), request)
+        log.info("Dead-letter replay plan:\n%s", plan.table())
+        return {**plan.to_json(), "summary": f"{plan.totals['replay']} to replay, {plan.totals['still fails']} still fail, "
+                                             f"{plan.totals['already replayed']} replayed before"}
+
+    return audited(context, "plan", action)
+
+
+def replay_apply(context, spark, plan: dict, bootstrap: str) -> dict:
+    from streamops.recovery.replay import ReplayPlan, apply_replay
+
+    skip_if_dry_run(context)
+
+    def action():
+        result = apply_replay(spark, bootstrap, load_catalog(), ReplayPlan.from_json({k: v for k, v in plan.items() if k != "summary"}),
+                              context["run_id"])
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "apply", action)
+
+
+def replay_verify(context, applied: dict, bootstrap: str) -> dict:
+    from streamops.recovery.replay import verify_replay
+
+    def action():
+        result = verify_replay(bootstrap, applied)
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "verify", action)
+
+
+# --- rebuild ----------------------------------------------------------------------------------------------
+
+
+def rebuild_plan(context, admin, bootstrap: str) -> dict:
+    from streamops.dag_tasks import reprocess as reprocessing
+    from streamops.recovery.rebuild import plan_rebuild
+
+    def action():
+        p = context["params"]
+        plan = plan_rebuild(admin, load_catalog(), p["app"], p["target"], p.get("version") or "v2")
+        log.info("Rebuild plan for %s:\n%s", plan.app, plan.table())
+        result = {**plan.to_json(), "summary": f"{plan.target}: {plan.records} record(s) from earliest"}
+        if plan.target == "versioned":
+            # The reprocess DAG's plan, with its refusals (e.g. targets that already hold records).
+            result["reprocess_plan"] = reprocessing.plan(admin, bootstrap, {
+                "app": p["app"], "start": "earliest", "end": "now", "target": "versioned",
+                "version": p.get("version") or "v2", "tag": context["run_id"].lower().translate(_TAG)[-40:].strip("-") or "rebuild",
+                "cutover": True,
+            })
+        return result
+
+    return audited(context, "plan", action)
+
+
+_TAG = str.maketrans({c: "-" for c in ":+._ TZ"})
+
+
+def rebuild_apply(context, plan: dict, admin, bootstrap: str, spark_master: str) -> dict:
+    from streamops.dag_tasks import reprocess as reprocessing
+    from streamops.recovery.rebuild import RebuildPlan, apply_rebuild_live
+
+    skip_if_dry_run(context)
+    run_id = context["run_id"]
+
+    def action():
+        fields = {k: v for k, v in plan.items() if k not in ("summary", "records", "reprocess_plan")}
+        the_plan = RebuildPlan(**fields)
+        if the_plan.target == "live":
+            result = apply_rebuild_live(load_catalog().app(the_plan.app), the_plan, start_on_new_checkpoint(the_plan.app, run_id),
+                                        stopper(the_plan.app, run_id))
+        else:
+            ran = reprocessing.run(plan["reprocess_plan"], run_id, bootstrap, admin, spark_master)
+            reprocessing.validate(plan["reprocess_plan"], run_id, bootstrap, admin, spark_master)
+            handed = reprocessing.cutover(plan["reprocess_plan"], ran, run_id, bootstrap)
+            result = {"reprocessed": ran["summary"], **handed,
+                      "summary": f"rebuilt into {', '.join(handed['new_topics'])} ({ran['summary']}); cut over, old checkpoint "
+                                 f"kept at {handed['backup']}"}
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "apply", action)
+
+
+# --- restore ----------------------------------------------------------------------------------------------
+
+
+def restore_plan(context) -> dict:
+    from streamops.recovery.restore import plan_restore
+
+    def action():
+        p = context["params"]
+        plan = plan_restore(load_catalog(), p["app"], p["snapshot"], stop_if_running=p["stop_if_running"], for_apply=not p["dry_run"])
+        log.info("Restore plan:\n%s", plan.table())
+        return {**plan.to_json(), "summary": f"restore {plan.snapshot}: batches {plan.current} -> {plan.restored}"}
+
+    return audited(context, "plan", action)
+
+
+def restore_apply(context, plan: dict) -> dict:
+    from streamops.recovery.restore import RestorePlan, apply_restore
+
+    skip_if_dry_run(context)
+
+    def action():
+        the_plan = RestorePlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        result = apply_restore(load_catalog().app(the_plan.app), the_plan, start_version(the_plan.app, context["run_id"]),
+                               stopper(the_plan.app, context["run_id"]))
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "apply", action)
+
+
+def restore_verify(context, plan: dict, bootstrap: str) -> dict:
+    from streamops.recovery.lifecycle import await_resumed
+    from streamops.recovery.restore import RestorePlan, verify_restore
+
+    def action():
+        the_plan = RestorePlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        app = load_catalog().app(the_plan.app)
+        progress = await_resumed(app, bootstrap, None, float(context["params"]["verify_deadline_s"]))
+        continued = verify_restore(app, the_plan)
+        return {**continued, "progress": progress, "summary": f"{continued['summary']}; lag now {progress['lag_after']}"}
+
+    return audited(context, "verify", action)

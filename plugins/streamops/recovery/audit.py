@@ -1,0 +1,64 @@
+"""The recovery audit log: who ran which recovery, with which params, and what it changed.
+
+One JSON line per step (plan, apply, verify) of every recovery run, refusals and failures
+included, appended to $STREAMOPS_AUDIT_LOG or <checkpoint root>/_audit/recovery.jsonl: the
+checkpoint root is the filesystem the drivers and the DAGs already share, so every worker
+writes the same log. `streamops audit` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamops.app_runtime import now_iso
+from streamops.catalog import checkpoint_root
+
+
+def audit_file() -> Path:
+    return Path(os.environ.get("STREAMOPS_AUDIT_LOG") or checkpoint_root() / "_audit" / "recovery.jsonl")
+
+
+@dataclass
+class AuditTrail:
+    """The audit of one recovery run."""
+
+    dag_id: str
+    run_id: str
+    user: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, step: str, outcome: str, **details: Any) -> dict[str, Any]:
+        entry = {
+            "at": now_iso(), "dag_id": self.dag_id, "run_id": self.run_id, "user": self.user,
+            "app": self.params.get("app"), "step": step, "outcome": outcome, "params": self.params, **details,
+        }
+        path = audit_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One write per line, O_APPEND: concurrent writers do not interleave within a line.
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
+        return entry
+
+
+def read_audit(app: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    path = audit_file()
+    if not path.exists():
+        return []
+    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [e for e in entries if (app is None or e.get("app") == app) and (run_id is None or e.get("run_id") == run_id)]
+
+
+def audit_table(entries: list[dict[str, Any]]) -> str:
+    from tabulate import tabulate
+
+    rows = [[e["at"], e["user"], e["dag_id"], e.get("app") or "-", e["step"], e["outcome"], _summary(e)] for e in entries]
+    return tabulate(rows, headers=["at (UTC)", "user", "DAG", "app", "step", "outcome", "what"])
+
+
+def _summary(entry: dict[str, Any]) -> str:
+    text = entry.get("summary") or entry.get("error") or ""
+    return text if len(text) <= 100 else text[:97] + "..."

@@ -1,0 +1,293 @@
+"""Replay dead letters: records that now pass the app's parsing go back to their input topic.
+
+A dead letter keeps the original key and value byte for byte (base64) and the source
+coordinates. The replay re-runs the app's *current* parsing (its `INPUT_FIELDS` and the
+catalog's `max_record_bytes`, through `records.parse` on Spark, the code the app runs) over the
+chosen range; records that pass are produced to the input topic's original partition with
+headers naming where they came from; the rest stay where they are.
+
+The replay ledger (`<checkpoint>/_runtime/replay-ledger.jsonl`, beside the driver's lock on the
+shared filesystem) lists every replayed source record (topic/partition/offset of the original).
+A record already in it is never replayed again, whichever dead-letter copy names it, so a
+second run over the same range is a no-op. A record is entered once its write is acknowledged:
+a crash between the two can replay it once more on the next run (at-least-once, like the apps).
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+from tabulate import tabulate
+
+from streamops.app_runtime import AppRuntime, now_iso
+from streamops.catalog import AppSpec, Catalog, duration_ms
+from streamops.kafka_records import producer, read_spans
+from streamops.quality.ranges import offsets_for_time, parse_time, topic_partitions, watermarks
+from streamops.recovery.common import RecoveryRefused, resolve_app
+from streamops.reprocess import DURATION_BACK
+
+HEADER_SOURCE = "streamops.replay.source"
+HEADER_DEAD_LETTER = "streamops.replay.dead-letter"
+HEADER_RUN = "streamops.replay.run"
+
+
+@dataclass
+class ReplayRequest:
+    app: str
+    start: str = "earliest"  # earliest, ISO-8601 time with timezone, or a duration back ("6 hours")
+    end: str = "now"  # now, or ISO-8601 time with timezone
+    reason_contains: str = ""  # case-insensitive part of the dead letter's reason; empty: every reason
+
+
+@dataclass
+class DeadLetter:
+    at: str  # dead-letter topic/partition/offset
+    reason: str
+    source: str | None  # original topic/partition/offset (None: not an envelope)
+    source_topic: str | None = None
+    source_partition: int | None = None
+    key: bytes | None = None
+    value: bytes | None = None
+    verdict: str = ""  # replay | still fails: <reason> | filtered out | already replayed | ...
+
+
+@dataclass
+class ReplayPlan:
+    app: str
+    request: dict
+    dead_letter_topic: str
+    spans: dict[str, list[int]]  # partition -> [start, end) of the dead-letter topic, fixed at plan time
+    by_reason: list[dict]  # reason -> counts per verdict
+    totals: dict[str, int]
+    still_failing: list[dict] = field(default_factory=list)  # examples: where, old reason, reason now
+
+    def table(self) -> str:
+        rows = [[r["reason"][:80], r["records"], r["replay"], r["still fails"], r["already replayed"], r["filtered out"], r["other"]]
+                for r in self.by_reason]
+        head = tabulate(rows, headers=["dead-letter reason", "records", "now pass: replay", "still fail", "already replayed",
+                                       "filtered out", "not replayable"])
+        span = ", ".join(f"p{p} {s}..{e}" for p, (s, e) in sorted(self.spans.items(), key=lambda i: int(i[0])))
+        t = self.totals
+        lines = [f"dead letters of {self.app} in {self.dead_letter_topic} [{span or 'empty'}]:", head,
+                 f"will replay {t['replay']} record(s) to their input topic; {t['still fails']} still fail and stay; "
+                 f"{t['already replayed']} were replayed before (ledger)"]
+        lines += [f"still fails: {e['at']}: {e['now']}" for e in self.still_failing[:5]]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> ReplayPlan:
+        return cls(**data)
+
+
+def ledger_file(app: AppSpec) -> Path:
+    return AppRuntime(app.checkpoint_location()).dir / "replay-ledger.jsonl"
+
+
+def replayed_sources(app: AppSpec) -> set[str]:
+    path = ledger_file(app)
+    if not path.exists():
+        return set()
+    return {json.loads(line)["source"] for line in path.read_text().splitlines() if line.strip()}
+
+
+def _time(text: str, what: str, now: datetime, problems: list[str]) -> datetime | None:
+    if DURATION_BACK.match(text or ""):
+        return datetime.fromtimestamp(now.timestamp() - duration_ms(text) / 1000, tz=timezone.utc)
+    try:
+        return parse_time(text, what)
+    except ValueError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, now: datetime | None = None) -> tuple[AppSpec, dict[str, list[int]]]:
+    """The app and the dead-letter offsets [start, end) per partition the request names."""
+    now = now or datetime.now(timezone.utc)
+    problems: list[str] = []
+    app = resolve_app(catalog, request.app, problems)
+    start = None if request.start == "earliest" else _time(request.start, "start", now, problems)
+    end = None if request.end == "now" else _time(request.end, "end", now, problems)
+    if start and end and end <= start:
+        problems.append(f"end {request.end} is not after start {request.start}")
+    if len(request.reason_contains or "") > 200:
+        problems.append("reason_contains is over 200 characters")
+    if app is None or problems:
+        raise RecoveryRefused(problems)
+    topic = app.dead_letter_topic
+    parts = topic_partitions(admin, [topic])[topic]
+    if parts is None:
+        raise RecoveryRefused([f"the dead-letter topic {topic!r} does not exist on the broker"])
+    marks = watermarks(admin, topic, parts)
+    first = offsets_for_time(admin, topic, parts, int(start.timestamp() * 1000)) if start else {p: lo for p, (lo, _) in marks.items()}
+    last = offsets_for_time(admin, topic, parts, int(end.timestamp() * 1000)) if end else {p: hi for p, (_, hi) in marks.items()}
+    return app, {str(p): [first[p], max(first[p], last[p])] for p in parts}
+
+
+def _read(bootstrap: str, topic: str, spans: dict[str, list[int]]) -> list[DeadLetter]:
+    letters = []
+    for record in read_spans(bootstrap, topic, {int(p): (s, e) for p, (s, e) in spans.items()}):
+        at = f"{topic}/{record.partition}/{record.offset}"
+        try:
+            envelope = json.loads(record.value)
+            source = envelope["source"]
+            letters.append(DeadLetter(
+                at=at, reason=str(envelope["reason"]), source=f"{source['topic']}/{source['partition']}/{source['offset']}",
+                source_topic=source["topic"], source_partition=int(source["partition"]),
+                key=_b64(envelope.get("original_key_base64")), value=_b64(envelope.get("original_value_base64")),
+            ))
+        except (ValueError, TypeError, KeyError):
+            letters.append(DeadLetter(at=at, reason="(not a dead-letter envelope)", source=None, verdict="not an envelope"))
+    return letters
+
+
+def _b64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | None]:
+    """index -> the reason the app's parsing gives now (None: it passes)."""
+    from pyspark.sql import functions as F
+
+    from spark_apps.common import records
+
+    program = importlib.import_module(f"spark_apps.{app.program}")
+    fields_by_topic = {topic: program.INPUT_FIELDS[role] for role, topic in app.inputs.items()}
+    verdicts: dict[int, str | None] = {}
+    for topic, fields in fields_by_topic.items():
+        rows = [(i, d.key, d.value, topic, d.source_partition, 0, None) for i, d in enumerate(letters) if d.source_topic == topic]
+        if not rows:
+            continue
+        frame = spark.createDataFrame(
+            rows, "idx int, key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
+        )
+        parsed = records.parse(frame, fields, app.max_record_bytes)
+        verdicts.update({row.idx: row.error for row in parsed.select(F.col("idx"), F.col("error")).collect()})
+    return verdicts
+
+
+def evaluate(spark, bootstrap: str, app: AppSpec, spans: dict[str, list[int]], reason_contains: str) -> list[DeadLetter]:
+    """Every dead letter of the spans with its verdict."""
+    letters = _read(bootstrap, app.dead_letter_topic, spans)
+    done = replayed_sources(app)
+    inputs = set(app.inputs.values())
+    wanted = (reason_contains or "").lower()
+    candidates: list[DeadLetter] = []
+    for letter in letters:
+        if letter.verdict:
+            continue
+        if wanted and wanted not in letter.reason.lower():
+            letter.verdict = "filtered out"
+        elif letter.source in done:
+            letter.verdict = "already replayed"
+        elif letter.source_topic not in inputs:
+            letter.verdict = f"source {letter.source_topic} is not an input of {app.name}"
+        else:
+            candidates.append(letter)
+    verdicts = _reparse(spark, app, candidates)
+    seen: set[str] = set()
+    for index, letter in enumerate(candidates):
+        reason = verdicts.get(index)
+        if reason:
+            letter.verdict = f"still fails: {reason}"
+        elif letter.source in seen:  # two dead letters of one source record (a re-run batch): once
+            letter.verdict = "already replayed"
+        else:
+            letter.verdict = "replay"
+            seen.add(letter.source)
+    return letters
+
+
+def plan_replay(spark, admin: AdminClient, bootstrap: str, catalog: Catalog, request: ReplayRequest) -> ReplayPlan:
+    app, spans = resolve_spans(admin, catalog, request)
+    letters = evaluate(spark, bootstrap, app, spans, request.reason_contains)
+    return _summarise(app, request, spans, letters)
+
+
+def _summarise(app: AppSpec, request: ReplayRequest, spans: dict, letters: list[DeadLetter]) -> ReplayPlan:
+    table: dict[str, Counter] = {}
+    for letter in letters:
+        verdict = letter.verdict
+        column = ("replay" if verdict == "replay" else "still fails" if verdict.startswith("still fails")
+                  else verdict if verdict in ("already replayed", "filtered out") else "other")
+        table.setdefault(letter.reason, Counter())[column] += 1
+    columns = ("replay", "still fails", "already replayed", "filtered out", "other")
+    by_reason = [{"reason": reason, "records": sum(c.values()), **{k: c[k] for k in columns}} for reason, c in sorted(table.items())]
+    totals = {k: sum(r[k] for r in by_reason) for k in ("records", *columns)}
+    failing = [{"at": d.at, "was": d.reason, "now": d.verdict.removeprefix("still fails: ")}
+               for d in letters if d.verdict.startswith("still fails")][:20]
+    return ReplayPlan(app.name, asdict(request), app.dead_letter_topic, spans, by_reason, totals, failing)
+
+
+def apply_replay(spark, bootstrap: str, catalog: Catalog, plan: ReplayPlan, run_id: str) -> dict:
+    """Produce the records that pass now (evaluated again: the ledger may have moved), then
+    enter each acknowledged one in the ledger."""
+    app = catalog.app(plan.app)
+    letters = [d for d in evaluate(spark, bootstrap, app, plan.spans, plan.request["reason_contains"]) if d.verdict == "replay"]
+    delivered: list[dict] = []
+    errors: list[str] = []
+
+    def on_delivery(letter: DeadLetter):
+        def report(err, msg):
+            if err is not None:
+                errors.append(f"{letter.at}: {err}")
+            else:
+                delivered.append({"source": letter.source, "dead_letter": letter.at,
+                                  "to": f"{msg.topic()}/{msg.partition()}/{msg.offset()}", "run_id": run_id, "at": now_iso()})
+        return report
+
+    out = producer(bootstrap)
+    for letter in letters:
+        out.produce(
+            letter.source_topic, key=letter.key, value=letter.value, partition=letter.source_partition,
+            headers=[(HEADER_SOURCE, letter.source.encode()), (HEADER_DEAD_LETTER, letter.at.encode()), (HEADER_RUN, run_id.encode())],
+            on_delivery=on_delivery(letter),
+        )
+        out.poll(0)
+    out.flush(60)
+    path = ledger_file(app)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as ledger:
+        for entry in delivered:
+            ledger.write(json.dumps(entry, sort_keys=True) + "\n")
+    if errors or len(delivered) != len(letters):
+        raise RuntimeError(f"{len(delivered)} of {len(letters)} record(s) replayed (those are in the ledger); "
+                           f"not acknowledged: {errors[:5] or 'flush timed out'}. Run the DAG again to replay the rest.")
+    return {"replayed": delivered, "count": len(delivered),
+            "summary": f"replayed {len(delivered)} record(s) of {plan.dead_letter_topic} to "
+                       f"{', '.join(sorted({d.source_topic for d in letters})) or 'no topic'}"}
+
+
+def verify_replay(bootstrap: str, applied: dict) -> dict:
+    """Each replayed record is on its input topic at the acknowledged offset, with its headers."""
+    by_topic: dict[str, dict[int, list[int]]] = {}
+    for entry in applied["replayed"]:
+        topic, partition, offset = entry["to"].rsplit("/", 2)
+        by_topic.setdefault(topic, {}).setdefault(int(partition), []).append(int(offset))
+    found = 0
+    problems = []
+    expected = {e["to"]: e for e in applied["replayed"]}
+    for topic, parts in by_topic.items():
+        spans = {p: (min(offsets), max(offsets) + 1) for p, offsets in parts.items()}
+        for record in read_spans(bootstrap, topic, spans):
+            entry = expected.get(f"{topic}/{record.partition}/{record.offset}")
+            if entry is None:
+                continue
+            headers = {k: v.decode() for k, v in record.headers}
+            if headers.get(HEADER_SOURCE) != entry["source"]:
+                problems.append(f"{topic}/{record.partition}/{record.offset} is not the replay of {entry['source']}")
+            found += 1
+    if found != len(expected):
+        problems.append(f"{len(expected) - found} replayed record(s) not found at their acknowledged offsets")
+    if problems:
+        raise RuntimeError("replay verification failed:\n  " + "\n  ".join(problems))
+    return {"verified": found, "summary": f"all {found} replayed record(s) are on their input topic with their provenance"}
