@@ -73,7 +73,8 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     assert [p.pid for p in psutil.process_iter() if _group(p.pid) == dead["process_group"]] == []
 
     expected, duplicates = wait_until_all_routed(broker, spec)
-    print(f"recover_restart_app after kill -9: {len(expected)} routed records, none lost, {duplicates} duplicates")
+    print(f"recover_restart_app after kill -9: {len(expected)} routed records, none lost, {duplicates} duplicates; "
+          f"left behind by the dead driver: {result.xcoms['plan']['leftovers']}")
     assert steps_of(result.run_id) == [("plan", "done"), ("apply", "done"), ("verify", "done")]
     entry = read_audit(run_id=result.run_id)[1]
     assert entry["user"] == "dag_test" and entry["params"]["app"] == "oplog-router" and entry["result"]["backup"] == applied["backup"]
@@ -194,6 +195,14 @@ def test_bad_requests_are_refused_and_change_nothing(spark, run_dag, app_env, ap
     refused_steps = [e for e in read_audit(app="oplog-router") if e["outcome"] == "refused"]
     assert len(refused_steps) == 4 and {e["step"] for e in refused_steps} == {"plan"}
 
+    # On-call reads the same log from the command line.
+    from typer.testing import CliRunner
+
+    from streamops.cli import app as cli
+
+    shown = CliRunner().invoke(cli, ["audit", "--app", "oplog-router"]).output
+    assert shown.count("recover_reset_offsets") == 4 and shown.count("refused") == 4 and "dag_test" in shown
+
 
 def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_when_run_twice(
     spark, run_dag, app_env, app_catalog, broker, tmp_path
@@ -252,13 +261,14 @@ def test_rebuild_into_the_live_topics_reproduces_the_state_and_its_output(spark,
     load = LoadSpec(count=600, keys=12, seed=41, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc))
     run_load(spec, load, broker.bootstrap_servers)
     run_available_now(spark, app_catalog, "browser-activity", broker, spec.checkpoint_location())
-    outputs = [*spec.outputs.values(), spec.dead_letter_topic]
     original = {t: Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, t)) for t in spec.outputs.values()}
     assert all(original.values())
     state_before = _state_rows(spark, Path(spec.checkpoint_location()))
+    assert set(state_before) == {"challenge", "window-count"} and all(state_before.values())
 
     refused = run_dag("recover_rebuild_state", catalog_file, app="presence-notifier", target="live", dry_run=False)
     assert refused.task_states["plan"] == "failed"
+    assert "presence-notifier reads its own output" in read_audit(run_id=refused.run_id)[0]["error"]
 
     result = run_dag("recover_rebuild_state", catalog_file, app="browser-activity", target="live", dry_run=False)
     assert result.state == "success", result.task_states
@@ -272,7 +282,6 @@ def test_rebuild_into_the_live_topics_reproduces_the_state_and_its_output(spark,
     for topic, first in original.items():
         assert Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, topic)) == first + first, topic
     assert _state_rows(spark, Path(spec.checkpoint_location())) == state_before
-    assert outputs  # dead letters: none in this load
 
 
 def _state_rows(spark, checkpoint: Path) -> dict[str, list]:
@@ -311,3 +320,34 @@ def test_restore_brings_back_the_previous_checkpoint(spark, run_dag, app_env, ap
     poll_until(lambda: Counter(routed_now(broker, spec)) == expected, timeout=180, what="the records after the snapshot again")
     stop_driver(runtime)
     assert [n.split("-", 1)[1] for n in (p.name for p in list_backups(checkpoint))] == ["known-good", "replaced"]
+
+
+def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
+    """A JVM that outlived its Python driver could still write the checkpoint: the restart ends
+    every Spark process of the dead driver's process group (real processes, own session)."""
+    import socket
+    import subprocess
+    import sys
+
+    from streamops.recovery.lifecycle import end_leftovers, leftovers
+
+    # Ignores SIGTERM, like a JVM stuck in shutdown: only SIGKILL ends it.
+    stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                              "print('ready', flush=True); time.sleep(600)", "org.apache.spark.deploy.SparkSubmit"],
+                             start_new_session=True, stdout=subprocess.PIPE)
+    assert stuck.stdout.readline() == b"ready\n"
+    unrelated = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        driver = {"process_group": stuck.pid, "host": socket.gethostname(), "pid": 999999}
+        found = leftovers(driver)
+        assert [p.pid for p in found] == [stuck.pid]
+        assert leftovers({**driver, "host": "another-host"}) == []  # cannot see other hosts' processes
+        ended = end_leftovers(found, grace_s=1)
+        assert ended == [{"pid": stuck.pid, "name": found[0].name, "command": found[0].command, "signal": "SIGKILL"}]
+        assert not psutil.pid_exists(stuck.pid)  # (psutil reaped it: its exit status is not ours to read)
+        assert unrelated.poll() is None
+    finally:
+        for process in (stuck, unrelated):
+            if process.poll() is None:
+                process.kill()
+            process.wait()

@@ -9,6 +9,7 @@
     streamops app run APP [--trigger available-now]    a streaming app in the foreground
     streamops loadgen APP --count N [--rate R] ...       realistic input for an app
     streamops quality results [--topic T] [--failed]     kept results of validate_topic_quality
+    streamops audit [--app APP] [--run RUN_ID]           the recovery DAGs' audit log
 """
 
 from __future__ import annotations
@@ -324,6 +325,26 @@ def quality_results(
         for r in rows
     ]
     typer.echo(tabulate(table, headers=["validated at", "topic", "result", "records", "range", "failed expectations"]))
+
+
+@app.command("audit")
+def audit(
+    app_name: Annotated[Optional[str], typer.Option("--app", help="Only this app.")] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run", help="Only this DAG run.")] = None,
+    limit: Annotated[int, typer.Option(help="How many steps, newest last.")] = 30,
+    as_json: Annotated[bool, typer.Option("--json", help="Every field as JSON lines.")] = False,
+) -> None:
+    """The recovery audit log: who ran which recovery DAG, with which params, and what changed."""
+    from streamops.recovery.audit import audit_file, audit_table, read_audit
+
+    entries = read_audit(app=app_name, run_id=run_id)[-limit:]
+    if as_json:
+        for entry in entries:
+            typer.echo(json.dumps(entry, sort_keys=True))
+    elif not entries:
+        typer.echo(f"No recovery steps recorded in {audit_file()}.")
+    else:
+        typer.echo(audit_table(entries))
 
 
 if __name__ == "__main__":

@@ -61,4 +61,6 @@ def audit_table(entries: list[dict[str, Any]]) -> str:
 
 def _summary(entry: dict[str, Any]) -> str:
     text = entry.get("summary") or entry.get("error") or ""
+    # A refusal's problems, one line: the outcome column already says "refused".
+    text = "; ".join(line.strip(" -") for line in text.splitlines() if line.strip() and not line.startswith("refused before"))
     return text if len(text) <= 100 else text[:97] + "..."
