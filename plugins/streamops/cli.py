@@ -4,7 +4,7 @@
     streamops down               stop Airflow, then the broker
     streamops status             what runs, and whether it is healthy
     streamops broker start|stop|status
-    streamops airflow init|start|stop|status
+    streamops airflow init|start|stop|status|cli ARGS...
     streamops catalog check [FILE]
     streamops app run APP [--trigger available-now]    a streaming app in the foreground
     streamops loadgen APP --count N [--rate R] ...       realistic input for an app
@@ -15,6 +15,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -113,6 +115,15 @@ def airflow_start(port: PortOpt = None) -> None:
 def airflow_stop(port: PortOpt = None) -> None:
     """Stop every component."""
     typer.echo(LocalAirflow.from_env(port=port).stop())
+
+
+@airflow_app.command("cli", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def airflow_cli(ctx: typer.Context, port: PortOpt = None) -> None:
+    """Any `airflow` command in the local stack's environment, e.g.
+    `streamops airflow cli dags test recover_restart_app -c '{"app": "oplog-router"}'`."""
+    airflow = LocalAirflow.from_env(port=port)
+    binary = str(Path(sys.executable).parent / "airflow")
+    os.execve(binary, [binary, *ctx.args], airflow.env())
 
 
 @airflow_app.command("status")

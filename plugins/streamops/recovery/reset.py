@@ -17,6 +17,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.ranges import offsets_for_time, parse_time, topic_partitions, watermarks
 from streamops.recovery.common import (
@@ -73,6 +74,7 @@ class ResetPlan:
     kept: dict[str, dict[str, int]]  # topics the queries read besides the inputs: position kept
     marks: dict[str, int | None]  # query -> last committed batch when planned
     stateful: bool
+    running: bool = False
     warnings: list[str] = field(default_factory=list)
     planned_at: str = ""
 
@@ -105,6 +107,8 @@ class ResetPlan:
                 "the records read from the new offsets. To rebuild it from everything retained instead, use rebuild_app_state."
             )
         lines.append("will: back up the checkpoint, retire it, and start the app on a new checkpoint at the new offsets")
+        if self.running:
+            lines.append(f"NOTE: {self.app} is running: stop it with stop_apps first; applying now is refused")
         return "\n".join(lines + [f"WARNING: {w}" for w in self.warnings])
 
     def to_json(self) -> dict:
@@ -260,7 +264,7 @@ def plan_reset(
         raise RecoveryRefused(problems)
     return ResetPlan(
         app=app.name, request=asdict(request), rows=rows, kept=kept, marks=batch_marks(checkpoint),
-        stateful=keeps_state(app), warnings=warnings, planned_at=now.isoformat(timespec="seconds"),
+        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_locked(), warnings=warnings, planned_at=now.isoformat(timespec="seconds"),
     )
 
 
