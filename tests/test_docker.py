@@ -1,0 +1,107 @@
+"""docker/ without a Docker engine: the Dockerfiles pass hadolint, the compose file is a valid
+compose-spec file (`docker compose config` where the client has compose, else the compose-spec
+JSON schema), it describes the promised cluster, and the images' versions are the project's pins."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import PROJECT_ROOT
+
+DOCKER = PROJECT_ROOT / "docker"
+DOCKERFILES = [DOCKER / "airflow" / "Dockerfile", DOCKER / "spark" / "Dockerfile"]
+BIN = Path(sys.executable).parent
+
+
+def pins() -> dict[str, str]:
+    found = {}
+    for line in (PROJECT_ROOT / "constraints.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==", 1)
+            found[name.lower()] = version.strip()
+    return found
+
+
+def pom_property(pom: str, name: str) -> str:
+    return re.search(rf"<{name}>([^<]+)</{name}>", (PROJECT_ROOT / "build" / "maven" / pom / "pom.xml").read_text())[1]
+
+
+def hadolint(*paths: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "hadolint"), "--no-color", "--failure-threshold", "info", *map(str, paths)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_dockerfiles_pass_hadolint(tmp_path):
+    result = hadolint(*DOCKERFILES)
+    assert (result.returncode, result.stdout) == (0, ""), result.stdout + result.stderr
+    # The lint is real: a careless Dockerfile fails it, naming the rule and the line.
+    careless = tmp_path / "Dockerfile"
+    careless.write_text("FROM python:latest\nRUN cd /tmp && pip install requests\n")
+    failed = hadolint(careless)
+    assert failed.returncode == 1
+    assert "DL3007" in failed.stdout and "DL3013" in failed.stdout
+
+
+def test_the_compose_file_is_valid(tmp_path):
+    compose = DOCKER / "compose.yaml"
+    docker = shutil.which("docker")
+    has_compose = docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0
+    if has_compose:
+        result = subprocess.run([docker, "compose", "-f", str(compose), "config", "--quiet"], capture_output=True, text=True)
+    else:  # this machine: a Docker client without the compose plugin
+        result = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(compose)],
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # The schema check can fail: a misspelt key is caught.
+    if not has_compose:
+        broken = tmp_path / "compose.yaml"
+        broken.write_text(compose.read_text().replace("healthcheck:", "healthchek:", 1))
+        refused = subprocess.run([str(BIN / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec", str(broken)],
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1 and "healthchek" in refused.stdout
+
+
+def test_the_compose_cluster_has_every_component_with_health_checks():
+    services = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    kafka = {name: s for name, s in services.items() if s.get("image", "").startswith("apache/kafka:")}
+    assert sorted(kafka) == ["kafka-1", "kafka-2", "kafka-3"]
+    assert {s["environment"]["KAFKA_NODE_ID"] for s in kafka.values()} == {1, 2, 3}
+    assert all(s["environment"]["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false" for s in kafka.values())
+    commands = {name: " ".join(s.get("command") or []) for name, s in services.items()}
+    assert "org.apache.spark.deploy.master.Master" in commands["spark-master"]
+    assert sum("deploy.worker.Worker" in c for c in commands.values()) == 2
+    for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        assert any(c == f"airflow {component}" for c in commands.values()), component
+    assert services["postgres"]["image"].startswith("postgres:")
+    long_running = [name for name, s in services.items() if s.get("restart") != "no"]
+    assert [name for name in long_running if "healthcheck" not in services[name]] == []
+    assert "postgresql" in services["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
+
+def test_image_versions_are_the_project_pins():
+    pinned = pins()
+    airflow_file = (DOCKER / "airflow" / "Dockerfile").read_text()
+    spark_file = (DOCKER / "spark" / "Dockerfile").read_text()
+    python_minor = re.search(r'requires-python = "[^0-9]*(3\.\d+)', (PROJECT_ROOT / "pyproject.toml").read_text())[1]
+
+    (airflow_base,) = re.findall(r"^FROM (apache/airflow:\S+)", airflow_file, re.M)
+    assert airflow_base == f"apache/airflow:{pinned['apache-airflow']}-python{python_minor}"
+    (spark_base,) = re.findall(r"^FROM (python:\S+)", spark_file, re.M)
+    assert re.fullmatch(rf"python:{re.escape(python_minor)}\.\d+-slim-\w+", spark_base), spark_base  # same minor on both sides
+    # Both install Python packages under the project's constraints (pyspark, pandas, pyarrow ...).
+    assert "-c constraints.txt" in airflow_file and "-c constraints.txt" in spark_file
+    assert pinned["pyspark"] == pinned["pyspark-client"] == pom_property("spark-kafka", "spark.version")
+    # Connector jars: both images resolve them from the POM bin/setup uses (one pin).
+    for text in (airflow_file, spark_file):
+        assert "-f build/maven/spark-kafka/pom.xml" in text
+    images = {s.get("image") for s in yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"].values()}
+    assert f"apache/kafka:{pom_property('kafka-broker', 'kafka.version')}" in images
+    # Non-root at run time.
+    for text in (airflow_file, spark_file):
+        assert re.findall(r"^USER (\S+)", text, re.M)[-1] not in ("0", "root")
