@@ -11,6 +11,7 @@ def read_topics(
     topics: list[str],
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
+    group_id_prefix: str | None = None,
 ) -> DataFrame:
     """A streaming DataFrame of raw Kafka records (key, value, topic, partition, offset, timestamp).
 
@@ -26,6 +27,9 @@ def read_topics(
     )
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    if group_id_prefix:
+        # Spark's consumer groups under the app's own prefix, which its ACLs allow (terraform/).
+        reader = reader.option("groupIdPrefix", group_id_prefix)
     return reader.load()
 
 

@@ -65,7 +65,7 @@ def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, optio
     def source(topics: list[str]) -> DataFrame:
         frame = read_topics(
             spark, options.bootstrap_servers, topics, _starting_offsets(options.starting_offsets, topics),
-            options.max_offsets_per_trigger,
+            options.max_offsets_per_trigger, group_id_prefix=f"streamops.{spec.name}",
         )
         ends = {t: e for t, e in (options.ending_offsets or {}).items() if t in topics}
         if not ends:

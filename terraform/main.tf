@@ -1,0 +1,74 @@
+# Every topic of the catalog, and each app's least-privilege ACLs, read from the one catalog with
+# yamldecode: nothing here names a topic.
+
+locals {
+  catalog = yamldecode(file(coalesce(var.catalog_path, "${path.module}/../catalog/pipelines.yaml")))
+  topics  = { for topic in local.catalog.topics : topic.name => topic }
+  apps    = { for app in try(local.catalog.apps, []) : app.name => app }
+
+  # Output roles a program reads back (presence-notifier counts the notifications it wrote).
+  # Mirrors READS_OUTPUTS in spark_apps/<program>.py; a test keeps the two equal.
+  program_reads_outputs = {
+    oplog_router      = []
+    presence_notifier = ["notifications"]
+    browser_activity  = []
+  }
+
+  # One entry per (app, resource, operation): read inputs (and outputs read back), write outputs
+  # and the dead-letter topic, use consumer groups under the app's own prefix; nothing else,
+  # and no Create anywhere (topics are created here, not by the apps).
+  # distinct: an output the app reads back is Described once.
+  acl_entries = distinct(flatten([
+    for name, app in local.apps : concat(
+      [for pair in setproduct(distinct(concat(values(app.inputs), [for role in local.program_reads_outputs[app.program] : app.outputs[role]])), ["Read", "Describe"]) :
+      { app = name, type = "Topic", pattern = "Literal", resource = pair[0], operation = pair[1] }],
+      [for pair in setproduct(distinct(concat(values(app.outputs), [app.dead_letter_topic])), ["Write", "Describe"]) :
+      { app = name, type = "Topic", pattern = "Literal", resource = pair[0], operation = pair[1] }],
+      [{ app = name, type = "Group", pattern = "Prefixed", resource = "streamops.${name}", operation = "Read" }],
+    )
+  ]))
+  acls = var.manage_acls ? { for e in local.acl_entries : "${e.app}|${e.type}|${e.resource}|${e.operation}" => e } : {}
+}
+
+provider "kafka" {
+  bootstrap_servers = var.bootstrap_servers
+  tls_enabled       = var.tls_enabled
+  skip_tls_verify   = var.skip_tls_verify
+  ca_cert           = var.ca_cert
+  client_cert       = var.client_cert
+  client_key        = var.client_key
+  sasl_mechanism    = var.sasl_mechanism
+  sasl_username     = var.sasl_username
+  sasl_password     = var.sasl_password
+}
+
+resource "kafka_topic" "catalog" {
+  for_each = local.topics
+
+  name               = each.key
+  partitions         = each.value.partitions
+  replication_factor = each.value.replication_factor
+  # As the broker reports them: strings, "compact, delete" without spaces (catalog.kafka_configs).
+  config = { for key, value in try(each.value.configs, {}) : key => replace(tostring(value), " ", "") }
+
+  lifecycle {
+    # A topic removed from the catalog is not deleted with its data: Terraform stops with an
+    # error instead. Delete on purpose: `tofu state rm`, then the broker's own tools.
+    prevent_destroy = true
+  }
+}
+
+resource "kafka_acl" "apps" {
+  for_each = local.acls
+
+  acl_principal                = lookup(var.app_principals, each.value.app, "User:${each.value.app}")
+  acl_host                     = "*"
+  acl_operation                = each.value.operation
+  acl_permission_type          = "Allow"
+  resource_name                = each.value.resource
+  resource_type                = each.value.type
+  resource_pattern_type_filter = each.value.pattern
+
+  # ACLs name topics: create them after the topics they protect.
+  depends_on = [kafka_topic.catalog]
+}
