@@ -351,3 +351,30 @@ def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
             if process.poll() is None:
                 process.kill()
             process.wait()
+
+
+def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spark, run_dag, app_env, app_catalog, broker, tmp_path, monkeypatch):
+    """presence-notifier reads its own output, so it is rebuilt into new topics: backfill from
+    earliest, validate, cut over; the live app then runs on the .v2 topics."""
+    from datetime import timedelta
+
+    monkeypatch.setenv("STREAMOPS_REPROCESS_ROOT", str(tmp_path / "reprocess"))
+    monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
+    catalog_file, _ = app_env
+    spec = app_catalog.app("presence-notifier")
+    load = LoadSpec(count=600, keys=12, seed=61, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc), event_spacing=timedelta(seconds=2))
+    run_load(spec, load, broker.bootstrap_servers)
+    run_available_now(spark, app_catalog, "presence-notifier", broker, spec.checkpoint_location())
+
+    result = run_dag("recover_rebuild_state", catalog_file, app="presence-notifier", target="versioned", version="v2", dry_run=False)
+
+    assert result.state == "success", result.task_states
+    applied = result.xcoms["apply"]
+    assert applied["new_topics"] == [f"{t}.v2" for t in [*spec.outputs.values(), spec.dead_letter_topic]]
+    assert backup_info(Path(applied["backup"]))["label"] == "before-cutover"
+    runtime = AppRuntime(spec.checkpoint_location())
+    assert runtime.state() == "running" and runtime.driver()["version"] == "1.0.0+v2"
+    for live in spec.outputs.values():
+        rebuilt = Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, f"{live}.v2"))
+        assert rebuilt == Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, live)), live
+    stop_driver(runtime)
