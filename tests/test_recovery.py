@@ -378,3 +378,30 @@ def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spar
         rebuilt = Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, f"{live}.v2"))
         assert rebuilt == Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, live)), live
     stop_driver(runtime)
+
+
+def test_the_reset_plan_of_every_mode(spark, app_env, app_catalog, broker, admin):
+    """Plans only (the apply path is the datetime test's): each mode's new offsets per partition."""
+    from streamops.recovery.reset import ResetRequest, plan_reset
+
+    spec = app_catalog.app("oplog-router")
+    source = spec.inputs["operations"]
+    run_load(spec, LoadSpec(count=120, keys=12, seed=71), broker.bootstrap_servers)
+    run_available_now(spark, app_catalog, "oplog-router", broker, spec.checkpoint_location())
+    ends = {p: hi for p, (_, hi) in end_offsets(broker.bootstrap_servers, source).items()}
+    busy = max(ends, key=ends.get)
+
+    def new_offsets(**request) -> dict[int, int]:
+        plan = plan_reset(admin, app_catalog, ResetRequest(app="oplog-router", **request))
+        assert {r.partition: r.current for r in plan.rows} == ends  # the checkpoint is at the end
+        return {r.partition: r.new for r in plan.rows}
+
+    assert new_offsets(mode="earliest") == {p: 0 for p in ends}
+    assert new_offsets(mode="latest") == ends
+    assert new_offsets(mode="shift", shift=-3) == {p: max(e - 3, 0) for p, e in ends.items()}
+    assert new_offsets(mode="shift", shift=-3, partitions=[f"{source}:{busy}"]) == {**ends, busy: ends[busy] - 3}
+    assert new_offsets(mode="offsets", offsets={source: {str(busy): 1}}) == {**ends, busy: 1}
+    assert new_offsets(mode="duration", duration="1 hour") == {p: 0 for p in ends}  # everything is younger
+    plan = plan_reset(admin, app_catalog, ResetRequest(app="oplog-router", mode="shift", shift=-3))
+    assert plan.replayed == sum(min(e, 3) for e in ends.values()) and plan.skipped == 0
+    assert "replays 3" in plan.table() and "STATE" not in plan.table()  # the router keeps no state

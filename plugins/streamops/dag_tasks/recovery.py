@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any
 
 from streamops.catalog import load_catalog
@@ -245,15 +246,12 @@ def rebuild_plan(context, admin, bootstrap: str) -> dict:
             # The reprocess DAG's plan, with its refusals (e.g. targets that already hold records).
             result["reprocess_plan"] = reprocessing.plan(admin, bootstrap, {
                 "app": p["app"], "start": "earliest", "end": "now", "target": "versioned",
-                "version": p.get("version") or "v2", "tag": context["run_id"].lower().translate(_TAG)[-40:].strip("-") or "rebuild",
+                "version": p.get("version") or "v2", "tag": datetime.now(timezone.utc).strftime("rebuild-%Y%m%dt%H%M%S"),
                 "cutover": True,
             })
         return result
 
     return audited(context, "plan", action)
-
-
-_TAG = str.maketrans({c: "-" for c in ":+._ TZ"})
 
 
 def rebuild_apply(context, plan: dict, admin, bootstrap: str, spark_master: str) -> dict:
