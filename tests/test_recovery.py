@@ -78,6 +78,7 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     assert steps_of(result.run_id) == [("plan", "done"), ("apply", "done"), ("verify", "done")]
     entry = read_audit(run_id=result.run_id)[1]
     assert entry["user"] == "dag_test" and entry["params"]["app"] == "oplog-router" and entry["result"]["backup"] == applied["backup"]
+    assert entry["snapshots_taken"] == [applied["backup"]]
     stop_driver(runtime)
 
 

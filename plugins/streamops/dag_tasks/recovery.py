@@ -22,25 +22,41 @@ log = logging.getLogger(__name__)
 def trail(context) -> AuditTrail:
     dag_run = context["dag_run"]
     user = getattr(dag_run, "triggering_user_name", None) or "unknown"
-    return AuditTrail(dag_run.dag_id, dag_run.run_id, user, {k: v for k, v in dict(context["params"]).items()})
+    return AuditTrail(dag_run.dag_id, dag_run.run_id, user, dict(context["params"]))
+
+
+def _snapshots(app_name: object) -> set[str]:
+    """The app's checkpoint snapshots now (none for a name the catalog does not know)."""
+    from streamops.rollout import list_backups
+
+    catalog = load_catalog()
+    if app_name not in catalog.app_names():
+        return set()
+    return {str(p) for p in list_backups(catalog.app(str(app_name)).checkpoint_location())}
 
 
 def audited(context, step: str, action: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run one step; write its outcome (or refusal, or failure) to the audit log; fail the task
-    without retries on a refusal or error."""
+    """Run one step; write its outcome (or refusal, or failure) to the audit log, with the
+    snapshots it took; fail the task without retries on a refusal or error."""
     from airflow.sdk.exceptions import AirflowFailException
 
     audit = trail(context)
+    before = _snapshots(audit.params.get("app"))
     try:
         result = action()
     except RecoveryRefused as exc:
         audit.write(step, "refused", error=str(exc))
         raise AirflowFailException(f"{context['dag_run'].dag_id}: {exc}") from None
     except Exception as exc:
-        audit.write(step, "failed", error=f"{type(exc).__name__}: {exc}")
-        raise AirflowFailException(f"{step} failed: {exc}") from exc
+        taken = sorted(_snapshots(audit.params.get("app")) - before)
+        audit.write(step, "failed", error=f"{type(exc).__name__}: {exc}", snapshots_taken=taken)
+        hint = (f"\nThe checkpoint was backed up before the failure: {', '.join(taken)}; recover_restore_checkpoint "
+                "puts it back.") if taken else ""
+        raise AirflowFailException(f"{step} failed: {exc}{hint}") from exc
     dry = step == "plan" and context["params"].get("dry_run", False)
-    audit.write(step, "planned (dry run: nothing changed)" if dry else "done", summary=result.get("summary", ""), result=result)
+    taken = sorted(_snapshots(audit.params.get("app")) - before)
+    audit.write(step, "planned (dry run: nothing changed)" if dry else "done", summary=result.get("summary", ""),
+                result=result, snapshots_taken=taken)
     log.info("audit: %s %s by %s recorded in %s", audit.dag_id, step, audit.user, audit_file())
     return result
 
