@@ -61,6 +61,11 @@ def audited(context, step: str, action: Callable[[], dict[str, Any]]) -> dict[st
     return result
 
 
+def _plan_fields(plan: dict, *derived: str) -> dict:
+    """A plan's XCom without what the task added (summary) or derived: the plan's own fields."""
+    return {k: v for k, v in plan.items() if k not in ("summary", *derived)}
+
+
 def skip_if_dry_run(context) -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
@@ -128,7 +133,7 @@ def restart_apply(context, plan: dict) -> dict:
     skip_if_dry_run(context)
 
     def action():
-        the_plan = RestartPlan(**{k: v for k, v in plan.items() if k != "summary"})
+        the_plan = RestartPlan(**_plan_fields(plan))
         result = apply_restart(load_catalog().app(the_plan.app), the_plan, start_version(the_plan.app, context["run_id"]))
         log.info(result["summary"])
         return result
@@ -181,7 +186,7 @@ def reset_apply(context, plan: dict) -> dict:
     skip_if_dry_run(context)
 
     def action():
-        the_plan = ResetPlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        the_plan = ResetPlan.from_json(_plan_fields(plan))
         result = apply_reset(load_catalog().app(the_plan.app), the_plan, start_on_new_checkpoint(the_plan.app, context["run_id"]))
         log.info(result["summary"])
         return result
@@ -194,7 +199,7 @@ def reset_verify(context, plan: dict, bootstrap: str) -> dict:
     from streamops.recovery.reset import ResetPlan, verify_reset
 
     def action():
-        the_plan = ResetPlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        the_plan = ResetPlan.from_json(_plan_fields(plan))
         app = load_catalog().app(the_plan.app)
         started = verify_reset(app, the_plan)
         log.info(started["summary"])
@@ -227,7 +232,7 @@ def replay_apply(context, spark, plan: dict, bootstrap: str) -> dict:
     skip_if_dry_run(context)
 
     def action():
-        result = apply_replay(spark, bootstrap, load_catalog(), ReplayPlan.from_json({k: v for k, v in plan.items() if k != "summary"}),
+        result = apply_replay(spark, bootstrap, load_catalog(), ReplayPlan.from_json(_plan_fields(plan)),
                               context["run_id"])
         log.info(result["summary"])
         return result
@@ -278,7 +283,7 @@ def rebuild_apply(context, plan: dict, admin, bootstrap: str, spark_master: str)
     run_id = context["run_id"]
 
     def action():
-        fields = {k: v for k, v in plan.items() if k not in ("summary", "records", "reprocess_plan")}
+        fields = _plan_fields(plan, "records", "reprocess_plan")
         the_plan = RebuildPlan(**fields)
         if the_plan.target == "live":
             result = apply_rebuild_live(load_catalog().app(the_plan.app), the_plan, start_on_new_checkpoint(the_plan.app, run_id),
@@ -317,7 +322,7 @@ def restore_apply(context, plan: dict) -> dict:
     skip_if_dry_run(context)
 
     def action():
-        the_plan = RestorePlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        the_plan = RestorePlan.from_json(_plan_fields(plan))
         result = apply_restore(load_catalog().app(the_plan.app), the_plan, start_version(the_plan.app, context["run_id"]),
                                stopper(the_plan.app, context["run_id"]))
         log.info(result["summary"])
@@ -331,7 +336,7 @@ def restore_verify(context, plan: dict, bootstrap: str) -> dict:
     from streamops.recovery.restore import RestorePlan, verify_restore
 
     def action():
-        the_plan = RestorePlan.from_json({k: v for k, v in plan.items() if k != "summary"})
+        the_plan = RestorePlan.from_json(_plan_fields(plan))
         app = load_catalog().app(the_plan.app)
         progress = await_resumed(app, bootstrap, None, float(context["params"]["verify_deadline_s"]))
         continued = verify_restore(app, the_plan)

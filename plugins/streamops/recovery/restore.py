@@ -20,13 +20,15 @@ class Snapshot:
     taken_at: str | None
     version: str | None
     batches: dict[str, int | None]
+    launch: dict = field(default_factory=dict)  # version and Spark conf of the driver that wrote it
 
     @classmethod
     def of(cls, path: Path) -> Snapshot:
         from streamops.rollout import backup_info
 
         info = backup_info(path)
-        return cls(path.name, info.get("label", "?"), info.get("taken_at"), info.get("version"), batch_marks(path))
+        return cls(path.name, info.get("label", "?"), info.get("taken_at"), info.get("version"), batch_marks(path),
+                   info.get("launch") or {})
 
 
 def snapshots(app: AppSpec) -> list[Snapshot]:
@@ -107,19 +109,13 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
         for q, pos in then.items() for t, parts in pos.offsets.items() for p, o in sorted(parts.items())
     ]
     driver = runtime.driver() or {}
-    info_launch = _launch_of(app, chosen.name) or driver.get("launch") or {}
+    info_launch = chosen.launch or driver.get("launch") or {}
     return RestorePlan(
         app=app.name, snapshot=chosen.name, history=[asdict(s) for s in history], current=batch_marks(app.checkpoint_location()),
         restored=chosen.batches, moves=moves, running=running,
         version=info_launch.get("version") or chosen.version or driver.get("version") or app.version,
         spark_conf=info_launch.get("spark_conf") or {}, marks=batch_marks(app.checkpoint_location()),
     )
-
-
-def _launch_of(app: AppSpec, name: str) -> dict:
-    from streamops.rollout import backup_info, backups_dir
-
-    return backup_info(backups_dir(app.checkpoint_location()) / name).get("launch") or {}
 
 
 def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
