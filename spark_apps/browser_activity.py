@@ -103,7 +103,7 @@ def _challenge_group(settings: BrowserActivitySettings, topic: str):
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
     settings = spec.settings
     assert isinstance(settings, BrowserActivitySettings)
-    parsed = records.parse(source([spec.inputs["logs"]]), FIELDS, spec.max_record_bytes)
+    parsed = records.parse(source([spec.inputs["logs"]]), FIELDS, spec.max_record_bytes, key_field=spec.input_keys.get("logs"))
     is_captcha = F.col("logger_name") == settings.captcha_logger
     parsed = parsed.observe(
         "browser",
@@ -135,7 +135,9 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
 def window_counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame:
     settings = spec.settings
     assert isinstance(settings, BrowserActivitySettings)
-    actions = records.good(records.parse(source([spec.inputs["logs"]]), FIELDS, spec.max_record_bytes)).where(
+    actions = records.good(
+        records.parse(source([spec.inputs["logs"]]), FIELDS, spec.max_record_bytes, key_field=spec.input_keys.get("logs"))
+    ).where(
         F.col("logger_name") != settings.captcha_logger
     )
     return records.windowed_counts(

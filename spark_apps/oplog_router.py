@@ -3,7 +3,8 @@
 Reads the operation log and writes each event to every category topic whose op-type set holds
 its op type; the topic is chosen per record (the Kafka sink's `topic` column, the counterpart of
 Kafka Streams' TopicNameExtractor). Keys are kept, so per-user order holds within a partition.
-Events of unknown op types are counted (observed metric `unknown_op_type`), not routed.
+An event whose op type is in no category is a dead letter naming the op type (never dropped
+silently); the observed metric `unknown_op_type` counts them among `dead_letters`.
 
 Output value: {"event_id", "category", "seq", "user_id", "op_type", "event_time", "event"}
 where event_id is the source topic/partition/offset and "event" is the original JSON object.
@@ -47,12 +48,30 @@ def routes(spec: AppSpec) -> dict[str, list[tuple[str, str]]]:
 
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
     table = routes(spec)
-    parsed = records.parse(source([spec.inputs["operations"]]), FIELDS, spec.max_record_bytes)
+    parsed = records.parse(
+        source([spec.inputs["operations"]]), FIELDS, spec.max_record_bytes, key_field=spec.input_keys.get("operations")
+    )
+    # Valid input whose op type no category holds: a dead letter, routed nowhere by surprise.
+    unknown = F.col("error").isNull() & ~F.col("op_type").isin(*table)
+    categories = ", ".join(sorted(spec.outputs))
+    parsed = parsed.withColumn(
+        "unknown_op_type", unknown
+    ).withColumn(
+        "error",
+        F.when(
+            F.col("unknown_op_type"),
+            F.format_string(
+                f"op type '%s' is in no category ({categories}) of the catalog's settings.categories "
+                "(router contract: every op type is routed or refused)",
+                F.col("op_type"),
+            ),
+        ).otherwise(F.col("error")),
+    )
     parsed = parsed.observe(
         "router",
         F.count(F.lit(1)).alias("records_in"),
         F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("dead_letters"),
-        F.sum(F.when(F.col("error").isNull() & ~F.col("op_type").isin(*table), 1).otherwise(0)).alias("unknown_op_type"),
+        F.sum(F.when(F.col("unknown_op_type"), 1).otherwise(0)).alias("unknown_op_type"),
     )
     # One output row per matching category, or one dead letter, from a single pass over the
     # input (a union of two branches would make Spark read the topic twice).
@@ -85,7 +104,6 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         F.lit(spec.dead_letter_topic).alias("topic"),
     )
     outputs = F.when(F.col("error").isNotNull(), F.array(dead)).otherwise(
-        # Unknown op types map to null, and explode() emits nothing for them.
         F.transform(F.element_at(route_map, F.col("op_type")), routed)
     )
     return [OutputQuery(QUERIES[0], parsed.select(F.explode(outputs).alias("out")).select("out.*"))]

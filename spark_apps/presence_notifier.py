@@ -131,8 +131,11 @@ def _notify_group(settings: PresenceSettings, spec: AppSpec):
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
     settings = spec.settings
     assert isinstance(settings, PresenceSettings)
-    events = counted(records.parse(source([spec.inputs["events"]]), EVENT_FIELDS, spec.max_record_bytes), "presence_events")
-    ticks = counted(records.parse(source([spec.inputs["ticks"]]), TICK_FIELDS, spec.max_record_bytes), "ticks")
+    def parsed(role: str, fields: list[records.Field]) -> DataFrame:
+        return records.parse(source([spec.inputs[role]]), fields, spec.max_record_bytes, key_field=spec.input_keys.get(role))
+
+    events = counted(parsed("events", EVENT_FIELDS), "presence_events")
+    ticks = counted(parsed("ticks", TICK_FIELDS), "ticks")
 
     def shaped(parsed: DataFrame, kind: int) -> DataFrame:
         return records.good(parsed).select(

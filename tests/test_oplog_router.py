@@ -27,7 +27,7 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
         ("u1", op(1, "u1", "ADD_CONTACT", 1)),  # offset 0: contacts AND groups
         ("u1", op(2, "u1", "SEND_MESSAGE", 2, to="u2")),  # 1: messages, extra field kept in "event"
         ("u2", op(3, "u2", "CREATE_GROUP", 3)),  # 2: groups
-        ("u2", op(4, "u2", "LOGIN", 4)),  # 3: unknown op type: counted, not routed
+        ("u2", op(4, "u2", "LOGIN", 4)),  # 3: unknown op type: counted and dead-lettered (input contract)
         ("u3", "not json at all"),  # 4: dead letter
         ("u3", json.dumps({"seq": "six", "user_id": "u3", "op_type": "ADD_CONTACT", "event_time": "2026-01-01T00:00:06Z"})),
         ("u3", json.dumps({"user_id": "u3", "op_type": "ADD_CONTACT", "event_time": "2026-01-01T00:00:07Z"})),
@@ -73,6 +73,8 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
     dead = read_all(broker.bootstrap_servers, spec.dead_letter_topic)
     envelopes = [r.json() for r in dead]
     assert [(r.key_text, e["reason"], e["source"]["offset"]) for r, e in zip(dead, envelopes)] == [
+        ("u2", "op type 'LOGIN' is in no category (contacts, groups, messages) of the catalog's settings.categories "
+               "(router contract: every op type is routed or refused)", 3),
         ("u3", "value is not valid JSON", 4),
         ("u3", "field 'seq' must be an integer (got STRING)", 5),
         ("u3", "missing field 'seq'", 6),
@@ -80,14 +82,14 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
         ("u3", "field 'event_time' has no timezone offset: '2026-01-01T00:00:09'", 8),
         ("u3", "value is not a JSON object", 9),
     ]
-    first = envelopes[0]
+    first = envelopes[1]
     assert first["app"] == "oplog-router" and first["app_version"] == "1.0.0"
     assert first["source"]["topic"] == source and first["source"]["partition"] == 0
     assert base64.b64decode(first["original_value_base64"]) == b"not json at all"
     assert base64.b64decode(first["original_key_base64"]) == b"u3"
     assert first["original_value_preview"] == "not json at all"
-    assert base64.b64decode(envelopes[3]["original_value_base64"]).decode() == big
+    assert base64.b64decode(envelopes[4]["original_value_base64"]).decode() == big
 
-    assert observed_totals(queries) == {"records_in": 11, "dead_letters": 6, "unknown_op_type": 1}
+    assert observed_totals(queries) == {"records_in": 11, "dead_letters": 7, "unknown_op_type": 1}
     # The topic is read once, not once per output branch.
     assert sum(p.numInputRows for q in queries for p in q.recentProgress) == 11

@@ -255,6 +255,11 @@ class AppSpec(_Strict):
     owner: str = Field(min_length=1)
     description: str = Field(min_length=1)
     inputs: dict[str, str] = Field(min_length=1)  # role -> topic
+    # Input contract, key rule (README "Input contract"): input role -> the value's string field
+    # the Kafka key must equal. Records breaking it are dead letters (never re-keyed).
+    input_keys: dict[str, Annotated[str, StringConstraints(pattern=r"^[A-Za-z_@$][A-Za-z0-9_@$.-]{0,99}$")]] = Field(
+        default_factory=dict
+    )
     outputs: dict[str, str] = Field(min_length=1)  # role -> topic
     dead_letter_topic: str
     # Relative: under $STREAMOPS_CHECKPOINT_ROOT (default .run/checkpoints); or an absolute path/URI.
@@ -275,6 +280,11 @@ class AppSpec(_Strict):
     @model_validator(mode="after")
     def _roles_fit_the_program(self) -> AppSpec:
         needed_inputs, needed_outputs = PROGRAM_ROLES[self.program]
+        unknown_key_roles = sorted(set(self.input_keys) - set(self.inputs))
+        if unknown_key_roles:
+            raise ValueError(
+                f"input_keys: {unknown_key_roles} are not input roles of this app (inputs: {sorted(self.inputs)})"
+            )
         if set(self.inputs) != needed_inputs:
             raise ValueError(
                 f"inputs: program {self.program} reads the roles {sorted(needed_inputs)}, "

@@ -310,6 +310,18 @@ def bench_roll_restart(
         typer.echo(line)
 
 
+@bench_app.command("parse")
+def bench_parse(
+    records: Annotated[int, typer.Option(min=1000, max=5_000_000, help="Loadgen records to parse (1% malformed).")] = 200_000,
+    app_name: Annotated[str, typer.Option("--app", help="Catalog app whose inputs and fields to parse.")] = "oplog-router",
+    repeats: Annotated[int, typer.Option(min=1, max=20, help="Passes; the best is reported.")] = 3,
+) -> None:
+    """Parse speed: records.parse over N in-memory records on one Spark session."""
+    from streamops.bench import parse_benchmark, table
+
+    typer.echo(table(parse_benchmark(records, repeats, app_name)))
+
+
 @quality_app.command("results")
 def quality_results(
     topic: Annotated[Optional[str], typer.Option(help="Only this topic.")] = None,
@@ -360,3 +372,4 @@ def audit(
 
 if __name__ == "__main__":
     app()
+

@@ -3,12 +3,13 @@
 Values are parsed with Spark's VARIANT functions (`try_parse_json`, `try_variant_get`), so a bad
 record never fails the query: each row gets an `error` column with the first reason it is bad
 (null when it is good). Good rows go on; bad rows become dead letters with their provenance.
+What "good" means is the input contract below, one for every app.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 from pyspark.sql import Column, DataFrame
@@ -16,9 +17,48 @@ from pyspark.sql import functions as F
 
 FieldType = Literal["string", "bigint", "timestamp"]
 
+# ---------------------------------------------------------------------------------------------
+# The input contract, the same for every app and input topic (README "Input contract").
+# A record is valid input only if every rule holds; otherwise it is a dead letter whose reason
+# names the first rule it breaks:
+#   value-present   the value is not null (a tombstone is not an event)
+#   size            the value is at most the app's max_record_bytes
+#   utf-8           the value is UTF-8 (RFC 8259 §8.1), without a byte order mark
+#   json            the value is JSON text (RFC 8259): no NaN/Infinity, no single quotes, no raw
+#                   control characters in strings, no trailing commas, nesting under 1000 levels
+#   one-value       exactly one JSON value; only whitespace may follow it
+#   unicode         no lone surrogate escapes such as \ud800 (I-JSON, RFC 7493 §2.1)
+#   unique-names    no member name twice in any object (I-JSON, RFC 7493 §2.3)
+#   object          the value is a JSON object
+#   field-present   every field the app needs is there and not null
+#   field-type      exact JSON types: a string is a JSON string, an integer is an integral JSON
+#                   number within int64 (no 1.0, no 1e3, no quoted numbers)
+#   timestamp       RFC 3339 date-time with an offset, YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM),
+#                   whose instant lies in years 0001-9999 UTC (outputs write it in that form)
+#   allowed-value   a field with a value set (e.g. action: Open/Close) holds one of them
+#   key             where the catalog declares a key field for the input (apps[].input_keys),
+#                   the Kafka key is UTF-8 and equals that field: the key picks the partition,
+#                   so a wrong key breaks per-user order and is refused, never silently re-keyed
+# Extra fields are allowed and kept. Whitespace around the value is allowed (RFC 8259 §2).
+# ---------------------------------------------------------------------------------------------
+
 _TYPE_NAMES = {"string": "a string", "bigint": "an integer", "timestamp": "an ISO-8601 timestamp string"}
-# An ISO-8601 time must say its offset: a naive time means different instants on different hosts.
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+# An instant must say its offset: a naive time means different instants on different hosts.
 _HAS_OFFSET = r"(Z|z|[+-][0-9]{2}:?[0-9]{2})$"
+_RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_FIRST_MICROS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
+_LAST_MICROS = (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
+# A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse; an even run of
+# backslashes before it is escaped backslashes, not an escape.
+_ESCAPE = r"(?<!\\)(?:\\\\)*"
+_LONE_SURROGATE = (
+    _ESCAPE + r"(\\u[dD][89abAB][0-9a-fA-F]{2})(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|" + r"(?<![dD][89abAB][0-9a-fA-F]{2})" + _ESCAPE + r"(\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+_JSON_WHITESPACE = " \t\n\r"
+_STRICT_JACKSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false", "mode": "PERMISSIVE"}
 
 
 @dataclass(frozen=True)
@@ -38,76 +78,204 @@ def with_source_columns(raw: DataFrame) -> DataFrame:
     )
 
 
-def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int) -> DataFrame:
+def _json_path(field: Field) -> str:
+    return f"$.{field.path}" if field.path.isidentifier() else f"$['{field.path}']"
+
+
+def _text() -> Column:
+    # A binary-to-string cast keeps the bytes as they are, so invalid UTF-8 stays detectable.
+    return F.col("value").cast("string")
+
+
+def _one_json_value(text: Column) -> Column:
+    # try_parse_json stops after the first value and ignores what follows ('{} {}', '{}x'):
+    # inside brackets anything after the value makes the array invalid or longer than one.
+    return F.coalesce(F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1, F.lit(False))
+
+
+def _starts_an_object(text: Column) -> Column:
+    # Valid JSON text whose first non-whitespace character is '{' is an object.
+    return F.substring(F.ltrim(text, F.lit(_JSON_WHITESPACE)), 1, 1) == "{"
+
+
+def _no_lone_surrogate(text: Column) -> Column:
+    # The regex runs only on values with a \u escape (rare), so the common case stays cheap.
+    return (F.instr(text, "\\u") == 0) | ~text.rlike(_LONE_SURROGATE)
+
+
+def _timestamp_in_range(ts: Column) -> Column:
+    micros = F.unix_micros(ts)
+    return (micros >= F.lit(_FIRST_MICROS)) & (micros <= F.lit(_LAST_MICROS))
+
+
+def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field: str | None = None) -> DataFrame:
     """Add a column per field, `event_json` (the whole value as VARIANT) and `error`.
 
-    Two paths: `from_json` with the expected schema (fast, code-generated) decides whether a
-    record is good; only records it rejects get the VARIANT checks that name the exact reason
-    (CASE WHEN evaluates that branch for those rows only).
+    `key_field`: the catalog's key rule for this input (apps[].input_keys): the Kafka key must
+    equal this string field. Two paths: cheap checks decide whether a record is good; only
+    records they reject get the checks that name the exact rule (CASE WHEN evaluates that
+    branch for those rows only).
     """
-    text = F.col("value").cast("string")
-    schema = ", ".join(f"`{f.path}` {'BIGINT' if f.type == 'bigint' else 'STRING'}" for f in fields)
-    staged = (
-        with_source_columns(raw)
-        .withColumn("_fast", F.from_json(text, schema))
-        .withColumn("event_json", F.try_parse_json(text))
-    )
+    if key_field is not None and not any(f.path == key_field and f.type == "string" for f in fields):
+        raise ValueError(
+            f"key rule: the key must equal field {key_field!r}, but the input's fields have no string field of that name "
+            f"(fields: {', '.join(f.path for f in fields)})"
+        )
+    text = _text()
+    staged = with_source_columns(raw).withColumn("event_json", F.try_parse_json(text))
+    doc = F.col("event_json")
     size = F.length(F.col("value"))
-    good_so_far = F.col("value").isNotNull() & (size <= max_record_bytes)
+    good_so_far = (
+        F.col("value").isNotNull()
+        & (size <= max_record_bytes)
+        & F.is_valid_utf8(text)
+        # Null when not JSON, and for duplicate member names at any depth
+        # (spark.sql.variant.allowDuplicateKeys is false, Spark's default).
+        & doc.isNotNull()
+        # (An array or scalar has no fields, so the field checks below refuse it.)
+        & _one_json_value(text)
+        & _no_lone_surrogate(text)
+    )
+    # Each field's JSON value once (a small VARIANT), then its exact type and typed value from it.
+    staged = staged.select("*", *[F.variant_get(doc, _json_path(f), "variant").alias(f"_json_{f.column}") for f in fields])
     for field in fields:
-        fast_value = F.col("_fast").getField(field.path)
+        present = F.col(f"_json_{field.column}")
+        actual_type = F.schema_of_variant(present)
+        if field.type == "bigint":
+            staged = staged.withColumn(field.column, F.try_variant_get(present, "$", "bigint"))
+            good_so_far = good_so_far & actual_type.isin(*_INTEGER_TYPES)
+            continue
+        as_text = F.try_variant_get(present, "$", "string")
+        good_so_far = good_so_far & (actual_type == "STRING")
         if field.type == "timestamp":
-            staged = staged.withColumn(field.column, F.try_to_timestamp(fast_value))
-            good_so_far = good_so_far & F.col(field.column).isNotNull() & fast_value.rlike(_HAS_OFFSET)
+            staged = staged.withColumn(field.column, F.try_to_timestamp(as_text))
+            good_so_far = good_so_far & as_text.rlike(_RFC3339) & _timestamp_in_range(F.col(field.column))
         else:
-            staged = staged.withColumn(field.column, fast_value)
-            good_so_far = good_so_far & F.col(field.column).isNotNull()
+            staged = staged.withColumn(field.column, as_text)
             if field.allowed:
                 good_so_far = good_so_far & F.col(field.column).isin(*field.allowed)
+    if key_field is not None:
+        good_so_far = good_so_far & (F.col("key").cast("string") == F.col(_column_of(fields, key_field)))
     # The reason is built inside a lambda so that subexpression elimination cannot hoist its
-    # VARIANT calls out of the CASE and run them on every row (measured: 3x slower).
-    reason = F.transform(F.array(F.col("event_json")), lambda doc: _reason(doc, fields, max_record_bytes))[0]
+    # checks out of the CASE and run them on every row (measured: 3x slower).
+    reason = F.transform(
+        F.array(F.col("event_json")), lambda d: _reason(d, fields, max_record_bytes, key_field)
+    )[0]
     error = F.when(F.coalesce(good_so_far, F.lit(False)), F.lit(None).cast("string")).otherwise(reason)
-    return staged.withColumn("error", error).drop("_fast")
+    # Named in the app's skip list by an operator (recover_skip_records; the runner's source adds
+    # the column): the operator's reason is the error, before any check of the record itself.
+    if "_operator_skip" in raw.columns:
+        error = F.coalesce(F.col("_operator_skip"), error)
+    return staged.withColumn("error", error).drop("_operator_skip", *[f"_json_{f.column}" for f in fields])
 
 
-def _reason(doc: Column, fields: list[Field], max_record_bytes: int) -> Column:
-    """The first thing wrong with a rejected record, in words."""
+def _column_of(fields: list[Field], path: str) -> str:
+    return next(f.column for f in fields if f.path == path)
+
+
+def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: str | None = None) -> Column:
+    """The first input-contract rule a rejected record breaks, in words, naming the rule."""
+    text = _text()
     size = F.length(F.col("value"))
+    keys = F.json_object_keys(text)
+    duplicates = F.filter(keys, lambda k: F.size(F.filter(keys, lambda j: j == k)) > 1)
+    surrogate = F.regexp_extract(text, _LONE_SURROGATE, 0)
     checks: list[tuple[Column, Column]] = [
         (F.col("value").isNull(), F.lit("empty value (null)")),
         (size > max_record_bytes, F.format_string(f"record is %d bytes, over the {max_record_bytes}-byte limit", size)),
+        (~F.is_valid_utf8(text), F.lit("value is not UTF-8 (input contract utf-8: RFC 8259 §8.1)")),
+        (text.startswith("\ufeff"), F.lit("value starts with a byte order mark (input contract utf-8: RFC 8259 §8.1 forbids it)")),
+        (
+            text.rlike(r"[\x00-\x1f]") & doc.isNull(),
+            F.lit("value has an unescaped control character (input contract json: RFC 8259 §7 requires \\u escapes)"),
+        ),
+        (
+            text.rlike(r"[:,\[]\s*[-+]?(NaN|Infinity)\b") & doc.isNull(),
+            F.lit("value has NaN or Infinity, which are not JSON numbers (input contract json: RFC 8259 §6)"),
+        ),
+        (
+            F.coalesce(F.size(duplicates) > 0, F.lit(False)),
+            F.format_string(
+                "duplicate member name '%s' (input contract unique-names: I-JSON, RFC 7493 §2.3: member names must be unique)",
+                duplicates[0],
+            ),
+        ),
+        (
+            # Jackson without Spark's leniencies accepts it, VARIANT (no duplicates) does not.
+            doc.isNull() & F.from_json(text, "MAP<STRING, STRING>", _STRICT_JACKSON).isNotNull(),
+            F.lit("duplicate member name in a nested object (input contract unique-names: I-JSON, RFC 7493 §2.3)"),
+        ),
         (doc.isNull(), F.lit("value is not valid JSON")),
-        (~F.schema_of_variant(doc).startswith("OBJECT"), F.lit("value is not a JSON object")),
+        (
+            ~_one_json_value(text),
+            F.lit("value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
+        ),
+        (
+            surrogate != "",
+            F.format_string("value has a lone surrogate escape '%s' (input contract unicode: I-JSON, RFC 7493 §2.1)", surrogate),
+        ),
+        (~_starts_an_object(text), F.lit("value is not a JSON object")),
     ]
     for field in fields:
-        path = f"$.{field.path}" if field.path.isidentifier() else f"$['{field.path}']"
+        path = _json_path(field)
         present = F.variant_get(doc, path, "variant")
         actual_type = F.schema_of_variant(present)
         missing = present.isNull() | F.is_variant_null(present)
+        checks.append((missing, F.lit(f"missing field '{field.path}'")))
+        if field.type == "bigint":
+            literal = F.to_json(present)
+            checks += [
+                (
+                    actual_type.rlike(r"^DECIMAL\([0-9]+,0\)$"),
+                    F.format_string(f"field '{field.path}' is an integer outside the int64 range: %s (input contract field-type)", literal),
+                ),
+                (
+                    ~actual_type.isin(*_INTEGER_TYPES),
+                    F.format_string(f"field '{field.path}' must be an integer (got %s)", actual_type),
+                ),
+            ]
+            continue
+        as_text = F.try_variant_get(doc, path, "string")
+        checks.append(
+            (
+                actual_type != "STRING",
+                F.format_string(f"field '{field.path}' must be {_TYPE_NAMES[field.type]} (got %s)", actual_type),
+            )
+        )
         if field.type == "timestamp":
-            as_text = F.try_variant_get(doc, path, "string")
+            ts = F.try_to_timestamp(as_text)
             checks += [
-                (missing, F.lit(f"missing field '{field.path}'")),
-                (actual_type != "STRING", F.format_string(f"field '{field.path}' must be {_TYPE_NAMES['timestamp']} (got %s)", actual_type)),
-                (F.try_to_timestamp(as_text).isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", as_text)),
+                (ts.isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", as_text)),
                 (~as_text.rlike(_HAS_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", as_text)),
+                (
+                    ~as_text.rlike(_RFC3339),
+                    F.format_string(
+                        f"field '{field.path}' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM): '%s' "
+                        "(input contract timestamp)",
+                        as_text,
+                    ),
+                ),
+                (
+                    ~_timestamp_in_range(ts),
+                    F.format_string(f"field '{field.path}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)", as_text),
+                ),
             ]
-        else:
-            # JSON integers arrive as the narrowest integer type that holds them.
-            type_ok = actual_type.isin("TINYINT", "SMALLINT", "INT", "BIGINT") if field.type == "bigint" else actual_type == "STRING"
-            checks += [
-                (missing, F.lit(f"missing field '{field.path}'")),
-                (~type_ok, F.format_string(f"field '{field.path}' must be {_TYPE_NAMES[field.type]} (got %s)", actual_type)),
-            ]
-            if field.allowed:
-                value = F.try_variant_get(doc, path, field.type)
-                allowed = ", ".join(field.allowed)
-                checks.append(
-                    (~value.isin(*field.allowed), F.format_string(f"field '{field.path}' must be one of {allowed} (got '%s')", value))
-                )
-    # Reached only if from_json refused a record the checks above accept (e.g. a number too
-    # large for BIGINT): still a dead letter, never a silent pass.
+        elif field.allowed:
+            allowed = ", ".join(field.allowed)
+            checks.append(
+                (~as_text.isin(*field.allowed), F.format_string(f"field '{field.path}' must be one of {allowed} (got '%s')", as_text))
+            )
+    if key_field is not None:
+        key = F.col("key").cast("string")
+        expected = F.try_variant_get(doc, _json_path(Field(key_field, "string", key_field)), "string")
+        rule = f"(input contract key: the catalog keys this input by field '{key_field}')"
+        checks += [
+            (F.col("key").isNull(), F.lit(f"record has no key; it must equal field '{key_field}' {rule}")),
+            (~F.is_valid_utf8(key), F.lit(f"key is not UTF-8 {rule}")),
+            (key != expected, F.format_string(f"key '%s' does not equal field '{key_field}' '%s' {rule}", key, expected)),
+        ]
+    # Reached only if the fast checks refused a record the checks above accept: still a dead
+    # letter, never a silent pass.
     reason = F.lit("value does not match the expected fields and types")
     for failed, message in reversed(checks):
         reason = F.when(F.coalesce(failed, F.lit(False)), message).otherwise(reason)

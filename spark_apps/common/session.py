@@ -19,6 +19,9 @@ BASE_CONF = {
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
+    # base64() (dead letters' original bytes) must not break lines every 76 characters:
+    # strict decoders such as Java's Base64.getDecoder() reject the line breaks.
+    "spark.sql.chunkBase64String.enabled": "false",
 }
 
 

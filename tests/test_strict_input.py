@@ -1,0 +1,233 @@
+"""The input contract (spark_apps/common/records.py, README "Input contract") on a real broker
+and real Spark: every record is routed exactly or dead-lettered once with the rule it breaks,
+the original bytes kept and base64-encoded without line breaks."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+import yaml
+
+from conftest import run_available_now
+from spark_apps.common import records
+from spark_apps.common.runner import observed_totals
+from spark_apps.presence_notifier import EVENT_FIELDS
+from streamops.catalog import CatalogError, load_catalog
+from streamops.kafka_records import produce, read_all
+from streamops.paths import PROJECT_ROOT
+
+TIME = "2026-01-01T00:00:01Z"
+KEY_RULE = "(input contract key: the catalog keys this input by field 'user_id')"
+
+
+def op(seq=1, user="u1", op_type="ADD_CONTACT", event_time=TIME, **extra) -> str:
+    return json.dumps({"seq": seq, "user_id": user, "op_type": op_type, "event_time": event_time, **extra})
+
+
+def raw_op(seq="1", user='"u1"', op_type='"ADD_CONTACT"', event_time=f'"{TIME}"', extra="") -> bytes:
+    """An operation built from JSON text pieces, for values json.dumps cannot write."""
+    return f'{{"seq":{seq},"user_id":{user},"op_type":{op_type},"event_time":{event_time}{extra}}}'.encode()
+
+
+# (key, value, the exact dead-letter reason): one per class of invalid input.
+INVALID: list[tuple[bytes | None, bytes | None, str]] = [
+    (b"u1", raw_op(op_type='"ADD_CONTACT","op_type":"LOGIN"'),
+     "duplicate member name 'op_type' (input contract unique-names: I-JSON, RFC 7493 §2.3: member names must be unique)"),
+    (b"u1", raw_op(extra=',"meta":{"a":1,"a":2}'),
+     "duplicate member name in a nested object (input contract unique-names: I-JSON, RFC 7493 §2.3)"),
+    (b"u1", op().encode() + b' {"seq":2}',
+     "value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
+    (b"u1", op().encode() + b"xyz",
+     "value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
+    (b"u1", op().encode() + b"\x00",
+     "value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
+    (b"u1", raw_op(seq='"1"'), "field 'seq' must be an integer (got STRING)"),
+    (b"u1", raw_op(seq="1.5"), "field 'seq' must be an integer (got DECIMAL(2,1))"),
+    (b"u1", raw_op(seq="1e3"), "field 'seq' must be an integer (got DOUBLE)"),
+    (b"u1", raw_op(seq="9223372036854775808"),
+     "field 'seq' is an integer outside the int64 range: 9223372036854775808 (input contract field-type)"),
+    (b"u1", raw_op(seq="NaN"), "value has NaN or Infinity, which are not JSON numbers (input contract json: RFC 8259 §6)"),
+    (b"7", raw_op(user="7"), "field 'user_id' must be a string (got BIGINT)"),
+    (b"u1", raw_op(op_type='{"name":"ADD_CONTACT"}'),
+     "field 'op_type' must be a string (got OBJECT<name: STRING>)"),
+    (b"u1", raw_op(event_time="1767225601"),
+     "field 'event_time' must be an ISO-8601 timestamp string (got BIGINT)"),
+    (b"u1", raw_op(extra=',"note":"BAD"').replace(b"BAD", b"\xff\xfe"),
+     "value is not UTF-8 (input contract utf-8: RFC 8259 §8.1)"),
+    (b"u1", b"\xef\xbb\xbf" + op().encode(),
+     "value starts with a byte order mark (input contract utf-8: RFC 8259 §8.1 forbids it)"),
+    (b"u1", raw_op(extra=',"note":"a\x01b"'),
+     "value has an unescaped control character (input contract json: RFC 8259 §7 requires \\u escapes)"),
+    (b"u1", raw_op(extra=r',"note":"\ud800x"'),
+     "value has a lone surrogate escape '\\ud800' (input contract unicode: I-JSON, RFC 7493 §2.1)"),
+    (b"u1", raw_op(extra=',"deep":' + "[" * 1500 + "]" * 1500), "value is not valid JSON"),
+    (b"u1", b"{'seq': 1}", "value is not valid JSON"),
+    (b"u1", b"[1, 2]", "value is not a JSON object"),
+    (b"u1", None, "empty value (null)"),
+    (b"u1", op(event_time="9999-12-31T23:59:59-01:00").encode(),
+     "field 'event_time' is outside years 0001-9999 in UTC: '9999-12-31T23:59:59-01:00' (input contract timestamp)"),
+    (b"u1", op(event_time="+10000-01-01T00:00:00Z").encode(),
+     "field 'event_time' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM): "
+     "'+10000-01-01T00:00:00Z' (input contract timestamp)"),
+    (b"u1", op(event_time="2026-01-01 00:00:01Z").encode(),
+     "field 'event_time' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM): "
+     "'2026-01-01 00:00:01Z' (input contract timestamp)"),
+    (b"u1", op(event_time="2026-01-01T00:00:01z").encode(),
+     "field 'event_time' is not an ISO-8601 timestamp: '2026-01-01T00:00:01z'"),
+    (b"u9", op(user="u1").encode(), f"key 'u9' does not equal field 'user_id' 'u1' {KEY_RULE}"),
+    (b"", op(user="u1").encode(), f"key '' does not equal field 'user_id' 'u1' {KEY_RULE}"),
+    (None, op(user="u1").encode(), f"record has no key; it must equal field 'user_id' {KEY_RULE}"),
+    (b"u1", op(op_type="LOGIN").encode(),
+     "op type 'LOGIN' is in no category (contacts, groups, messages) of the catalog's settings.categories "
+     "(router contract: every op type is routed or refused)"),
+]
+
+UNICODE_USER = "ü-用户-😀"
+# Valid edge cases: (key, value text) - every one must be routed, exactly as sent.
+VALID: list[tuple[str, str]] = [
+    (UNICODE_USER, op(user=UNICODE_USER, seq=9223372036854775807, note='"quoted" \\ \n é 😀 \t')),
+    ("u2", json.dumps({"seq": -9223372036854775808, "user_id": "u2", "op_type": "SEND_MESSAGE",
+                       "event_time": "2026-01-01T05:30:01.123456+05:30", "nested": {"a": [1, {"b": None}]}})),
+    # Escaped backslash then 'ud800' is text, not an escape; a surrogate pair is one character.
+    ("u3", '  {"seq":3,"user_id":"u3","op_type":"CREATE_GROUP","event_time":"2026-01-01T00:00:01Z",'
+           '"path":"C:\\\\ud800","smile":"\\ud83d\\ude00"}\n\t '),
+    ("u4", op(seq=0, user="u4", op_type="READ_MESSAGE", event_time="0001-01-01T00:00:00Z")),
+    ("u5", op(seq=5, user="u5", op_type="DELETE_MESSAGE", event_time="9999-12-31T23:59:59.999Z")),
+]
+
+
+def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cases_are_routed(
+    spark, broker, app_catalog, tmp_path
+):
+    spec = app_catalog.app("oplog-router")
+    source = spec.inputs["operations"]
+    inputs = [(k.encode(), v.encode()) for k, v in VALID[:2]] + [(k, v) for k, v, _ in INVALID] + [
+        (k.encode(), v.encode()) for k, v in VALID[2:]
+    ]
+    produce(broker.bootstrap_servers, source, inputs, partition=0)
+
+    queries = run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "ckpt")
+
+    dead = read_all(broker.bootstrap_servers, spec.dead_letter_topic)
+    envelopes = [r.json() for r in dead]
+    first_invalid = 2
+    assert [(e["source"]["offset"], e["reason"]) for e in envelopes] == [
+        (first_invalid + i, reason) for i, (_, _, reason) in enumerate(INVALID)
+    ]
+    for envelope, (key, value, _) in zip(envelopes, INVALID):
+        # Strict decoding (validate=True refuses line breaks): the exact original bytes come back.
+        for field, original in (("original_value_base64", value), ("original_key_base64", key)):
+            encoded = envelope.get(field)  # to_json leaves out null fields
+            assert (encoded is None) == (original is None), (field, envelope["reason"])
+            if original is not None:
+                assert "\n" not in encoded and "\r" not in encoded
+                assert base64.b64decode(encoded, validate=True) == original
+
+    routed: dict[tuple[str, str], dict] = {}
+    for topic in spec.outputs.values():
+        for record in read_all(broker.bootstrap_servers, topic):
+            routed[(record.json()["event_id"], record.json()["category"])] = {"key": record.key_text, **record.json()}
+    offsets = {0: VALID[0], 1: VALID[1]} | {first_invalid + len(INVALID) + i: kv for i, kv in enumerate(VALID[2:])}
+    categories = {"ADD_CONTACT": ["contacts", "groups"], "SEND_MESSAGE": ["messages"], "CREATE_GROUP": ["groups"],
+                  "READ_MESSAGE": ["messages"], "DELETE_MESSAGE": ["messages"]}
+    utc_times = {0: "2026-01-01T00:00:01.000Z", 1: "2026-01-01T00:00:01.123Z", first_invalid + len(INVALID): "2026-01-01T00:00:01.000Z",
+                 first_invalid + len(INVALID) + 1: "0001-01-01T00:00:00.000Z", first_invalid + len(INVALID) + 2: "9999-12-31T23:59:59.999Z"}
+    expected = {}
+    for offset, (key, text) in offsets.items():
+        event = json.loads(text)
+        for category in categories[event["op_type"]]:
+            expected[(f"{source}/0/{offset}", category)] = {
+                "key": key, "event_id": f"{source}/0/{offset}", "category": category, "seq": event["seq"],
+                "user_id": event["user_id"], "op_type": event["op_type"], "event_time": utc_times[offset], "event": event,
+            }
+    assert routed == expected
+    assert observed_totals(queries) == {
+        "records_in": len(VALID) + len(INVALID), "dead_letters": len(INVALID), "unknown_op_type": 1,
+    }
+
+
+def test_presence_events_obey_the_same_contract_and_their_key_rule(spark):
+    """The presence notifier's inputs go through the same parse (batch, real Spark)."""
+    rows = [
+        (b"u1", b'{"seq":1,"user_id":"u1","action":"Close","event_time":"2026-01-01T00:00:01+01:00"}', "events", 0, 0),
+        (b"u2", b'{"seq":2,"user_id":"u1","action":"Close","event_time":"2026-01-01T00:00:01Z"}', "events", 0, 1),
+        (b"u1", b'{"seq":3,"user_id":"u1","action":"Close","action":"Open","event_time":"2026-01-01T00:00:01Z"}', "events", 0, 2),
+        (b"u1", b'{"seq":4,"user_id":"u1","action":"Shut","event_time":"2026-01-01T00:00:01Z"}', "events", 0, 3),
+    ]
+    frame = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset bigint")
+    parsed = records.parse(frame, EVENT_FIELDS, 65536, key_field="user_id").orderBy("offset")
+    assert [(r["offset"], r["error"]) for r in parsed.collect()] == [
+        (0, None),
+        (1, f"key 'u2' does not equal field 'user_id' 'u1' {KEY_RULE}"),
+        (2, "duplicate member name 'action' (input contract unique-names: I-JSON, RFC 7493 §2.3: member names must be unique)"),
+        (3, "field 'action' must be one of Open, Close (got 'Shut')"),
+    ]
+
+
+def test_a_key_rule_for_a_field_the_input_does_not_have_is_refused_when_the_app_starts(spark):
+    frame = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset bigint")
+    with pytest.raises(ValueError, match="key rule: the key must equal field 'account', but the input's fields have no "
+                                         "string field of that name \\(fields: seq, user_id, action, event_time\\)"):
+        records.parse(frame, EVENT_FIELDS, 65536, key_field="account")
+
+
+def test_catalog_key_rules_name_an_input_role(tmp_path):
+    catalog = yaml.safe_load((PROJECT_ROOT / "catalog" / "pipelines.yaml").read_text())
+    router = next(app for app in catalog["apps"] if app["name"] == "oplog-router")
+    assert router["input_keys"] == {"operations": "user_id"}
+    router["input_keys"] = {"operation": "user_id"}
+    broken = tmp_path / "catalog.yaml"
+    broken.write_text(yaml.safe_dump(catalog, sort_keys=False))
+    for suite in (PROJECT_ROOT / "catalog" / "expectations").glob("*.json"):  # suites resolve relative to the file
+        (tmp_path / "expectations").mkdir(exist_ok=True)
+        (tmp_path / "expectations" / suite.name).write_text(suite.read_text())
+    with pytest.raises(CatalogError) as refused:
+        load_catalog(broken)
+    message = str(refused.value)
+    assert "oplog-router" in message and "line" in message
+    assert "input_keys: ['operation'] are not input roles of this app (inputs: ['operations'])" in message
+
+
+def test_base64_of_dead_letters_has_no_line_breaks_in_every_app_session(spark):
+    """spark.sql.chunkBase64String.enabled=false in BASE_CONF: base64() of >57 bytes is one line."""
+    from spark_apps.common.session import BASE_CONF
+
+    assert BASE_CONF["spark.sql.chunkBase64String.enabled"] == "false"
+    value = bytes(range(256)) * 2
+    encoded = spark.createDataFrame([(value,)], "value binary").selectExpr("base64(value) AS b").first()["b"]
+    assert "\n" not in encoded and base64.b64decode(encoded, validate=True) == value
+
+
+def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, admin, app_catalog, tmp_path):
+    """Records a broken or foreign writer put on a category topic fail the suite's contract checks."""
+    from streamops.quality.ranges import whole_topics
+    from streamops.quality.validate import validate_topics
+
+    contacts = app_catalog.app("oplog-router").outputs["contacts"]
+
+    def routed(**over) -> str:
+        value = {"event_id": "x/0/1", "category": "contacts", "seq": 1, "user_id": "u1", "op_type": "ADD_CONTACT",
+                 "event_time": "2026-01-01T00:00:01.000Z", "event": {"seq": 1}, **over}
+        return json.dumps(value)
+
+    produce(broker.bootstrap_servers, contacts, [
+        ("u1", routed()),  # offset 0: good
+        ("u1", routed(event_time="+10000-01-01T00:00:00.000Z")),  # 1: year beyond 9999
+        ("u1", routed(event_time="2026-01-01T00:00:01Z")),  # 2: not the output format
+        ("u1", routed(seq="1")),  # 3: quoted number
+        ("u1", routed(user_id=7)),  # 4: number where a string belongs
+        ("u1", routed()[:-1] + ', "seq": 2}'),  # 5: duplicate member name
+        ("u1", routed() + " {}"),  # 6: a second JSON value
+    ], partition=0)
+
+    (outcome,) = validate_topics(spark, broker.bootstrap_servers, admin, app_catalog, whole_topics(admin, [contacts]), "strict", tmp_path)
+
+    failed = {f.description: f.samples for f in outcome.failures}
+    times = failed["event_time is written YYYY-MM-DDTHH:MM:SS.sssZ with a year 0001-9999 (input contract: timestamp)"]
+    assert [s for s in times if "offset" in s] == [s for s in times if re.search(r"offset [12]\b", s)] and len(
+        [s for s in times if "offset" in s]) == 2, times
+    types = next(samples for description, samples in failed.items() if description.startswith("exact JSON types"))
+    assert sorted(int(re.search(r"offset (\d+)", s).group(1)) for s in types if "offset" in s) == [3, 4, 5, 6], types
