@@ -13,6 +13,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
+from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 
 APP_NAMES = load_catalog().app_names()
 
@@ -30,6 +31,8 @@ this task ends, holding no Airflow worker slot.
   the driver log's last lines.
 * Each deployed app is announced as an event of the asset `streamops://apps/deployments`, which
   triggers **validate_topic_quality** on that app's output topics.
+* **Spark conf** takes only tuning keys (memory, cores, parallelism; the list is in the field's
+  help) with bounded values; programs, paths, jars and JVM options come only from the catalog.
 * What runs where is recorded beside each checkpoint (`_runtime/driver.json`, history in
   `runs.jsonl`); the **app_status** DAG reads it. Stop with **stop_apps**.
 """
@@ -46,12 +49,10 @@ this task ends, holding no Airflow worker slot.
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to start."),
         "version": Param(
-            None, type=["null", "string"], pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$",
+            None, type=["null", "string"], pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH,
             title="Version label", description="Recorded with the run and in dead letters. Empty: the catalog's.",
         ),
-        "spark_conf": Param(
-            {}, type="object", title="Spark conf", description='Extra --conf for spark-submit, e.g. {"spark.driver.memory": "2g"}.',
-        ),
+        "spark_conf": Param({}, **spark_conf_schema()),
     },
 )
 def deploy_apps():

@@ -13,6 +13,7 @@ from streamops.dag_tasks.apps import kafka_bootstrap
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
+from streamops.reprocess import VERSION_SUFFIX_PATTERN
 
 DOC = """
 ### Rebuild an app's state (on-call)
@@ -53,7 +54,7 @@ To undo a live rebuild: `recover_restore_checkpoint` with the `before-rebuild` s
         "target": Param("live", type="string", enum=["live", "versioned"], title="Target",
                         values_display={"live": "The live topics (reprocess in place)",
                                         "versioned": "New versioned topics, then cut over"}),
-        "version": Param("v2", type="string", pattern=r"^v[0-9]+$", title="Version suffix",
+        "version": Param("v2", type="string", pattern=VERSION_SUFFIX_PATTERN, title="Version suffix",
                          description="For target versioned: the new topics are <topic>.<version>."),
         "dry_run": dry_run_param(),
         "verify_deadline_s": verify_deadline_param(1800),

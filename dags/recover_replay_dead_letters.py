@@ -12,7 +12,7 @@ from streamops.dag_tasks import recovery as steps
 from streamops.dag_tasks.apps import kafka_bootstrap
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
-from streamops.dag_tasks.recovery_params import app_param, dry_run_param
+from streamops.dag_tasks.recovery_params import app_param, dry_run_param, range_end_param, range_start_param
 
 DOC = """
 ### Replay dead letters (on-call)
@@ -48,9 +48,8 @@ The dead-letter topic is never changed. Audited (`streamops audit`).
     default_args={"owner": "data-platform", "retries": 0},
     params={
         "app": app_param(load_catalog().app_names()),
-        "start": Param("earliest", type="string", minLength=1, title="Start",
-                       description="earliest, an ISO-8601 time with timezone, or a duration back such as '6 hours'."),
-        "end": Param("now", type="string", minLength=1, title="End", description="now, or an ISO-8601 time with timezone."),
+        "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back such as '6 hours'."),
+        "end": range_end_param("now, or an ISO-8601 time with timezone."),
         "reason_contains": Param("", type="string", maxLength=200, title="Reason contains",
                                  description="Only dead letters whose reason contains this text; empty: all."),
         "dry_run": dry_run_param(),

@@ -12,6 +12,7 @@ from streamops.dag_tasks import recovery as steps
 from streamops.dag_tasks.apps import kafka_bootstrap
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
+from streamops.quality.ranges import DURATION_PATTERN, MAX_OFFSET, TIME_PATTERN
 
 DOC = """
 ### Reset an app's input position (on-call)
@@ -55,16 +56,20 @@ To undo: `recover_restore_checkpoint` with the `before-reset` snapshot. Audited 
                           "earliest": "Earliest retained record", "latest": "Latest (skip everything waiting)",
                           "datetime": "Records written at or after a time", "duration": "A duration back from now",
                           "shift": "Shift by N records per partition", "offsets": "Explicit offsets"}),
-        "to_datetime": Param(None, type=["null", "string"], title="To datetime",
-                             description="Mode datetime: ISO-8601 with a timezone, e.g. 2026-11-22T03:00:00Z."),
-        "duration": Param(None, type=["null", "string"], pattern=r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$",
-                          title="Duration", description="Mode duration: e.g. '2 hours' back from now."),
-        "shift": Param(None, type=["null", "integer"], title="Shift",
+        "to_datetime": Param(None, type=["null", "string"], pattern=TIME_PATTERN, maxLength=64, title="To datetime",
+                             description="Mode datetime: ISO-8601 with a timezone, e.g. 2026-11-22T03:00:00Z "
+                                         "(from 1970 to 2999)."),
+        "duration": Param(None, type=["null", "string"], pattern=DURATION_PATTERN,
+                          title="Duration", description="Mode duration: e.g. '2 hours' back from now (at most 3650 days)."),
+        "shift": Param(None, type=["null", "integer"], minimum=-MAX_OFFSET, maximum=MAX_OFFSET, title="Shift",
                        description="Mode shift: -N replays N records per partition, +N skips N."),
         "offsets": Param(None, type=["null", "object"], title="Offsets",
                          propertyNames={"pattern": NAME_PATTERN},
+                         additionalProperties={"type": "object", "propertyNames": {"pattern": r"^[0-9]{1,10}$"},
+                                               "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}},
                          description='Mode offsets: {"<input topic>": {"<partition>": <offset>}}.'),
-        "partitions": Param([], type="array", items={"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]+)?$"},
+        "partitions": Param([], type="array", items={"type": "string", "maxLength": 260,
+                                                     "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]{1,10})?$"},
                             title="Partitions", description="Empty: every input partition. Else 'topic' or 'topic:N' items."),
         "dry_run": dry_run_param(),
         "verify_deadline_s": verify_deadline_param(),

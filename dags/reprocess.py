@@ -13,6 +13,8 @@ from streamops.dag_tasks import reprocess as steps
 from streamops.dag_tasks.apps import kafka_bootstrap
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
+from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
+from streamops.reprocess import TAG_PATTERN, VERSION_SUFFIX_PATTERN
 
 APP_NAMES = load_catalog().app_names()
 
@@ -55,15 +57,14 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
     params={
         # A catalog without apps still parses (plan then refuses: there is nothing to reprocess).
         "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App", **({"enum": APP_NAMES} if APP_NAMES else {})),
-        "start": Param("earliest", type="string", minLength=1, title="Start",
-                       description="earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
-        "end": Param("now", type="string", minLength=1, title="End", description="now, or an ISO-8601 time with timezone."),
+        "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
+        "end": range_end_param("now, or an ISO-8601 time with timezone."),
         "target": Param("versioned", type="string", enum=["versioned", "scratch"], title="Target",
                         values_display={"versioned": "New versioned topics (<topic>.<version>)",
                                         "scratch": "Scratch topics (scratch.<tag>.<topic>)"}),
-        "version": Param("v2", type="string", pattern=r"^v[0-9]+$", title="Version suffix",
+        "version": Param("v2", type="string", pattern=VERSION_SUFFIX_PATTERN, title="Version suffix",
                          description="For versioned targets."),
-        "tag": Param(None, type=["null", "string"], pattern=r"^[a-z0-9-]{1,40}$", title="Tag",
+        "tag": Param(None, type=["null", "string"], pattern=TAG_PATTERN, maxLength=40, title="Tag",
                      description="Names scratch targets and the run's folder. Empty: a timestamp."),
         "dry_run": Param(True, type="boolean", title="Dry run", description="Only show the plan; create and write nothing."),
         "cutover": Param(False, type="boolean", title="Cut over",

@@ -11,6 +11,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
+from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 from streamops.rollout import dependency_order
 
 CATALOG = load_catalog()
@@ -52,11 +53,14 @@ The XCom of each app has the downtime (seconds without a driver) and the backup 
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to roll, in any order."),
         "version": Param(
-            "1.0.0", type="string", pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$",
-            title="New version label",
+            "1.0.0", type="string", pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH, title="New version label",
+            description="The version the chosen apps run as after the roll, a semantic version such as 1.4.0 (at most "
+                        "64 characters). Shown by app_status, recorded in the launch record and in dead letters; a "
+                        "rollback returns to the running version.",
         ),
-        "spark_conf": Param({}, type="object", title="Spark conf", description="Extra --conf for the new version."),
-        "gate_deadline_s": Param(180, type="integer", minimum=30, maximum=3600, title="Health gate deadline (s)"),
+        "spark_conf": Param({}, **spark_conf_schema()),
+        "gate_deadline_s": Param(180, type="integer", minimum=steps.GATE_DEADLINE_S[0], maximum=steps.GATE_DEADLINE_S[1],
+                                 title="Health gate deadline (s)"),
         "max_dead_letter_rate": Param(0.05, type="number", minimum=0, maximum=1, title="Max dead-letter rate"),
     },
 )

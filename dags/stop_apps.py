@@ -34,7 +34,7 @@ killed, and the task says which happened.
     default_args={"owner": "data-platform", "retries": 0},
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to stop."),
-        "deadline_s": Param(60, type="integer", minimum=5, maximum=3600, title="Deadline (s)",
+        "deadline_s": Param(60, type="integer", minimum=steps.STOP_DEADLINE_S[0], maximum=steps.STOP_DEADLINE_S[1], title="Deadline (s)",
                             description="How long a micro-batch may take to finish before it is interrupted."),
     },
 )

@@ -15,7 +15,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import quality as steps
 from streamops.dag_tasks.apps import kafka_bootstrap
 from streamops.dag_tasks.provision_topics import admin_client
-from streamops.quality.ranges import MODES
+from streamops.quality.ranges import MAX_LAST_RECORDS, MAX_OFFSET, MODES, TIME_PATTERN
 
 CATALOG = load_catalog()
 
@@ -74,13 +74,17 @@ Backfills (the **reprocess** DAG) validate their target topics with this same co
                 "offsets": "Explicit offsets per partition",
             },
         ),
-        "last_records": Param(1000, type="integer", minimum=1, title="Last records",
+        "last_records": Param(1000, type="integer", minimum=1, maximum=MAX_LAST_RECORDS, title="Last records",
                               description="Records per partition, for 'Last N records' and 'Automatic' after a deploy."),
-        "start_time": Param(None, type=["null", "string"], format="date-time", title="Start time",
+        "start_time": Param(None, type=["null", "string"], format="date-time", pattern=TIME_PATTERN, title="Start time",
                             description="For 'Time range': first write time included (with a timezone)."),
-        "end_time": Param(None, type=["null", "string"], format="date-time", title="End time",
+        "end_time": Param(None, type=["null", "string"], format="date-time", pattern=TIME_PATTERN, title="End time",
                           description="For 'Time range': write time where the range ends (excluded)."),
         "offsets": Param(None, type=["null", "object"], title="Offsets",
+                         additionalProperties={"type": "object", "propertyNames": {"pattern": r"^[0-9]{1,10}$"},
+                                               "additionalProperties": {
+                                                   "type": "array", "minItems": 2, "maxItems": 2,
+                                                   "items": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}}},
                          description='For \'Explicit offsets\': {"<topic>": {"<partition>": [start, end]}}, end excluded.'),
     },
 )

@@ -28,14 +28,16 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.catalog import AppSpec, Catalog, TopicSpec, duration_ms
-from streamops.quality.ranges import offsets_for_time, parse_time, topic_partitions, watermarks
+from streamops.catalog import AppSpec, Catalog, TopicSpec
+from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
 
 # Used for the estimate until this machine has measured a run of the app.
 DEFAULT_RATE = 5_000.0
 # "6 hours": a duration back from now, as the start of a range.
-DURATION_BACK = re.compile(r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
-_VERSION = re.compile(r"^v[0-9]+$")
+# A version suffix becomes part of topic names: "v" and at most 6 digits (the forms use the pattern).
+VERSION_SUFFIX_PATTERN = r"^v[0-9]{1,6}$"
+_VERSION = re.compile(VERSION_SUFFIX_PATTERN)
+TAG_PATTERN = r"^[a-z0-9-]{1,40}$"  # names scratch topics and the run's folder
 
 
 class ReprocessRefused(ValueError):
@@ -211,7 +213,10 @@ def plan_reprocess(
     start_time = end_time = None
     if request.start != "earliest":
         if DURATION_BACK.match(request.start or ""):
-            start_time = datetime.fromtimestamp(now.timestamp() - duration_ms(request.start) / 1000, tz=timezone.utc)
+            try:
+                start_time = time_back(request.start, "start", now)
+            except ValueError as exc:
+                problems.append(str(exc))
         else:
             try:
                 start_time = parse_time(request.start, "start")
@@ -230,10 +235,10 @@ def plan_reprocess(
         problems.append(f"target {request.target!r} must be 'versioned' or 'scratch'")
     if request.cutover and (request.target != "versioned" or request.end != "now"):
         problems.append("cutover needs target 'versioned' and end 'now' (the live app continues where the backfill ends)")
-    if request.target == "versioned" and not _VERSION.match(request.version or ""):
+    if request.target == "versioned" and not _VERSION.fullmatch(request.version or ""):
         problems.append(f"version {request.version!r} must look like v2 (it becomes the topic suffix)")
     tag = request.tag or now.strftime("%Y%m%dt%H%M%S")
-    if not re.match(r"^[a-z0-9-]{1,40}$", tag):
+    if not re.fullmatch(TAG_PATTERN, tag):
         problems.append(f"tag {tag!r} must be 1-40 lowercase letters, digits or '-'")
     if problems:
         raise ReprocessRefused(problems)

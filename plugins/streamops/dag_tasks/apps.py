@@ -10,9 +10,15 @@ from streamops.app_ops import launch, spark_submit_command, stop
 from streamops.app_runtime import AlreadyRunningError
 from streamops.app_status import app_status, lag_table, status_table
 from streamops.catalog import Catalog, load_catalog
+from streamops.dag_tasks import checked_number
+from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
 from streamops.spark_submit import submit_spec
 
 log = logging.getLogger(__name__)
+
+# Bounds of the apps DAGs' numeric params (the forms use them too).
+GATE_DEADLINE_S = (30, 3600)
+STOP_DEADLINE_S = (5, 3600)
 
 
 def kafka_bootstrap(conn_id: str = "kafka_default") -> str:
@@ -33,21 +39,36 @@ def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
 
 def command_for(app_name: str, version: str | None, spark_conf: dict | None, starting_offsets: str | None = None) -> list[str]:
     """The spark-submit command for an app at a version with extra Spark conf, via spark_default
-    (`starting_offsets`: where a new checkpoint starts; an existing one ignores it)."""
+    (`starting_offsets`: where a new checkpoint starts; an existing one ignores it). Every launch
+    passes here, so the version and conf are checked here too (LaunchOverrideRefused)."""
     from dataclasses import replace
 
+    version = checked_version(version)
+    overrides = checked_spark_conf(spark_conf)
     app = load_catalog().app(app_name)
     # The checkpoint is passed explicitly so the driver and the DAGs agree on it.
     spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version, checkpoint=app.checkpoint_location(),
                        starting_offsets=starting_offsets)
-    spec = replace(spec, conf={**spec.conf, **{k: str(v) for k, v in (spark_conf or {}).items()}})
+    spec = replace(spec, conf={**spec.conf, **overrides})
     return spark_submit_command(spec)
+
+
+def checked_overrides(version: object, spark_conf: object, where: str = "") -> tuple[str | None, dict[str, str]]:
+    """The trigger's version and Spark conf, checked and normalised, or a task failure (no retries)
+    naming what is not allowed, raised before anything is built or started."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        return checked_version(version, f"{where}version"), checked_spark_conf(spark_conf, f"{where}spark_conf")
+    except LaunchOverrideRefused as exc:
+        raise AirflowFailException(f"refused: {exc}") from None
 
 
 def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) -> dict:
     """Start one app detached through spark_default; refuse if it is already running."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    version, spark_conf = checked_overrides(version, spark_conf)
     app = load_catalog().app(app_name)
     try:
         started = launch(
@@ -69,9 +90,20 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
     """Roll one app to `version`/`spark_conf`, or refuse, or roll back and fail loudly."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    from streamops.app_runtime import AppRuntime
     from streamops.rollout import RolloutFailed, RolloutRefused, roll_restart
 
+    version, spark_conf = checked_overrides(version, spark_conf)
+    if version is None:
+        raise AirflowFailException("refused: a rolling restart needs the new version label")
+    checked_number(gate_deadline_s, "gate_deadline_s", *GATE_DEADLINE_S)
+    checked_number(max_dead_letter_rate, "max_dead_letter_rate", 0, 1, whole=False)
     app = load_catalog().app(app_name)
+    # A rollback restarts what the launch record on disk says: check it before anything is stopped.
+    previous = AppRuntime(app.checkpoint_location()).driver() or {}
+    launched = previous.get("launch") or {}
+    checked_overrides(launched.get("version") or previous.get("version"), launched.get("spark_conf"),
+                      f"the running version's launch record ({app.name}): ")
 
     def previous_command(previous: dict) -> list[str]:
         launched = previous.get("launch") or {}
@@ -108,6 +140,7 @@ def status(names: Sequence[str] | None) -> dict:
 
 
 def stop_app(app_name: str, deadline_s: float, run_id: str) -> str:
+    checked_number(deadline_s, "deadline_s", *STOP_DEADLINE_S)
     app = load_catalog().app(app_name)
     outcome = stop(app, checkpoint=app.checkpoint_location(), requested_by=run_id, deadline_s=deadline_s)
     log.info(outcome)

@@ -27,7 +27,9 @@ def reconcile_app(app_name: str, run_id: str, bootstrap_servers: str, admin, spa
     from airflow.sdk.exceptions import AirflowFailException
 
     from spark_apps.common.session import build_session
+    from streamops.dag_tasks import checked_number
 
+    checked_number(max_mismatch_ratio, "max_mismatch_ratio", 0, 1, whole=False)
     catalog = load_catalog()
     app = catalog.app(app_name)
     tag = "recon-" + datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")

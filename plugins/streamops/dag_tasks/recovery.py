@@ -8,6 +8,7 @@ Refusals fail the task without retries, naming every problem; nothing was change
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -40,9 +41,14 @@ def audited(context, step: str, action: Callable[[], dict[str, Any]]) -> dict[st
     snapshots it took; fail the task without retries on a refusal or error."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    from streamops.dag_tasks.recovery_params import shared_param_problems
+
     audit = trail(context)
     before = _snapshots(audit.params.get("app"))
     try:
+        problems = shared_param_problems(audit.params) if step == "plan" else []
+        if problems:
+            raise RecoveryRefused(problems)
         result = action()
     except RecoveryRefused as exc:
         audit.write(step, "refused", error=str(exc))
@@ -77,6 +83,17 @@ def skip_if_dry_run(context) -> None:
 # --- what starts and stops the apps -----------------------------------------------------------
 
 
+def trusted_launch(app_name: str, version: object, spark_conf: object) -> tuple[str, dict[str, str]]:
+    """A version and Spark conf read back from a launch record (or a plan made from one), checked
+    like a trigger's: a file on disk may have been edited, so it is not trusted. RecoveryRefused."""
+    from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
+
+    try:
+        return (checked_version(version) or load_catalog().app(app_name).version), checked_spark_conf(spark_conf)
+    except LaunchOverrideRefused as exc:
+        raise RecoveryRefused([f"{app_name}'s last launch record (_runtime/driver.json) cannot be started again: {exc}"]) from None
+
+
 def last_launch(app_name: str) -> tuple[str, dict]:
     """The version and Spark conf the app last ran with (the catalog's version if never run)."""
     from streamops.app_runtime import AppRuntime
@@ -84,13 +101,14 @@ def last_launch(app_name: str) -> tuple[str, dict]:
     app = load_catalog().app(app_name)
     driver = AppRuntime(app.checkpoint_location()).driver() or {}
     launched = driver.get("launch") or {}
-    return launched.get("version") or driver.get("version") or app.version, launched.get("spark_conf") or {}
+    return trusted_launch(app_name, launched.get("version") or driver.get("version") or app.version, launched.get("spark_conf") or {})
 
 
 def _launch(app_name: str, run_id: str, version: str, spark_conf: dict, starting_offsets: str | None = None):
     from streamops.app_ops import launch
     from streamops.dag_tasks.apps import command_for
 
+    version, spark_conf = trusted_launch(app_name, version, spark_conf)
     app = load_catalog().app(app_name)
     return launch(app, command_for(app_name, version, spark_conf, starting_offsets), checkpoint=app.checkpoint_location(),
                   launched_by=run_id, version=version, spark_conf=spark_conf)
@@ -257,10 +275,15 @@ def replay_verify(context, applied: dict, bootstrap: str) -> dict:
 def rebuild_plan(context, admin, bootstrap: str) -> dict:
     from streamops.dag_tasks import reprocess as reprocessing
     from streamops.recovery.rebuild import plan_rebuild
+    from streamops.reprocess import VERSION_SUFFIX_PATTERN
 
     def action():
         p = context["params"]
-        plan = plan_rebuild(admin, load_catalog(), p["app"], p["target"], p.get("version") or "v2")
+        version = p.get("version") or "v2"
+        if not re.fullmatch(VERSION_SUFFIX_PATTERN, str(version)):
+            # It becomes part of the new topics' names.
+            raise RecoveryRefused([f"version {version!r} must look like v2: 'v' and up to 6 digits (it becomes the topic suffix)"])
+        plan = plan_rebuild(admin, load_catalog(), p["app"], p["target"], version)
         log.info("Rebuild plan for %s:\n%s", plan.app, plan.table())
         result = {**plan.to_json(), "summary": f"{plan.target}: {plan.records} record(s) from earliest"}
         if plan.target == "versioned":
@@ -310,6 +333,7 @@ def restore_plan(context) -> dict:
     def action():
         p = context["params"]
         plan = plan_restore(load_catalog(), p["app"], p["snapshot"], stop_if_running=p["stop_if_running"], for_apply=not p["dry_run"])
+        trusted_launch(plan.app, plan.version, plan.spark_conf)
         log.info("Restore plan:\n%s", plan.table())
         return {**plan.to_json(), "summary": f"restore {plan.snapshot}: batches {plan.current} -> {plan.restored}"}
 

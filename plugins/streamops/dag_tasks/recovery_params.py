@@ -22,8 +22,45 @@ def dry_run_param():
                  description="Only show the plan (the 'plan' task's log). Turn off to apply it.")
 
 
+VERIFY_DEADLINE_S = (30, 7200)
+
+
 def verify_deadline_param(default: int = 300):
     from airflow.sdk import Param
 
-    return Param(default, type="integer", minimum=30, maximum=7200, title="Verify deadline (s)",
+    low, high = VERIFY_DEADLINE_S
+    return Param(default, type="integer", minimum=low, maximum=high, title="Verify deadline (s)",
                  description="How long the verify step waits for the app to make progress.")
+
+
+def shared_param_problems(params: dict) -> list[str]:
+    """The shared fields' bounds checked in code (a plan refuses before anything is changed)."""
+    from streamops.dag_tasks import number_problem
+
+    problem = number_problem(params["verify_deadline_s"], "verify_deadline_s", *VERIFY_DEADLINE_S) if "verify_deadline_s" in params else None
+    return [problem] if problem else []
+
+
+def _either(*patterns: str) -> str:
+    """One JSON-schema pattern matching any of `patterns` (each anchored ^...$)."""
+    return "^(" + "|".join(p.removeprefix("^").removesuffix("$") for p in patterns) + ")$"
+
+
+def range_start_param(description: str):
+    """Where a time range starts: earliest, a bounded duration back, or a time from 1970 to 2999."""
+    from airflow.sdk import Param
+
+    from streamops.quality.ranges import DURATION_PATTERN, TIME_PATTERN
+
+    return Param("earliest", type="string", minLength=1, maxLength=64, pattern=_either("^earliest$", DURATION_PATTERN, TIME_PATTERN),
+                 title="Start", description=description)
+
+
+def range_end_param(description: str):
+    """Where a time range ends: now, or a time from 1970 to 2999."""
+    from airflow.sdk import Param
+
+    from streamops.quality.ranges import TIME_PATTERN
+
+    return Param("now", type="string", minLength=1, maxLength=64, pattern=_either("^now$", TIME_PATTERN),
+                 title="End", description=description)

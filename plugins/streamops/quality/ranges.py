@@ -11,19 +11,35 @@ Ranges are half-open: [start, end) per partition, as Kafka's offsets count.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from streamops.catalog import Catalog
+from streamops.catalog import Catalog, duration_ms
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
 MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
 _TIMEOUT_S = 15
+
+# Bounds of every offset, time and count a DAG param names: the form's schema uses them and the
+# parsing code below checks them again (an API trigger or a direct call bypasses the form).
+MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit
+MAX_PARTITION = 2**31 - 1  # Kafka partitions are signed 32-bit
+MAX_LAST_RECORDS = 1_000_000  # per partition, for a validation batch
+# Kafka timestamps count milliseconds from 1970; a time past year 2999 is a typo, not a plan.
+EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST_TIME = datetime(3000, 1, 1, tzinfo=timezone.utc)
+MAX_LOOKBACK = timedelta(days=3650)
+# The forms' patterns: a time starts with a year from 1970 to 2999; a duration has at most 12 digits.
+# (The timezone is optional here so the code can say it is missing in plain words.)
+TIME_PATTERN = r"^(19[7-9][0-9]|2[0-9]{3})-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?$"
+DURATION_PATTERN = r"^[1-9][0-9]{0,11} (millisecond|second|minute|hour|day)s?$"
+DURATION_BACK = re.compile(r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
 
 
 class RangeError(ValueError):
@@ -98,7 +114,23 @@ def parse_time(text: str, what: str) -> datetime:
         raise ValueError(f"{what} {text!r} is not an ISO-8601 time (e.g. 2026-11-22T10:00:00Z)") from None
     if value.tzinfo is None:
         raise ValueError(f"{what} {text!r} has no timezone: add Z or an offset such as +01:00")
+    if not EARLIEST_TIME <= value < LATEST_TIME:
+        raise ValueError(f"{what} {text!r} is out of range: a time must be from 1970-01-01T00:00:00Z (where Kafka "
+                         "timestamps start) to before 3000-01-01T00:00:00Z")
     return value
+
+
+def time_back(text: str, what: str, now: datetime) -> datetime:
+    """The moment a duration such as '6 hours' back from `now` names, at most MAX_LOOKBACK back."""
+    if not isinstance(text, str) or not DURATION_BACK.fullmatch(text):
+        raise ValueError(f"{what} {text!r} must look like '30 minutes' or '6 hours' (a time back from now)")
+    back_ms = duration_ms(text)
+    if back_ms > MAX_LOOKBACK // timedelta(milliseconds=1):
+        raise ValueError(f"{what} {text!r} is more than {MAX_LOOKBACK.days} days back; for everything retained use 'earliest'")
+    moment = now - timedelta(milliseconds=back_ms)
+    if moment < EARLIEST_TIME:
+        raise ValueError(f"{what} {text!r} reaches back before 1970-01-01T00:00:00Z, where Kafka timestamps start")
+    return moment
 
 
 def watermarks(admin: AdminClient, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
@@ -153,8 +185,11 @@ def resolve(
             mode = "last_records"
     elif mode == "time_range":
         start, end = _check_times(request, problems)
-    if mode == "last_records" and (not isinstance(request.last_records, int) or request.last_records < 1):
+    if mode == "last_records" and (isinstance(request.last_records, bool) or not isinstance(request.last_records, int) or request.last_records < 1):
         problems.append(f"last_records must be a positive whole number (got {request.last_records!r})")
+    elif mode == "last_records" and request.last_records > MAX_LAST_RECORDS:
+        problems.append(f"last_records {request.last_records} is more than {MAX_LAST_RECORDS} records per partition; "
+                        "validate a longer stretch as several ranges")
     if mode == "offsets":
         _check_offsets_shape(request.offsets, selected, problems)
     if problems:
@@ -246,8 +281,8 @@ def _check_offsets_shape(offsets, selected: list[str], problems: list[str]) -> N
             continue
         for partition, span in partitions.items():
             where = f"offsets[{topic!r}][{partition!r}]"
-            if not str(partition).isdigit():
-                problems.append(f"{where}: the partition must be a whole number")
+            if not re.fullmatch(r"[0-9]{1,10}", str(partition)) or int(partition) > MAX_PARTITION:
+                problems.append(f"{where}: the partition must be a whole number from 0 to {MAX_PARTITION}")
             if (
                 not isinstance(span, list)
                 or len(span) != 2
@@ -256,6 +291,8 @@ def _check_offsets_shape(offsets, selected: list[str], problems: list[str]) -> N
                 problems.append(f"{where} must be [start, end] (two whole numbers, end exclusive), got {span!r}")
             elif span[0] < 0 or span[1] < span[0]:
                 problems.append(f"{where} = {span}: start must be >= 0 and end >= start")
+            elif span[1] > MAX_OFFSET:
+                problems.append(f"{where} = {span}: end is beyond Kafka's offsets (at most {MAX_OFFSET})")
 
 
 def _explicit_spans(topic: str, wanted: dict[str, list[int]], marks: dict[int, tuple[int, int]], problems: list[str]) -> dict[int, tuple[int, int]]:

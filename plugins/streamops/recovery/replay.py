@@ -27,11 +27,10 @@ from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, now_iso
-from streamops.catalog import AppSpec, Catalog, duration_ms
+from streamops.catalog import AppSpec, Catalog
 from streamops.kafka_records import producer, read_spans
-from streamops.quality.ranges import offsets_for_time, parse_time, topic_partitions, watermarks
+from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
 from streamops.recovery.common import RecoveryRefused, resolve_app
-from streamops.reprocess import DURATION_BACK
 
 HEADER_SOURCE = "streamops.replay.source"
 HEADER_DEAD_LETTER = "streamops.replay.dead-letter"
@@ -101,9 +100,9 @@ def replayed_sources(app: AppSpec) -> set[str]:
 
 
 def _time(text: str, what: str, now: datetime, problems: list[str]) -> datetime | None:
-    if DURATION_BACK.match(text or ""):
-        return datetime.fromtimestamp(now.timestamp() - duration_ms(text) / 1000, tz=timezone.utc)
     try:
+        if DURATION_BACK.match(text or ""):
+            return time_back(text, what, now)
         return parse_time(text, what)
     except ValueError as exc:
         problems.append(str(exc))

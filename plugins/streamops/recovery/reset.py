@@ -18,8 +18,15 @@ from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
-from streamops.catalog import AppSpec, Catalog, duration_ms
-from streamops.quality.ranges import offsets_for_time, parse_time, topic_partitions, watermarks
+from streamops.catalog import AppSpec, Catalog
+from streamops.quality.ranges import (
+    MAX_OFFSET,
+    offsets_for_time,
+    parse_time,
+    time_back,
+    topic_partitions,
+    watermarks,
+)
 from streamops.recovery.common import (
     RecoveryRefused,
     batch_marks,
@@ -30,7 +37,6 @@ from streamops.recovery.common import (
     refuse_if_running,
     resolve_app,
 )
-from streamops.reprocess import DURATION_BACK
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 
@@ -172,8 +178,9 @@ def _check_offsets(app: AppSpec, layout: dict, offsets: object, problems: list[s
                 problems.append(f"offsets: {topic!r} partition {partition!r} must be a number")
             elif int(partition) not in (layout.get(topic) or []):
                 problems.append(f"offsets: partition {partition} of {topic!r} does not exist (it has partitions {_span(layout.get(topic))})")
-            elif isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-                problems.append(f"offsets: {topic!r} partition {partition}: offset {offset!r} must be a whole number >= 0")
+            elif isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+                problems.append(f"offsets: {topic!r} partition {partition}: offset {offset!r} must be a whole number from 0 "
+                                f"to {MAX_OFFSET} (Kafka offsets are 64-bit)")
 
 
 def plan_reset(
@@ -196,12 +203,14 @@ def plan_reset(
             if moment > now:
                 problems.append(f"to_datetime {request.to_datetime} is in the future; use mode 'latest' to skip to the end")
     elif request.mode == "duration":
-        if not DURATION_BACK.match(request.duration or ""):
-            problems.append(f"duration {request.duration!r} must look like '30 minutes' or '6 hours' (a time back from now)")
-        else:
-            moment = datetime.fromtimestamp(now.timestamp() - duration_ms(request.duration) / 1000, tz=timezone.utc)
+        try:
+            moment = time_back(request.duration or "", "duration", now)
+        except ValueError as exc:
+            problems.append(str(exc))
     elif request.mode == "shift" and (isinstance(request.shift, bool) or not isinstance(request.shift, int) or request.shift == 0):
         problems.append(f"shift {request.shift!r} must be a non-zero whole number (-N replays N records per partition, +N skips N)")
+    elif request.mode == "shift" and abs(request.shift) > MAX_OFFSET:
+        problems.append(f"shift {request.shift} is beyond Kafka's offsets: it must be from -{MAX_OFFSET} to {MAX_OFFSET}")
     if app is None:
         raise RecoveryRefused(problems)
     if for_apply:

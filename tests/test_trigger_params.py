@@ -1,0 +1,404 @@
+"""Trigger params cannot run code and cannot break a task (issue 13, points 1 and 4).
+
+Hostile Spark conf and version labels are refused by the trigger form's schema (Airflow's own
+validation, as for an API trigger) and again by the code with the schema bypassed, naming the key;
+no spark-submit starts and the canary file never appears. A launch record on disk is checked the
+same way before a restart or rollback uses it. Numbers and times beyond their bounds are refused
+with one clear reason instead of an overflow deep in a task.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PROJECT_ROOT
+from streamops.launch_overrides import ALLOWED_SPARK_CONF, LaunchOverrideRefused, allowed_keys_text
+
+PROJECT_CATALOG = PROJECT_ROOT / "catalog" / "pipelines.yaml"
+APP = "oplog-router"
+MAX_OFFSET = 2**63 - 1
+KEY_REFUSED = ("spark_conf: key {key!r} may not be set at trigger time (allowed: " + allowed_keys_text()
+               + "; everything else comes from the catalog)")
+
+
+def hostile_confs(canary: Path, evil_python: Path) -> list[tuple[dict, str]]:
+    """(spark_conf, the one-line refusal the code gives). Each would run `touch canary` or load
+    code of the author's choosing if it reached spark-submit."""
+    by_key = {
+        # Metaspace this small fails the JVM at start-up, which runs the OnOutOfMemoryError command.
+        "spark.driver.extraJavaOptions": f"-XX:MaxMetaspaceSize=16m -XX:OnOutOfMemoryError='touch {canary}'",
+        "spark.executor.extraJavaOptions": f"-XX:MaxMetaspaceSize=16m -XX:OnOutOfMemoryError='touch {canary}'",
+        "spark.pyspark.python": str(evil_python),
+        "spark.pyspark.driver.python": str(evil_python),
+        "spark.driver.extraClassPath": str(canary.parent),
+        "spark.jars": f"file://{canary.parent}/evil.jar",
+        "spark.driver.extraLibraryPath": str(canary.parent),
+        # A key with a line break, hoping to smuggle a second setting.
+        "spark.driver.memory\nspark.pyspark.python": str(evil_python),
+    }
+    cases = [({key: value}, KEY_REFUSED.format(key=key)) for key, value in by_key.items()]
+    size = "a size from 512m to 64g, such as '2g' or '512m'"
+    cases += [
+        ({"spark.driver.memory": f"2g; touch {canary}"},
+         f"spark_conf: spark.driver.memory = '2g; touch {canary}' must be {size}"),
+        ({"spark.driver.memory": f"$(touch {canary})"},
+         f"spark_conf: spark.driver.memory = '$(touch {canary})' must be {size}"),
+        ({"spark.sql.shuffle.partitions": 100_000},
+         "spark_conf: spark.sql.shuffle.partitions = 100000 must be a whole number from 1 to 10000"),
+        ({"spark.driver.memory": "100g"}, f"spark_conf: spark.driver.memory = '100g' must be {size}"),
+    ]
+    return cases
+
+
+@pytest.fixture
+def canary(tmp_path) -> tuple[Path, Path]:
+    """A canary path that must never appear, and a 'Python' that would create it if it ever ran."""
+    canary = tmp_path / "CANARY"
+    evil = tmp_path / "evil-python.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {canary}\nexec python3 \"$@\"\n")
+    evil.chmod(0o755)
+    return canary, evil
+
+
+@pytest.fixture(scope="module")
+def dags():
+    """The project's DAGs as Airflow parses them (for their param schemas)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags
+
+
+def form_refusal(dags, dag_id: str, **conf) -> str | None:
+    """Airflow's validation of a trigger's conf against the DAG's params (None: accepted)."""
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    params = copy.deepcopy(dags[dag_id].params)
+    try:
+        params.update(conf)  # checks each value as it is set
+        params.validate()
+    except ParamValidationError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture
+def submits(monkeypatch) -> list[list[str]]:
+    """Every spark-submit started in this test (recorded, then started for real)."""
+    started: list[list[str]] = []
+    real = subprocess.Popen
+
+    def recording(command, *args, **kwargs):
+        if isinstance(command, (list, tuple)) and any("spark-submit" in str(word) for word in command):
+            started.append(list(command))
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    return started
+
+
+@pytest.fixture
+def launch_env(tmp_path, monkeypatch):
+    """The project catalog, checkpoints under tmp_path, spark_default in local mode, and a Kafka
+    connection (its address only reaches argv here; nothing connects to it)."""
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(PROJECT_CATALOG))
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
+                       '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}')
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}')
+    return tmp_path / "checkpoints"
+
+
+def tamper_launch_record(checkpoint: Path, spark_conf: dict, version: str = "1.0.0") -> None:
+    """A driver record as a crashed driver leaves it, with a launch conf someone edited on disk."""
+    runtime = checkpoint / "_runtime"
+    runtime.mkdir(parents=True, exist_ok=True)
+    (runtime / "driver.json").write_text(json.dumps({
+        "app": APP, "version": version, "pid": 2**22 + 17, "host": "elsewhere", "started_at": "2026-11-23T03:00:00+00:00",
+        "launch": {"version": version, "spark_conf": spark_conf},
+    }))
+
+
+# --- point 1: Spark conf and version label -------------------------------------------------------------
+
+
+def test_the_trigger_form_refuses_every_hostile_spark_conf(dags, canary):
+    for dag_id in ("deploy_apps", "roll_restart_apps"):
+        schema = dags[dag_id].params.get_param("spark_conf").schema
+        assert schema["additionalProperties"] is False and set(schema["properties"]) == set(ALLOWED_SPARK_CONF)
+        for conf, _ in hostile_confs(*canary):
+            refused = form_refusal(dags, dag_id, apps=[APP], spark_conf=conf)
+            assert refused is not None, (dag_id, conf)
+            assert refused.startswith("Invalid input for param spark_conf: "), refused
+            (key, value), = conf.items()
+            if key in ALLOWED_SPARK_CONF:
+                assert f"{value!r} does not match" in refused or f"{value} is greater than the maximum of 10000" in refused, refused
+            else:
+                assert f"({key!r} was unexpected)" in refused, refused
+        assert form_refusal(dags, dag_id, apps=[APP], spark_conf={
+            "spark.driver.memory": "2g", "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": 8,
+            "spark.sql.streaming.noDataMicroBatches.enabled": False}) is None
+    assert form_refusal(dags, "deploy_apps", apps=[APP], version="1.0.0; touch x").startswith("Invalid input for param version: ")
+    roll_version = dags["roll_restart_apps"].params.get_param("version")
+    assert roll_version.schema["type"] == "string" and "semantic version such as 1.4.0" in roll_version.description
+    assert not canary[0].exists()
+
+
+def test_a_hostile_trigger_creates_no_run(run_dag, canary):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    (conf, _), *_ = hostile_confs(*canary)
+    for dag_id in ("deploy_apps", "roll_restart_apps"):
+        with pytest.raises(ParamValidationError) as refused:
+            run_dag(dag_id, PROJECT_CATALOG, apps=[APP], spark_conf=conf)
+        assert "Invalid input for param spark_conf: Additional properties are not allowed " \
+               "('spark.driver.extraJavaOptions' was unexpected)" in str(refused.value)
+    assert not canary[0].exists()
+
+
+def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary, submits):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.dag_tasks import apps as steps
+
+    for conf, reason in hostile_confs(*canary):
+        with pytest.raises(AirflowFailException) as refused:
+            steps.deploy(APP, None, conf, "manual__hostile")
+        assert str(refused.value) == f"refused: {reason}"
+        with pytest.raises(AirflowFailException) as refused:
+            steps.roll(APP, "1.0.1", conf, 30, 0.05, "manual__hostile")
+        assert str(refused.value) == f"refused: {reason}"
+        with pytest.raises(LaunchOverrideRefused) as refused:
+            steps.command_for(APP, None, conf)
+        assert str(refused.value) == reason
+    for version in ("1.0.0; touch x", "1.0.0\n--conf", "$(touch x)", "1.0.0-" + "a" * 80):
+        with pytest.raises(AirflowFailException) as refused:
+            steps.deploy(APP, version, {}, "manual__hostile")
+        assert str(refused.value) == (f"refused: version {version!r} must be a semantic version such as 1.2.0 or 1.2.0-rc.1 "
+                                      "(digits, dots, letters and '-+' only, at most 64 characters)")
+    assert submits == []  # no spark-submit (nor anything else) was started
+    assert not (launch_env / APP / "_runtime" / "driver.log").exists()
+    assert not canary[0].exists()
+
+
+def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env):
+    from streamops.dag_tasks.apps import command_for
+
+    argv = command_for(APP, "1.2.3", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8,
+                                      "spark.sql.streaming.noDataMicroBatches.enabled": False})
+    pairs = {argv[i + 1] for i, word in enumerate(argv) if word == "--conf"}
+    assert {"spark.driver.memory=2g", "spark.sql.shuffle.partitions=8",
+            "spark.sql.streaming.noDataMicroBatches.enabled=false"} <= pairs
+    assert argv[argv.index("--version") + 1] == "1.2.3"
+    # The Python still comes from this environment, not from the trigger.
+    assert f"spark.pyspark.python={sys.executable}" in pairs
+
+
+def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_catalog, broker, canary, submits, monkeypatch):
+    """A restart, a reset and a rollback start what the last launch record says: an edited record
+    is refused before anything is stopped, backed up or started."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.dag_tasks import apps as steps
+    from streamops.dag_tasks import recovery as recovery_steps
+    from streamops.recovery.audit import read_audit
+    from streamops.recovery.common import RecoveryRefused
+    from streamops.rollout import list_backups
+
+    catalog_file, _ = app_env
+    checkpoint = Path(app_catalog.app(APP).checkpoint_location())
+    hostile = {"spark.driver.extraJavaOptions": f"-XX:MaxMetaspaceSize=16m -XX:OnOutOfMemoryError='touch {canary[0]}'"}
+    tamper_launch_record(checkpoint, hostile)
+    reason = (f"{APP}'s last launch record (_runtime/driver.json) cannot be started again: "
+              + KEY_REFUSED.format(key="spark.driver.extraJavaOptions"))
+
+    result = run_dag("recover_restart_app", catalog_file, app=APP, dry_run=False)
+    assert result.task_states == {"plan": "failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    (entry,) = read_audit(run_id=result.run_id)
+    assert (entry["step"], entry["outcome"]) == ("plan", "refused")
+    assert entry["error"] == f"refused before anything was changed:\n  - {reason}"
+
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))
+    with pytest.raises(RecoveryRefused) as refused:  # reset and rebuild start the last launch's conf
+        recovery_steps.start_on_new_checkpoint(APP, "manual__reset")("{}")
+    assert refused.value.problems == [reason]
+    tamper_launch_record(checkpoint, {"spark.pyspark.python": str(canary[1])})
+    with pytest.raises(AirflowFailException) as refused:  # the rollback target of a rolling restart
+        steps.roll(APP, "1.0.1", {}, 30, 0.05, "manual__roll")
+    assert str(refused.value) == (f"refused: the running version's launch record ({APP}): "
+                                  + KEY_REFUSED.format(key="spark.pyspark.python"))
+    assert submits == [] and not canary[0].exists()
+    assert list_backups(str(checkpoint)) == []  # nothing was stopped or backed up either
+
+
+# --- point 4: numbers and times within bounds ------------------------------------------------------------
+
+
+def test_out_of_range_numbers_and_times_are_refused_by_the_forms(dags):
+    cases = [
+        ("recover_reset_offsets", {"mode": "shift", "shift": 2**70}, "Invalid input for param shift: 1180591620717411303424 "
+                                                                      f"is greater than the maximum of {MAX_OFFSET}"),
+        ("recover_reset_offsets", {"mode": "offsets", "offsets": {"t": {"0": 2**70}}},
+         f"Invalid input for param offsets: 1180591620717411303424 is greater than the maximum of {MAX_OFFSET}"),
+        ("recover_reset_offsets", {"mode": "duration", "duration": "99999999999999 days"},
+         "Invalid input for param duration: '99999999999999 days' does not match"),
+        ("recover_reset_offsets", {"mode": "datetime", "to_datetime": "0001-01-01T00:00:00Z"},
+         "Invalid input for param to_datetime: '0001-01-01T00:00:00Z' does not match"),
+        ("validate_topic_quality", {"range": "offsets", "offsets": {"t": {"0": [0, 2**70]}}},
+         f"Invalid input for param offsets: 1180591620717411303424 is greater than the maximum of {MAX_OFFSET}"),
+        ("validate_topic_quality", {"range": "last_records", "last_records": 10**7},
+         "Invalid input for param last_records: 10000000 is greater than the maximum of 1000000"),
+        ("validate_topic_quality", {"range": "time_range", "start_time": "0001-01-01T00:00:00Z"},
+         "Invalid input for param start_time: '0001-01-01T00:00:00Z' does not match"),
+        ("reprocess", {"start": "0001-01-01T00:00:00Z"}, "Invalid input for param start: '0001-01-01T00:00:00Z' does not match"),
+        ("reprocess", {"end": "9999-12-31T00:00:00Z"}, "Invalid input for param end: '9999-12-31T00:00:00Z' does not match"),
+        ("recover_replay_dead_letters", {"start": "99999999999999 days"},
+         "Invalid input for param start: '99999999999999 days' does not match"),
+        ("recover_replay_dead_letters", {"end": "0001-01-01T00:00:00Z"}, "Invalid input for param end: '0001-01-01T00:00:00Z' does not match"),
+    ]
+    for dag_id, conf, reason in cases:
+        refused = form_refusal(dags, dag_id, **conf)
+        assert refused is not None and refused.startswith(reason), (dag_id, conf, refused)
+    for dag_id, conf in (("recover_reset_offsets", {"mode": "duration", "duration": "2 hours"}),
+                         ("recover_reset_offsets", {"mode": "datetime", "to_datetime": "2026-11-22T03:00:00+01:00"}),
+                         ("recover_reset_offsets", {"mode": "shift", "shift": -500}),
+                         ("reprocess", {"start": "6 hours", "end": "now"}),
+                         ("recover_replay_dead_letters", {"start": "2026-11-22T03:00:00Z", "end": "2026-11-22T04:00:00.5Z"})):
+        assert form_refusal(dags, dag_id, **conf) is None, (dag_id, conf)
+
+
+def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, app_catalog, broker):
+    from datetime import datetime, timezone
+
+    from streamops.quality.ranges import RangeError, RangeRequest, parse_time, resolve, time_back
+    from streamops.recovery.common import RecoveryRefused
+    from streamops.recovery.replay import ReplayRequest, resolve_spans
+    from streamops.recovery.reset import ResetRequest, plan_reset
+    from streamops.reprocess import ReprocessRefused, ReprocessRequest, plan_reprocess
+
+    now = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
+    out_of_range = ("is out of range: a time must be from 1970-01-01T00:00:00Z (where Kafka timestamps start) to "
+                    "before 3000-01-01T00:00:00Z")
+    with pytest.raises(ValueError) as refused:
+        parse_time("0001-01-01T00:00:00Z", "to_datetime")
+    assert str(refused.value) == f"to_datetime '0001-01-01T00:00:00Z' {out_of_range}"
+    with pytest.raises(ValueError) as refused:
+        parse_time("9999-12-31T23:59:59-05:00", "end")
+    assert str(refused.value) == f"end '9999-12-31T23:59:59-05:00' {out_of_range}"
+    with pytest.raises(ValueError) as refused:
+        time_back("99999999999999999 days", "duration", now)
+    assert str(refused.value) == "duration '99999999999999999 days' is more than 3650 days back; for everything retained use 'earliest'"
+    assert time_back("3650 days", "duration", now) == datetime(2016, 11, 25, 3, 0, tzinfo=timezone.utc)
+
+    def reset_problems(**request) -> list[str]:
+        with pytest.raises(RecoveryRefused) as refused:
+            plan_reset(admin, app_catalog, ResetRequest(app=APP, **request), now=now)
+        return refused.value.problems
+
+    source = app_catalog.app(APP).inputs["operations"]
+    assert reset_problems(mode="shift", shift=2**70) == [
+        f"shift {2**70} is beyond Kafka's offsets: it must be from -{MAX_OFFSET} to {MAX_OFFSET}"]
+    assert reset_problems(mode="shift", shift=-(2**70)) == [
+        f"shift {-(2**70)} is beyond Kafka's offsets: it must be from -{MAX_OFFSET} to {MAX_OFFSET}"]
+    assert reset_problems(mode="offsets", offsets={source: {"0": 2**70}}) == [
+        f"offsets: '{source}' partition 0: offset {2**70} must be a whole number from 0 to {MAX_OFFSET} (Kafka offsets are 64-bit)"]
+    assert reset_problems(mode="duration", duration="100000000 days") == [
+        "duration '100000000 days' is more than 3650 days back; for everything retained use 'earliest'"]
+    assert reset_problems(mode="datetime", to_datetime="0001-01-01T00:00:00Z") == [f"to_datetime '0001-01-01T00:00:00Z' {out_of_range}"]
+
+    with pytest.raises(ReprocessRefused) as refused:
+        plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app=APP, start="0001-01-01T00:00:00Z"), now=now)
+    assert refused.value.problems == [f"start '0001-01-01T00:00:00Z' {out_of_range}; or use 'earliest' or a duration such as '6 hours'"]
+    with pytest.raises(ReprocessRefused) as refused:
+        plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app=APP, start="9999999999 days"), now=now)
+    assert refused.value.problems == ["start '9999999999 days' is more than 3650 days back; for everything retained use 'earliest'"]
+
+    with pytest.raises(RecoveryRefused) as refused:
+        resolve_spans(admin, app_catalog, ReplayRequest(app=APP, start="99999999999 hours", end="0001-01-01T00:00:00+01:00"), now=now)
+    assert refused.value.problems == ["start '99999999999 hours' is more than 3650 days back; for everything retained use 'earliest'",
+                                      f"end '0001-01-01T00:00:00+01:00' {out_of_range}"]
+
+    topic = app_catalog.validated_topics()[0]
+
+    def range_problems(**request) -> list[str]:
+        with pytest.raises(RangeError) as refused:
+            resolve(admin, app_catalog, [topic], RangeRequest(**request))
+        return refused.value.problems
+
+    assert range_problems(mode="last_records", last_records=10**30) == [
+        f"last_records {10**30} is more than 1000000 records per partition; validate a longer stretch as several ranges"]
+    assert range_problems(mode="offsets", offsets={topic: {"0": [0, 2**70]}}) == [
+        f"offsets['{topic}']['0'] = [0, {2**70}]: end is beyond Kafka's offsets (at most {MAX_OFFSET})"]
+    assert range_problems(mode="time_range", start_time="0001-01-01T00:00:00Z", end_time="2026-11-22T00:00:00Z") == [
+        f"start_time '0001-01-01T00:00:00Z' {out_of_range}"]
+
+
+def test_a_reset_with_out_of_range_params_fails_with_one_clear_line(run_dag, app_env, app_catalog, broker):
+    """A real run: beyond 64 bits the form refuses the trigger; a duration the form lets through
+    but the code bounds fails the plan task with the reason, and nothing else runs."""
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    from streamops.recovery.audit import read_audit
+
+    catalog_file, _ = app_env
+    with pytest.raises(ParamValidationError) as refused:
+        run_dag("recover_reset_offsets", catalog_file, app=APP, mode="shift", shift=2**70, dry_run=False)
+    assert str(refused.value).splitlines()[0] == (
+        f"Invalid input for param shift: {2**70} is greater than the maximum of {MAX_OFFSET}")
+
+    result = run_dag("recover_reset_offsets", catalog_file, app=APP, mode="duration", duration="3651 days", dry_run=False)
+    assert result.task_states == {"plan": "failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    (entry,) = read_audit(run_id=result.run_id)
+    assert (entry["step"], entry["outcome"]) == ("plan", "refused")
+    assert entry["error"] == ("refused before anything was changed:\n"
+                              "  - duration '3651 days' is more than 3650 days back; for everything retained use 'earliest'")
+
+
+def test_numeric_params_of_the_apps_dags_are_bounded_in_code_too(launch_env, submits):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.dag_tasks import apps as steps
+    from streamops.dag_tasks.reconcile_apps import reconcile_app
+    from streamops.dag_tasks.recovery_params import shared_param_problems
+
+    def refusal(call, *args) -> str:
+        with pytest.raises(AirflowFailException) as refused:
+            call(*args)
+        return str(refused.value)
+
+    assert refusal(steps.roll, APP, "1.0.1", {}, 2**70, 0.05, "manual__x") == (
+        f"refused: gate_deadline_s must be a whole number from 30 to 3600, got {2**70}")
+    assert refusal(steps.roll, APP, "1.0.1", {}, 60, float("nan"), "manual__x") == (
+        "refused: max_dead_letter_rate must be a number from 0 to 1, got nan")
+    assert refusal(steps.roll, APP, None, {}, 60, 0.05, "manual__x") == "refused: a rolling restart needs the new version label"
+    assert refusal(steps.stop_app, APP, 10**6, "manual__x") == "refused: deadline_s must be a whole number from 5 to 3600, got 1000000"
+    assert refusal(reconcile_app, APP, "manual__x", "127.0.0.1:1", None, "local[1]", 1.5) == (
+        "refused: max_mismatch_ratio must be a number from 0 to 1, got 1.5")
+    assert shared_param_problems({"verify_deadline_s": 2**70}) == [
+        f"verify_deadline_s must be a whole number from 30 to 7200, got {2**70}"]
+    assert shared_param_problems({"verify_deadline_s": 300}) == []
+    assert submits == []
+
+
+def test_the_forms_size_patterns_hold_exactly_the_sizes_the_code_accepts():
+    """The schema bounds a memory size by pattern; it must agree with the code's bounds."""
+    import re
+
+    sizes = [f"{n}m" for n in (*range(1, 2100), *range(2100, 300_000, 97), 32767, 32768, 32769, 65535, 65536, 65537,
+                               262143, 262144, 262145, 999999)]
+    sizes += [f"{n}g" for n in range(1, 1000)] + ["0m", "01g", "2G", "2gb", "2g ", "-1g", "2.5g"]
+    for entry in (e for e in ALLOWED_SPARK_CONF.values() if e.kind == "size"):
+        pattern = re.compile(entry.size_pattern())
+        for size in sizes:
+            in_form = bool(pattern.search(size)) and len(size) <= 7  # as jsonschema checks pattern and maxLength
+            assert in_form == (entry.normalised(size) is not None), (entry.key, size)
+        # Python's `$` also matches before a final line break, so an API trigger's "2g\n" passes the
+        # schema on the server (not the UI's JavaScript check); the code refuses it.
+        assert pattern.search("2g\n") and entry.normalised("2g\n") is None
