@@ -23,6 +23,11 @@ its output topics go quiet.
 1. **plan**: the app's state and how its last driver ended (pid, host, version, reason), its
    checkpoint batches and lag, and any process its dead driver **left behind** (spark-submit, the
    JVM that runs the queries). A running app is refused: if it is stuck, stop it with `stop_apps`.
+   For a **FAILED** app: the micro-batch its query failed on, the offsets per partition that
+   batch covers, and the error. A restart runs exactly that batch again, so when the driver
+   before failed on the **same batch**, the plan says *"failed on batch N again ...: restarting
+   will fail the same way"*, lists the batch's largest records, and points to
+   `recover_skip_records` to skip the one record that fails it.
 2. **apply** (dry run off): ends the leftover processes (SIGTERM, then SIGKILL), **backs up** the
    checkpoint (`_backups/<app>/<time>-before-restart`), starts the version and Spark conf it last
    ran with, from its checkpoint: it resumes exactly after its last committed micro-batch, so

@@ -7,6 +7,8 @@
     <checkpoint>/_runtime/runs.jsonl       every start and stop, appended
     <checkpoint>/_runtime/progress/Q.json  the latest progress of query Q (a StreamingQueryListener)
     <checkpoint>/_runtime/stop-requested   ask the driver for a graceful stop
+    <checkpoint>/_runtime/skip-records.json  input records an operator chose to skip
+                                           (recover_skip_records); read by the driver at start
 
 The lock and files need a POSIX filesystem the driver and the DAGs share (local mode, or a
 shared mount); a checkpoint on an object store keeps its runtime folder on such a mount.
@@ -60,6 +62,7 @@ class AppRuntime:
         self.history_file = self.dir / "runs.jsonl"
         self.stop_marker = self.dir / "stop-requested"
         self.progress_dir = self.dir / "progress"
+        self.skip_file = self.dir / "skip-records.json"
         self._lock_fd: int | None = None
 
     # --- the one-driver lock --------------------------------------------------------------------
@@ -163,3 +166,16 @@ class AppRuntime:
         if not self.progress_dir.exists():
             return {}
         return {path.stem: _read_json(path) for path in sorted(self.progress_dir.glob("*.json")) if _read_json(path)}
+
+    # --- records skipped by an operator ------------------------------------------------------------
+
+    def skip_records(self) -> list[dict[str, Any]]:
+        """Entries of the skip list, oldest first: topic, partition, first, last (inclusive),
+        reason, run_id, user, at, note. The driver dead-letters those records with the reason."""
+        return list((_read_json(self.skip_file) or {}).get("entries") or [])
+
+    def add_skip_records(self, entries: list[dict[str, Any]]) -> None:
+        """Append entries to the skip list (written whole and atomically: a driver starting
+        meanwhile reads the old list or the new one, never half of one)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.skip_file, {"entries": [*self.skip_records(), *entries]})

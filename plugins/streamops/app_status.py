@@ -122,6 +122,10 @@ def app_status(spec: AppSpec, bootstrap: str, checkpoint: str | None = None) -> 
         stopped_at=record.get("stopped_at"),
         reason=record.get("reason"),
     )
+    if status.state == "failed" and record.get("failed_batches"):  # the batch a restart would run again
+        from streamops.checkpoint_batches import describe_failed_batches
+
+        status.reason = f"{describe_failed_batches(record['failed_batches'])}: {status.reason or ''}"
     progress = runtime.progress()
     if progress:
         latest = max((p.get("published_at") or "" for p in progress.values()), default="")

@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from types import ModuleType
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
@@ -61,12 +61,14 @@ class RunOptions:
 def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, options: RunOptions) -> list[OutputQuery]:
     """The app's queries as DataFrames, not started."""
     apply_app_conf(spark, spec)
+    # Read once at start: recover_skip_records writes the list while the app is stopped.
+    skipped = AppRuntime(options.checkpoint).skip_records()
 
     def source(topics: list[str]) -> DataFrame:
         frame = read_topics(
             spark, options.bootstrap_servers, topics, _starting_offsets(options.starting_offsets, topics),
             options.max_offsets_per_trigger, group_id_prefix=f"streamops.{spec.name}",
-        )
+        ).withColumn(OPERATOR_SKIP, operator_skip(skipped, topics))
         ends = {t: e for t, e in (options.ending_offsets or {}).items() if t in topics}
         if not ends:
             return frame
@@ -78,6 +80,22 @@ def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, optio
         return frame.where(within | unbounded)
 
     return program.queries(spec, options.version or spec.version, source)
+
+
+# The column `records.parse` turns into a record's error: the skip reason, or null.
+OPERATOR_SKIP = "_operator_skip"
+
+
+def operator_skip(entries: list[dict], topics: list[str]) -> Column:
+    """The skip reason of a source record named in the skip list (null for every other record).
+    It runs on every record, so it stays cheap: a null literal when no entry names these topics
+    (Spark folds it away), else one offset-range comparison per entry."""
+    reason = F.lit(None).cast("string")
+    for entry in reversed([e for e in entries if e["topic"] in topics]):
+        named = ((F.col("topic") == entry["topic"]) & (F.col("partition") == int(entry["partition"]))
+                 & F.col("offset").between(int(entry["first"]), int(entry["last"])))
+        reason = F.when(named, F.lit(entry["reason"])).otherwise(reason)
+    return reason
 
 
 def _starting_offsets(starting: str, topics: list[str]) -> str:
@@ -264,6 +282,23 @@ def graceful_stop(queries: list[StreamingQuery], deadline_s: float) -> str:
     return "; ".join(outcomes)
 
 
+def record_failed_batches(runtime: AppRuntime, failed: list[StreamingQuery]) -> None:
+    """Record in driver.json, per failed query, the micro-batch it failed on and the input
+    offsets that batch covers: a restart runs exactly that batch again, so recover_restart_app
+    can say when it failed twice and name the records to skip (recover_skip_records)."""
+    from streamops.checkpoint_batches import error_gist, uncommitted_batch
+
+    found = []
+    for query in failed:
+        name = query.name.rsplit(".", 1)[-1]
+        batch = uncommitted_batch(runtime.checkpoint / name) or {"batch": None, "ranges": []}
+        found.append({"query": name, **batch, "error": error_gist(str(query.exception()))})
+    try:
+        runtime.update(failed_batches=found)
+    except OSError as exc:  # the failure itself is recorded by release(); this is a detail of it
+        log.warning("could not record the failed batches %s: %s", found, exc)
+
+
 def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=program_name, description=f"Run the {program_name} streaming app.")
     parser.add_argument("--app", required=True, help="app name in the catalog")
@@ -366,6 +401,7 @@ def main(argv: list[str], program_name: str) -> int:
         )
         failed = [q for q in queries if not q.isActive and q.exception()]
         if failed:
+            record_failed_batches(runtime, failed)
             reason = "; ".join(f"query {q.name} failed: {q.exception()}" for q in failed)
             log.error(reason)
             graceful_stop(queries, deadline_s=30)

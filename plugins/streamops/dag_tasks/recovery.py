@@ -139,8 +139,9 @@ def restart_plan(context, bootstrap: str) -> dict:
 
     def action():
         plan = plan_restart(load_catalog(), context["params"]["app"], bootstrap)
+        trusted_launch(plan.app, plan.version, plan.spark_conf)
         log.info("Restart plan:\n%s", plan.table())
-        return {**plan.to_json(), "summary": f"{plan.app} is {plan.state}; lag {plan.lag}; {len(plan.leftovers)} leftover process(es)"}
+        return {**plan.to_json(), "summary": plan.summary()}
 
     return audited(context, "plan", action)
 
@@ -365,5 +366,50 @@ def restore_verify(context, plan: dict, bootstrap: str) -> dict:
         progress = await_resumed(app, bootstrap, None, float(context["params"]["verify_deadline_s"]))
         continued = verify_restore(app, the_plan)
         return {**continued, "progress": progress, "summary": f"{continued['summary']}; lag now {progress['lag_after']}"}
+
+    return audited(context, "verify", action)
+
+
+# --- skip records ---------------------------------------------------------------------------------------
+
+
+def skip_plan(context, admin, bootstrap: str) -> dict:
+    from streamops.recovery.skip import plan_skip
+
+    def action():
+        p = context["params"]
+        plan = plan_skip(admin, bootstrap, load_catalog(), p["app"], p.get("records"), p.get("note"),
+                         user=trail(context).user, run_id=context["run_id"])
+        trusted_launch(plan.app, plan.version, plan.spark_conf)  # the restart after the skip starts this
+        log.info("Skip plan:\n%s", plan.table())
+        return {**plan.to_json(), "summary": f"skip {plan.records} record(s) of {plan.app} "
+                                             f"({', '.join(str(r) for r in p.get('records') or [])})"}
+
+    return audited(context, "plan", action)
+
+
+def skip_apply(context, plan: dict, bootstrap: str) -> dict:
+    from streamops.recovery.skip import SkipPlan, apply_skip
+
+    skip_if_dry_run(context)
+
+    def action():
+        the_plan = SkipPlan.from_json(_plan_fields(plan))
+        result = apply_skip(load_catalog().app(the_plan.app), the_plan, start_version(the_plan.app, context["run_id"]), bootstrap)
+        log.info(result["summary"])
+        return result
+
+    return audited(context, "apply", action)
+
+
+def skip_verify(context, plan: dict, applied: dict, bootstrap: str) -> dict:
+    from streamops.recovery.skip import SkipPlan, verify_skip
+
+    def action():
+        the_plan = SkipPlan.from_json(_plan_fields(plan))
+        result = verify_skip(load_catalog().app(the_plan.app), the_plan, applied, bootstrap,
+                             float(context["params"]["verify_deadline_s"]))
+        log.info(result["summary"])
+        return result
 
     return audited(context, "verify", action)

@@ -4,11 +4,13 @@ checkpoint with the version and Spark conf it last ran with, and wait for progre
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoint_batches import describe_failed_batches, describe_ranges
 from streamops.recovery.common import RecoveryRefused, batch_marks, query_dirs, resolve_app
 from streamops.recovery.lifecycle import end_leftovers, leftovers
 
@@ -24,10 +26,14 @@ class RestartPlan:
     version: str  # what will be started
     spark_conf: dict
     notes: list[str] = field(default_factory=list)
+    failed_batches: list[dict] = field(default_factory=list)  # what the last driver failed on (driver.json)
+    failed_again: bool = False  # on the same batch as the driver before it: a restart fails the same way
+    largest_records: list[dict] = field(default_factory=list)  # of the failed batch: record, bytes
 
     def table(self) -> str:
         d = self.last_driver
         lines = [
+            *([self.failure()] if self.failed_batches else []),
             f"{self.app} is {self.state.upper()}: last driver pid {d.get('pid')} on {d.get('host')}, version {d.get('version')}, "
             f"started {d.get('started_at')}, ended {d.get('stopped_at') or 'unrecorded (it died)'}"
             + (f": {d.get('reason')}" if d.get("reason") else ""),
@@ -39,6 +45,35 @@ class RestartPlan:
             f"{' with conf ' + str(self.spark_conf) if self.spark_conf else ''} from the checkpoint, and wait for progress",
         ]
         return "\n".join(lines + [f"NOTE: {n}" for n in self.notes])
+
+    def failure(self) -> str:
+        """The failed batch in words: which records, which error, and the way past it."""
+        parts = []
+        for f in self.failed_batches:
+            if f.get("batch") is None:
+                parts.append(f"query {f['query']} failed outside a micro-batch. The error: {f.get('error')}")
+                continue
+            ranges = f.get("ranges") or []
+            head = (f"{self.app} failed on batch {f['batch']} again (the same batch as the previous failure): restarting "
+                    "will fail the same way." if self.failed_again else
+                    f"{self.app} failed on batch {f['batch']} (query {f['query']}); a restart runs that batch again.")
+            example = ", ".join(f'"{r["topic"]}:{r["partition"]}:<offset>"' for r in ranges[:3]) or '"<topic>:<partition>:<offset>"'
+            largest = ("Its largest records: " + ", ".join(f"{r['record']} ({r['bytes']} bytes)" for r in self.largest_records)
+                       + ". ") if self.largest_records else ""
+            advice = (f"Find the record in the driver log and skip it with recover_skip_records (records: [{example}]). "
+                      f"{largest}A dry run of recover_skip_records shows each named record (size, key, start of the value) "
+                      "and the batch it is in."
+                      if self.failed_again else
+                      "If it fails on this batch again, a record in it fails the query: skip that record with "
+                      "recover_skip_records.")
+            parts.append(f"{head} Batch {f['batch']} covers {describe_ranges(ranges)}. The error: {str(f.get('error')).rstrip('.')}. {advice}")
+        return "\n".join(parts)
+
+    def summary(self) -> str:
+        failed = describe_failed_batches(self.failed_batches) if self.failed_batches else ""
+        again = " AGAIN, on the same batch as before: a restart fails the same way; skip the record with recover_skip_records"
+        return (f"{self.app} is {self.state}" + (f" ({failed}{again if self.failed_again else ''})" if failed else "")
+                + f"; lag {self.lag}; {len(self.leftovers)} leftover process(es)")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -70,6 +105,7 @@ def plan_restart(catalog: Catalog, app_name: str, bootstrap: str) -> RestartPlan
                      "(the lock is free, so its Python driver is gone)")
     if not query_dirs(app.checkpoint_location()):
         notes.append("the checkpoint holds no query yet: the app starts from the catalog's starting position")
+    failed = (driver.get("failed_batches") or []) if state == "failed" else []
     launched = driver.get("launch") or {}
     return RestartPlan(
         app=app.name, state=state,
@@ -80,11 +116,51 @@ def plan_restart(catalog: Catalog, app_name: str, bootstrap: str) -> RestartPlan
         version=launched.get("version") or driver.get("version") or app.version,
         spark_conf=launched.get("spark_conf") or {},
         notes=notes,
+        failed_batches=failed,
+        failed_again=bool(failed) and _same_as_previous_failure(runtime, failed),
+        largest_records=_largest_records(bootstrap, failed),
     )
+
+
+def _largest_records(bootstrap: str, failed: list[dict], count: int = 3, at_most: int = 20_000) -> list[dict]:
+    """The biggest records of the failed batches (the usual suspects when a record is too large
+    for a sink), as recover_skip_records items; nothing for a batch of more than `at_most` records."""
+    from streamops.kafka_records import read_spans
+
+    ranges = [r for f in failed for r in f.get("ranges") or []]
+    if not ranges or sum(r["last"] - r["first"] + 1 for r in ranges) > at_most:
+        return []
+    found = []
+    try:
+        for topic in sorted({r["topic"] for r in ranges}):
+            spans = {r["partition"]: (r["first"], r["last"] + 1) for r in ranges if r["topic"] == topic}
+            found += read_spans(bootstrap, topic, spans, timeout=30)
+    except Exception:  # noqa: BLE001 - a hint only: the plan stands without it
+        return []
+    found.sort(key=lambda r: len(r.value or b""), reverse=True)
+    return [{"record": f"{r.topic}:{r.partition}:{r.offset}", "bytes": len(r.value or b"")} for r in found[:count]]
+
+
+def _same_as_previous_failure(runtime: AppRuntime, failed: list[dict]) -> bool:
+    """Did the driver before the last one fail on the same batch (query, id and offsets)?"""
+    ends = [e for e in runtime.history() if e.get("event") == "stopped"]
+    if len(ends) < 2 or ends[-2].get("outcome") != "failed":
+        return False
+    def batches(entries: list[dict]) -> list[tuple]:
+        return sorted((f["query"], f.get("batch"), str(f.get("ranges"))) for f in entries if f.get("batch") is not None)
+
+    return bool(batches(failed)) and batches(failed) == batches(ends[-2].get("failed_batches") or [])
 
 
 def apply_restart(app: AppSpec, plan: RestartPlan, start) -> dict:
     """End leftovers, back up the checkpoint, start the app via `start(version, spark_conf)`."""
+    return restart_from_checkpoint(app, plan.version, plan.spark_conf, start)
+
+
+def restart_from_checkpoint(app: AppSpec, version: str, spark_conf: dict, start, label: str = "before-restart",
+                            before_start: Callable[[], None] | None = None) -> dict:
+    """The restart itself (also recover_skip_records'): end leftovers, back up the checkpoint
+    (`<time>-<label>`), run `before_start`, start via `start(version, spark_conf)`."""
     from streamops.rollout import backup_checkpoint
 
     checkpoint = app.checkpoint_location()
@@ -93,9 +169,11 @@ def apply_restart(app: AppSpec, plan: RestartPlan, start) -> dict:
         raise RecoveryRefused([f"{app.name} was started by someone else since the plan ({runtime.refusal(app.name)})"])
     # Re-scan: the plan may be minutes old.
     ended = end_leftovers(leftovers(runtime.driver() or {}))
-    backup = str(backup_checkpoint(checkpoint, "before-restart")) if query_dirs(checkpoint) else None
-    started = start(plan.version, plan.spark_conf)
-    return {"ended_processes": ended, "backup": backup, "pid": started.pid, "version": plan.version,
-            "driver_log": started.driver_log, "summary": f"restarted {app.name} as pid {started.pid} (version {plan.version})"
+    backup = str(backup_checkpoint(checkpoint, label)) if query_dirs(checkpoint) else None
+    if before_start is not None:
+        before_start()
+    started = start(version, spark_conf)
+    return {"ended_processes": ended, "backup": backup, "pid": started.pid, "version": version,
+            "driver_log": started.driver_log, "summary": f"restarted {app.name} as pid {started.pid} (version {version})"
             + (f"; ended {len(ended)} leftover process(es)" if ended else "") + (f"; backup {backup}" if backup else "")}
 
