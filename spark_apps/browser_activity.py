@@ -125,7 +125,7 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
             GroupStateTimeout.NoTimeout,
         )
     )
-    dead = records.dead_letters(parsed, spec.name, version, spec.dead_letter_topic)
+    dead = records.dead_letters(parsed, spec, version)
     return [
         OutputQuery(QUERIES[0], challenges.unionByName(dead)),
         OutputQuery(QUERIES[1], window_counts(spec, source), "update"),

@@ -63,7 +63,7 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
             F.format_string(
                 f"op type '%s' is in no category ({categories}) of the catalog's settings.categories "
                 "(router contract: every op type is routed or refused)",
-                F.col("op_type"),
+                records.shown(F.col("op_type")),
             ),
         ).otherwise(F.col("error")),
     )
@@ -98,12 +98,7 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         )
         return F.struct(F.col("key").alias("key"), F.to_json(value).alias("value"), target["topic"].alias("topic"))
 
-    dead = F.struct(
-        F.col("key").alias("key"),
-        records.dead_letter_value(spec.name, version).alias("value"),
-        F.lit(spec.dead_letter_topic).alias("topic"),
-    )
-    outputs = F.when(F.col("error").isNotNull(), F.array(dead)).otherwise(
+    outputs = F.when(F.col("error").isNotNull(), F.array(records.dead_letter_record(spec, version))).otherwise(
         F.transform(F.element_at(route_map, F.col("op_type")), routed)
     )
     return [OutputQuery(QUERIES[0], parsed.select(F.explode(outputs).alias("out")).select("out.*"))]

@@ -152,8 +152,8 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
     notified = inputs.groupBy("user_id").applyInPandasWithState(
         _notify_group(settings, spec), OUTPUT_SCHEMA, STATE_SCHEMA, "append", GroupStateTimeout.NoTimeout
     )
-    dead = records.dead_letters(events, spec.name, version, spec.dead_letter_topic).unionByName(
-        records.dead_letters(ticks, spec.name, version, spec.dead_letter_topic)
+    dead = records.dead_letters(events, spec, version).unionByName(
+        records.dead_letters(ticks, spec, version)
     )
     return [
         OutputQuery(QUERIES[0], notified.unionByName(dead)),

@@ -231,6 +231,48 @@ class BrowserActivitySettings(_Strict):
     watermark: Duration = "10 seconds"
 
 
+# Kafka's default for a topic's max.message.bytes (the broker's message.max.bytes), used when
+# the catalog does not set it on a topic.
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+
+
+class ProducerSettings(BaseModel):
+    """Producer settings of an app's Kafka sink (Spark's `kafka.*` writer options), reviewed in
+    the catalog. acks=all and idempotence are not settings: they keep the zero-loss promise."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    # The largest request the sink sends; a dead letter is sized to fit in it (records.py).
+    max_request_size: StrictInt = Field(default=1_048_576, ge=65_536, le=104_857_600, alias="max.request.size")
+    linger_ms: StrictInt = Field(default=20, ge=0, le=60_000, alias="linger.ms")
+    batch_size: StrictInt = Field(default=16_384, ge=0, le=16_777_216, alias="batch.size")
+    compression_type: Literal["none", "gzip", "snappy", "lz4", "zstd"] = Field(default="lz4", alias="compression.type")
+    buffer_memory: StrictInt = Field(default=33_554_432, ge=1_048_576, le=4_294_967_296, alias="buffer.memory")
+    request_timeout_ms: StrictInt = Field(default=30_000, ge=1_000, le=600_000, alias="request.timeout.ms")
+    delivery_timeout_ms: StrictInt = Field(default=120_000, ge=1_000, le=86_400_000, alias="delivery.timeout.ms")
+    # Idempotence allows at most 5 requests in flight per connection.
+    max_in_flight: StrictInt = Field(default=5, ge=1, le=5, alias="max.in.flight.requests.per.connection")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_settings(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            fixed = sorted(set(data) & {"acks", "enable.idempotence", "transactional.id", "bootstrap.servers"})
+            if fixed:
+                raise ValueError(
+                    f"{', '.join(fixed)} cannot be set here: every sink writes with acks=all and idempotence (zero "
+                    "loss, no duplicates from retries), and the servers come from the Kafka connection"
+                )
+        return data
+
+    def kafka_settings(self) -> dict[str, str]:
+        """Every setting by its Kafka name, as text, the fixed ones included."""
+        settings = {"acks": "all", "enable.idempotence": "true"}
+        for name, field in type(self).model_fields.items():
+            settings[field.alias or name] = str(getattr(self, name))
+        return settings
+
+
 AppSettings = Annotated[
     Union[RouterSettings, PresenceSettings, BrowserActivitySettings], Field(discriminator="kind")
 ]
@@ -267,6 +309,8 @@ class AppSpec(_Strict):
     trigger: Duration = "5 seconds"
     max_record_bytes: StrictInt = Field(default=1_048_576, gt=0)
     spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
+    # The Kafka sink's producer settings (outputs and dead letters).
+    producer: ProducerSettings = Field(default_factory=ProducerSettings)
     settings: AppSettings
 
     @model_validator(mode="before")
@@ -331,7 +375,7 @@ class Catalog(_Strict):
 
     def to_yaml(self) -> str:
         """The catalog as YAML that `load_catalog` reads back to an equal catalog."""
-        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False, allow_unicode=True)
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True, by_alias=True), sort_keys=False, allow_unicode=True)
 
     def with_topic_prefix(self, prefix: str) -> Catalog:
         """The same catalog with every topic renamed `<prefix>.<name>`, references included.
@@ -516,6 +560,17 @@ def _cross_app_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> I
                         f"{writer_of[topic]!r}; every topic has one writing app"
                     )
                 writer_of.setdefault(topic, app.name)
+        dead_letters = next((t for t in catalog.topics if t.name == app.dead_letter_topic), None)
+        if dead_letters is not None:
+            accepts = dead_letters.configs.get("max.message.bytes", KAFKA_DEFAULT_MAX_MESSAGE_BYTES)
+            if isinstance(accepts, int) and not isinstance(accepts, bool) and accepts < app.producer.max_request_size:
+                where = _where(("apps", index), data, root_node, field_path=("apps", index, "producer", "max.request.size"))
+                said = "its max.message.bytes" if "max.message.bytes" in dead_letters.configs else "Kafka's default max.message.bytes"
+                yield (
+                    f"{where}, field 'producer.max.request.size': {app.producer.max_request_size} is more than the dead-letter "
+                    f"topic {app.dead_letter_topic!r} accepts ({said}, {accepts}): a dead letter is sized to the request "
+                    "limit, so raise the topic's max.message.bytes or lower max.request.size"
+                )
 
 
 def _describe_error(err: dict[str, Any], data: dict, root_node: yaml.Node) -> str:
@@ -544,6 +599,10 @@ def _friendly_message(err: dict[str, Any]) -> str:
         return f"must be a string (got {type(raw).__name__} {raw!r})"
     if kind == "greater_than":
         return f"must be a positive integer (got {raw!r})"
+    if kind == "greater_than_equal":
+        return f"must be at least {err['ctx']['ge']} (got {raw!r})"
+    if kind == "less_than_equal":
+        return f"must be at most {err['ctx']['le']} (got {raw!r})"
     if kind in {"list_type", "dict_type"}:
         wanted = "a list" if kind == "list_type" else "a mapping"
         return f"must be {wanted} (got {type(raw).__name__})"

@@ -48,6 +48,11 @@ def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, tuple[int, int]
         consumer.close()
 
 
+def held_offsets(low: int, high: int) -> str:
+    """What a partition with watermarks [low, high) holds, in words."""
+    return f"it holds offsets {low}-{high - 1}" if high > low else f"it is empty (next offset {high})"
+
+
 def read_all(bootstrap_servers: str, topic: str, timeout: float = 60.0) -> list[Record]:
     """Every record now in `topic`, in partition then offset order."""
     return read_spans(bootstrap_servers, topic, end_offsets(bootstrap_servers, topic), timeout)

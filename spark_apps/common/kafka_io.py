@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
+from streamops.catalog import ProducerSettings
+
 
 def read_topics(
     spark: SparkSession,
@@ -33,12 +35,7 @@ def read_topics(
     return reader.load()
 
 
-def kafka_sink_options(bootstrap_servers: str) -> dict[str, str]:
-    """Producer settings of every sink: acks from all in-sync replicas, idempotent retries."""
-    return {
-        "kafka.bootstrap.servers": bootstrap_servers,
-        "kafka.acks": "all",
-        "kafka.enable.idempotence": "true",
-        "kafka.compression.type": "lz4",
-        "kafka.linger.ms": "20",
-    }
+def kafka_sink_options(bootstrap_servers: str, producer: ProducerSettings) -> dict[str, str]:
+    """Writer options of every sink: the app's producer settings from the catalog (acks from all
+    in-sync replicas and idempotent retries always)."""
+    return {"kafka.bootstrap.servers": bootstrap_servers, **{f"kafka.{k}": v for k, v in producer.kafka_settings().items()}}

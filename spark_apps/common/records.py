@@ -15,6 +15,8 @@ from typing import Literal
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from streamops.catalog import AppSpec
+
 FieldType = Literal["string", "bigint", "timestamp"]
 
 # ---------------------------------------------------------------------------------------------
@@ -76,6 +78,15 @@ def with_source_columns(raw: DataFrame) -> DataFrame:
     return raw.withColumn(
         "event_id", F.concat_ws("/", F.col("topic"), F.col("partition").cast("string"), F.col("offset").cast("string"))
     )
+
+
+def _capped(text: Column, limit: int) -> Column:
+    return F.when(F.length(text) > limit, F.concat(F.substring(text, 1, limit - 3), F.lit("..."))).otherwise(text)
+
+
+def shown(value: Column) -> Column:
+    """A value of the record quoted in a reason, at most 100 characters (a reason stays short)."""
+    return _capped(value, 100)
 
 
 def _json_path(field: Field) -> str:
@@ -197,7 +208,7 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
             F.coalesce(F.size(duplicates) > 0, F.lit(False)),
             F.format_string(
                 "duplicate member name '%s' (input contract unique-names: I-JSON, RFC 7493 §2.3: member names must be unique)",
-                duplicates[0],
+                shown(duplicates[0]),
             ),
         ),
         (
@@ -227,11 +238,11 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
             checks += [
                 (
                     actual_type.rlike(r"^DECIMAL\([0-9]+,0\)$"),
-                    F.format_string(f"field '{field.path}' is an integer outside the int64 range: %s (input contract field-type)", literal),
+                    F.format_string(f"field '{field.path}' is an integer outside the int64 range: %s (input contract field-type)", shown(literal)),
                 ),
                 (
                     ~actual_type.isin(*_INTEGER_TYPES),
-                    F.format_string(f"field '{field.path}' must be an integer (got %s)", actual_type),
+                    F.format_string(f"field '{field.path}' must be an integer (got %s)", shown(actual_type)),
                 ),
             ]
             continue
@@ -239,31 +250,31 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
         checks.append(
             (
                 actual_type != "STRING",
-                F.format_string(f"field '{field.path}' must be {_TYPE_NAMES[field.type]} (got %s)", actual_type),
+                F.format_string(f"field '{field.path}' must be {_TYPE_NAMES[field.type]} (got %s)", shown(actual_type)),
             )
         )
         if field.type == "timestamp":
             ts = F.try_to_timestamp(as_text)
             checks += [
-                (ts.isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", as_text)),
-                (~as_text.rlike(_HAS_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", as_text)),
+                (ts.isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", shown(as_text))),
+                (~as_text.rlike(_HAS_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", shown(as_text))),
                 (
                     ~as_text.rlike(_RFC3339),
                     F.format_string(
                         f"field '{field.path}' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM): '%s' "
                         "(input contract timestamp)",
-                        as_text,
+                        shown(as_text),
                     ),
                 ),
                 (
                     ~_timestamp_in_range(ts),
-                    F.format_string(f"field '{field.path}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)", as_text),
+                    F.format_string(f"field '{field.path}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)", shown(as_text)),
                 ),
             ]
         elif field.allowed:
             allowed = ", ".join(field.allowed)
             checks.append(
-                (~as_text.isin(*field.allowed), F.format_string(f"field '{field.path}' must be one of {allowed} (got '%s')", as_text))
+                (~as_text.isin(*field.allowed), F.format_string(f"field '{field.path}' must be one of {allowed} (got '%s')", shown(as_text)))
             )
     if key_field is not None:
         key = F.col("key").cast("string")
@@ -272,7 +283,7 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
         checks += [
             (F.col("key").isNull(), F.lit(f"record has no key; it must equal field '{key_field}' {rule}")),
             (~F.is_valid_utf8(key), F.lit(f"key is not UTF-8 {rule}")),
-            (key != expected, F.format_string(f"key '%s' does not equal field '{key_field}' '%s' {rule}", key, expected)),
+            (key != expected, F.format_string(f"key '%s' does not equal field '{key_field}' '%s' {rule}", shown(key), shown(expected))),
         ]
     # Reached only if the fast checks refused a record the checks above accept: still a dead
     # letter, never a silent pass.
@@ -282,16 +293,54 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
     return reason
 
 
-def dead_letter_value(app: str, version: str) -> Column:
-    """The dead-letter envelope (JSON text) of a parsed row with an error.
+# A dead letter is sized to the sink's request limit (the catalog's producer.max.request.size;
+# the catalog refuses a dead-letter topic that accepts less). Everything but the original bytes
+# fits in this reserve: app, version, the reason (capped), times, source coordinates, sizes,
+# digests and the preview (512 characters, at most 6 bytes each once JSON-escaped).
+DEAD_LETTER_RESERVE_BYTES = 16 * 1024
+REASON_MAX_CHARS = 1000
+PREVIEW_CHARS = 512
 
-    It keeps the original key and value byte for byte (base64), so a replay can put them back
-    exactly, plus a readable preview, the source coordinates, the app and the reason.
+
+def _base64_bytes(size: Column) -> Column:
+    return F.floor((size + 2) / 3) * 4
+
+
+def _stored(data: Column, inline: Column) -> Column:
+    return F.when(data.isNull(), F.lit("null")).when(inline, F.lit("inline")).otherwise(F.lit("reference"))
+
+
+def dead_letter_record(spec: AppSpec, version: str) -> Column:
+    """The dead letter of a parsed row with an error, as struct(key, value, topic) for the sink.
+
+    The envelope (JSON) names the reason, the app and the source record (topic, partition,
+    offset, timestamp) and keeps the original key and value: byte for byte in base64 when they
+    fit the sink's request limit, else by reference (source coordinates, size and sha256, which
+    recover_replay_dead_letters reads back from the source topic), the reason saying so. So a
+    dead letter always fits, and one large record never fails the sink. The dead letter's Kafka
+    key is the original key when that is kept inline (else null).
     """
+    budget = spec.producer.max_request_size - DEAD_LETTER_RESERVE_BYTES
+    key, value = F.col("key"), F.col("value")
+    key_size, value_size = F.length(key), F.length(value)
+    # A key (at most an eighth of the budget) is kept twice: as the Kafka key and in base64.
+    key_inline = key.isNull() | (key_size <= budget // 8)
+    key_cost = F.when(key.isNotNull() & key_inline, key_size + _base64_bytes(key_size)).otherwise(F.lit(0))
+    value_inline = value.isNull() | (_base64_bytes(value_size) + key_cost <= budget)
+    by_reference = [
+        F.when(~key_inline, F.format_string("key (%d bytes)", key_size)),
+        F.when(~value_inline, F.format_string("value (%d bytes)", value_size)),
+    ]
+    note = F.format_string(
+        f"; the original %s is stored by reference, not inline: over the {budget}-byte dead-letter limit "
+        "(read it from the source topic/partition/offset; sizes and sha256 are in this envelope)",
+        F.concat_ws(" and ", *by_reference),
+    )
+    reason = _capped(F.col("error"), REASON_MAX_CHARS)
     envelope = F.struct(
-        F.lit(app).alias("app"),
+        F.lit(spec.name).alias("app"),
         F.lit(version).alias("app_version"),
-        F.col("error").alias("reason"),
+        F.when(key_inline & value_inline, reason).otherwise(F.concat(reason, note)).alias("reason"),
         F.date_format(F.current_timestamp(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("failed_at"),
         F.struct(
             F.col("topic").alias("topic"),
@@ -299,18 +348,24 @@ def dead_letter_value(app: str, version: str) -> Column:
             F.col("offset").alias("offset"),
             F.date_format(F.col("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("timestamp"),
         ).alias("source"),
-        F.base64(F.col("key")).alias("original_key_base64"),
-        F.base64(F.col("value")).alias("original_value_base64"),
-        F.substring(F.col("value").cast("string"), 1, 512).alias("original_value_preview"),
+        F.when(key_inline, F.base64(key)).alias("original_key_base64"),
+        F.when(value_inline, F.base64(value)).alias("original_value_base64"),
+        _stored(key, key_inline).alias("original_key_stored"),
+        _stored(value, value_inline).alias("original_value_stored"),
+        key_size.alias("original_key_bytes"),
+        value_size.alias("original_value_bytes"),
+        F.sha2(key, 256).alias("original_key_sha256"),
+        F.sha2(value, 256).alias("original_value_sha256"),
+        F.substring(value.cast("string"), 1, PREVIEW_CHARS).alias("original_value_preview"),
     )
-    return F.to_json(envelope)
+    return F.struct(
+        F.when(key_inline, key).alias("key"), F.to_json(envelope).alias("value"), F.lit(spec.dead_letter_topic).alias("topic")
+    )
 
 
-def dead_letters(parsed: DataFrame, app: str, version: str, topic: str) -> DataFrame:
+def dead_letters(parsed: DataFrame, spec: AppSpec, version: str) -> DataFrame:
     """Rows with an error as dead-letter records (key, value, topic) for the Kafka sink."""
-    return parsed.where(F.col("error").isNotNull()).select(
-        F.col("key"), dead_letter_value(app, version).alias("value"), F.lit(topic).alias("topic")
-    )
+    return parsed.where(F.col("error").isNotNull()).select(dead_letter_record(spec, version).alias("dead")).select("dead.*")
 
 
 def good(parsed: DataFrame) -> DataFrame:

@@ -125,7 +125,7 @@ def start_app(
     for output in outputs or build_outputs(spark, spec, program, options):
         writer = (
             output.frame.writeStream.format("kafka")
-            .options(**kafka_sink_options(options.bootstrap_servers))
+            .options(**kafka_sink_options(options.bootstrap_servers, spec.producer))
             .option("checkpointLocation", f"{options.checkpoint}/{output.name}")
             .outputMode(output.output_mode)
             .queryName(f"{spec.name}.{output.name}")

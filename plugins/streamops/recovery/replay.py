@@ -16,6 +16,7 @@ a crash between the two can replay it once more on the next run (at-least-once, 
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib
 import json
 from collections import Counter
@@ -28,9 +29,10 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.catalog import AppSpec, Catalog
-from streamops.kafka_records import producer, read_spans
+from streamops.kafka_records import end_offsets, held_offsets, producer, read_spans
 from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
 from streamops.recovery.common import RecoveryRefused, resolve_app
+from streamops.recovery.skip import SKIP_REASON
 
 HEADER_SOURCE = "streamops.replay.source"
 HEADER_DEAD_LETTER = "streamops.replay.dead-letter"
@@ -55,6 +57,9 @@ class DeadLetter:
     key: bytes | None = None
     value: bytes | None = None
     verdict: str = ""  # replay | still fails: <reason> | filtered out | already replayed | ...
+    source_offset: int | None = None
+    # An original too large for the dead letter is kept by reference: read back from the source.
+    by_reference: dict[str, str] = field(default_factory=dict)  # "key"/"value" -> sha256 of the original
 
 
 @dataclass
@@ -141,8 +146,10 @@ def _read(bootstrap: str, topic: str, spans: dict[str, list[int]]) -> list[DeadL
             source = envelope["source"]
             letters.append(DeadLetter(
                 at=at, reason=str(envelope["reason"]), source=f"{source['topic']}/{source['partition']}/{source['offset']}",
-                source_topic=source["topic"], source_partition=int(source["partition"]),
+                source_topic=source["topic"], source_partition=int(source["partition"]), source_offset=int(source["offset"]),
                 key=_b64(envelope.get("original_key_base64")), value=_b64(envelope.get("original_value_base64")),
+                by_reference={part: str(envelope.get(f"original_{part}_sha256"))
+                              for part in ("key", "value") if envelope.get(f"original_{part}_stored") == "reference"},
             ))
         except (ValueError, TypeError, KeyError):
             letters.append(DeadLetter(at=at, reason="(not a dead-letter envelope)", source=None, verdict="not an envelope"))
@@ -153,6 +160,35 @@ def _b64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
+def _fetch_references(bootstrap: str, letters: list[DeadLetter]) -> None:
+    """Read originals kept by reference from their source records, checking each against its
+    sha256; a record retention deleted (or a digest that differs) cannot be replayed."""
+    wanted = [d for d in letters if d.by_reference]
+    by_partition: dict[tuple[str, int], list[DeadLetter]] = {}
+    for letter in wanted:
+        by_partition.setdefault((letter.source_topic, letter.source_partition), []).append(letter)
+    for (topic, partition), group in by_partition.items():
+        low, high = end_offsets(bootstrap, topic).get(partition, (0, 0))
+        found = {}
+        for letter in group:
+            if low <= letter.source_offset < high:
+                records = read_spans(bootstrap, topic, {partition: (letter.source_offset, letter.source_offset + 1)})
+                found.update({r.offset: r for r in records})
+        for letter in group:
+            record = found.get(letter.source_offset)
+            if record is None:
+                letter.verdict = (f"not replayable: its original is kept by reference and {letter.source} is no longer on the "
+                                  f"broker (retention; {topic} partition {partition}: {held_offsets(low, high)})")
+                continue
+            for part, digest in letter.by_reference.items():
+                data = record.key if part == "key" else record.value
+                if data is None or hashlib.sha256(data).hexdigest() != digest:
+                    letter.verdict = (f"not replayable: {letter.source} no longer holds the original {part} the dead letter "
+                                      "references (its sha256 differs)")
+                    break
+                setattr(letter, part, data)
+
+
 def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | None]:
     """index -> the reason the app's parsing gives now (None: it passes)."""
     from pyspark.sql import functions as F
@@ -160,16 +196,16 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
     from spark_apps.common import records
 
     program = importlib.import_module(f"spark_apps.{app.program}")
-    fields_by_topic = {topic: program.INPUT_FIELDS[role] for role, topic in app.inputs.items()}
     verdicts: dict[int, str | None] = {}
-    for topic, fields in fields_by_topic.items():
+    for role, topic in app.inputs.items():
+        fields = program.INPUT_FIELDS[role]
         rows = [(i, d.key, d.value, topic, d.source_partition, 0, None) for i, d in enumerate(letters) if d.source_topic == topic]
         if not rows:
             continue
         frame = spark.createDataFrame(
             rows, "idx int, key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
         )
-        parsed = records.parse(frame, fields, app.max_record_bytes)
+        parsed = records.parse(frame, fields, app.max_record_bytes, key_field=app.input_keys.get(role))
         verdicts.update({row.idx: row.error for row in parsed.select(F.col("idx"), F.col("error")).collect()})
     return verdicts
 
@@ -190,8 +226,14 @@ def evaluate(spark, bootstrap: str, app: AppSpec, spans: dict[str, list[int]], r
             letter.verdict = "already replayed"
         elif letter.source_topic not in inputs:
             letter.verdict = f"source {letter.source_topic} is not an input of {app.name}"
+        elif letter.reason.startswith(SKIP_REASON) and SKIP_REASON not in wanted:
+            # It parsed fine: an operator skipped it because it failed the query. Passing the
+            # parser again proves nothing, so it comes back only when asked for by name.
+            letter.verdict = f"skipped by an operator: replayed only with reason_contains '{SKIP_REASON}'"
         else:
             candidates.append(letter)
+    _fetch_references(bootstrap, candidates)
+    candidates = [d for d in candidates if not d.verdict]
     verdicts = _reparse(spark, app, candidates)
     seen: set[str] = set()
     for index, letter in enumerate(candidates):

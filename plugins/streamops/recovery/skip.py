@@ -26,7 +26,7 @@ from tabulate import tabulate
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoint_batches import describe_failed_batches, uncommitted_batch
-from streamops.kafka_records import end_offsets, read_spans
+from streamops.kafka_records import end_offsets, held_offsets, read_spans
 from streamops.quality.ranges import topic_partitions, watermarks
 from streamops.recovery.common import (
     RecoveryRefused,
@@ -212,7 +212,7 @@ def plan_skip(admin: AdminClient, bootstrap: str, catalog: Catalog, app_name: ob
             if key not in marks:
                 marks[key] = watermarks(admin, spec.topic, [spec.partition])[spec.partition]
             low, high = marks[key]
-            held = f"it holds offsets {low}-{high - 1}" if high > low else f"it is empty (next offset {high})"
+            held = held_offsets(low, high)
             if spec.last >= high:
                 problems.append(f"record {spec.text!r}: offset {spec.last} is past the end of {spec.topic} partition "
                                 f"{spec.partition} ({held})")
