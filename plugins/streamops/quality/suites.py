@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from streamops.catalog import (
     Catalog,
     PresenceSettings,
     RouterSettings,
+    TopicSpec,
     duration_ms,
 )
 
@@ -75,6 +77,65 @@ def suite_parameters(catalog: Catalog, topic: str) -> dict:
     return {}
 
 
+# How each value_schema type looks in JSON (Spark's schema_of_variant names), and in words.
+_JSON_TYPES = {
+    "string": ("= 'STRING'", "a string"),
+    "bigint": ("IN ('TINYINT', 'SMALLINT', 'INT', 'BIGINT')", "an integer"),
+    "double": ("RLIKE '^(TINYINT|SMALLINT|INT|BIGINT|FLOAT|DOUBLE|DECIMAL.*)$'", "a number"),
+    "boolean": ("= 'BOOLEAN'", "true or false"),
+    "timestamp": ("= 'STRING'", "a time string"),
+    "json": ("RLIKE '^(OBJECT|ARRAY)'", "an object or array"),
+}
+# Every output writes times as UTC with milliseconds (records.iso_time), years 0001-9999.
+# (No braces: the query is formatted with {batch}.)
+_D2 = "[0-9][0-9]"
+OUTPUT_TIME = rf"^(?!0000){_D2}{_D2}-{_D2}-{_D2}T{_D2}:{_D2}:{_D2}[.][0-9]{_D2}Z$"
+_FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+VALUE_CONTRACT = "value contract"
+
+
+def value_contract_expectation(spec: TopicSpec) -> dict:
+    """One expectation, generated from the topic's value_schema, that every value keeps the
+    input contract's rules downstream: exactly one JSON value, an object, no member name twice,
+    each schema field (when present) of its JSON type, times in the outputs' form. The offending
+    rows name the first rule they break (column `problem`). Suites do not repeat it."""
+    doc = "try_parse_json(value)"
+    problems = [
+        ("NOT coalesce(json_array_length(concat('[', value, ']')) = 1, false)", "'not exactly one JSON value'"),
+        (f"{doc} IS NULL", "'not I-JSON: invalid JSON or a member name twice'"),
+        (f"NOT schema_of_variant({doc}) LIKE 'OBJECT%'", "'not a JSON object'"),
+    ]
+    for path, kind in (spec.value_schema or {}).items():
+        if not _FIELD_PATH.fullmatch(path):
+            raise SuiteError(f"topic {spec.name!r}: value_schema field {path!r} cannot be checked (letters, digits, '_' and '.')")
+        json_path = f"$.{path}"
+        value = f"variant_get({doc}, '{json_path}', 'variant')"
+        condition, words = _JSON_TYPES[kind]
+        present = f"{value} IS NOT NULL AND NOT is_variant_null({value})"
+        problems.append((f"{present} AND NOT schema_of_variant({value}) {condition}",
+                         f"concat('field {path} is ', schema_of_variant({value}), ', not {words}')"))
+        if kind == "timestamp":
+            text = f"variant_get({doc}, '{json_path}', 'string')"
+            problems.append((
+                f"{present} AND NOT coalesce({text} RLIKE '{OUTPUT_TIME}' AND try_to_timestamp({text}) IS NOT NULL, false)",
+                f"concat('field {path} is \"', {text}, '\", not YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999')",
+            ))
+    cases = " ".join(f"WHEN {condition} THEN {message}" for condition, message in problems)
+    fields = ", ".join(f"{path} {kind}" for path, kind in (spec.value_schema or {}).items())
+    return {
+        "type": "unexpected_rows_expectation",
+        "kwargs": {
+            "unexpected_rows_query": (
+                f"SELECT partition, offset, key, problem FROM (SELECT partition, offset, key, CASE {cases} END AS problem "
+                "FROM {batch} WHERE value IS NOT NULL) WHERE problem IS NOT NULL ORDER BY partition, offset"
+            ),
+        },
+        "description": (f"{VALUE_CONTRACT} (generated from the catalog's value_schema): one JSON object per record, no member "
+                        f"name twice, fields of their types ({fields}), times as YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999"),
+        "meta": {"generated": "streamops.quality.suites.value_contract_expectation"},
+    }
+
+
 def writer_of(catalog: Catalog, topic: str) -> tuple[AppSpec, str]:
     writer = catalog.writer(topic)
     if writer is None:
@@ -99,7 +160,7 @@ def load_suite(catalog: Catalog, topic: str) -> TopicSuite:
         raise SuiteError(f"suite file {path}: 'expectations' must be a non-empty list")
 
     parameters = suite_parameters(catalog, topic)
-    records, reconciling, kinds = [], [], set()
+    records, reconciling, kinds = [value_contract_expectation(spec)], [], set()
     for index, item in enumerate(expectations):
         where = f"suite file {path}, expectations[{index}]"
         if not isinstance(item, dict) or not isinstance(item.get("type"), str) or not isinstance(item.get("kwargs"), dict):
