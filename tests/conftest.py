@@ -6,6 +6,7 @@ the broker without seeing each other's topics.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -56,6 +57,10 @@ def broker(session_dir: Path) -> LocalBroker:
         '{"conn_type": "kafka", "extra": {"bootstrap.servers": "%s"}}' % instance.bootstrap_servers
     )
     yield instance
+    # confluent-kafka's AdminClient has no close(): a client is closed when it is collected. Do
+    # that while the broker is up, or its threads go on retrying a stopped broker (log lines
+    # after pytest's summary). Every other client is closed where it is used.
+    gc.collect()
     instance.stop()
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
@@ -41,7 +46,7 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
 
     stopped = run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=30)
     assert stopped.state == "success"
-    assert stopped.xcoms["stop"].startswith(f"oplog-router stopped (pid {driver['pid']}): stop requested;")
+    assert stopped.xcoms["stop"].startswith(f"oplog-router stopped (pid {driver['pid']}): stop requested by {stopped.run_id};")
     assert runtime.state() == "stopped"
     after = run_dag("app_status", catalog_file, apps=["oplog-router"])
     assert after.xcoms["status"]["oplog-router"]["state"] == "stopped"
@@ -51,3 +56,36 @@ def _status(spec, broker):
     from streamops.app_status import app_status
 
     return app_status(spec, broker.bootstrap_servers)
+
+
+def test_a_driver_that_loses_a_launch_race_shows_its_own_log(app_env, app_catalog, broker, monkeypatch):
+    """Two deploys at once both pass launch()'s check; the driver that finds the lock taken exits,
+    and the error shows that driver's own log (one file per start), not the winner's output."""
+    from streamops import app_ops
+    from streamops.app_runtime import AppRuntime
+    from streamops.dag_tasks.apps import command_for
+
+    catalog_file, _ = app_env
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))
+    spec = app_catalog.app("oplog-router")
+    checkpoint = spec.checkpoint_location()
+    checks: list[bool] = []
+
+    class RacingRuntime(AppRuntime):
+        def is_locked(self) -> bool:  # the launch's own check ran just before the winner took the lock
+            checks.append(True)
+            return len(checks) > 1 and super().is_locked()
+
+    winner = AppRuntime(checkpoint)
+    winner.acquire({"app": "oplog-router", "version": "9.9.9"})
+    monkeypatch.setattr(app_ops, "AppRuntime", RacingRuntime)
+    try:
+        with pytest.raises(app_ops.LaunchError) as lost:
+            app_ops.launch(spec, command_for("oplog-router", None, {}), checkpoint=checkpoint, launched_by="manual__loser",
+                           version="1.0.0")
+    finally:
+        winner.release("stopped", "test")
+    (log,) = (Path(checkpoint) / "_runtime" / "logs").glob("driver-*.log")
+    message = str(lost.value)
+    assert message.startswith(f"oplog-router: the driver exited with code 3 during start-up; last lines of {log}:")
+    assert f"refused: oplog-router is already running: driver pid {os.getpid()}" in message

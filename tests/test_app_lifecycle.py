@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from streamops.app_runtime import AppRuntime
-from streamops.kafka_records import read_all
-from streamops.loadgen import LoadSpec
-from streamops.loadgen import run as run_load
+from streamops.kafka_records import end_offsets, read_all
+from streamops.loadgen import LoadSpec, background_load
 from streamops.waiting import poll_until
 from test_app_runs import wait_until_all_routed
 
@@ -51,6 +50,15 @@ def launcher(broker, app_catalog, tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    # spark-submit runs in a process group of its own (so Ctrl-C reaches only the CLI).
+    for app in app_catalog.app_names():
+        runtime = launch.runtime(app)
+        if runtime.is_locked():
+            os.killpg(runtime.driver()["process_group"], signal.SIGKILL)
+
+
+def end_offsets_total(broker, spec) -> int:
+    return sum(high for _, high in end_offsets(broker.bootstrap_servers, spec.inputs["operations"]).values())
 
 
 def wait_running(runtime: AppRuntime, process: subprocess.Popen, query: str) -> None:
@@ -62,7 +70,7 @@ def wait_running(runtime: AppRuntime, process: subprocess.Popen, query: str) -> 
     poll_until(up, timeout=180, what="the driver's first progress", max_interval=1)
 
 
-def test_second_launch_is_refused_and_a_stop_request_stops_gracefully(launcher, broker):
+def test_second_launch_is_refused_and_ctrl_c_stops_gracefully(launcher, broker):
     runtime = launcher.runtime("oplog-router")
     first = launcher("oplog-router")
     wait_running(runtime, first, "route")
@@ -77,12 +85,13 @@ def test_second_launch_is_refused_and_a_stop_request_stops_gracefully(launcher, 
     ) in log
     assert runtime.state() == "running" and runtime.driver()["pid"] == running["pid"]
 
-    runtime.request_stop(by="test")
+    os.killpg(first.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the CLI's process group
     assert first.wait(timeout=120) == 0
     record = runtime.driver()
     assert runtime.state() == "stopped"
     assert record["outcome"] == "stopped"
-    assert record["reason"] == "stop requested; oplog-router.route: stopped between micro-batches"
+    assert record["reason"] == (f"stop requested by Ctrl-C at the terminal (streamops app run (pid {first.pid})); "
+                                "oplog-router.route: stopped between micro-batches")
     assert [entry["event"] for entry in runtime.history()] == ["started", "stopped"]
 
 
@@ -91,15 +100,16 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
     runtime = launcher.runtime("oplog-router")
     first = launcher("oplog-router")
     wait_running(runtime, first, "route")
-    producer = threading.Thread(target=run_load, args=(spec, LoadSpec(count=4000, keys=30, rate=400, seed=5), broker.bootstrap_servers))
-    producer.start()
-    poll_until(lambda: runtime.progress()["route"]["input_rows"] > 0, timeout=120, what="a micro-batch with data")
-
-    os.kill(runtime.driver()["pid"], signal.SIGKILL)  # mid-stream: the load is still being produced
-    first.wait(timeout=60)
-    assert producer.is_alive()
-    assert runtime.state() == "crashed"
-    producer.join(timeout=120)
+    # The load runs until the block ends, so the kill lands mid-stream however fast this machine is.
+    with background_load(spec, LoadSpec(count=10_000_000, keys=30, rate=400, seed=5), broker.bootstrap_servers) as producer:
+        poll_until(lambda: runtime.progress()["route"]["input_rows"] > 0, timeout=120, what="a micro-batch with data")
+        os.kill(runtime.driver()["pid"], signal.SIGKILL)
+        at_kill = end_offsets_total(broker, spec)
+        first.wait(timeout=60)
+        assert runtime.state() == "crashed"
+        # Records keep arriving while no driver runs: the restart must catch up on them too.
+        poll_until(lambda: end_offsets_total(broker, spec) > at_kill, timeout=60, what="records produced after the kill")
+    assert not producer.is_alive()
 
     second = launcher("oplog-router")
     wait_running(runtime, second, "route")
@@ -119,3 +129,21 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
     for record in read_all(broker.bootstrap_servers, topic):
         ends[record.partition] = record.offset + 1
     assert {tp.partition: tp.offset for tp in committed} == {p: ends.get(p, 0) for p in range(6)}
+
+
+def test_kill_dash_9_of_the_spark_jvm_is_recorded_as_what_happened(launcher, broker):
+    import psutil
+
+    runtime = launcher.runtime("oplog-router")
+    first = launcher("oplog-router")
+    wait_running(runtime, first, "route")
+    jvm = runtime.driver()["jvm_pid"]
+    assert "java" in psutil.Process(jvm).name()
+    os.kill(jvm, signal.SIGKILL)
+    first.wait(timeout=120)  # the CLI ends with its spark-submit; the Python driver notices next
+    poll_until(lambda: runtime.state() != "running", timeout=120, what="the driver to record its end")
+    record = runtime.driver()
+    assert runtime.state() == "failed"
+    assert re.fullmatch(
+        rf"the driver's Spark JVM \(pid {jvm}\) went away after \d+ s of running \(killed, or out of memory: see the driver "
+        r"log\); the app stopped with it\. Last error: .{1,400}", record["reason"]), record["reason"]

@@ -107,6 +107,10 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
                              f"progress {runtime.progress()}") from None
     (failed,) = runtime.driver()["failed_batches"]
     assert failed["query"] == "route" and "RecordTooLargeException" in failed["error"], failed
+    # The record says what went wrong in a line; Spark's whole plan stays in the driver log.
+    assert runtime.driver()["reason"] == f"query {spec.name}.route failed: {failed['error']}"
+    assert failed["error"].startswith("org.apache.kafka.common.errors.RecordTooLargeException: ") and len(failed["error"]) <= 400
+    assert "Logical Plan" in runtime.driver_log().read_text()
     assert any(r["topic"] == source and r["partition"] == POISON_PARTITION and r["first"] <= poison_offset <= r["last"]
                for r in failed["ranges"]), failed
     status = app_status(spec, bootstrap)
@@ -206,7 +210,7 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
         "(e.g. 'oplog.operations:3:1200' or 'oplog.operations:3:1200-1210')",
         f"record '{source}:1:{2**70}': offset {2**70} is out of range (Kafka offsets are at most {2**63 - 1})",
         f"record '{source}:1:9-3': the range ends before it starts (9-3)",
-        "note contains a line break or control character: keep it to one line of text"]
+        "note contains a line break, control or formatting character: keep it to one line of plain text"]
     assert problems(f"{source}:1:0-20000") == [
         "records name 20001 offsets; a skip takes at most 10000: to move past more, use recover_reset_offsets"]
 

@@ -184,7 +184,7 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
         assert str(refused.value) == (f"refused: version {version!r} must be a semantic version such as 1.2.0 or 1.2.0-rc.1 "
                                       "(digits, dots, letters and '-+' only, at most 64 characters)")
     assert submits == []  # no spark-submit (nor anything else) was started
-    assert not (launch_env / APP / "_runtime" / "driver.log").exists()
+    assert not (launch_env / APP / "_runtime" / "logs").exists()  # no driver was ever started
     assert not canary[0].exists()
 
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from streamops.app_runtime import AlreadyRunningError, AppRuntime
 from streamops.catalog import AppSpec
-from streamops.local_stack.process import log_tail
 from streamops.spark_submit import SubmitSpec, spark_env
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -68,8 +70,7 @@ def launch(
     runtime = AppRuntime(checkpoint)
     if runtime.is_locked():
         raise AlreadyRunningError(runtime.refusal(app.name))
-    runtime.dir.mkdir(parents=True, exist_ok=True)
-    driver_log = runtime.dir / "driver.log"
+    driver_log = runtime.new_driver_log()
     with open(driver_log, "ab") as log:
         log.write(f"\n===== launch by {launched_by}: {' '.join(command)}\n".encode())
         log.flush()
@@ -82,6 +83,7 @@ def launch(
                 **os.environ,
                 **spark_env(),
                 "STREAMOPS_LAUNCHED_BY": launched_by,
+                "STREAMOPS_DRIVER_LOG": str(driver_log),
                 # Recorded by the driver, so a rollback can start exactly this again.
                 "STREAMOPS_LAUNCH": json.dumps({"version": version, "spark_conf": spark_conf or {}}),
             },
@@ -93,7 +95,7 @@ def launch(
         if process.poll() is not None:
             raise LaunchError(
                 f"{app.name}: the driver exited with code {process.returncode} during start-up; last lines of "
-                f"{driver_log}:\n{log_tail(driver_log, 30)}"
+                f"{driver_log}:\n{readable_tail(driver_log)}"
             )
         record = runtime.driver() or {}
         return (
@@ -108,7 +110,7 @@ def launch(
         os.killpg(process.pid, signal.SIGTERM)
         raise LaunchError(
             f"{app.name} did not start its queries within {wait_for_start_s:g}s and was stopped; last lines of "
-            f"{driver_log}:\n{log_tail(driver_log, 30)}"
+            f"{driver_log}:\n{readable_tail(driver_log)}"
         ) from None
     record = runtime.driver() or {}
     return Launch(app.name, int(record["pid"]), version, record.get("application_id"), str(driver_log), command)
@@ -126,6 +128,7 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
     if not runtime.is_locked():
         return f"{app.name} is not running (state: {runtime.state()})"
     pid = (runtime.driver() or {}).get("pid")
+    process = runtime.driver_process()
     runtime.request_stop(by=requested_by, deadline_s=deadline_s)
     # The driver's own deadline (STREAMOPS_STOP_DEADLINE) covers the batch; allow for exit too.
     try:
@@ -134,26 +137,46 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
         return f"{app.name} stopped (pid {pid}): {record.get('reason', '')}"
     except DeadlineExceeded:
         pass
+    if process is None:
+        raise LaunchError(f"{app.name} did not stop within {deadline_s + 60:g}s, and its driver (pid {pid}) is not a process "
+                          "on this host that the record names (another host, or the record is not that process's): "
+                          "stop it where it runs")
     # Still running: two SIGTERMs make the driver stop its queries at once; both are safe to
     # restart from, as an interrupted micro-batch is re-run from the checkpoint.
     for _ in range(2):
-        _signal(pid, signal.SIGTERM)
+        _signal(process, signal.SIGTERM)
     try:
         poll_until(lambda: not runtime.is_locked(), timeout=30, what=f"{app.name} to exit after SIGTERM")
         return f"{app.name} did not stop within {deadline_s + 60:g}s; stopped with SIGTERM (pid {pid})"
     except DeadlineExceeded:
-        _signal(pid, signal.SIGKILL)
+        _signal(process, signal.SIGKILL)
         poll_until(lambda: not runtime.is_locked(), timeout=30, what=f"{app.name} to die")
         return f"{app.name} ignored SIGTERM; killed (pid {pid}); the checkpoint is safe to restart from"
 
 
-def _signal(pid: int | None, sig: int) -> None:
-    if pid:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+def _signal(process, sig: int) -> None:
+    try:
+        process.send_signal(sig)
+    except psutil.NoSuchProcess:
+        pass
+
+
+# Lines of Spark's plan trees ("+- Project [...]", ":  +- ...") that follow a query's error.
+_PLAN_TREE_LINE = re.compile(r"^\s*([:|]\s*)*[+:]- ")
+_LINE_CHARS = 300
+
+
+def readable_tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a driver log an operator can read: without Spark's plan trees (the
+    error's own line names the cause), each line cut at 300 characters."""
+    if not path.exists():
+        return f"(no log at {path})"
+    kept = [line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 3] + "..."
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if not _PLAN_TREE_LINE.match(line)]
+    return "\n".join(kept[-lines:]) or f"(log {path} is empty)"
 
 
 def driver_log_tail(checkpoint: str, lines: int = 30) -> str:
-    return log_tail(Path(AppRuntime(checkpoint).dir / "driver.log"), lines)
+    """The last readable lines of the current or last driver's own log."""
+    path = AppRuntime(checkpoint).driver_log()
+    return readable_tail(path, lines) if path else "(no driver log: the app was not started by the suite here)"

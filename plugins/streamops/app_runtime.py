@@ -7,6 +7,8 @@
     <checkpoint>/_runtime/runs.jsonl       every start and stop, appended
     <checkpoint>/_runtime/progress/Q.json  the latest progress of query Q (a StreamingQueryListener)
     <checkpoint>/_runtime/stop-requested   ask the driver for a graceful stop
+    <checkpoint>/_runtime/logs/driver-<time>.log  the output of one driver start (the newest
+                                           DRIVER_LOGS_KEPT are kept); driver.json names its own
     <checkpoint>/_runtime/skip-records.json  input records an operator chose to skip
                                            (recover_skip_records); read by the driver at start
 
@@ -24,6 +26,11 @@ import socket
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import psutil
+
+
+DRIVER_LOGS_KEPT = 20
 
 
 class AlreadyRunningError(RuntimeError):
@@ -63,6 +70,7 @@ class AppRuntime:
         self.stop_marker = self.dir / "stop-requested"
         self.progress_dir = self.dir / "progress"
         self.skip_file = self.dir / "skip-records.json"
+        self.logs_dir = self.dir / "logs"
         self._lock_fd: int | None = None
 
     # --- the one-driver lock --------------------------------------------------------------------
@@ -82,7 +90,9 @@ class AppRuntime:
         # mistakes old progress for this driver's.
         for stale in self.progress_dir.glob("*.json") if self.progress_dir.exists() else []:
             stale.unlink()
-        record = {**info, "pid": os.getpid(), "host": socket.gethostname(), "started_at": now_iso()}
+        # The process's start time with its pid: a pid the OS reuses later is never mistaken for it.
+        record = {**info, "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "host": socket.gethostname(),
+                  "started_at": now_iso()}
         _write_atomic(self.driver_file, record)
         self._append_history({"event": "started", **record})
 
@@ -126,6 +136,19 @@ class AppRuntime:
     def driver(self) -> dict[str, Any] | None:
         return _read_json(self.driver_file)
 
+    def driver_process(self) -> psutil.Process | None:
+        """The recorded driver's process if it is alive on this host and is the same process
+        (same start time), else None: a signal never goes to a pid the record merely names."""
+        record = self.driver() or {}
+        pid, created = record.get("pid"), record.get("pid_created")
+        if record.get("host") != socket.gethostname() or not isinstance(pid, int) or not isinstance(created, (int, float)):
+            return None
+        try:
+            process = psutil.Process(pid)
+            return process if abs(process.create_time() - created) < 0.01 else None
+        except psutil.Error:
+            return None
+
     def state(self) -> str:
         """running | stopped | failed (its query failed) | crashed (died unrecorded) | never started."""
         if self.is_locked():
@@ -143,6 +166,27 @@ class AppRuntime:
     def _append_history(self, entry: dict[str, Any]) -> None:
         with open(self.history_file, "a", encoding="utf-8") as history:
             history.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    # --- driver logs: one file per start -----------------------------------------------------------
+
+    def new_driver_log(self) -> Path:
+        """A fresh log file for a driver about to start (two starts never share one, so a refused
+        second driver's own words stay readable); the oldest beyond DRIVER_LOGS_KEPT go."""
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        path = self.logs_dir / f"driver-{stamp}-{os.getpid()}.log"
+        path.touch()
+        for old in sorted(self.logs_dir.glob("driver-*.log"))[:-DRIVER_LOGS_KEPT]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def driver_log(self) -> Path | None:
+        """The log of the current or last driver (as driver.json names it), else the newest."""
+        named = (self.driver() or {}).get("driver_log")
+        if named and Path(named).exists():
+            return Path(named)
+        logs = sorted(self.logs_dir.glob("driver-*.log")) if self.logs_dir.exists() else []
+        return logs[-1] if logs else None
 
     # --- graceful stop requests -----------------------------------------------------------------
 

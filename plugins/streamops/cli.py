@@ -239,14 +239,15 @@ def app_run(
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
     print_only: Annotated[bool, typer.Option("--print", help="Print the spark-submit command; run nothing.")] = False,
 ) -> None:
-    """Run a streaming app with spark-submit in the foreground (Ctrl-C stops it)."""
-    import os
+    """Run a streaming app with spark-submit in the foreground. Ctrl-C stops it gracefully (the
+    micro-batch in flight finishes); a second Ctrl-C stops it at once."""
     import shlex
 
-    from streamops.spark_submit import spark_env, submit_spec
+    from streamops.spark_submit import submit_spec
 
+    app_spec = _app_spec(name)
     spec = submit_spec(
-        _app_spec(name),
+        app_spec,
         bootstrap_servers=bootstrap_servers or _broker().bootstrap_servers,
         trigger=trigger,
         checkpoint=checkpoint,
@@ -255,7 +256,45 @@ def app_run(
     argv = spec.argv(master=master)
     typer.echo(shlex.join(argv), err=not print_only)
     if not print_only:
-        os.execve(argv[0], argv, {**os.environ, **spark_env()})
+        raise typer.Exit(run_in_foreground(argv, checkpoint or app_spec.checkpoint_location()))
+
+
+def run_in_foreground(argv: list[str], checkpoint: str) -> int:
+    """spark-submit in a process group of its own, so Ctrl-C at the terminal reaches only this
+    process, which asks the driver for a graceful stop (as stop_apps does); a second Ctrl-C (or
+    SIGTERM) sends SIGTERM to the driver's group. Returns the driver's exit code."""
+    import os
+    import signal
+    import subprocess
+
+    from streamops.app_runtime import AppRuntime
+    from streamops.spark_submit import spark_env
+
+    runtime = AppRuntime(checkpoint)
+    me = f"streamops app run (pid {os.getpid()})"
+    process = subprocess.Popen(argv, env={**os.environ, **spark_env(), "STREAMOPS_LAUNCHED_BY": me}, process_group=0)  # noqa: S603
+    signals: list[int] = []
+
+    def on_signal(signum, _frame):
+        signals.append(signum)
+        if len(signals) == 1:
+            typer.echo("stopping after the micro-batch in flight (Ctrl-C again to stop at once) ...", err=True)
+        else:
+            os.killpg(process.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    asked = False
+    while True:
+        try:
+            return process.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        # The request is written once our driver holds the lock: a driver still starting would
+        # clear a stop request it found (it belongs to the driver before).
+        if signals and not asked and runtime.is_locked() and (runtime.driver() or {}).get("launched_by") == me:
+            runtime.request_stop(by=f"Ctrl-C at the terminal ({me})" if signals[0] == signal.SIGINT else f"SIGTERM to {me}")
+            asked = True
 
 
 @app.command()

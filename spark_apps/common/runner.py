@@ -16,6 +16,8 @@ import os
 import re
 import signal
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -27,6 +29,7 @@ from spark_apps.common.kafka_io import kafka_sink_options, read_topics
 from spark_apps.common.session import apply_app_conf, build_session
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import AppSpec, catalog_path, load_catalog
+from streamops.checkpoint_batches import error_gist
 from streamops.waiting import DeadlineExceeded, poll_until
 
 log = logging.getLogger("streamops.app")
@@ -188,12 +191,19 @@ def offsets_of(progress) -> dict[str, dict[str, int]]:
 class ProgressPublisher(StreamingQueryListener):
     """Per micro-batch: a log line, the progress file beside the checkpoint (for status DAGs),
     and the processed offsets committed to the consumer group `streamops.<app>` so standard
-    Kafka lag tools see the app (Spark itself keeps offsets only in its checkpoint)."""
+    Kafka lag tools see the app (Spark itself keeps offsets only in its checkpoint).
+
+    Spark delivers listener events asynchronously: a driver that ends right after its last
+    batch (an available-now run, a stop) may exit before the event arrives, so the driver also
+    publishes each query's last progress itself (`publish_last`). Publishing is idempotent and
+    never goes back to an older batch, whichever of the two comes first."""
 
     def __init__(self, runtime: AppRuntime | None = None, group_id: str | None = None, bootstrap_servers: str | None = None):
         super().__init__()
         self.runtime = runtime
         self.group = None
+        self._lock = threading.Lock()
+        self._published: dict[str, int] = {}  # query name -> newest batch published
         if group_id and bootstrap_servers:
             from confluent_kafka import Consumer
 
@@ -203,7 +213,29 @@ class ProgressPublisher(StreamingQueryListener):
         log.info("query %s started (run %s)", event.name, event.runId)
 
     def onQueryProgress(self, event):  # noqa: N802
-        p = event.progress
+        self.publish(event.progress)
+
+    def publish_last(self, queries: list[StreamingQuery]) -> None:
+        """Publish each query's last progress now, in this thread (see the class doc)."""
+        for query in queries:
+            progress = query.lastProgress
+            if progress is not None:
+                self.publish(progress)
+
+    def close(self) -> None:
+        with self._lock:
+            if self.group is not None:
+                self.group.close()
+                self.group = None
+
+    def publish(self, p) -> None:
+        with self._lock:
+            if self._published.get(p.name, -1) >= p.batchId:
+                return
+            self._published[p.name] = p.batchId
+            self._publish(p)
+
+    def _publish(self, p) -> None:
         observed = {name: row.asDict() for name, row in (p.observedMetrics or {}).items()}
         state_rows = sum(op.numRowsTotal for op in p.stateOperators)
         dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
@@ -286,7 +318,7 @@ def record_failed_batches(runtime: AppRuntime, failed: list[StreamingQuery]) -> 
     """Record in driver.json, per failed query, the micro-batch it failed on and the input
     offsets that batch covers: a restart runs exactly that batch again, so recover_restart_app
     can say when it failed twice and name the records to skip (recover_skip_records)."""
-    from streamops.checkpoint_batches import error_gist, uncommitted_batch
+    from streamops.checkpoint_batches import uncommitted_batch
 
     found = []
     for query in failed:
@@ -348,6 +380,8 @@ def main(argv: list[str], program_name: str) -> int:
         return 0
     log.info("app %s (%s %s) from %s: %s", spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
     runtime = AppRuntime(options.checkpoint)
+    # Under spark-submit the Python driver is a child of the Spark JVM it talks to.
+    jvm_pid = os.getppid() if "PYSPARK_GATEWAY_PORT" in os.environ else None
     try:
         runtime.acquire(
             {
@@ -361,39 +395,40 @@ def main(argv: list[str], program_name: str) -> int:
                 "launch": json.loads(os.environ.get("STREAMOPS_LAUNCH") or "{}"),
                 # spark-submit and its JVM share it: a recovery can find what a dead driver left.
                 "process_group": os.getpgrp(),
+                "jvm_pid": jvm_pid,
+                "driver_log": os.environ.get("STREAMOPS_DRIVER_LOG"),
             }
         )
     except AlreadyRunningError as exc:
         log.error("refused: %s", exc)
         return 3
+    stops = StopSignals()
+    began = time.monotonic()
+    running = False  # queries started (an available-now run is running while start_app works)
+    queries: list[StreamingQuery] = []
+    publisher: ProgressPublisher | None = None
     outcome, reason = "failed", "driver exited during start-up"
     try:
         spark = build_session(f"streamops-{spec.name}")
         spark.sparkContext.setLogLevel("WARN")
         runtime.update(application_id=spark.sparkContext.applicationId)
-        spark.streams.addListener(ProgressPublisher(runtime, f"streamops.{spec.name}", options.bootstrap_servers))
+        publisher = ProgressPublisher(runtime, f"streamops.{spec.name}", options.bootstrap_servers)
+        spark.streams.addListener(publisher)
         outputs = build_outputs(spark, spec, program, options)
         runtime.update(plan_fingerprint=plan_fingerprint(outputs))
+        running = options.trigger == AVAILABLE_NOW
         queries = start_app(spark, spec, program, options, outputs)
+        running, stops.queries = True, queries
         # Launchers wait for this: an idle query reports no progress, but it has started.
         runtime.update(queries_started=[q.name.rsplit(".", 1)[-1] for q in queries], queries_started_at=now_iso())
         if options.trigger == AVAILABLE_NOW:
+            publisher.publish_last(queries)
             log.info("available-now run finished; totals %s", json.dumps(observed_totals(queries)))
             outcome, reason = "stopped", "available-now run finished"
             return 0
 
-        signals: list[str] = []
-
-        def on_signal(signum, _frame):
-            signals.append(signal.Signals(signum).name)
-            if len(signals) > 1:  # a second signal: stop now, still restart-safe
-                for query in queries:
-                    query.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
         poll_until(
-            lambda: signals or runtime.stop_requested() or any(not q.isActive for q in queries),
+            lambda: stops.received or runtime.stop_requested() or any(not q.isActive for q in queries),
             timeout=10 * 365 * 86400,
             what="a stop request",
             interval=0.5,
@@ -402,14 +437,70 @@ def main(argv: list[str], program_name: str) -> int:
         failed = [q for q in queries if not q.isActive and q.exception()]
         if failed:
             record_failed_batches(runtime, failed)
-            reason = "; ".join(f"query {q.name} failed: {q.exception()}" for q in failed)
-            log.error(reason)
+            # The whole exception (with Spark's logical plan) is in the driver log; the record
+            # keeps the line that says what went wrong.
+            reason = "; ".join(f"query {q.name} failed: {error_gist(str(q.exception()))}" for q in failed)
+            log.error("%s", "; ".join(f"query {q.name} failed: {q.exception()}" for q in failed))
+            log.error("in short: %s", reason)
             graceful_stop(queries, deadline_s=30)
+            publisher.publish_last(queries)
             return 1
-        why = f"signal {signals[0]}" if signals else "stop requested"
-        deadline = runtime.stop_request().get("deadline_s") or float(os.environ.get("STREAMOPS_STOP_DEADLINE", 60))
+        request = runtime.stop_request()
+        why = stops.describe() or f"stop requested by {request.get('by') or 'an operator'}"
+        deadline = request.get("deadline_s") or float(os.environ.get("STREAMOPS_STOP_DEADLINE", 60))
         reason = f"{why}; {graceful_stop(queries, deadline_s=float(deadline))}"
+        publisher.publish_last(queries)
         outcome = "stopped"
         return 0
+    except BaseException as exc:
+        outcome, reason = ended_by(exc, running, time.monotonic() - began, stops, jvm_pid)
+        log.error("%s", reason)
+        raise
     finally:
+        if publisher is not None:
+            publisher.close()
         runtime.release(outcome, reason)
+
+
+class StopSignals:
+    """SIGTERM and SIGINT, from the start: the first asks for a graceful stop (the running
+    micro-batch finishes); a second stops the queries at once, or ends a start-up."""
+
+    def __init__(self):
+        self.received: list[str] = []
+        self.queries: list[StreamingQuery] = []
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, _frame):
+        self.received.append(signal.Signals(signum).name)
+        if len(self.received) > 1:
+            if not self.queries:
+                raise KeyboardInterrupt(f"a second signal ({self.received[-1]}) during start-up")
+            for query in self.queries:  # still restart-safe: an interrupted batch re-runs
+                query.stop()
+
+    def describe(self) -> str:
+        if not self.received:
+            return ""
+        said = f"signal {self.received[0]}" + (" (Ctrl-C)" if self.received[0] == "SIGINT" else "")
+        return said + (f", then {self.received[1]}: stopped at once" if len(self.received) > 1 else "")
+
+
+def _jvm_gone(jvm_pid: int | None) -> bool:
+    import psutil
+
+    return jvm_pid is not None and (not psutil.pid_exists(jvm_pid) or psutil.Process(jvm_pid).status() == psutil.STATUS_ZOMBIE)
+
+
+def ended_by(exc: BaseException, running: bool, seconds: float, stops: StopSignals, jvm_pid: int | None) -> tuple[str, str]:
+    """(outcome, reason) of a driver that ended by an exception: what an operator reads in status."""
+    phase = f"after {seconds:.0f} s of running" if running else f"during start-up ({seconds:.0f} s)"
+    gist = error_gist(f"{type(exc).__name__}: {exc}")
+    if stops.received:
+        return "stopped", (f"{stops.describe()} {phase}; the graceful stop did not finish ({gist}): a micro-batch in "
+                           "flight re-runs on restart")
+    if _jvm_gone(jvm_pid):
+        return "failed", (f"the driver's Spark JVM (pid {jvm_pid}) went away {phase} (killed, or out of memory: see the "
+                          f"driver log); the app stopped with it. Last error: {gist}")
+    return "failed", f"the driver failed {phase}: {gist}"

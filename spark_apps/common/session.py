@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from streamops.catalog import AppSpec
+
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 # Spark SQL settings every app gets; the catalog's spark_conf is applied on top.
 BASE_CONF = {
@@ -37,11 +40,15 @@ def build_session(app_name: str, master: str | None = None, extra_conf: dict[str
         builder = builder.master(master)
     # Under spark-submit the JVM already runs (PYSPARK_GATEWAY_PORT is set) and the launcher
     # passed the connector with --jars; started from plain Python, hand Spark the jars here.
+    conf = {**BASE_CONF, **(extra_conf or {})}
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         from streamops.toolchain import connector_jars
 
         builder = builder.config("spark.jars", ",".join(str(jar) for jar in connector_jars()))
-    for key, value in {**BASE_CONF, **(extra_conf or {})}.items():
+        # This process starts the JVM: its log lines go to stdout (see log4j2.properties).
+        java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()} {conf.get('spark.driver.extraJavaOptions', '')}"
+        conf["spark.driver.extraJavaOptions"] = java_options.strip()
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

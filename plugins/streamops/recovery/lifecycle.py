@@ -39,8 +39,9 @@ def leftovers(driver: dict) -> list[Leftover]:
             command = " ".join(proc.info["cmdline"] or [])
         except (psutil.Error, ProcessLookupError, PermissionError):
             continue
-        # Only Spark's own processes: the group of a driver started from a shell may hold others.
-        if "spark" in command.lower():
+        # Only this app's Spark processes (spark-submit, its JVM and the Python driver name the app;
+        # Python workers are PySpark's): the group of a driver started from a shell may hold others.
+        if f"--app {driver.get('app')} " in f"{command} " or "pyspark.daemon" in command or "pyspark.worker" in command:
             found.append(Leftover(proc.pid, proc.info["name"] or "?", command[:300]))
     return found
 
