@@ -11,6 +11,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
+from streamops.dag_tasks import is_dry_run
 from streamops.dag_tasks import provision_topics as steps
 
 # Parsing the catalog here means a broken catalog shows as this DAG's import error in the UI,
@@ -72,7 +73,7 @@ def provision_topics():
 
     @task(multiple_outputs=False)
     def apply(plan_xcom: dict) -> dict:
-        if get_current_context()["params"]["dry_run"]:
+        if is_dry_run(get_current_context()["params"]):
             raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log.")
         return steps.apply(steps.admin_client(), plan_xcom)
 

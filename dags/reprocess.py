@@ -9,6 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
+from streamops.dag_tasks import is_dry_run
 from streamops.dag_tasks import reprocess as steps
 from streamops.dag_tasks.apps import kafka_bootstrap
 from streamops.dag_tasks.provision_topics import admin_client
@@ -81,7 +82,7 @@ def reprocess():
     @task(multiple_outputs=False)
     def run(planned: dict) -> dict:
         context = get_current_context()
-        if context["params"]["dry_run"]:
+        if is_dry_run(context["params"]):
             raise AirflowSkipException("Dry run: nothing was created or written. The plan is in the 'plan' task's log.")
         return steps.run(planned, context["run_id"], kafka_bootstrap(), admin_client(), spark_master())
 
@@ -92,7 +93,7 @@ def reprocess():
     @task(multiple_outputs=False)
     def cut_over(planned: dict, ran: dict, _validated: list[dict]) -> dict:
         context = get_current_context()
-        if not context["params"]["cutover"]:
+        if context["params"].get("cutover") is not True:
             raise AirflowSkipException("No cutover asked for: the live app was not touched.")
         return steps.cutover(planned, ran, context["run_id"], kafka_bootstrap())
 

@@ -402,3 +402,120 @@ def test_the_forms_size_patterns_hold_exactly_the_sizes_the_code_accepts():
         # Python's `$` also matches before a final line break, so an API trigger's "2g\n" passes the
         # schema on the server (not the UI's JavaScript check); the code refuses it.
         assert pattern.search("2g\n") and entry.normalised("2g\n") is None
+
+
+# --- what a task reads back: plans handed between tasks, names matched whole -------------------------
+
+
+def reprocess_plan(app_catalog, **request) -> dict:
+    """A reprocess plan as the plan task hands it to the next (XCom), for oplog-router."""
+    from dataclasses import asdict
+
+    from streamops.reprocess import ReprocessPlan, target_topics
+
+    app = app_catalog.app(APP)
+    req = {"app": APP, "start": "earliest", "end": "now", "target": "scratch", "version": "v2", "tag": "t1", "cutover": False,
+           **request}
+    plan = ReprocessPlan(app=APP, request=req, inputs=[], targets=target_topics(app, req["target"], req["version"], req["tag"]),
+                         estimate_s=0.0, rate=1.0, rate_measured=False)
+    return asdict(plan)
+
+
+def test_a_plan_handed_between_tasks_is_checked_again(app_env, app_catalog, tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.dag_tasks.reprocess import checked_plan
+
+    catalog_file, _ = app_env
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))
+    monkeypatch.setenv("STREAMOPS_REPROCESS_ROOT", str(tmp_path / "reprocess"))
+    _, folder = checked_plan(reprocess_plan(app_catalog))
+    assert folder == tmp_path / "reprocess" / APP / "t1"
+
+    tampered = reprocess_plan(app_catalog)
+    tampered["request"]["tag"] = "../../../../tmp/x"
+    with pytest.raises(AirflowFailException) as refused:
+        checked_plan(tampered)
+    assert str(refused.value) == ("refused: the plan this task received is not one the plan task makes: "
+                                  "tag '../../../../tmp/x' is not 1-40 lowercase letters, digits or '-'")
+    tampered = reprocess_plan(app_catalog)
+    tampered["targets"][app_catalog.app(APP).outputs["contacts"]] = app_catalog.app("presence-notifier").outputs["notifications"]
+    with pytest.raises(AirflowFailException) as refused:
+        checked_plan(tampered)
+    assert str(refused.value).endswith("its targets are not the topics its request names")
+
+
+def test_a_reprocess_tag_is_never_reused(run_dag, app_env, app_catalog, tmp_path, monkeypatch, capfd):
+    catalog_file, _ = app_env
+    monkeypatch.setenv("STREAMOPS_REPROCESS_ROOT", str(tmp_path / "reprocess"))
+    (tmp_path / "reprocess" / APP / "t1").mkdir(parents=True)  # an earlier run's folder, with its checkpoint
+    capfd.readouterr()
+    reused = run_dag("reprocess", catalog_file, app=APP, target="scratch", tag="t1")
+    assert reused.task_states["plan"] == "failed"
+    assert (f"a reprocessing run tagged 't1' of {APP} already exists ({tmp_path / 'reprocess' / APP / 't1'}): choose another "
+            "tag (or leave it empty for a timestamp)") in capfd.readouterr().out
+    reserved = run_dag("reprocess", catalog_file, app=APP, target="scratch", tag="recon-1")
+    assert reserved.task_states["plan"] == "failed"
+    assert "tag 'recon-1': tags starting with recon- belong to the nightly reconciliation" in capfd.readouterr().out
+
+
+def test_a_live_catalog_topic_is_never_a_backfill_target(admin, broker, app_catalog):
+    from streamops.reprocess import ReprocessRefused, ReprocessRequest, plan_reprocess
+
+    contacts = app_catalog.topic(app_catalog.app(APP).outputs["contacts"])
+    live_v2 = contacts.model_copy(update={"name": f"{contacts.name}.v2"})  # someone's live topic of that name
+    catalog = app_catalog.model_copy(update={"topics": [*app_catalog.topics, live_v2]})
+    with pytest.raises(ReprocessRefused) as refused:
+        plan_reprocess(admin, broker.bootstrap_servers, catalog, ReprocessRequest(app=APP, target="versioned", version="v2"))
+    assert refused.value.problems == [f"target topic '{contacts.name}.v2' is a topic of the catalog (a live topic): choose another version"]
+
+
+def test_a_tampered_restore_or_skip_plan_is_refused(app_env, app_catalog):
+    from streamops.recovery.common import RecoveryRefused
+    from streamops.recovery.restore import RestorePlan, apply_restore
+    from streamops.recovery.skip import entry_problems
+
+    app = app_catalog.app(APP)
+    started = []
+    plan = RestorePlan(app=APP, snapshot="../../oplog-router", history=[], current={}, restored={}, moves=[], running=False,
+                       version="1.0.0", spark_conf={})
+    with pytest.raises(RecoveryRefused) as refused:
+        apply_restore(app, plan, lambda *a: started.append(a), lambda: started.append("stop"))
+    assert refused.value.problems == ["snapshot '../../oplog-router' looks like a path; give the name only (no '/', '\\\\' or '..')"]
+    plan.snapshot = "20261123T030000.000000Z-before-reset"
+    with pytest.raises(RecoveryRefused) as refused:
+        apply_restore(app, plan, lambda *a: started.append(a), lambda: started.append("stop"))
+    assert refused.value.problems == [f"snapshot '20261123T030000.000000Z-before-reset' is not among {APP}'s snapshots: run the DAG again"]
+    assert started == []
+
+    source = app.inputs["operations"]
+    good = {"topic": source, "partition": 1, "first": 5, "last": 5, "reason": "skipped by operator ops (run r1)"}
+    assert entry_problems(app, [good]) == []
+    for bad in ({**good, "topic": app.outputs["contacts"]}, {**good, "first": -1}, {**good, "last": 2**70},
+                {**good, "reason": "anything"}, {**good, "partition": "1"}):
+        assert entry_problems(app, [bad]) == [
+            f"entry {str(bad)[:200]} is not an input record range of {APP} with an operator's reason"], bad
+
+
+def test_names_are_matched_whole_and_notes_are_plain_text():
+    from streamops.catalog import VERSION_PATTERN
+    from streamops.dag_tasks import is_dry_run
+    from streamops.recovery.skip import note_problem, parse_specs
+
+    problems: list[str] = []
+    assert parse_specs(["oplog.operations:3:1207\n"], problems) == []
+    assert problems == ["record 'oplog.operations:3:1207\\n' is not 'topic:partition:offset' or 'topic:partition:first-last' "
+                        "(e.g. 'oplog.operations:3:1200' or 'oplog.operations:3:1200-1210')"]
+    for note in ("ok\u2028FAKE LINE", "ticket\u202e1-SPO", "a\x85b"):
+        assert note_problem(note) == "note contains a line break, control or formatting character: keep it to one line of plain text"
+    assert note_problem("OPS-7: too big for contacts (ü)") is None
+    import re
+
+    for version in ("1.0.0-..", "1.0.0-a..b", "1.0.0+", "1.0.0\n"):
+        assert not re.fullmatch(VERSION_PATTERN, version), version
+        with pytest.raises(LaunchOverrideRefused):
+            from streamops.launch_overrides import checked_version
+
+            checked_version(version)
+    assert [is_dry_run(p) for p in ({}, {"dry_run": True}, {"dry_run": 0}, {"dry_run": "false"}, {"dry_run": None},
+                                    {"dry_run": False})] == [True, True, True, True, True, False]

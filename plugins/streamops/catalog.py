@@ -119,7 +119,7 @@ class TopicSpec(_Strict):
     @field_validator("name")
     @classmethod
     def _legal_kafka_name(cls, name: str) -> str:
-        if name in {".", ".."} or not _TOPIC_NAME.match(name):
+        if name in {".", ".."} or not _TOPIC_NAME.fullmatch(name):
             raise ValueError(
                 "must be 1-249 characters of letters, digits, '.', '_' and '-' "
                 "(and not '.' or '..'), as Kafka requires"
@@ -288,12 +288,18 @@ PROGRAM_ROLES: dict[str, tuple[frozenset[str], frozenset[str] | None]] = {
 }
 
 
+# A semantic version (semver.org): X.Y.Z, a pre-release and build metadata of dot-separated,
+# non-empty identifiers. Labels reach argv and folder names, so nothing else is allowed.
+_IDENTIFIERS = r"[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*"
+VERSION_PATTERN = rf"^[0-9]+\.[0-9]+\.[0-9]+(-{_IDENTIFIERS})?(\+{_IDENTIFIERS})?$"
+
+
 class AppSpec(_Strict):
     """One long-running Spark Structured Streaming app."""
 
     name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{1,62}$")]
     program: Literal["oplog_router", "presence_notifier", "browser_activity"]
-    version: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$")]
+    version: Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
     owner: str = Field(min_length=1)
     description: str = Field(min_length=1)
     inputs: dict[str, str] = Field(min_length=1)  # role -> topic

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-# The catalog's pattern for an app version (streamops.catalog.AppSpec.version), bounded in length.
-VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.-]+)?$"
+from streamops.catalog import VERSION_PATTERN
+
+# Versions as the catalog writes them (streamops.catalog.VERSION_PATTERN), bounded in length.
 VERSION_MAX_LENGTH = 64
 
 # A memory size as Spark reads it, in whole MiB or GiB only ("512m", "4g").

@@ -277,7 +277,8 @@ def plan_reprocess(
                 "could delete it before the run reads it (the run then fails rather than skip records)"
             )
     targets = target_topics(app, request.target, request.version, tag)
-    problems = []
+    problems = [f"target topic {t!r} is a topic of the catalog (a live topic): choose another version"
+                for t in targets.values() if t in catalog.topic_names()]
     for target, partitions in topic_partitions(admin, list(targets.values())).items():
         held = sum(high - low for low, high in watermarks(admin, target, partitions).values()) if partitions else 0
         if held:
@@ -312,7 +313,11 @@ def run_reprocess(
     from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, start_app
     from streamops.provisioning import ensure_topics
 
-    work_dir.mkdir(parents=True, exist_ok=True)
+    # A run's folder is never reused: its checkpoint would resume instead of starting at the plan.
+    try:
+        work_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise ReprocessRefused([f"the run folder {work_dir} exists already (a run with this tag): choose another tag"]) from None
     targeted = target_catalog(catalog, plan.app, plan.targets)
     ensure_topics(admin, [targeted.topic(t) for t in plan.targets.values()])
     catalog_file = work_dir / "catalog.yaml"

@@ -267,9 +267,11 @@ def roll_restart(
         log(stop(app, checkpoint=checkpoint, requested_by=f"{run_id} (rollback)", deadline_s=stop_deadline_s))
     replaced = restore_checkpoint(checkpoint, backup)
     log(f"{app.name}: checkpoint restored from {backup} (the failed version's checkpoint is kept at {replaced})")
+    # The version and conf previous_command was built from (and checked with): the launch record's.
+    launched = previous.get("launch") or {}
     restored = launch(
         app, previous_command(previous), checkpoint=checkpoint, launched_by=f"{run_id} (rollback)",
-        version=str(previous.get("version")), spark_conf=(previous.get("launch") or {}).get("spark_conf"),
+        version=str(launched.get("version") or previous.get("version")), spark_conf=launched.get("spark_conf"),
     )
     raise RolloutFailed(
         f"{app.name}: version {new_version} failed its health gate ({gate.reason}); rolled back to version "

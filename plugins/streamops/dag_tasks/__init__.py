@@ -36,3 +36,8 @@ def checked_number(value: object, what: str, low: float, high: float, *, whole: 
     if problem:
         raise AirflowFailException(f"refused: {problem}")
     return value
+
+
+def is_dry_run(params: dict) -> bool:
+    """Fail safe: anything but an explicit False (a form's switch turned off) is a dry run."""
+    return params.get("dry_run", True) is not False

@@ -75,7 +75,9 @@ def _plan_fields(plan: dict, *derived: str) -> dict:
 def skip_if_dry_run(context) -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
-    if context["params"].get("dry_run", True):
+    from streamops.dag_tasks import is_dry_run
+
+    if is_dry_run(context["params"]):
         raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log; "
                                    "trigger again with 'Dry run' off to apply it.")
 

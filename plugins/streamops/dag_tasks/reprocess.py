@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 from streamops.catalog import load_catalog
 from streamops.paths import RUN_DIR
 from streamops.reprocess import (
+    TAG_PATTERN,
+    VERSION_SUFFIX_PATTERN,
     ReprocessPlan,
     ReprocessRefused,
     ReprocessRequest,
     plan_reprocess,
     run_reprocess,
     target_catalog,
+    target_topics,
 )
 
 log = logging.getLogger(__name__)
@@ -37,29 +41,68 @@ def measured_rate(app: str) -> float | None:
     return rates[-1] if rates else None
 
 
+# Tags the suite's own runs use (the nightly reconciliation): not for an operator's run.
+RESERVED_TAG_PREFIXES = ("recon-",)
+
+
 def plan(admin, bootstrap_servers: str, params: dict) -> dict:
     from airflow.sdk.exceptions import AirflowFailException
 
     request = ReprocessRequest(
         app=params["app"], start=params["start"], end=params["end"], target=params["target"],
-        version=params.get("version") or "v2", tag=params.get("tag") or "", cutover=bool(params.get("cutover")),
+        version=params.get("version") or "v2", tag=params.get("tag") or "", cutover=params.get("cutover") is True,
     )
     try:
         the_plan = plan_reprocess(admin, bootstrap_servers, load_catalog(), request, measured_rate=measured_rate(request.app))
     except ReprocessRefused as exc:
         raise AirflowFailException(str(exc)) from None
+    tag = the_plan.request["tag"]
+    problems = []
+    if tag.startswith(RESERVED_TAG_PREFIXES):
+        problems.append(f"tag {tag!r}: tags starting with {', '.join(RESERVED_TAG_PREFIXES)} belong to the nightly reconciliation")
+    if (work_root() / the_plan.app / tag).exists():
+        # Its checkpoint would be resumed, not started at the planned offsets.
+        problems.append(f"a reprocessing run tagged {tag!r} of {the_plan.app} already exists ({work_root() / the_plan.app / tag}): "
+                        "choose another tag (or leave it empty for a timestamp)")
+    if problems:
+        raise AirflowFailException(str(ReprocessRefused(problems)))
     log.info("Reprocessing plan for %s:\n%s", the_plan.app, the_plan.table())
     return the_plan.to_json()
+
+
+def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
+    """The plan another task handed over (XCom), checked again before it names folders, topics
+    and a command: its tag and version by the form's patterns, its targets as they follow from
+    its request. Returns it with the run's folder."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    the_plan = ReprocessPlan.from_json(plan_json)
+    request = the_plan.request
+    problems = []
+    try:
+        app = load_catalog().app(the_plan.app)
+    except KeyError as exc:
+        raise AirflowFailException(f"refused: the plan names {exc.args[0]}") from None
+    if not isinstance(request.get("tag"), str) or not re.fullmatch(TAG_PATTERN, request["tag"]):
+        problems.append(f"tag {request.get('tag')!r} is not 1-40 lowercase letters, digits or '-'")
+    if request.get("target") not in ("versioned", "scratch"):
+        problems.append(f"target {request.get('target')!r} is not versioned or scratch")
+    if request.get("target") == "versioned" and not re.fullmatch(VERSION_SUFFIX_PATTERN, str(request.get("version"))):
+        problems.append(f"version {request.get('version')!r} does not look like v2")
+    if not problems and the_plan.targets != target_topics(app, request["target"], request["version"], request["tag"]):
+        problems.append("its targets are not the topics its request names")
+    if problems:
+        raise AirflowFailException("refused: the plan this task received is not one the plan task makes: " + "; ".join(problems))
+    return the_plan, work_root() / the_plan.app / request["tag"]
 
 
 def run(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_master: str) -> dict:
     from spark_apps.common.session import build_session
 
-    the_plan = ReprocessPlan.from_json(plan_json)
+    the_plan, work_dir = checked_plan(plan_json)
     if the_plan.records == 0:
         log.warning("The planned range holds no records: the targets are created empty.")
     spark = build_session("streamops-reprocess", master=spark_master)
-    work_dir = work_root() / the_plan.app / the_plan.request["tag"]
     result = run_reprocess(spark, bootstrap_servers, admin, load_catalog(), the_plan, work_dir)
     log.info("Reprocessed %s", result.summary())
     ledger = work_root() / "runs.jsonl"
@@ -79,7 +122,7 @@ def validate(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_
     from streamops.quality.ranges import whole_topics
     from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
 
-    the_plan = ReprocessPlan.from_json(plan_json)
+    the_plan, _ = checked_plan(plan_json)
     catalog = target_catalog(load_catalog(), the_plan.app, the_plan.targets)
     topics = [t for t in the_plan.targets.values() if catalog.topic(t).expectation_suite]
     ranges = whole_topics(admin, topics)
@@ -98,16 +141,21 @@ def cutover(plan_json: dict, ran: dict, run_id: str, bootstrap_servers: str) -> 
     from streamops.reprocess import ReprocessResult, cutover as hand_over
     from streamops.spark_submit import submit_spec
 
-    the_plan = ReprocessPlan.from_json(plan_json)
-    live = load_catalog().app(the_plan.app)
-    targeted = load_catalog(ran["catalog_file"]).app(the_plan.app)
+    the_plan, work_dir = checked_plan(plan_json)
+    catalog = load_catalog()
+    live = catalog.app(the_plan.app)
+    # The driver's catalog is made again from the reviewed one (never read back from the run's
+    # folder, where anyone could have edited its Spark conf), with the app on its new topics.
+    catalog_file = work_dir / "catalog.yaml"
+    catalog_file.write_text(target_catalog(catalog, the_plan.app, the_plan.targets).to_yaml())
+    targeted = load_catalog(catalog_file).app(the_plan.app)
     version = f"{live.version}+{the_plan.request['version']}"
     command = spark_submit_command(submit_spec(
-        targeted, bootstrap_servers=bootstrap_servers, catalog=ran["catalog_file"],
+        targeted, bootstrap_servers=bootstrap_servers, catalog=catalog_file,
         checkpoint=live.checkpoint_location(), version=version,
     ))
     result = ReprocessResult(the_plan.app, ran["records_in"], ran["records_out"], ran["dead_letters"], ran["seconds"],
-                             ran["checkpoint"], ran["catalog_file"])
+                             str(work_dir / "checkpoint"), str(catalog_file))
     outcome = hand_over(live, result, command, requested_by=run_id, version=version)
     old = list(the_plan.targets)
     log.info(
@@ -116,6 +164,6 @@ def cutover(plan_json: dict, ran: dict, run_id: str, bootstrap_servers: str) -> 
         "Next: make catalog/pipelines.yaml name the new topics as %s's outputs; until then the app runs with %s, "
         "and a redeploy or roll from the catalog would write to the old topics again.",
         the_plan.app, outcome["stopped"], version, outcome["pid"], ", ".join(the_plan.targets.values()), ", ".join(old),
-        outcome["backup"], the_plan.app, ran["catalog_file"],
+        outcome["backup"], the_plan.app, catalog_file,
     )
     return {**outcome, "old_topics": old, "new_topics": list(the_plan.targets.values())}

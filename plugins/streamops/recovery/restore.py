@@ -120,9 +120,13 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
 
 def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
     """Stop (if it runs and that was allowed), restore the snapshot, start `plan.version`."""
-    from streamops.rollout import backups_dir, restore_checkpoint
+    from streamops.rollout import backups_dir, list_backups, restore_checkpoint
 
     checkpoint = app.checkpoint_location()
+    # The plan came from another task (XCom): its snapshot must still be a name in the list.
+    problem = name_problem(plan.snapshot, "snapshot")
+    if problem or plan.snapshot not in {p.name for p in list_backups(checkpoint)}:
+        raise RecoveryRefused([problem or f"snapshot {plan.snapshot!r} is not among {app.name}'s snapshots: run the DAG again"])
     runtime = AppRuntime(checkpoint)
     stopped = None
     if runtime.is_locked():

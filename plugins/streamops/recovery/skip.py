@@ -18,6 +18,7 @@ The list stays (a reset or rebuild that reads those records again skips them aga
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import asdict, dataclass, field
 
 from confluent_kafka.admin import AdminClient
@@ -75,7 +76,7 @@ def parse_specs(items: object, problems: list[str]) -> list[SkipSpec]:
         return []
     specs = []
     for item in items:
-        found = _SPEC.match(item) if isinstance(item, str) else None
+        found = _SPEC.fullmatch(item) if isinstance(item, str) else None
         if found is None:
             problems.append(f"record {item!r} is not 'topic:partition:offset' or 'topic:partition:first-last' "
                             "(e.g. 'oplog.operations:3:1200' or 'oplog.operations:3:1200-1210')")
@@ -109,8 +110,10 @@ def note_problem(note: object) -> str | None:
         return f"note must be text, got {note!r}"
     if len(note) > MAX_NOTE:
         return f"note is {len(note)} characters; at most {MAX_NOTE}"
-    if any(ord(c) < 32 or ord(c) == 127 for c in note):
-        return "note contains a line break or control character: keep it to one line of text"
+    # Control, format (e.g. a right-to-left override) and line/paragraph separator characters
+    # would let a note rewrite how a log line or a reason reads.
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in note):
+        return "note contains a line break, control or formatting character: keep it to one line of plain text"
     return None
 
 
@@ -290,6 +293,23 @@ def _batch_of(topic: str, partition: int, offset: int, where: dict, pending: dic
     return "; ".join(said) or "not read yet"
 
 
+def entry_problems(app: AppSpec, entries: object) -> list[str]:
+    """Skip-list entries handed over by another task (XCom), checked before they reach the
+    driver: input topics of the app, offsets within Kafka's range, an operator's reason."""
+    if not isinstance(entries, list) or not entries:
+        return [f"entries must be a non-empty list, got {entries!r}"]
+    problems = []
+    for entry in entries:
+        numbers = [entry.get(k) for k in ("partition", "first", "last")] if isinstance(entry, dict) else []
+        if (not isinstance(entry, dict) or entry.get("topic") not in app.inputs.values()
+                or any(isinstance(n, bool) or not isinstance(n, int) for n in numbers)
+                or not (0 <= entry["partition"] <= _MAX_PARTITION and 0 <= entry["first"] <= entry["last"] <= _MAX_OFFSET)
+                or not isinstance(entry.get("reason"), str) or not entry["reason"].startswith(SKIP_REASON)
+                or len(entry["reason"]) > MAX_NOTE + 200):
+            problems.append(f"entry {str(entry)[:200]} is not an input record range of {app.name} with an operator's reason")
+    return problems
+
+
 def apply_skip(app: AppSpec, plan: SkipPlan, start, bootstrap: str) -> dict:
     """Check nothing moved since the plan, back up, add the entries to the skip list, start the
     app via `start(version, spark_conf)` (the restart's own code)."""
@@ -297,6 +317,9 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, bootstrap: str) -> dict:
 
     checkpoint = app.checkpoint_location()
     runtime = AppRuntime(checkpoint)
+    problems = entry_problems(app, plan.entries)
+    if problems:
+        raise RecoveryRefused(["the plan this task received is not one the plan task makes:", *problems])
     if runtime.is_locked():
         raise RecoveryRefused([f"{app.name} was started by someone else since the plan ({runtime.refusal(app.name)})"])
     if batch_marks(checkpoint) != plan.marks:
