@@ -7,7 +7,8 @@ An event whose op type is in no category is a dead letter naming the op type (ne
 silently); the observed metric `unknown_op_type` counts them among `dead_letters`.
 
 Output value: {"event_id", "category", "seq", "user_id", "op_type", "event_time", "event"}
-where event_id is the source topic/partition/offset and "event" is the original JSON object.
+where event_id is the source topic/partition/offset and "event" is the original JSON object,
+byte for byte.
 """
 
 from __future__ import annotations
@@ -87,16 +88,18 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
     )
 
     def routed(target: Column) -> Column:
-        value = F.struct(
+        head = F.to_json(F.struct(
             F.col("event_id"),
             target["category"].alias("category"),
             F.col("seq"),
             F.col("user_id"),
             F.col("op_type"),
             records.iso_time("event_time").alias("event_time"),
-            F.col("event_json").alias("event"),
-        )
-        return F.struct(F.col("key").alias("key"), F.to_json(value).alias("value"), target["topic"].alias("topic"))
+        ))
+        # "event" is the original JSON text, byte for byte (a replicator re-encodes nothing:
+        # 1E2 stays 1E2, 1e400 stays a number): the contract made it exactly one I-JSON object.
+        value = F.concat(head.substr(F.lit(1), F.length(head) - 1), F.lit(',"event":'), records.original_json(), F.lit("}"))
+        return F.struct(F.col("key").alias("key"), value.alias("value"), target["topic"].alias("topic"))
 
     outputs = F.when(F.col("error").isNotNull(), F.array(records.dead_letter_record(spec, version))).otherwise(
         F.transform(F.element_at(route_map, F.col("op_type")), routed)

@@ -31,6 +31,16 @@ def raw_op(seq="1", user='"u1"', op_type='"ADD_CONTACT"', event_time=f'"{TIME}"'
     return f'{{"seq":{seq},"user_id":{user},"op_type":{op_type},"event_time":{event_time}{extra}}}'.encode()
 
 
+def not_rfc3339(text: str) -> str:
+    return (f"field 'event_time' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.ffffff](Z|±HH:MM): '{text}' "
+            "(input contract timestamp)")
+
+
+def not_a_time(text: str) -> str:
+    return (f"field 'event_time' is not a valid date and time: '{text}' (a day the month has, seconds 00-59, an offset within "
+            "±18:00; input contract timestamp)")
+
+
 # (key, value, the exact dead-letter reason): one per class of invalid input.
 INVALID: list[tuple[bytes | None, bytes | None, str]] = [
     (b"u1", raw_op(op_type='"ADD_CONTACT","op_type":"LOGIN"'),
@@ -62,20 +72,34 @@ INVALID: list[tuple[bytes | None, bytes | None, str]] = [
      "value has an unescaped control character (input contract json: RFC 8259 §7 requires \\u escapes)"),
     (b"u1", raw_op(extra=r',"note":"\ud800x"'),
      "value has a lone surrogate escape '\\ud800' (input contract unicode: I-JSON, RFC 7493 §2.1)"),
-    (b"u1", raw_op(extra=',"deep":' + "[" * 1500 + "]" * 1500), "value is not valid JSON"),
+    (b"u1", raw_op(extra=',"deep":' + "[" * 1500 + "]" * 1500),
+     "value is nested more than 998 levels deep (input contract json: the parser's limit)"),
+    (b"u1", raw_op(extra=',"n":' + "1" * 1001), "value has a number of more than 1000 digits (input contract json: the parser's limit)"),
     (b"u1", b"{'seq': 1}", "value is not valid JSON"),
     (b"u1", b"[1, 2]", "value is not a JSON object"),
     (b"u1", None, "empty value (null)"),
     (b"u1", op(event_time="9999-12-31T23:59:59-01:00").encode(),
      "field 'event_time' is outside years 0001-9999 in UTC: '9999-12-31T23:59:59-01:00' (input contract timestamp)"),
-    (b"u1", op(event_time="+10000-01-01T00:00:00Z").encode(),
-     "field 'event_time' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM): "
-     "'+10000-01-01T00:00:00Z' (input contract timestamp)"),
-    (b"u1", op(event_time="2026-01-01 00:00:01Z").encode(),
-     "field 'event_time' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM): "
-     "'2026-01-01 00:00:01Z' (input contract timestamp)"),
-    (b"u1", op(event_time="2026-01-01T00:00:01z").encode(),
-     "field 'event_time' is not an ISO-8601 timestamp: '2026-01-01T00:00:01z'"),
+    (b"u1", op(event_time="+10000-01-01T00:00:00Z").encode(), not_rfc3339("+10000-01-01T00:00:00Z")),
+    (b"u1", op(event_time="2026-01-01 00:00:01Z").encode(), not_rfc3339("2026-01-01 00:00:01Z")),
+    (b"u1", op(event_time="2026-01-01T00:00:01z").encode(), not_rfc3339("2026-01-01T00:00:01z")),
+    # Java's $ would let a final line break through; Spark's parser would drop it.
+    (b"u1", op(event_time="2026-01-01T00:00:01Z\n").encode(), not_rfc3339("2026-01-01T00:00:01Z\n")),
+    # Spark keeps microseconds: a seventh digit would be cut silently.
+    (b"u1", op(event_time="2026-01-01T00:00:01.1234567Z").encode(), not_rfc3339("2026-01-01T00:00:01.1234567Z")),
+    (b"u1", op(event_time="2026-02-29T00:00:00Z").encode(), not_a_time("2026-02-29T00:00:00Z")),
+    (b"u1", op(event_time="2016-12-31T23:59:60Z").encode(), not_a_time("2016-12-31T23:59:60Z")),
+    (b"u1", op(event_time="2026-01-01T00:00:00+19:00").encode(), not_a_time("2026-01-01T00:00:00+19:00")),
+    # A ']' after the value would close brackets put around it: still content after the value.
+    (b"u1", op().encode() + b']{"seq":2,"user_id":"evil"}',
+     "value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
+    # A lone low surrogate after literal hex digits, and after an escaped backslash.
+    (b"u1", raw_op(extra=r',"note":"d800\udc00"'),
+     "value has a lone surrogate escape '\\udc00' (input contract unicode: I-JSON, RFC 7493 §2.1)"),
+    (b"u1", raw_op(extra=r',"note":"\\ud800\udc00"'),
+     "value has a lone surrogate escape '\\udc00' (input contract unicode: I-JSON, RFC 7493 §2.1)"),
+    (b"u1", raw_op(extra=',\n"zz":1,\n"zz":2'),
+     "duplicate member name 'zz' (input contract unique-names: I-JSON, RFC 7493 §2.3: member names must be unique)"),
     (b"u9", op(user="u1").encode(), f"key 'u9' does not equal field 'user_id' 'u1' {KEY_RULE}"),
     (b"", op(user="u1").encode(), f"key '' does not equal field 'user_id' 'u1' {KEY_RULE}"),
     (None, op(user="u1").encode(), f"record has no key; it must equal field 'user_id' {KEY_RULE}"),
@@ -95,6 +119,9 @@ VALID: list[tuple[str, str]] = [
            '"path":"C:\\\\ud800","smile":"\\ud83d\\ude00"}\n\t '),
     ("u4", op(seq=0, user="u4", op_type="READ_MESSAGE", event_time="0001-01-01T00:00:00Z")),
     ("u5", op(seq=5, user="u5", op_type="DELETE_MESSAGE", event_time="9999-12-31T23:59:59.999Z")),
+    # Numbers beyond a double and exponents: the router copies the event's text, it re-encodes nothing.
+    ("u6", '{"seq":6,"user_id":"u6","op_type":"SEND_MESSAGE","event_time":"2026-01-01T00:00:01.123456+14:00",'
+           '"big":1e400,"exp":1E2,"long":1.000000000000000000000000000000000000001}'),
 ]
 
 
@@ -126,14 +153,17 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
                 assert base64.b64decode(encoded, validate=True) == original
 
     routed: dict[tuple[str, str], dict] = {}
+    raw_events: dict[str, bytes] = {}
     for topic in spec.outputs.values():
         for record in read_all(broker.bootstrap_servers, topic):
             routed[(record.json()["event_id"], record.json()["category"])] = {"key": record.key_text, **record.json()}
+            raw_events[record.json()["event_id"]] = record.value
     offsets = {0: VALID[0], 1: VALID[1]} | {first_invalid + len(INVALID) + i: kv for i, kv in enumerate(VALID[2:])}
     categories = {"ADD_CONTACT": ["contacts", "groups"], "SEND_MESSAGE": ["messages"], "CREATE_GROUP": ["groups"],
                   "READ_MESSAGE": ["messages"], "DELETE_MESSAGE": ["messages"]}
     utc_times = {0: "2026-01-01T00:00:01.000Z", 1: "2026-01-01T00:00:01.123Z", first_invalid + len(INVALID): "2026-01-01T00:00:01.000Z",
-                 first_invalid + len(INVALID) + 1: "0001-01-01T00:00:00.000Z", first_invalid + len(INVALID) + 2: "9999-12-31T23:59:59.999Z"}
+                 first_invalid + len(INVALID) + 1: "0001-01-01T00:00:00.000Z", first_invalid + len(INVALID) + 2: "9999-12-31T23:59:59.999Z",
+                 first_invalid + len(INVALID) + 3: "2025-12-31T10:00:01.123Z"}
     expected = {}
     for offset, (key, text) in offsets.items():
         event = json.loads(text)
@@ -143,6 +173,8 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
                 "user_id": event["user_id"], "op_type": event["op_type"], "event_time": utc_times[offset], "event": event,
             }
     assert routed == expected
+    for offset, (_, text) in offsets.items():  # the event is the original text, byte for byte
+        assert raw_events[f"{source}/0/{offset}"].endswith(b',"event":' + text.strip(" \t\n\r").encode() + b"}")
     assert observed_totals(queries) == {
         "records_in": len(VALID) + len(INVALID), "dead_letters": len(INVALID), "unknown_op_type": 1,
     }

@@ -353,7 +353,7 @@ def bench_roll_restart(
 def bench_parse(
     records: Annotated[int, typer.Option(min=1000, max=5_000_000, help="Loadgen records to parse (1% malformed).")] = 200_000,
     app_name: Annotated[str, typer.Option("--app", help="Catalog app whose inputs and fields to parse.")] = "oplog-router",
-    repeats: Annotated[int, typer.Option(min=1, max=20, help="Passes; the best is reported.")] = 3,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="Passes; the best is reported (the JIT needs several).")] = 10,
 ) -> None:
     """Parse speed: records.parse over N in-memory records on one Spark session."""
     from streamops.bench import parse_benchmark, table

@@ -27,7 +27,8 @@ FieldType = Literal["string", "bigint", "timestamp"]
 #   size            the value is at most the app's max_record_bytes
 #   utf-8           the value is UTF-8 (RFC 8259 §8.1), without a byte order mark
 #   json            the value is JSON text (RFC 8259): no NaN/Infinity, no single quotes, no raw
-#                   control characters in strings, no trailing commas, nesting under 1000 levels
+#                   control characters in strings, no trailing commas; at most 998 levels of
+#                   nesting and numbers of at most 1000 digits (the JSON parser's limits)
 #   one-value       exactly one JSON value; only whitespace may follow it
 #   unicode         no lone surrogate escapes such as \ud800 (I-JSON, RFC 7493 §2.1)
 #   unique-names    no member name twice in any object (I-JSON, RFC 7493 §2.3)
@@ -36,7 +37,10 @@ FieldType = Literal["string", "bigint", "timestamp"]
 #   field-type      exact JSON types: a string is a JSON string, an integer is an integral JSON
 #                   number within int64 (no 1.0, no 1e3, no quoted numbers)
 #   timestamp       RFC 3339 date-time with an offset, YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM),
-#                   whose instant lies in years 0001-9999 UTC (outputs write it in that form)
+#                   upper-case T and Z, a fraction of at most 6 digits (Spark keeps microseconds:
+#                   more would be cut silently), an offset within ±18:00 and seconds 00-59 (Java
+#                   time has no leap seconds), whose instant lies in years 0001-9999 UTC (outputs
+#                   write it in that form)
 #   allowed-value   a field with a value set (e.g. action: Open/Close) holds one of them
 #   key             where the catalog declares a key field for the input (apps[].input_keys),
 #                   the Kafka key is UTF-8 and equals that field: the key picks the partition,
@@ -47,17 +51,19 @@ FieldType = Literal["string", "bigint", "timestamp"]
 _TYPE_NAMES = {"string": "a string", "bigint": "an integer", "timestamp": "an ISO-8601 timestamp string"}
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 # An instant must say its offset: a naive time means different instants on different hosts.
-_HAS_OFFSET = r"(Z|z|[+-][0-9]{2}:?[0-9]{2})$"
-_RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
+# (\z, not $: Java's $ also matches before a final line break, which would pass '...Z\n'.)
+_NO_OFFSET = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?\z"
+_RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})\z"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _FIRST_MICROS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
 _LAST_MICROS = (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
-# A \uD800-\uDBFF escape not followed by a \uDC00-\uDFFF one, or the reverse; an even run of
-# backslashes before it is escaped backslashes, not an escape.
-_ESCAPE = r"(?<!\\)(?:\\\\)*"
+# A lone surrogate escape: read the text token by token from its start (possessively, so in
+# linear time): any character but a backslash, an escape other than \u, a \u escape that is not
+# a surrogate, or a high-low surrogate pair; the first \uD800-\uDFFF escape that is left over is
+# lone (group 1). (In valid JSON a backslash only occurs inside strings.)
 _LONE_SURROGATE = (
-    _ESCAPE + r"(\\u[dD][89abAB][0-9a-fA-F]{2})(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-    r"|" + r"(?<![dD][89abAB][0-9a-fA-F]{2})" + _ESCAPE + r"(\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"^(?:[^\\]|\\[^u]|\\u(?![dD][89a-fA-F])[0-9a-fA-F]{4}"
+    r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})*+(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
 )
 _JSON_WHITESPACE = " \t\n\r"
 _STRICT_JACKSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false", "mode": "PERMISSIVE"}
@@ -98,10 +104,18 @@ def _text() -> Column:
     return F.col("value").cast("string")
 
 
-def _one_json_value(text: Column) -> Column:
-    # try_parse_json stops after the first value and ignores what follows ('{} {}', '{}x'):
-    # inside brackets anything after the value makes the array invalid or longer than one.
-    return F.coalesce(F.json_array_length(F.concat(F.lit("["), text, F.lit("]"))) == 1, F.lit(False))
+def _in_brackets(text: Column) -> Column:
+    """The text parsed as `[text]`. Spark's JSON functions read the first value and ignore what
+    follows it ('{} {}', '{}x'), so the brackets make the parser look past it: a valid `[text]` of
+    one element means nothing but whitespace follows the value, or a ']' does (`{...}]x`):
+    `_nothing_after_a_bracket` rules that out."""
+    return F.try_parse_json(F.concat(F.lit("["), text, F.lit("]")))
+
+
+def _nothing_after_a_bracket(text: Column) -> Column:
+    # In `[text,0]` a ']' right after the value ends the array before the 0: one element, not two.
+    # Counted only for the (fewer) texts that hold a ']' at all.
+    return (F.instr(text, "]") == 0) | (F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2)
 
 
 def _starts_an_object(text: Column) -> Column:
@@ -133,7 +147,8 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field:
             f"(fields: {', '.join(f.path for f in fields)})"
         )
     text = _text()
-    staged = with_source_columns(raw).withColumn("event_json", F.try_parse_json(text))
+    staged = with_source_columns(raw).withColumn("_in_brackets", _in_brackets(text))
+    staged = staged.withColumn("event_json", F.variant_get(F.col("_in_brackets"), "$[0]", "variant"))
     doc = F.col("event_json")
     size = F.length(F.col("value"))
     good_so_far = (
@@ -144,7 +159,8 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field:
         # (spark.sql.variant.allowDuplicateKeys is false, Spark's default).
         & doc.isNotNull()
         # (An array or scalar has no fields, so the field checks below refuse it.)
-        & _one_json_value(text)
+        & F.variant_get(F.col("_in_brackets"), "$[1]", "variant").isNull()
+        & _nothing_after_a_bracket(text)
         & _no_lone_surrogate(text)
     )
     # Each field's JSON value once (a small VARIANT), then its exact type and typed value from it.
@@ -170,42 +186,62 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field:
     # The reason is built inside a lambda so that subexpression elimination cannot hoist its
     # checks out of the CASE and run them on every row (measured: 3x slower).
     reason = F.transform(
-        F.array(F.col("event_json")), lambda d: _reason(d, fields, max_record_bytes, key_field)
+        F.array(F.col("_in_brackets")), lambda wrapped: _reason(wrapped, fields, max_record_bytes, key_field)
     )[0]
     error = F.when(F.coalesce(good_so_far, F.lit(False)), F.lit(None).cast("string")).otherwise(reason)
     # Named in the app's skip list by an operator (recover_skip_records; the runner's source adds
     # the column): the operator's reason is the error, before any check of the record itself.
     if "_operator_skip" in raw.columns:
         error = F.coalesce(F.col("_operator_skip"), error)
-    return staged.withColumn("error", error).drop("_operator_skip", *[f"_json_{f.column}" for f in fields])
+    return staged.withColumn("error", error).drop("_operator_skip", "_in_brackets", *[f"_json_{f.column}" for f in fields])
 
 
 def _column_of(fields: list[Field], path: str) -> str:
     return next(f.column for f in fields if f.path == path)
 
 
-def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: str | None = None) -> Column:
-    """The first input-contract rule a rejected record breaks, in words, naming the rule."""
+def _reason(wrapped: Column, fields: list[Field], max_record_bytes: int, key_field: str | None = None) -> Column:
+    """The first input-contract rule a rejected record breaks, in words, naming the rule.
+
+    `wrapped` is the text parsed as `[text]` (see _in_brackets). Each check runs only where it can
+    apply (Spark's AND stops at the first false): the JSON-level ones only for text that did not
+    parse, so the common rejects (a missing field, a wrong type) cost little.
+    """
     text = _text()
+    doc = F.variant_get(wrapped, "$[0]", "variant")
     size = F.length(F.col("value"))
+    # `[text]` does not parse although its first value does: something follows that value.
+    something_after = doc.isNull() & F.try_parse_json(text).isNotNull()
     keys = F.json_object_keys(text)
     duplicates = F.filter(keys, lambda k: F.size(F.filter(keys, lambda j: j == k)) > 1)
-    surrogate = F.regexp_extract(text, _LONE_SURROGATE, 0)
+    surrogate = F.regexp_extract(text, _LONE_SURROGATE, 1)
     checks: list[tuple[Column, Column]] = [
         (F.col("value").isNull(), F.lit("empty value (null)")),
         (size > max_record_bytes, F.format_string(f"record is %d bytes, over the {max_record_bytes}-byte limit", size)),
         (~F.is_valid_utf8(text), F.lit("value is not UTF-8 (input contract utf-8: RFC 8259 §8.1)")),
         (text.startswith("\ufeff"), F.lit("value starts with a byte order mark (input contract utf-8: RFC 8259 §8.1 forbids it)")),
         (
-            text.rlike(r"[\x00-\x1f]") & doc.isNull(),
+            # The parser's depth limit (1000, and the brackets add one level).
+            doc.isNull() & (F.size(F.split(text, r"[\[{]")) > 999),
+            F.lit("value is nested more than 998 levels deep (input contract json: the parser's limit)"),
+        ),
+        (
+            something_after
+            | (doc.isNotNull() & (F.variant_get(wrapped, "$[1]", "variant").isNotNull() | ~_nothing_after_a_bracket(text))),
+            F.lit("value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
+        ),
+        (
+            # Tab, line feed and carriage return are whitespace between tokens; others never are.
+            doc.isNull() & text.rlike(r"[\x00-\x08\x0b\x0c\x0e-\x1f]"),
             F.lit("value has an unescaped control character (input contract json: RFC 8259 §7 requires \\u escapes)"),
         ),
         (
-            text.rlike(r"[:,\[]\s*[-+]?(NaN|Infinity)\b") & doc.isNull(),
+            doc.isNull() & text.rlike(r"[:,\[]\s*[-+]?(NaN|Infinity)\b"),
             F.lit("value has NaN or Infinity, which are not JSON numbers (input contract json: RFC 8259 §6)"),
         ),
         (
-            F.coalesce(F.size(duplicates) > 0, F.lit(False)),
+            # (The parser refuses a name twice, so a text that parsed has none.)
+            doc.isNull() & F.coalesce(F.size(duplicates) > 0, F.lit(False)),
             F.format_string(
                 "duplicate member name '%s' (input contract unique-names: I-JSON, RFC 7493 §2.3: member names must be unique)",
                 shown(duplicates[0]),
@@ -216,13 +252,13 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
             doc.isNull() & F.from_json(text, "MAP<STRING, STRING>", _STRICT_JACKSON).isNotNull(),
             F.lit("duplicate member name in a nested object (input contract unique-names: I-JSON, RFC 7493 §2.3)"),
         ),
+        (
+            doc.isNull() & text.rlike("[0-9]{1001}"),
+            F.lit("value has a number of more than 1000 digits (input contract json: the parser's limit)"),
+        ),
         (doc.isNull(), F.lit("value is not valid JSON")),
         (
-            ~_one_json_value(text),
-            F.lit("value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
-        ),
-        (
-            surrogate != "",
+            (F.instr(text, "\\u") > 0) & (surrogate != ""),
             F.format_string("value has a lone surrogate escape '%s' (input contract unicode: I-JSON, RFC 7493 §2.1)", surrogate),
         ),
         (~_starts_an_object(text), F.lit("value is not a JSON object")),
@@ -237,7 +273,8 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
             literal = F.to_json(present)
             checks += [
                 (
-                    actual_type.rlike(r"^DECIMAL\([0-9]+,0\)$"),
+                    # An integral literal of 19+ digits; shorter DECIMAL(p,0) values came from '1.0'.
+                    actual_type.rlike(r"^DECIMAL\((19|[2-9][0-9]),0\)\z"),
                     F.format_string(f"field '{field.path}' is an integer outside the int64 range: %s (input contract field-type)", shown(literal)),
                 ),
                 (
@@ -256,13 +293,20 @@ def _reason(doc: Column, fields: list[Field], max_record_bytes: int, key_field: 
         if field.type == "timestamp":
             ts = F.try_to_timestamp(as_text)
             checks += [
-                (ts.isNull(), F.format_string(f"field '{field.path}' is not an ISO-8601 timestamp: '%s'", shown(as_text))),
-                (~as_text.rlike(_HAS_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", shown(as_text))),
+                (as_text.rlike(_NO_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", shown(as_text))),
                 (
                     ~as_text.rlike(_RFC3339),
                     F.format_string(
-                        f"field '{field.path}' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM): '%s' "
+                        f"field '{field.path}' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.ffffff](Z|±HH:MM): '%s' "
                         "(input contract timestamp)",
+                        shown(as_text),
+                    ),
+                ),
+                (
+                    ts.isNull(),
+                    F.format_string(
+                        f"field '{field.path}' is not a valid date and time: '%s' (a day the month has, seconds 00-59, an "
+                        "offset within ±18:00; input contract timestamp)",
                         shown(as_text),
                     ),
                 ),
@@ -366,6 +410,11 @@ def dead_letter_record(spec: AppSpec, version: str) -> Column:
 def dead_letters(parsed: DataFrame, spec: AppSpec, version: str) -> DataFrame:
     """Rows with an error as dead-letter records (key, value, topic) for the Kafka sink."""
     return parsed.where(F.col("error").isNotNull()).select(dead_letter_record(spec, version).alias("dead")).select("dead.*")
+
+
+def original_json() -> Column:
+    """A valid record's value as JSON text without the whitespace around it, to embed as is."""
+    return F.btrim(_text(), F.lit(_JSON_WHITESPACE))
 
 
 def good(parsed: DataFrame) -> DataFrame:

@@ -116,8 +116,10 @@ def value_contract_expectation(spec: TopicSpec) -> dict:
                          f"concat('field {path} is ', schema_of_variant({value}), ', not {words}')"))
         if kind == "timestamp":
             text = f"variant_get({doc}, '{json_path}', 'string')"
+            # (The length too: the regex's $ would also pass a final line break.)
             problems.append((
-                f"{present} AND NOT coalesce({text} RLIKE '{OUTPUT_TIME}' AND try_to_timestamp({text}) IS NOT NULL, false)",
+                f"{present} AND NOT coalesce(length({text}) = 24 AND {text} RLIKE '{OUTPUT_TIME}' "
+                f"AND try_to_timestamp({text}) IS NOT NULL, false)",
                 f"concat('field {path} is \"', {text}, '\", not YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999')",
             ))
     cases = " ".join(f"WHEN {condition} THEN {message}" for condition, message in problems)
