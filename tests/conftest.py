@@ -76,11 +76,31 @@ def airflow_db(session_dir: Path) -> Path:
     return Path(os.environ["AIRFLOW_HOME"])
 
 
+class ClosableAdmin:
+    """An AdminClient that can be closed: confluent-kafka's has no close(); its connections end
+    when the object goes, but pytest keeps a session fixture's value until the session ends. So
+    the fixture hands out this proxy and drops the client itself at teardown."""
+
+    def __init__(self, bootstrap_servers: str):
+        from confluent_kafka.admin import AdminClient
+
+        self._client = AdminClient({"bootstrap.servers": bootstrap_servers})
+
+    def __getattr__(self, name):
+        if self.__dict__.get("_client") is None:
+            raise RuntimeError("the session's AdminClient is closed")
+        return getattr(self._client, name)
+
+    def close(self) -> None:
+        self._client = None
+        gc.collect()
+
+
 @pytest.fixture(scope="session")
 def admin(broker: LocalBroker):
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    client = ClosableAdmin(broker.bootstrap_servers)
+    yield client
+    client.close()
 
 
 @pytest.fixture
@@ -136,9 +156,31 @@ def run_dag(airflow_db, monkeypatch):
         monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog))
         bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
         assert not bag.import_errors, bag.import_errors
-        return DagRunResult(bag.get_dag(dag_id).test(run_conf=conf))
+        result = DagRunResult(bag.get_dag(dag_id).test(run_conf=conf))
+        _release_failed_tasks_frames()
+        return result
 
     return run
+
+
+def _release_failed_tasks_frames() -> None:
+    """An in-process run keeps a failed task's exception, whose traceback keeps the task's frames
+    and so the Kafka clients the task made, retrying a broker long stopped (in Airflow proper the
+    task's process ends). Clear the locals of those finished frames of the suite's own code."""
+    import traceback
+    import types
+
+    ours = (str(PROJECT_ROOT / "plugins"), str(PROJECT_ROOT / "dags"))
+    gc.collect()
+    for obj in gc.get_objects():
+        if type(obj) is types.TracebackType:
+            tb, frames = obj, []
+            while tb is not None:
+                frames.append(tb.tb_frame)
+                tb = tb.tb_next
+            if any(f.f_code.co_filename.startswith(ours) for f in frames):
+                traceback.clear_frames(obj)
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -94,3 +94,36 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_
     assert set(routed_now(broker, spec)) == expected_routes(broker, spec)
     assert (tmp_path / "checkpoints" / "oplog-router" / "route" / "commits" / "0").exists()
     assert load.produced == 500
+    # The run's batch is recorded however fast the driver exits (Spark's listener is asynchronous;
+    # about 1 run in 5 used to leave no progress and no group offsets): progress file and group.
+    from confluent_kafka import Consumer, TopicPartition
+
+    from streamops.app_runtime import AppRuntime
+    from streamops.kafka_records import end_offsets
+
+    topic = spec.inputs["operations"]
+    ends = {p: high for p, (_, high) in end_offsets(broker.bootstrap_servers, topic).items()}
+    progress = AppRuntime(tmp_path / "checkpoints" / "oplog-router").progress()["route"]
+    assert progress["batch_id"] == 0 and progress["input_rows"] == 500
+    assert progress["end_offsets"] == {topic: {str(p): end for p, end in ends.items()}}
+    group = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "streamops.oplog-router"})
+    try:
+        committed = group.committed([TopicPartition(topic, p) for p in ends], timeout=15)
+    finally:
+        group.close()
+    assert {tp.partition: tp.offset for tp in committed} == ends
+
+
+def test_an_in_process_spark_jvm_logs_to_stdout_not_stderr(tmp_path):
+    """Airflow files a task's stderr lines under [error]: the JVM an Airflow task starts (quality
+    checks, backfills, replays) writes its log lines to stdout, WARN included."""
+    script = (
+        "from spark_apps.common.session import build_session\n"
+        "spark = build_session('log-check', master='local[1]', extra_conf={'spark.ui.enabled': 'false'})\n"
+        "spark._jvm.org.apache.logging.log4j.LogManager.getLogger('streamops.canary').warn('canary warning line')\n"
+        "spark.stop()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "WARN canary: canary warning line" in result.stdout
+    assert "canary warning line" not in result.stderr and " WARN " not in result.stderr, result.stderr[-2000:]

@@ -334,14 +334,16 @@ def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
 
     # Ignores SIGTERM, like a JVM stuck in shutdown: only SIGKILL ends it.
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                              "print('ready', flush=True); time.sleep(600)", "org.apache.spark.deploy.SparkSubmit"],
+                              "print('ready', flush=True); time.sleep(600)", "org.apache.spark.deploy.SparkSubmit",
+                              "spark_apps/oplog_router.py", "--app", "oplog-router"],
                              start_new_session=True, stdout=subprocess.PIPE)
     assert stuck.stdout.readline() == b"ready\n"
     unrelated = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
-        driver = {"process_group": stuck.pid, "host": socket.gethostname(), "pid": 999999}
+        driver = {"app": "oplog-router", "process_group": stuck.pid, "host": socket.gethostname(), "pid": 999999}
         found = leftovers(driver)
         assert [p.pid for p in found] == [stuck.pid]
+        assert leftovers({**driver, "app": "oplog-route"}) == []  # only this app's processes
         assert leftovers({**driver, "host": "another-host"}) == []  # cannot see other hosts' processes
         ended = end_leftovers(found, grace_s=1)
         assert ended == [{"pid": stuck.pid, "name": found[0].name, "command": found[0].command, "signal": "SIGKILL"}]

@@ -59,7 +59,9 @@ def audited(context, step: str, action: Callable[[], dict[str, Any]]) -> dict[st
         hint = (f"\nThe checkpoint was backed up before the failure: {', '.join(taken)}; recover_restore_checkpoint "
                 "puts it back.") if taken else ""
         raise AirflowFailException(f"{step} failed: {exc}{hint}") from exc
-    dry = step == "plan" and context["params"].get("dry_run", False)
+    from streamops.dag_tasks import is_dry_run
+
+    dry = step == "plan" and is_dry_run(context["params"])
     taken = sorted(_snapshots(audit.params.get("app")) - before)
     audit.write(step, "planned (dry run: nothing changed)" if dry else "done", summary=result.get("summary", ""),
                 result=result, snapshots_taken=taken)
