@@ -138,7 +138,8 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     assert f"{source} partition {POISON_PARTITION} offsets" in said and "RecordTooLargeException" in said
     assert f'recover_skip_records (records: ["{source}:' in said
     assert "AGAIN" in plan["summary"]
-    assert plan["largest_records"][0] == {"record": f"{source}:{POISON_PARTITION}:{poison_offset}", "bytes": len(poison[1])}
+    assert plan["largest_records"][0] == {"record": f"{source}:{POISON_PARTITION}:{poison_offset}",
+                                          "bytes": len(poison[0]) + len(poison[1])}
 
     record = f"{source}:{POISON_PARTITION}:{poison_offset}"
     dry = run_dag("recover_skip_records", catalog_file, app="oplog-router", records=[record], note="OPS-7 too big for contacts")

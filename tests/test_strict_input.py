@@ -75,6 +75,11 @@ INVALID: list[tuple[bytes | None, bytes | None, str]] = [
     (b"u1", raw_op(extra=',"deep":' + "[" * 1500 + "]" * 1500),
      "value is nested more than 998 levels deep (input contract json: the parser's limit)"),
     (b"u1", raw_op(extra=',"n":' + "1" * 1001), "value has a number of more than 1000 digits (input contract json: the parser's limit)"),
+    # Shapes that must not overflow a regex's stack (one such record would fail the query).
+    (b"u1", raw_op(extra=',"deep":' + '{"a":' * 1100 + "1" + "}" * 1100), "value is not valid JSON"),
+    (b"u1", b'{"items":[' + b'{"a":1},' * 999, "value is not valid JSON"),
+    (b"u1", raw_op(extra=',"long":"' + "a" * 60000 + r'\ud800"'),
+     "value has a lone surrogate escape '\\ud800' (input contract unicode: I-JSON, RFC 7493 §2.1)"),
     (b"u1", b"{'seq': 1}", "value is not valid JSON"),
     (b"u1", b"[1, 2]", "value is not a JSON object"),
     (b"u1", None, "empty value (null)"),

@@ -141,9 +141,14 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
         raise LaunchError(f"{app.name} did not stop within {deadline_s + 60:g}s, and its driver (pid {pid}) is not a process "
                           "on this host that the record names (another host, or the record is not that process's): "
                           "stop it where it runs")
-    # Still running: two SIGTERMs make the driver stop its queries at once; both are safe to
-    # restart from, as an interrupted micro-batch is re-run from the checkpoint.
-    for _ in range(2):
+    # Still running: a second signal makes the driver stop its queries at once (safe to restart
+    # from: an interrupted micro-batch is re-run). Two signals sent together arrive as one, so
+    # the second follows once the first has had a moment.
+    _signal(process, signal.SIGTERM)
+    try:
+        poll_until(lambda: not runtime.is_locked(), timeout=5, what=f"{app.name} to take the first SIGTERM")
+        return f"{app.name} did not stop within {deadline_s + 60:g}s; stopped with SIGTERM (pid {pid})"
+    except DeadlineExceeded:
         _signal(process, signal.SIGTERM)
     try:
         poll_until(lambda: not runtime.is_locked(), timeout=30, what=f"{app.name} to exit after SIGTERM")

@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import socket
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ def now_iso() -> str:
 
 
 def _write_atomic(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
     os.replace(tmp, path)
 
@@ -72,6 +73,9 @@ class AppRuntime:
         self.skip_file = self.dir / "skip-records.json"
         self.logs_dir = self.dir / "logs"
         self._lock_fd: int | None = None
+        # driver.json is read and rewritten whole: the driver's threads (the query listener and
+        # the main one) take turns.
+        self._record_lock = threading.Lock()
 
     # --- the one-driver lock --------------------------------------------------------------------
 
@@ -105,13 +109,15 @@ class AppRuntime:
         )
 
     def update(self, **fields: Any) -> None:
-        record = {**(self.driver() or {}), **fields}
-        _write_atomic(self.driver_file, record)
+        with self._record_lock:
+            record = {**(self.driver() or {}), **fields}
+            _write_atomic(self.driver_file, record)
 
     def release(self, outcome: str, reason: str = "") -> None:
         """Record how the driver ended, then drop the lock."""
-        record = {**(self.driver() or {}), "stopped_at": now_iso(), "outcome": outcome, "reason": reason}
-        _write_atomic(self.driver_file, record)
+        with self._record_lock:
+            record = {**(self.driver() or {}), "stopped_at": now_iso(), "outcome": outcome, "reason": reason}
+            _write_atomic(self.driver_file, record)
         self._append_history({"event": "stopped", **record})
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)

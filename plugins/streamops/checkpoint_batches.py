@@ -37,15 +37,17 @@ def batch_offsets(query_dir: Path, batch: int) -> dict[str, dict[int, int]] | No
 
 
 def _initial_offsets(query_dir: Path) -> dict[str, dict[int, int]]:
-    """Where the query started on its first batch (sources/0/0: a NUL byte, a version line, the JSON)."""
-    written = query_dir / "sources" / "0" / "0"
-    if not written.exists():
-        return {}
-    _version, _, payload = written.read_bytes().lstrip(b"\x00").decode().partition("\n")
-    try:
-        return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in json.loads(payload).items()}
-    except (ValueError, AttributeError):
-        return {}
+    """Where the query started on its first batch: sources/<n>/0 for each of its sources (a NUL
+    byte, a version line, the JSON of offsets)."""
+    merged: dict[str, dict[int, int]] = {}
+    for written in sorted((query_dir / "sources").glob("*/0")) if (query_dir / "sources").exists() else []:
+        _version, _, payload = written.read_bytes().lstrip(b"\x00").decode().partition("\n")
+        try:
+            for topic, parts in json.loads(payload).items():
+                merged.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+        except (ValueError, AttributeError):
+            continue
+    return merged
 
 
 def uncommitted_batch(query_dir: Path) -> dict[str, Any] | None:

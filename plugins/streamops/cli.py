@@ -280,10 +280,15 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
         if len(signals) == 1:
             typer.echo("stopping after the micro-batch in flight (Ctrl-C again to stop at once) ...", err=True)
         else:
-            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:  # it has ended meanwhile
+                pass
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # A closed terminal (SIGHUP) stops it too: its own process group would not get the hang-up,
+    # and a driver nobody watches would keep running.
+    for handled in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(handled, on_signal)
     asked = False
     while True:
         try:
@@ -293,7 +298,8 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
         # The request is written once our driver holds the lock: a driver still starting would
         # clear a stop request it found (it belongs to the driver before).
         if signals and not asked and runtime.is_locked() and (runtime.driver() or {}).get("launched_by") == me:
-            runtime.request_stop(by=f"Ctrl-C at the terminal ({me})" if signals[0] == signal.SIGINT else f"SIGTERM to {me}")
+            said = {signal.SIGINT: f"Ctrl-C at the terminal ({me})", signal.SIGHUP: f"the terminal of {me} closing"}
+            runtime.request_stop(by=said.get(signals[0], f"SIGTERM to {me}"))
             asked = True
 
 

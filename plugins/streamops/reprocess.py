@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog, TopicSpec
 from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
 
@@ -338,6 +339,8 @@ def run_reprocess(
             # A cutover continues from this checkpoint: cutting at the planned end would drop
             # what arrived since the plan. Otherwise the run is exactly the planned range.
             ending_offsets=None if plan.request.get("cutover") else plan.ending_offsets(),
+            # Records an operator skipped in the live app are skipped here too (same input).
+            skip_records=AppRuntime(catalog.app(plan.app).checkpoint_location()).skip_records(),
         ),
     )
     seconds = time.monotonic() - started

@@ -222,7 +222,10 @@ def _reason(wrapped: Column, fields: list[Field], max_record_bytes: int, key_fie
         (text.startswith("\ufeff"), F.lit("value starts with a byte order mark (input contract utf-8: RFC 8259 §8.1 forbids it)")),
         (
             # The parser's depth limit (1000, and the brackets add one level).
-            doc.isNull() & (F.size(F.split(text, r"[\[{]")) > 999),
+            # The first value parses alone but not inside brackets, with more than 998 openings;
+            # or 999 arrays open in a row. (No repeated group here: Java's regex recursion over
+            # a hostile value would overflow the stack and fail the query.)
+            doc.isNull() & ((something_after & (F.size(F.split(text, r"[\[{]")) > 999)) | text.rlike(r"\[{999}")),
             F.lit("value is nested more than 998 levels deep (input contract json: the parser's limit)"),
         ),
         (
@@ -423,7 +426,8 @@ def good(parsed: DataFrame) -> DataFrame:
 
 def iso_ms(epoch_ms: int) -> str:
     """Epoch milliseconds as ISO-8601 UTC text with milliseconds (Python side, same format)."""
-    return datetime.fromtimestamp(int(epoch_ms) / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    moment = _EPOCH + timedelta(milliseconds=int(epoch_ms))  # exact (no float), any year 0001-9999
+    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
 def iso_time(column: str | Column) -> Column:

@@ -58,6 +58,9 @@ class RunOptions:
     ending_offsets: dict[str, dict[str, int]] | None = None
     version: str | None = None  # overrides the catalog's version label
     max_offsets_per_trigger: int | None = None
+    # Records an operator skipped (recover_skip_records); None: the list beside the checkpoint.
+    # A backfill runs on a checkpoint of its own and passes the live app's list here.
+    skip_records: list[dict] | None = None
 
 
 
@@ -65,7 +68,7 @@ def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, optio
     """The app's queries as DataFrames, not started."""
     apply_app_conf(spark, spec)
     # Read once at start: recover_skip_records writes the list while the app is stopped.
-    skipped = AppRuntime(options.checkpoint).skip_records()
+    skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
 
     def source(topics: list[str]) -> DataFrame:
         frame = read_topics(
@@ -204,6 +207,7 @@ class ProgressPublisher(StreamingQueryListener):
         self.group = None
         self._lock = threading.Lock()
         self._published: dict[str, int] = {}  # query name -> newest batch published
+        self._closed = False
         if group_id and bootstrap_servers:
             from confluent_kafka import Consumer
 
@@ -224,6 +228,7 @@ class ProgressPublisher(StreamingQueryListener):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self.group is not None:
                 self.group.close()
                 self.group = None
@@ -278,7 +283,7 @@ class ProgressPublisher(StreamingQueryListener):
                 log.warning("could not commit offsets to consumer group for %s: %s", p.name, exc)
 
     def onQueryIdle(self, event):  # noqa: N802
-        if self.runtime is not None:
+        if self.runtime is not None and not self._closed:
             self.runtime.update(last_idle_at=now_iso())
 
     def onQueryTerminated(self, event):  # noqa: N802
@@ -490,7 +495,12 @@ class StopSignals:
 def _jvm_gone(jvm_pid: int | None) -> bool:
     import psutil
 
-    return jvm_pid is not None and (not psutil.pid_exists(jvm_pid) or psutil.Process(jvm_pid).status() == psutil.STATUS_ZOMBIE)
+    if jvm_pid is None:
+        return False
+    try:
+        return psutil.Process(jvm_pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:  # gone (or reaped meanwhile)
+        return True
 
 
 def ended_by(exc: BaseException, running: bool, seconds: float, stops: StopSignals, jvm_pid: int | None) -> tuple[str, str]:

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from streamops.catalog import load_catalog
+from streamops.launch_overrides import checked_version
 from streamops.paths import RUN_DIR
 from streamops.reprocess import (
     TAG_PATTERN,
@@ -149,7 +150,8 @@ def cutover(plan_json: dict, ran: dict, run_id: str, bootstrap_servers: str) -> 
     catalog_file = work_dir / "catalog.yaml"
     catalog_file.write_text(target_catalog(catalog, the_plan.app, the_plan.targets).to_yaml())
     targeted = load_catalog(catalog_file).app(the_plan.app)
-    version = f"{live.version}+{the_plan.request['version']}"
+    # Semantic-version build metadata names the topics' version (a '+' only once).
+    version = checked_version(f"{live.version}{'.' if '+' in live.version else '+'}{the_plan.request['version']}")
     command = spark_submit_command(submit_spec(
         targeted, bootstrap_servers=bootstrap_servers, catalog=catalog_file,
         checkpoint=live.checkpoint_location(), version=version,

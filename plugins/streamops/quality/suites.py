@@ -101,7 +101,9 @@ def value_contract_expectation(spec: TopicSpec) -> dict:
     rows name the first rule they break (column `problem`). Suites do not repeat it."""
     doc = "try_parse_json(value)"
     problems = [
-        ("NOT coalesce(json_array_length(concat('[', value, ']')) = 1, false)", "'not exactly one JSON value'"),
+        # (A ']' after the value would close the brackets: the second count rules that out.)
+        ("NOT coalesce(json_array_length(concat('[', value, ']')) = 1 AND (instr(value, ']') = 0 "
+         "OR json_array_length(concat('[', value, ',0]')) = 2), false)", "'not exactly one JSON value'"),
         (f"{doc} IS NULL", "'not I-JSON: invalid JSON or a member name twice'"),
         (f"NOT schema_of_variant({doc}) LIKE 'OBJECT%'", "'not a JSON object'"),
     ]

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
@@ -286,20 +287,30 @@ def apply_replay(spark, bootstrap: str, catalog: Catalog, plan: ReplayPlan, run_
                                   "to": f"{msg.topic()}/{msg.partition()}/{msg.offset()}", "run_id": run_id, "at": now_iso()})
         return report
 
-    out = producer(bootstrap)
-    for letter in letters:
-        out.produce(
-            letter.source_topic, key=letter.key, value=letter.value, partition=letter.source_partition,
-            headers=[(HEADER_SOURCE, letter.source.encode()), (HEADER_DEAD_LETTER, letter.at.encode()), (HEADER_RUN, run_id.encode())],
-            on_delivery=on_delivery(letter),
-        )
-        out.poll(0)
-    out.flush(60)
-    path = ledger_file(app)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as ledger:
-        for entry in delivered:
-            ledger.write(json.dumps(entry, sort_keys=True) + "\n")
+    # Records as large as the app accepts (its sink's request limit; librdkafka's default is less).
+    limit = app.producer.max_request_size
+    out = producer(bootstrap, **{"message.max.bytes": limit, "batch.size": min(limit, 1_000_000)})
+    try:
+        for letter in letters:
+            try:
+                out.produce(
+                    letter.source_topic, key=letter.key, value=letter.value, partition=letter.source_partition,
+                    headers=[(HEADER_SOURCE, letter.source.encode()), (HEADER_DEAD_LETTER, letter.at.encode()),
+                             (HEADER_RUN, run_id.encode())],
+                    on_delivery=on_delivery(letter),
+                )
+            except (BufferError, KafkaException) as exc:  # this record only; the others go on
+                errors.append(f"{letter.at}: {exc}")
+            out.poll(0)
+    finally:
+        # Whatever was acknowledged is entered, also when producing stopped half-way: a second
+        # run must not replay it again.
+        out.flush(60)
+        path = ledger_file(app)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as ledger:
+            for entry in delivered:
+                ledger.write(json.dumps(entry, sort_keys=True) + "\n")
     if errors or len(delivered) != len(letters):
         raise RuntimeError(f"{len(delivered)} of {len(letters)} record(s) replayed (those are in the ledger); "
                            f"not acknowledged: {errors[:5] or 'flush timed out'}. Run the DAG again to replay the rest.")

@@ -137,8 +137,9 @@ def _largest_records(bootstrap: str, failed: list[dict], count: int = 3, at_most
             found += read_spans(bootstrap, topic, spans, timeout=30)
     except Exception:  # noqa: BLE001 - a hint only: the plan stands without it
         return []
-    found.sort(key=lambda r: len(r.value or b""), reverse=True)
-    return [{"record": f"{r.topic}:{r.partition}:{r.offset}", "bytes": len(r.value or b"")} for r in found[:count]]
+    found.sort(key=lambda r: len(r.key or b"") + len(r.value or b""), reverse=True)
+    return [{"record": f"{r.topic}:{r.partition}:{r.offset}", "bytes": len(r.key or b"") + len(r.value or b"")}
+            for r in found[:count]]
 
 
 def _same_as_previous_failure(runtime: AppRuntime, failed: list[dict]) -> bool:

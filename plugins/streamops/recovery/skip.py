@@ -42,6 +42,7 @@ SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
 MAX_RECORDS = 10_000  # offsets per run: more is a reset (recover_reset_offsets), not a skip
 MAX_NOTE = 500
+MAX_REASON = 1000  # the operator's reason in a dead letter: user, run id and note
 SHOWN_PER_SPEC = 20  # records shown in the plan per item
 # The form's pattern (the code checks the bounds exactly): offsets below 2^63 have at most 19 digits.
 RECORD_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}:(0|[1-9][0-9]{0,9}):(0|[1-9][0-9]{0,18})(-(0|[1-9][0-9]{0,18}))?$"
@@ -239,6 +240,9 @@ def plan_skip(admin: AdminClient, bootstrap: str, catalog: Catalog, app_name: ob
         raise RecoveryRefused(problems)
 
     reason = skip_reason(user, run_id, note)
+    if len(reason) > MAX_REASON:
+        raise RecoveryRefused([f"the dead letters' reason would be {len(reason)} characters (user, run id and note); at most "
+                               f"{MAX_REASON}: shorten the note"])
     at = now_iso()
     driver = runtime.driver() or {}
     failed = driver.get("failed_batches") or []
@@ -305,7 +309,7 @@ def entry_problems(app: AppSpec, entries: object) -> list[str]:
                 or any(isinstance(n, bool) or not isinstance(n, int) for n in numbers)
                 or not (0 <= entry["partition"] <= _MAX_PARTITION and 0 <= entry["first"] <= entry["last"] <= _MAX_OFFSET)
                 or not isinstance(entry.get("reason"), str) or not entry["reason"].startswith(SKIP_REASON)
-                or len(entry["reason"]) > MAX_NOTE + 200):
+                or len(entry["reason"]) > MAX_REASON):
             problems.append(f"entry {str(entry)[:200]} is not an input record range of {app.name} with an operator's reason")
     return problems
 
@@ -361,7 +365,8 @@ def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, bootstrap: str, dea
         for letter in read_spans(bootstrap, app.dead_letter_topic, spans):
             value = json.loads(letter.value or b"{}")
             source = value.get("source") or {}
-            if str(value.get("reason", "")) == plan.reason:
+            # (A dead letter keeping the original by reference says so after the reason.)
+            if str(value.get("reason", "")).startswith(plan.reason):
                 seen["dead_lettered"].add((source.get("topic"), source.get("partition"), source.get("offset")))
         start.update({p: high for p, (_, high) in spans.items()})
         where = positions(checkpoint)
