@@ -11,7 +11,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import reconcile_apps as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 
@@ -60,7 +60,7 @@ def reconcile_stateful_apps():
     @task(multiple_outputs=False, map_index_template="{{ task.op_kwargs['app_name'] }}")
     def reconcile(app_name: str) -> dict:
         context = get_current_context()
-        return steps.reconcile_app(app_name, context["run_id"], kafka_bootstrap(), admin_client(), spark_master(),
+        return steps.reconcile_app(app_name, context["run_id"], kafka_connection(), admin_client(), spark_master(),
                                    context["params"]["max_mismatch_ratio"])
 
     reconcile.expand(app_name=chosen())

@@ -9,7 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
@@ -63,15 +63,15 @@ To undo a live rebuild: `recover_restore_checkpoint` with the `before-rebuild` s
 def recover_rebuild_state():
     @task
     def plan() -> dict:
-        return steps.rebuild_plan(get_current_context(), admin_client(), kafka_bootstrap())
+        return steps.rebuild_plan(get_current_context(), admin_client(), kafka_connection())
 
     @task
     def apply(planned: dict) -> dict:
-        return steps.rebuild_apply(get_current_context(), planned, admin_client(), kafka_bootstrap(), spark_master())
+        return steps.rebuild_apply(get_current_context(), planned, admin_client(), kafka_connection(), spark_master())
 
     @task
     def verify(planned: dict, _applied: dict) -> dict:
-        return steps.await_progress(get_current_context(), planned["app"], kafka_bootstrap(), None,
+        return steps.await_progress(get_current_context(), planned["app"], kafka_connection(), None,
                                     caught_up=planned["target"] == "live")
 
     planned = plan()

@@ -9,7 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, range_end_param, range_start_param
@@ -63,15 +63,15 @@ def recover_replay_dead_letters():
 
     @task
     def plan() -> dict:
-        return steps.replay_plan(get_current_context(), session(), admin_client(), kafka_bootstrap())
+        return steps.replay_plan(get_current_context(), session(), admin_client(), kafka_connection())
 
     @task
     def apply(planned: dict) -> dict:
-        return steps.replay_apply(get_current_context(), session(), planned, kafka_bootstrap())
+        return steps.replay_apply(get_current_context(), session(), planned, kafka_connection())
 
     @task
     def verify(applied: dict) -> dict:
-        return steps.replay_verify(get_current_context(), applied, kafka_bootstrap())
+        return steps.replay_verify(get_current_context(), applied, kafka_connection())
 
     verify(apply(plan()))
 

@@ -9,7 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
 from streamops.quality.ranges import DURATION_PATTERN, MAX_OFFSET, TIME_PATTERN
@@ -86,7 +86,7 @@ def recover_reset_offsets():
 
     @task
     def verify(planned: dict, _applied: dict) -> dict:
-        return steps.reset_verify(get_current_context(), planned, kafka_bootstrap())
+        return steps.reset_verify(get_current_context(), planned, kafka_connection())
 
     planned = plan()
     verify(planned, apply(planned))

@@ -9,7 +9,7 @@ from airflow.sdk import dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
 
 DOC = """
@@ -52,7 +52,7 @@ Every step is written to the recovery audit log (`streamops audit`).
 def recover_restart_app():
     @task
     def plan() -> dict:
-        return steps.restart_plan(get_current_context(), kafka_bootstrap())
+        return steps.restart_plan(get_current_context(), kafka_connection())
 
     @task
     def apply(planned: dict) -> dict:
@@ -60,7 +60,7 @@ def recover_restart_app():
 
     @task
     def verify(planned: dict, _applied: dict) -> dict:
-        return steps.await_progress(get_current_context(), planned["app"], kafka_bootstrap(), planned["lag"])
+        return steps.await_progress(get_current_context(), planned["app"], kafka_connection(), planned["lag"])
 
     planned = plan()
     verify(planned, apply(planned))

@@ -9,7 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
 from streamops.recovery.skip import MAX_NOTE, MAX_SPECS, RECORD_PATTERN
@@ -67,15 +67,15 @@ fixed. Every step is written to the recovery audit log (`streamops audit`).
 def recover_skip_records():
     @task
     def plan() -> dict:
-        return steps.skip_plan(get_current_context(), admin_client(), kafka_bootstrap())
+        return steps.skip_plan(get_current_context(), admin_client(), kafka_connection())
 
     @task
     def apply(planned: dict) -> dict:
-        return steps.skip_apply(get_current_context(), planned, kafka_bootstrap())
+        return steps.skip_apply(get_current_context(), planned, kafka_connection())
 
     @task
     def verify(planned: dict, applied: dict) -> dict:
-        return steps.skip_verify(get_current_context(), planned, applied, kafka_bootstrap())
+        return steps.skip_verify(get_current_context(), planned, applied, kafka_connection())
 
     planned = plan()
     verify(planned, apply(planned))

@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import is_dry_run
 from streamops.dag_tasks import reprocess as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
@@ -77,25 +77,25 @@ def reprocess():
     # A refused request is an answer: no retries.
     @task(retries=0, multiple_outputs=False)
     def plan() -> dict:
-        return steps.plan(admin_client(), kafka_bootstrap(), get_current_context()["params"])
+        return steps.plan(admin_client(), kafka_connection(), get_current_context()["params"])
 
     @task(multiple_outputs=False)
     def run(planned: dict) -> dict:
         context = get_current_context()
         if is_dry_run(context["params"]):
             raise AirflowSkipException("Dry run: nothing was created or written. The plan is in the 'plan' task's log.")
-        return steps.run(planned, context["run_id"], kafka_bootstrap(), admin_client(), spark_master())
+        return steps.run(planned, context["run_id"], kafka_connection(), admin_client(), spark_master())
 
     @task(multiple_outputs=False)
     def validate(planned: dict, _ran: dict) -> list[dict]:
-        return steps.validate(planned, get_current_context()["run_id"], kafka_bootstrap(), admin_client(), spark_master())
+        return steps.validate(planned, get_current_context()["run_id"], kafka_connection(), admin_client(), spark_master())
 
     @task(multiple_outputs=False)
     def cut_over(planned: dict, ran: dict, _validated: list[dict]) -> dict:
         context = get_current_context()
         if context["params"].get("cutover") is not True:
             raise AirflowSkipException("No cutover asked for: the live app was not touched.")
-        return steps.cutover(planned, ran, context["run_id"], kafka_bootstrap())
+        return steps.cutover(planned, ran, context["run_id"], kafka_connection())
 
     planned = plan()
     ran = run(planned)

@@ -13,7 +13,7 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import quality as steps
-from streamops.dag_tasks.apps import kafka_bootstrap
+from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.quality.ranges import MAX_LAST_RECORDS, MAX_OFFSET, MODES, TIME_PATTERN
 
@@ -101,7 +101,7 @@ def validate_topic_quality():
     @task
     def validate(ranges: list[dict]) -> list[dict]:
         context = get_current_context()
-        return steps.validate(ranges, context["run_id"], kafka_bootstrap(), admin_client(), steps.spark_master())
+        return steps.validate(ranges, context["run_id"], kafka_connection(), admin_client(), steps.spark_master())
 
     validate(plan())
 

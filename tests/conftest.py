@@ -81,10 +81,8 @@ class ClosableAdmin:
     when the object goes, but pytest keeps a session fixture's value until the session ends. So
     the fixture hands out this proxy and drops the client itself at teardown."""
 
-    def __init__(self, bootstrap_servers: str):
-        from confluent_kafka.admin import AdminClient
-
-        self._client = AdminClient({"bootstrap.servers": bootstrap_servers})
+    def __init__(self, kafka):
+        self._client = kafka.admin()
 
     def __getattr__(self, name):
         if self.__dict__.get("_client") is None:
@@ -98,7 +96,7 @@ class ClosableAdmin:
 
 @pytest.fixture(scope="session")
 def admin(broker: LocalBroker):
-    client = ClosableAdmin(broker.bootstrap_servers)
+    client = ClosableAdmin(broker.client_config)
     yield client
     client.close()
 
@@ -223,7 +221,7 @@ def run_available_now(spark, catalog, app_name, broker, checkpoint, **options):
         spark,
         spec,
         program,
-        RunOptions(bootstrap_servers=broker.bootstrap_servers, checkpoint=str(checkpoint), trigger=AVAILABLE_NOW, **options),
+        RunOptions(kafka=broker.client_config, checkpoint=str(checkpoint), trigger=AVAILABLE_NOW, **options),
     )
 
 

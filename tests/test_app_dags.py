@@ -30,7 +30,7 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     assert f"refused: oplog-router is already running: driver pid {driver['pid']} on {driver['host']}, version 1.0.1" in task_log
     assert runtime.driver()["pid"] == driver["pid"]
 
-    run_load(spec, LoadSpec(count=1000, keys=10, seed=9), broker.bootstrap_servers)
+    run_load(spec, LoadSpec(count=1000, keys=10, seed=9), broker.client_config)
     def caught_up() -> bool:
         lags = _status(spec, broker).lags  # empty until the first batch commits
         return bool(lags) and sum(p.end for p in lags) == 1000 and sum(p.lag for p in lags) == 0
@@ -55,7 +55,7 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
 def _status(spec, broker):
     from streamops.app_status import app_status
 
-    return app_status(spec, broker.bootstrap_servers)
+    return app_status(spec, broker.client_config)
 
 
 def test_a_driver_that_loses_a_launch_race_shows_its_own_log(app_env, app_catalog, broker, monkeypatch):

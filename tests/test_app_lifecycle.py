@@ -58,7 +58,7 @@ def launcher(broker, app_catalog, tmp_path):
 
 
 def end_offsets_total(broker, spec) -> int:
-    return sum(high for _, high in end_offsets(broker.bootstrap_servers, spec.inputs["operations"]).values())
+    return sum(high for _, high in end_offsets(broker.client_config, spec.inputs["operations"]).values())
 
 
 def wait_running(runtime: AppRuntime, process: subprocess.Popen, query: str) -> None:
@@ -101,7 +101,7 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
     first = launcher("oplog-router")
     wait_running(runtime, first, "route")
     # The load runs until the block ends, so the kill lands mid-stream however fast this machine is.
-    with background_load(spec, LoadSpec(count=10_000_000, keys=30, rate=400, seed=5), broker.bootstrap_servers) as producer:
+    with background_load(spec, LoadSpec(count=10_000_000, keys=30, rate=400, seed=5), broker.client_config) as producer:
         poll_until(lambda: runtime.progress()["route"]["input_rows"] > 0, timeout=120, what="a micro-batch with data")
         os.kill(runtime.driver()["pid"], signal.SIGKILL)
         at_kill = end_offsets_total(broker, spec)
@@ -119,14 +119,14 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
     assert second.wait(timeout=120) == 0
 
     # The processed offsets are in the consumer group named after the app, for Kafka lag tools.
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     topic = spec.inputs["operations"]
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "streamops.oplog-router"})
+    consumer = broker.client_config.consumer("streamops.oplog-router")
     committed = consumer.committed([TopicPartition(topic, p) for p in range(6)], timeout=15)
     consumer.close()
     ends = {}
-    for record in read_all(broker.bootstrap_servers, topic):
+    for record in read_all(broker.client_config, topic):
         ends[record.partition] = record.offset + 1
     assert {tp.partition: tp.offset for tp in committed} == {p: ends.get(p, 0) for p in range(6)}
 

@@ -21,7 +21,7 @@ def expected_routes(broker, spec) -> set[tuple[str, str]]:
     """(event_id, category) for every routable input record now in the input topic."""
     table = oplog_router.routes(spec)
     expected = set()
-    for record in read_all(broker.bootstrap_servers, spec.inputs["operations"]):
+    for record in read_all(broker.client_config, spec.inputs["operations"]):
         event = record.json()
         for category, _ in table.get(event["op_type"], []):
             expected.add((f"{record.topic}/{record.partition}/{record.offset}", category))
@@ -31,7 +31,7 @@ def expected_routes(broker, spec) -> set[tuple[str, str]]:
 def routed_now(broker, spec) -> list[tuple[str, str]]:
     out = []
     for topic in spec.outputs.values():
-        out += [(r.json()["event_id"], r.json()["category"]) for r in read_all(broker.bootstrap_servers, topic)]
+        out += [(r.json()["event_id"], r.json()["category"]) for r in read_all(broker.client_config, topic)]
     return out
 
 
@@ -51,9 +51,9 @@ def wait_until_all_routed(broker, spec, timeout: float = 180) -> tuple[set, int]
 
 def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, app_catalog, tmp_path):
     spec = app_catalog.app("oplog-router")
-    options = RunOptions(bootstrap_servers=broker.bootstrap_servers, checkpoint=str(tmp_path / "ckpt"), trigger="1 second")
+    options = RunOptions(kafka=broker.client_config, checkpoint=str(tmp_path / "ckpt"), trigger="1 second")
     load = LoadSpec(count=6000, keys=50, rate=400, seed=7)  # 15 s of load
-    producer = threading.Thread(target=run_load, args=(spec, load, broker.bootstrap_servers))
+    producer = threading.Thread(target=run_load, args=(spec, load, broker.client_config))
 
     (query,) = start_app(spark, spec, oplog_router, options)
     poll_until(lambda: query.recentProgress, timeout=120, what="the router's first micro-batch")
@@ -77,7 +77,7 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_
     spec = app_catalog.app("oplog-router")
     catalog_file = tmp_path / "catalog.yaml"
     catalog_file.write_text(app_catalog.to_yaml())
-    load = run_load(spec, LoadSpec(count=500, keys=10, seed=3), broker.bootstrap_servers)
+    load = run_load(spec, LoadSpec(count=500, keys=10, seed=3), broker.client_config)
     env = {
         **os.environ,
         "STREAMOPS_CATALOG": str(catalog_file),
@@ -96,17 +96,17 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_
     assert load.produced == 500
     # The run's batch is recorded however fast the driver exits (Spark's listener is asynchronous;
     # about 1 run in 5 used to leave no progress and no group offsets): progress file and group.
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     from streamops.app_runtime import AppRuntime
     from streamops.kafka_records import end_offsets
 
     topic = spec.inputs["operations"]
-    ends = {p: high for p, (_, high) in end_offsets(broker.bootstrap_servers, topic).items()}
+    ends = {p: high for p, (_, high) in end_offsets(broker.client_config, topic).items()}
     progress = AppRuntime(tmp_path / "checkpoints" / "oplog-router").progress()["route"]
     assert progress["batch_id"] == 0 and progress["input_rows"] == 500
     assert progress["end_offsets"] == {topic: {str(p): end for p, end in ends.items()}}
-    group = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "streamops.oplog-router"})
+    group = broker.client_config.consumer("streamops.oplog-router")
     try:
         committed = group.committed([TopicPartition(topic, p) for p in ends], timeout=15)
     finally:

@@ -31,7 +31,7 @@ def window(browser, start, end, count):
 def appended(broker, topic, since):
     """Records of `topic` that were not there when `since` was read."""
     seen = {(r.partition, r.offset) for r in since}
-    return [r for r in read_all(broker.bootstrap_servers, topic) if (r.partition, r.offset) not in seen]
+    return [r for r in read_all(broker.client_config, topic) if (r.partition, r.offset) not in seen]
 
 
 def by_window(values):
@@ -43,7 +43,7 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
     logs = spec.inputs["logs"]
     checkpoint = tmp_path / "ckpt"
     produce(
-        broker.bootstrap_servers,
+        broker.client_config,
         logs,
         [
             # b1: five actions -> challenged with 5.
@@ -64,12 +64,12 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
 
     first = run_available_now(spark, app_catalog, "browser-activity", broker, checkpoint)
 
-    challenges = read_all(broker.bootstrap_servers, spec.outputs["challenges"])
+    challenges = read_all(broker.client_config, spec.outputs["challenges"])
     assert [(r.key_text, r.json()) for r in challenges] == [
         ("b1", {"fingerprint": "b1", "actions": 5, "verified": False, "threshold": 5,
                 "last_event_id": f"{logs}/0/4", "last_event_time": "2026-01-01T14:11:58.000Z"}),
     ]
-    counts_first = read_all(broker.bootstrap_servers, spec.outputs["activity_counts"])
+    counts_first = read_all(broker.client_config, spec.outputs["activity_counts"])
     assert by_window(r.json() for r in counts_first) == [
         # 5-second windows starting every 2 seconds: an event at :52 is in [:48,:53), [:50,:55), [:52,:57).
         window("b1", "11:48", "11:53", 1),
@@ -85,13 +85,13 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
         window("b3", "11:50", "11:55", 4),
         window("b3", "11:52", "11:57", 4),
     ]
-    dead = [r.json() for r in read_all(broker.bootstrap_servers, spec.dead_letter_topic)]
+    dead = [r.json() for r in read_all(broker.client_config, spec.dead_letter_topic)]
     assert [(d["source"]["offset"], d["reason"]) for d in dead] == [(16, "missing field 'browserHash'")]
     assert observed_totals(first) == {"records_in": 17, "dead_letters": 1, "captcha_verifications": 1}
 
     # Second run from the same checkpoint: the watermark is now 14:12:00 - 10 s = 14:11:50.
     produce(
-        broker.bootstrap_servers,
+        broker.client_config,
         logs,
         [
             log_event("b1", "12:02.000"),  # b1's 6th action ...

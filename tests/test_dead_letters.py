@@ -37,19 +37,19 @@ def test_oversized_records_become_dead_letters_that_fit_and_replay_reads_them_ba
     from streamops.recovery.replay import ReplayRequest, apply_replay, plan_replay
 
     spec = app_catalog.app("oplog-router")
-    source, bootstrap = spec.inputs["operations"], broker.bootstrap_servers
+    source, kafka = spec.inputs["operations"], broker.client_config
     huge = op(2, "u1", "h" * 900_000)  # base64 would be 1.2 MB: kept by reference
     big = op(3, "u1", "b" * 700_000)  # base64 933 KB: still fits inline
     long_key = b"k" * 200_000  # over an eighth of the budget: kept by reference
-    produce(bootstrap, source, [
+    produce(kafka, source, [
         (b"u1", op(1, "u1")), (b"u1", huge), (b"u1", big), (long_key, op(4, "u4")), (b"u5", op(5, "u5")),
     ], partition=0)
     gone = op(6, "u6", "g" * 900_000)
-    produce(bootstrap, source, [(b"u6", gone)], partition=1)
+    produce(kafka, source, [(b"u6", gone)], partition=1)
 
     run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "ckpt")  # no RecordTooLargeException
 
-    letters = read_all(bootstrap, spec.dead_letter_topic)
+    letters = read_all(kafka, spec.dead_letter_topic)
     for letter in letters:
         assert len(letter.key or b"") + len(letter.value) <= BUDGET, "a dead letter over the sink's request limit"
     by_offset = {(e["source"]["partition"], e["source"]["offset"]): (letter, e)
@@ -77,32 +77,32 @@ def test_oversized_records_become_dead_letters_that_fit_and_replay_reads_them_ba
     assert envelope["original_key_sha256"] == hashlib.sha256(long_key).hexdigest()
     assert base64.b64decode(envelope["original_value_base64"], validate=True) == op(4, "u4")
 
-    routed = {r.json()["seq"] for t in spec.outputs.values() for r in read_all(bootstrap, t)}
+    routed = {r.json()["seq"] for t in spec.outputs.values() for r in read_all(kafka, t)}
     assert routed == {1, 5}, "the records around the oversized ones are routed"
 
     # Retention deletes the source of one by-reference dead letter: that one cannot come back.
     (deleted,) = admin.delete_records([TopicPartition(source, 1, 1)]).values()
     deleted.result(timeout=30)
-    assert end_offsets(bootstrap, source)[1] == (1, 1)
+    assert end_offsets(kafka, source)[1] == (1, 1)
 
     # The limit is raised: the oversized records pass now and are replayed, the by-reference one
     # read back from its source record (digest checked), byte for byte.
     raised = app_catalog.model_copy(update={"apps": [
         a.model_copy(update={"max_record_bytes": 1_000_000}) if a.name == "oplog-router" else a for a in app_catalog.apps]})
     request = ReplayRequest(app="oplog-router", reason_contains="byte limit")
-    plan = plan_replay(spark, admin, bootstrap, raised, request)
+    plan = plan_replay(spark, admin, kafka, raised, request)
     assert plan.totals["replay"] == 2 and plan.totals["other"] == 1, plan.table()
     verdicts = {r["reason"][:40]: r for r in plan.by_reason}
     assert len(verdicts) == 3
-    before = {p: hi for p, (_, hi) in end_offsets(bootstrap, source).items()}
-    applied = apply_replay(spark, bootstrap, raised, plan, "manual__test")
+    before = {p: hi for p, (_, hi) in end_offsets(kafka, source).items()}
+    applied = apply_replay(spark, kafka, raised, plan, "manual__test")
     assert applied["count"] == 2
-    replayed = [r for p, hi in before.items() for r in read_all(bootstrap, source) if r.partition == p and r.offset >= hi]
+    replayed = [r for p, hi in before.items() for r in read_all(kafka, source) if r.partition == p and r.offset >= hi]
     assert sorted(r.value for r in replayed) == sorted([huge, big])
 
     from streamops.recovery.replay import evaluate
 
-    (refused,) = [d for d in evaluate(spark, bootstrap, raised.app("oplog-router"), plan.spans, "byte limit")
+    (refused,) = [d for d in evaluate(spark, kafka, raised.app("oplog-router"), plan.spans, "byte limit")
                   if d.source == f"{source}/1/0"]
     assert refused.verdict == (f"not replayable: its original is kept by reference and {source}/1/0 is no longer on the "
                                f"broker (retention; {source} partition 1: it is empty (next offset 1))")

@@ -16,9 +16,9 @@ def test_loadgen_produces_sequence_numbered_records_with_malformed_and_late_ones
         spec,
         LoadSpec(count=2000, keys=20, malformed=0.05, late=0.1, late_by=timedelta(minutes=5), start_seq=100,
                  start_time=start, seed=11),
-        broker.bootstrap_servers,
+        broker.client_config,
     )
-    records = read_all(broker.bootstrap_servers, spec.inputs["operations"])
+    records = read_all(broker.client_config, spec.inputs["operations"])
     assert report.produced == len(records) == 2000
     good, bad = [], 0
     for record in records:

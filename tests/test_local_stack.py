@@ -64,7 +64,7 @@ def test_broker_that_dies_at_start_up_reports_its_log_tail(tmp_path):
 def test_broker_stop_is_clean_and_keeps_the_data(tmp_path):
     broker = LocalBroker(state_dir=tmp_path, port=free_port_pair())
     broker.start()
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    admin = broker.client_config.admin()
     from confluent_kafka.admin import NewTopic
 
     admin.create_topics([NewTopic("kept.after.restart", 2, 1)])["kept.after.restart"].result()
@@ -77,7 +77,7 @@ def test_broker_stop_is_clean_and_keeps_the_data(tmp_path):
 
     broker.start()
     try:
-        topics = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(timeout=10).topics
+        topics = broker.client_config.admin().list_topics(timeout=10).topics
         assert len(topics["kept.after.restart"].partitions) == 2
     finally:
         broker.stop()

@@ -36,7 +36,7 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
         ("u3", "[1, 2]"),  # 9: JSON but not an object
         ("u1", op(10, "u1", "BLOCK_CONTACT", 10)),  # 10: contacts, after offset 0 for the same key
     ]
-    produce(broker.bootstrap_servers, source, inputs, partition=0)
+    produce(broker.client_config, source, inputs, partition=0)
 
     queries = run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "ckpt")
 
@@ -56,21 +56,21 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
         )
 
     out = spec.outputs
-    assert routed(read_all(broker.bootstrap_servers, out["contacts"])) == [
+    assert routed(read_all(broker.client_config, out["contacts"])) == [
         event(0, 1, "u1", "ADD_CONTACT", 1, "contacts"),
         event(10, 10, "u1", "BLOCK_CONTACT", 10, "contacts"),
     ]
-    assert routed(read_all(broker.bootstrap_servers, out["messages"])) == [
+    assert routed(read_all(broker.client_config, out["messages"])) == [
         event(1, 2, "u1", "SEND_MESSAGE", 2, "messages", to="u2"),
     ]
     # Two users' events land on the partitions their keys choose; compare per key.
-    groups = routed(read_all(broker.bootstrap_servers, out["groups"]))
+    groups = routed(read_all(broker.client_config, out["groups"]))
     assert sorted(groups, key=lambda kv: kv[1]["seq"]) == [
         event(0, 1, "u1", "ADD_CONTACT", 1, "groups"),
         event(2, 3, "u2", "CREATE_GROUP", 3, "groups"),
     ]
 
-    dead = read_all(broker.bootstrap_servers, spec.dead_letter_topic)
+    dead = read_all(broker.client_config, spec.dead_letter_topic)
     envelopes = [r.json() for r in dead]
     assert [(r.key_text, e["reason"], e["source"]["offset"]) for r, e in zip(dead, envelopes)] == [
         ("u2", "op type 'LOGIN' is in no category (contacts, groups, messages) of the catalog's settings.categories "

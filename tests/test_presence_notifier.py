@@ -32,14 +32,14 @@ def notification(user, cause, hms, source, presence_id):
 
 
 def values(broker, topic):
-    return [r.json() for r in read_all(broker.bootstrap_servers, topic)]
+    return [r.json() for r in read_all(broker.client_config, topic)]
 
 
 def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, broker, app_catalog, tmp_path):
     spec = app_catalog.app("presence-notifier")
     events_topic, ticks_topic = spec.inputs["events"], spec.inputs["ticks"]
     produce(
-        broker.bootstrap_servers,
+        broker.client_config,
         events_topic,
         [
             presence(1, "u1", "Open", "00:00:00"),  # offset 0
@@ -51,7 +51,7 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
         partition=0,
     )
     produce(
-        broker.bootstrap_servers,
+        broker.client_config,
         ticks_topic,
         [
             tick(1, "u3", "00:00:30"),  # offset 0: u3 has no presence state: nothing
@@ -78,7 +78,7 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
         notification("u2", "tick", "00:05:00", f"{t}/6", f"{e}/2"),
     ]
 
-    latest = read_all(broker.bootstrap_servers, spec.outputs["latest_state"])
+    latest = read_all(broker.client_config, spec.outputs["latest_state"])
     assert sorted((r.key_text, r.json()) for r in latest) == [
         ("u1", {"user_id": "u1", "action": "Open", "event_time": "2026-01-01T00:03:00.000Z", "event_id": f"{e}/3"}),
         ("u2", {"user_id": "u2", "action": "Close", "event_time": "2026-01-01T00:02:30.000Z", "event_id": f"{e}/2"}),
@@ -118,7 +118,7 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
         window("u2", f"{jan1}:05:00", f"{jan1}:15:00", 1),
     ]
 
-    dead = [r.json() for r in read_all(broker.bootstrap_servers, spec.dead_letter_topic)]
+    dead = [r.json() for r in read_all(broker.client_config, spec.dead_letter_topic)]
     assert sorted((d["source"]["topic"], d["source"]["offset"], d["reason"]) for d in dead) == [
         (events_topic, 4, "field 'action' must be one of Open, Close (got 'Away')"),
         (ticks_topic, 7, "value is not valid JSON"),
@@ -129,12 +129,12 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
 def test_presence_state_survives_a_restart_from_the_checkpoint(spark, broker, app_catalog, tmp_path):
     spec = app_catalog.app("presence-notifier")
     checkpoint = tmp_path / "ckpt"
-    produce(broker.bootstrap_servers, spec.inputs["events"], [presence(1, "u9", "Close", "00:10:00")], partition=0)
+    produce(broker.client_config, spec.inputs["events"], [presence(1, "u9", "Close", "00:10:00")], partition=0)
     run_available_now(spark, app_catalog, "presence-notifier", broker, checkpoint)
     assert [n["cause"] for n in values(broker, spec.outputs["notifications"])] == ["close"]
 
     # A new run from the same checkpoint: the tick only notifies if u9's Close came back from state.
-    produce(broker.bootstrap_servers, spec.inputs["ticks"], [tick(1, "u9", "00:11:00")], partition=0)
+    produce(broker.client_config, spec.inputs["ticks"], [tick(1, "u9", "00:11:00")], partition=0)
     run_available_now(spark, app_catalog, "presence-notifier", broker, checkpoint)
 
     got = sorted(values(broker, spec.outputs["notifications"]), key=lambda n: n["event_time"])

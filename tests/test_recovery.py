@@ -47,7 +47,7 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     spec = app_catalog.app("oplog-router")
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.3")
     assert deployed.state == "success", deployed.task_states
-    producer = threading.Thread(target=run_load, args=(spec, LoadSpec(count=3000, keys=30, rate=300, seed=11), broker.bootstrap_servers))
+    producer = threading.Thread(target=run_load, args=(spec, LoadSpec(count=3000, keys=30, rate=300, seed=11), broker.client_config))
     producer.start()
     poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120, what="a batch with data")
     dead = runtime.driver()
@@ -93,14 +93,14 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     source = spec.inputs["operations"]
-    run_load(spec, LoadSpec(count=400, keys=20, seed=21), broker.bootstrap_servers)
-    before = read_all(broker.bootstrap_servers, source)
+    run_load(spec, LoadSpec(count=400, keys=20, seed=21), broker.client_config)
+    before = read_all(broker.client_config, source)
     cut = datetime.fromtimestamp((max(r.timestamp_ms for r in before) + 1) / 1000, tz=timezone.utc)
     poll_until(lambda: time.time() * 1000 > cut.timestamp() * 1000 + 1, timeout=5, what="the clock to pass the cut")
-    run_load(spec, LoadSpec(count=250, keys=20, seed=22, start_seq=1000), broker.bootstrap_servers)
+    run_load(spec, LoadSpec(count=250, keys=20, seed=22, start_seq=1000), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, spec.checkpoint_location())
     routed_before = Counter(routed_now(broker, spec))
-    after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in read_all(broker.bootstrap_servers, source) if r.timestamp_ms >= cut.timestamp() * 1000}
+    after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut.timestamp() * 1000}
     assert len(after_cut) == 250
     files_before = checkpoint_state(Path(spec.checkpoint_location()))
 
@@ -110,7 +110,7 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     assert result.state == "success", result.task_states
     plan = result.xcoms["plan"]
     assert plan["replayed"] == 250 and plan["skipped"] == 0
-    ends = end_offsets(broker.bootstrap_servers, source)
+    ends = end_offsets(broker.client_config, source)
     assert {(r["partition"], r["current"]) for r in plan["rows"]} == {(p, hi) for p, (_, hi) in ends.items()}
     assert "every query (route) started exactly at the planned offsets" in result.xcoms["verify"]["summary"]
     backup = Path(result.xcoms["apply"]["backup"])
@@ -136,7 +136,7 @@ def test_bad_requests_are_refused_and_change_nothing(spark, run_dag, app_env, ap
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     source = spec.inputs["operations"]
-    run_load(spec, LoadSpec(count=50, keys=5, seed=31), broker.bootstrap_servers)
+    run_load(spec, LoadSpec(count=50, keys=5, seed=31), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, spec.checkpoint_location())
     checkpoint = Path(spec.checkpoint_location())
     files = checkpoint_state(checkpoint)
@@ -161,7 +161,7 @@ def test_bad_requests_are_refused_and_change_nothing(spark, run_dag, app_env, ap
 
     text = refusal(mode="datetime", to_datetime="2026-11-22T03:00:00")
     assert "to_datetime '2026-11-22T03:00:00' has no timezone: add Z or an offset such as +01:00" in text
-    last = max(end_offsets(broker.bootstrap_servers, source))
+    last = max(end_offsets(broker.client_config, source))
     text = refusal(mode="earliest", partitions=[f"{source}:{last + 1}"])
     assert f"partition {last + 1} of '{source}' does not exist (it has partitions 0-{last})" in text
     text = refusal(mode="offsets", offsets={source: {"0": 10**9}})
@@ -220,18 +220,18 @@ def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_
             body["note"] = "x" * padding
         return f"u{seq % 7}", json.dumps(body)
 
-    produce(broker.bootstrap_servers, source, [event(s) for s in range(1, 41)])
-    produce(broker.bootstrap_servers, source, [event(s, padding=900) for s in range(100, 112)])  # over 600 bytes
-    produce(broker.bootstrap_servers, source, [(f"bad{i}", "{not json") for i in range(5)])
+    produce(broker.client_config, source, [event(s) for s in range(1, 41)])
+    produce(broker.client_config, source, [event(s, padding=900) for s in range(100, 112)])  # over 600 bytes
+    produce(broker.client_config, source, [(f"bad{i}", "{not json") for i in range(5)])
     run_available_now(spark, strict, "oplog-router", broker, spec.checkpoint_location())
-    assert len(read_all(broker.bootstrap_servers, spec.dead_letter_topic)) == 17
+    assert len(read_all(broker.client_config, spec.dead_letter_topic)) == 17
 
     # The fix: the catalog raises the limit (app_env's catalog keeps 65536).
     dry = run_dag("recover_replay_dead_letters", catalog_file, app="oplog-router", reason_contains="BYTE LIMIT")
     assert dry.task_states == {"plan": "success", "apply": "skipped", "verify": "skipped"}
     assert dry.xcoms["plan"]["totals"] == {"records": 17, "replay": 12, "still fails": 0, "already replayed": 0,
                                            "filtered out": 5, "other": 0}
-    assert len(read_all(broker.bootstrap_servers, source)) == 57
+    assert len(read_all(broker.client_config, source)) == 57
 
     everything = run_dag("recover_replay_dead_letters", catalog_file, app="oplog-router", dry_run=True)
     assert everything.xcoms["plan"]["totals"]["still fails"] == 5
@@ -244,13 +244,13 @@ def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_
     assert second.state == "success", second.task_states
     assert second.xcoms["apply"]["count"] == 0
     assert second.xcoms["plan"]["totals"]["already replayed"] == 12 and second.xcoms["plan"]["totals"]["still fails"] == 5
-    replays = [r for r in read_all(broker.bootstrap_servers, source) if r.headers]
+    replays = [r for r in read_all(broker.client_config, source) if r.headers]
     assert sorted(r.json()["seq"] for r in replays) == list(range(100, 112))
 
     # The fixed app routes each repaired record exactly once.
     fixed = app_catalog.app("oplog-router")
     run_available_now(spark, app_catalog, "oplog-router", broker, fixed.checkpoint_location())
-    contacts = [r.json() for r in read_all(broker.bootstrap_servers, fixed.outputs["contacts"])]
+    contacts = [r.json() for r in read_all(broker.client_config, fixed.outputs["contacts"])]
     seqs = Counter(v["seq"] for v in contacts)
     assert {s: seqs[s] for s in range(100, 112)} == {s: 1 for s in range(100, 112)}
     assert sum(seqs.values()) == 52
@@ -260,9 +260,9 @@ def test_rebuild_into_the_live_topics_reproduces_the_state_and_its_output(spark,
     catalog_file, _ = app_env
     spec = app_catalog.app("browser-activity")
     load = LoadSpec(count=600, keys=12, seed=41, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc))
-    run_load(spec, load, broker.bootstrap_servers)
+    run_load(spec, load, broker.client_config)
     run_available_now(spark, app_catalog, "browser-activity", broker, spec.checkpoint_location())
-    original = {t: Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, t)) for t in spec.outputs.values()}
+    original = {t: Counter((r.key, r.value) for r in read_all(broker.client_config, t)) for t in spec.outputs.values()}
     assert all(original.values())
     state_before = _state_rows(spark, Path(spec.checkpoint_location()))
     assert set(state_before) == {"challenge", "window-count"} and all(state_before.values())
@@ -277,11 +277,11 @@ def test_rebuild_into_the_live_topics_reproduces_the_state_and_its_output(spark,
     assert result.xcoms["verify"]["lag_after"] == 0
     assert backup_info(Path(result.xcoms["apply"]["backup"]))["label"] == "before-rebuild"
     runtime = AppRuntime(spec.checkpoint_location())
-    poll_until(lambda: all(sum(Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, t)).values())
+    poll_until(lambda: all(sum(Counter((r.key, r.value) for r in read_all(broker.client_config, t)).values())
                            >= 2 * sum(original[t].values()) for t in original), timeout=120, what="the rebuilt output")
     stop_driver(runtime)
     for topic, first in original.items():
-        assert Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, topic)) == first + first, topic
+        assert Counter((r.key, r.value) for r in read_all(broker.client_config, topic)) == first + first, topic
     assert _state_rows(spark, Path(spec.checkpoint_location())) == state_before
 
 
@@ -298,11 +298,11 @@ def test_restore_brings_back_the_previous_checkpoint(spark, run_dag, app_env, ap
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     checkpoint = spec.checkpoint_location()
-    run_load(spec, LoadSpec(count=200, keys=10, seed=51), broker.bootstrap_servers)
+    run_load(spec, LoadSpec(count=200, keys=10, seed=51), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
     good = backup_checkpoint(checkpoint, "known-good")
     routed_at_snapshot = Counter(routed_now(broker, spec))
-    run_load(spec, LoadSpec(count=150, keys=10, seed=52, start_seq=1000), broker.bootstrap_servers)
+    run_load(spec, LoadSpec(count=150, keys=10, seed=52, start_seq=1000), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
     routed_after = Counter(routed_now(broker, spec))
     newer = checkpoint_state(Path(checkpoint))
@@ -366,7 +366,7 @@ def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spar
     catalog_file, _ = app_env
     spec = app_catalog.app("presence-notifier")
     load = LoadSpec(count=600, keys=12, seed=61, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc), event_spacing=timedelta(seconds=2))
-    run_load(spec, load, broker.bootstrap_servers)
+    run_load(spec, load, broker.client_config)
     run_available_now(spark, app_catalog, "presence-notifier", broker, spec.checkpoint_location())
 
     result = run_dag("recover_rebuild_state", catalog_file, app="presence-notifier", target="versioned", version="v2", dry_run=False)
@@ -378,8 +378,8 @@ def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spar
     runtime = AppRuntime(spec.checkpoint_location())
     assert runtime.state() == "running" and runtime.driver()["version"] == "1.0.0+v2"
     for live in spec.outputs.values():
-        rebuilt = Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, f"{live}.v2"))
-        assert rebuilt == Counter((r.key, r.value) for r in read_all(broker.bootstrap_servers, live)), live
+        rebuilt = Counter((r.key, r.value) for r in read_all(broker.client_config, f"{live}.v2"))
+        assert rebuilt == Counter((r.key, r.value) for r in read_all(broker.client_config, live)), live
     stop_driver(runtime)
 
 
@@ -389,9 +389,9 @@ def test_the_reset_plan_of_every_mode(spark, app_env, app_catalog, broker, admin
 
     spec = app_catalog.app("oplog-router")
     source = spec.inputs["operations"]
-    run_load(spec, LoadSpec(count=120, keys=12, seed=71), broker.bootstrap_servers)
+    run_load(spec, LoadSpec(count=120, keys=12, seed=71), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, spec.checkpoint_location())
-    ends = {p: hi for p, (_, hi) in end_offsets(broker.bootstrap_servers, source).items()}
+    ends = {p: hi for p, (_, hi) in end_offsets(broker.client_config, source).items()}
     busy = max(ends, key=ends.get)
 
     def new_offsets(**request) -> dict[int, int]:

@@ -42,7 +42,7 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
     spark, broker, app_catalog, reprocess_env, run_dag, tmp_path
 ):
     router = app_catalog.app("oplog-router")
-    loadgen.run(router, loadgen.LoadSpec(count=1200, keys=30, malformed=0.02, seed=3), broker.bootstrap_servers)
+    loadgen.run(router, loadgen.LoadSpec(count=1200, keys=30, malformed=0.02, seed=3), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "live")
 
     result = run_dag("reprocess", reprocess_env, app="oplog-router", start="earliest", end="now",
@@ -54,10 +54,10 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
     assert ran["records_in"] == 1200
     for live in [*router.outputs.values()]:
         target = f"{live}.v2"
-        assert comparable(read_all(broker.bootstrap_servers, target)) == comparable(read_all(broker.bootstrap_servers, live))
-        assert ran["records_out"][target] == sum(comparable(read_all(broker.bootstrap_servers, live)).values())
+        assert comparable(read_all(broker.client_config, target)) == comparable(read_all(broker.client_config, live))
+        assert ran["records_out"][target] == sum(comparable(read_all(broker.client_config, live)).values())
     dead = router.dead_letter_topic
-    assert comparable(read_all(broker.bootstrap_servers, f"{dead}.v2"), True) == comparable(read_all(broker.bootstrap_servers, dead), True)
+    assert comparable(read_all(broker.client_config, f"{dead}.v2"), True) == comparable(read_all(broker.client_config, dead), True)
     assert ran["dead_letters"] > 0
     assert {o["topic"]: o["success"] for o in result.xcoms["validate"]} == {f"{t}.v2": True for t in [*router.outputs.values(), dead]}
 
@@ -68,52 +68,52 @@ def test_backfill_of_a_stateful_app_reproduces_its_state_driven_output(spark, br
     presence = app_catalog.app("presence-notifier")
     load = loadgen.LoadSpec(count=900, keys=15, seed=5, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc),
                             event_spacing=timedelta(seconds=2))
-    loadgen.run(presence, load, broker.bootstrap_servers)
+    loadgen.run(presence, load, broker.client_config)
     run_available_now(spark, app_catalog, "presence-notifier", broker, tmp_path / "live")
 
-    plan = plan_reprocess(admin, broker.bootstrap_servers, app_catalog,
+    plan = plan_reprocess(admin, broker.client_config, app_catalog,
                           ReprocessRequest(app="presence-notifier", target="scratch", tag="stateful"))
-    result = run_reprocess(spark, broker.bootstrap_servers, admin, app_catalog, plan, tmp_path / "work")
+    result = run_reprocess(spark, broker.client_config, admin, app_catalog, plan, tmp_path / "work")
 
     assert result.records_in == 900
     for live, target in plan.targets.items():
         if live == presence.dead_letter_topic:
             continue
-        assert comparable(read_all(broker.bootstrap_servers, target)) == comparable(read_all(broker.bootstrap_servers, live)), live
+        assert comparable(read_all(broker.client_config, target)) == comparable(read_all(broker.client_config, live)), live
 
 
 def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(spark, broker, admin, app_catalog, tmp_path):
     from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 
     router = app_catalog.app("oplog-router")
-    loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=1), broker.bootstrap_servers)
-    before = {(r.partition, r.offset) for r in read_all(broker.bootstrap_servers, router.inputs["operations"])}
-    cut = max(r.timestamp_ms for r in read_all(broker.bootstrap_servers, router.inputs["operations"])) + 1
+    loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=1), broker.client_config)
+    before = {(r.partition, r.offset) for r in read_all(broker.client_config, router.inputs["operations"])}
+    cut = max(r.timestamp_ms for r in read_all(broker.client_config, router.inputs["operations"])) + 1
     cut_time = datetime.fromtimestamp(cut / 1000, tz=timezone.utc)
     # The second batch is written after `cut`: poll the clock past it instead of sleeping.
     from streamops.waiting import poll_until
 
     poll_until(lambda: datetime.now(timezone.utc) > cut_time, timeout=5, what="the clock to pass the cut")
-    loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=2, start_seq=301), broker.bootstrap_servers)
-    after = {(r.partition, r.offset) for r in read_all(broker.bootstrap_servers, router.inputs["operations"])} - before
+    loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=2, start_seq=301), broker.client_config)
+    after = {(r.partition, r.offset) for r in read_all(broker.client_config, router.inputs["operations"])} - before
 
-    plan = plan_reprocess(admin, broker.bootstrap_servers, app_catalog,
+    plan = plan_reprocess(admin, broker.client_config, app_catalog,
                           ReprocessRequest(app="oplog-router", start=cut_time.isoformat(), target="scratch", tag="since"))
     assert plan.records == len(after) == 300
-    run_reprocess(spark, broker.bootstrap_servers, admin, app_catalog, plan, tmp_path / "work")
+    run_reprocess(spark, broker.client_config, admin, app_catalog, plan, tmp_path / "work")
 
     sources = set()
     for live in router.outputs.values():
-        for record in read_all(broker.bootstrap_servers, plan.targets[live]):
+        for record in read_all(broker.client_config, plan.targets[live]):
             _, partition, offset = record.json()["event_id"].rsplit("/", 2)
             sources.add((int(partition), int(offset)))
     assert sources and sources <= after
-    assert min(r.json()["seq"] for live in router.outputs.values() for r in read_all(broker.bootstrap_servers, plan.targets[live])) > 300
+    assert min(r.json()["seq"] for live in router.outputs.values() for r in read_all(broker.client_config, plan.targets[live])) > 300
 
 
 def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess_env, run_dag):
     router = app_catalog.app("oplog-router")
-    loadgen.run(router, loadgen.LoadSpec(count=200, keys=10, seed=4), broker.bootstrap_servers)
+    loadgen.run(router, loadgen.LoadSpec(count=200, keys=10, seed=4), broker.client_config)
 
     result = run_dag("reprocess", reprocess_env, app="oplog-router", start="earliest", end="now", target="versioned",
                      version="v3", dry_run=True)
@@ -138,7 +138,7 @@ def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_cat
 
     def refused(**request) -> list[str]:
         with pytest.raises(ReprocessRefused) as caught:
-            plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(**request))
+            plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(**request))
         return caught.value.problems
 
     assert refused(app="no-such-app") == [
@@ -160,7 +160,7 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
     browser = app_catalog.app("browser-activity")
     load = loadgen.LoadSpec(count=1500, keys=20, seed=9, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc),
                             event_spacing=timedelta(milliseconds=40))
-    loadgen.run(browser, load, broker.bootstrap_servers)
+    loadgen.run(browser, load, broker.client_config)
     run_available_now(spark, app_catalog, "browser-activity", broker, tmp_path / "checkpoints" / "browser-activity")
 
     clean = run_dag("reconcile_stateful_apps", reprocess_env, apps=["browser-activity"])
@@ -172,11 +172,11 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
     # The scratch topics were deleted (their names end with the live topic's).
     assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
 
-    counts = read_all(broker.bootstrap_servers, browser.outputs["activity_counts"])
+    counts = read_all(broker.client_config, browser.outputs["activity_counts"])
     first = min((r.json() for r in counts), key=lambda v: (v["window_start"], v["fingerprint"]))
     tampered = [r.json() for r in counts if (r.json()["fingerprint"], r.json()["window_start"]) == (first["fingerprint"], first["window_start"])]
     final = max(v["count"] for v in tampered)
-    produce(broker.bootstrap_servers, browser.outputs["activity_counts"],
+    produce(broker.client_config, browser.outputs["activity_counts"],
             [(f"{first['fingerprint']}|{first['window_start']}", json.dumps({**first, "count": final + 7}))])
 
     broken = run_dag("reconcile_stateful_apps", reprocess_env, apps=["browser-activity"])
@@ -204,7 +204,7 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
     spec = app_catalog.app("oplog-router")
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"]).state == "success"
 
-    with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=33), broker.bootstrap_servers) as load:
+    with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=33), broker.client_config) as load:
         poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
         result = run_dag("reprocess", catalog_file, app="oplog-router", start="earliest", end="now", target="versioned",
                          version="v2", dry_run=False, cutover=True)
@@ -223,7 +223,7 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
     cut_ms = datetime.fromisoformat(runtime.driver()["started_at"]).timestamp() * 1000
     phases: dict[str, set] = {"backfill": set(), "live": set()}
     for topic in new_app.outputs.values():
-        for record in read_all(broker.bootstrap_servers, topic):
+        for record in read_all(broker.client_config, topic):
             phases["backfill" if record.timestamp_ms < cut_ms else "live"].add((record.json()["event_id"], topic))
     assert phases["backfill"] and phases["live"]
     assert phases["backfill"] & phases["live"] == set()
@@ -236,13 +236,13 @@ def test_the_plan_warns_when_retention_could_delete_the_start_of_the_range(broke
     from streamops.reprocess import ReprocessRequest, plan_reprocess
 
     router = app_catalog.app("oplog-router")
-    loadgen.run(router, loadgen.LoadSpec(count=60, keys=5, seed=8), broker.bootstrap_servers)
+    loadgen.run(router, loadgen.LoadSpec(count=60, keys=5, seed=8), broker.client_config)
     retention_h = app_catalog.topic(router.inputs["operations"]).configs["retention.ms"] / 3_600_000
     # Planned as if 6.5 of the input's 7 retained days had passed since these records were written.
     later = datetime.now(timezone.utc) + timedelta(hours=retention_h - 12)
 
-    plan = plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app="oplog-router"), now=later)
-    fresh = plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app="oplog-router"))
+    plan = plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app="oplog-router"), now=later)
+    fresh = plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app="oplog-router"))
 
     assert fresh.warnings == []
     partitions_with_records = [p for p in plan.inputs if p.records]

@@ -44,7 +44,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0").state == "success"
     first_pid = runtime.driver()["pid"]
 
-    with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.bootstrap_servers) as load:
+    with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.client_config) as load:
         poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.1.0", gate_deadline_s=120)
         under_load = load.is_alive()  # the producer was still writing when the roll finished
@@ -115,7 +115,7 @@ def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_e
     spec = app_catalog.app("presence-notifier")
     runtime = AppRuntime(tmp_path / "checkpoints" / "presence-notifier")
     assert run_dag("deploy_apps", catalog_file, apps=["presence-notifier"]).state == "success"
-    with background_load(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.bootstrap_servers) as load:
+    with background_load(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.client_config) as load:
         poll_until(lambda: runtime.progress().get("notify", {}).get("input_rows"), timeout=180, what="notify to see load")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="1.1.0", gate_deadline_s=180)
         under_load = load.is_alive()
@@ -125,13 +125,13 @@ def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_e
 
     closes = {
         f"{r.topic}/{r.partition}/{r.offset}"
-        for r in read_all(broker.bootstrap_servers, spec.inputs["events"])
+        for r in read_all(broker.client_config, spec.inputs["events"])
         if r.json()["action"] == "Close"
     }
     notified: list[str] = []
 
     def every_close_notified() -> bool:
-        notified[:] = [n["source_event_id"] for n in (r.json() for r in read_all(broker.bootstrap_servers, spec.outputs["notifications"])) if n["cause"] == "close"]
+        notified[:] = [n["source_event_id"] for n in (r.json() for r in read_all(broker.client_config, spec.outputs["notifications"])) if n["cause"] == "close"]
         return closes <= set(notified)
 
     poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)

@@ -39,10 +39,10 @@ def event(seq: int, op_type: str | None = None, op_types: list[str] = OP_TYPES, 
     return user, json.dumps(body)
 
 
-def produce_to_partitions(bootstrap: str, topic: str, seqs: range, op_types: list[str] = OP_TYPES) -> None:
+def produce_to_partitions(kafka, topic: str, seqs: range, op_types: list[str] = OP_TYPES) -> None:
     """Records spread over partitions 0-3 (explicitly: the test knows where each one is)."""
     for partition in range(4):
-        produce(bootstrap, topic, [event(s, op_types=op_types) for s in seqs if s % 4 == partition], partition=partition)
+        produce(kafka, topic, [event(s, op_types=op_types) for s in seqs if s % 4 == partition], partition=partition)
 
 
 def with_small_output_topic(app_catalog, admin, catalog_file: Path, topic: str, max_bytes: int):
@@ -80,9 +80,9 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     # The broker refuses any contacts record over 20000 bytes: a valid input whose routed output
     # is bigger fails the Kafka sink (RecordTooLargeException), and with it the query.
     with_small_output_topic(app_catalog, admin, catalog_file, contacts, 20000)
-    bootstrap = broker.bootstrap_servers
+    kafka = broker.client_config
 
-    produce_to_partitions(bootstrap, source, range(1, 41))
+    produce_to_partitions(kafka, source, range(1, 41))
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])
     assert deployed.state == "success", deployed.task_states
     routed_except(broker, spec, set())
@@ -92,16 +92,16 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     noise = base64.b64encode(random.Random(7).randbytes(36000)).decode()
     before = [event(s, op_types=NOT_CONTACTS) for s in range(100, 106)]
     after = [event(s, op_types=NOT_CONTACTS) for s in range(107, 113)]
-    poison_offset = end_offsets(bootstrap, source)[POISON_PARTITION][1] + len(before)
+    poison_offset = end_offsets(kafka, source)[POISON_PARTITION][1] + len(before)
     poison = event(106, "BLOCK_CONTACT", note=noise)
-    produce(bootstrap, source, [*before, poison, *after], partition=POISON_PARTITION)
-    produce_to_partitions(bootstrap, source, range(200, 220), NOT_CONTACTS)
+    produce(kafka, source, [*before, poison, *after], partition=POISON_PARTITION)
+    produce_to_partitions(kafka, source, range(200, 220), NOT_CONTACTS)
     poison_id = f"{source}/{POISON_PARTITION}/{poison_offset}"
 
     try:
         poll_until(lambda: runtime.state() == "failed", timeout=180, what="the router to fail on the poison record")
     except DeadlineExceeded:  # say what happened to the poison instead
-        where = {t: [(r.partition, r.offset, len(r.value or b"")) for r in read_all(bootstrap, t) if len(r.value or b"") > 20000]
+        where = {t: [(r.partition, r.offset, len(r.value or b"")) for r in read_all(kafka, t) if len(r.value or b"") > 20000]
                  for t in [*spec.outputs.values(), spec.dead_letter_topic]}
         raise AssertionError(f"the poison record did not fail the router: records over 20000 bytes: {where}; "
                              f"progress {runtime.progress()}") from None
@@ -113,7 +113,7 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     assert "Logical Plan" in runtime.driver_log().read_text()
     assert any(r["topic"] == source and r["partition"] == POISON_PARTITION and r["first"] <= poison_offset <= r["last"]
                for r in failed["ranges"]), failed
-    status = app_status(spec, bootstrap)
+    status = app_status(spec, kafka)
     assert status.state == "failed" and status.reason.startswith(f"query route failed on batch {failed['batch']} ("), status.reason
 
     first_plan = run_dag("recover_restart_app", catalog_file, app="oplog-router").xcoms["plan"]
@@ -158,11 +158,11 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     reason = f"skipped by operator dag_test (run {result.run_id}): OPS-7 too big for contacts"
     assert result.xcoms["verify"]["dead_lettered"] == 1 and runtime.state() == "running"
 
-    produce_to_partitions(bootstrap, source, range(300, 320))  # and the app runs on
+    produce_to_partitions(kafka, source, range(300, 320))  # and the app runs on
     expected, got = routed_except(broker, spec, {poison_id})
     assert set(got) - expected == set(), "output records no input explains (the poison must not be routed)"
     duplicates = {pair: n - 1 for pair, n in got.items() if n > 1}
-    letters = read_all(bootstrap, spec.dead_letter_topic)
+    letters = read_all(kafka, spec.dead_letter_topic)
     assert [(v["reason"], v["source"]["topic"], v["source"]["partition"], v["source"]["offset"])
             for v in (json.loads(r.value) for r in letters)] == [(reason, source, POISON_PARTITION, poison_offset)]
     assert letters[0].key == b"u1"
@@ -180,19 +180,19 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     source = spec.inputs["operations"]
-    bootstrap = broker.bootstrap_servers
-    produce_to_partitions(bootstrap, source, range(1, 41))
+    kafka = broker.client_config
+    produce_to_partitions(kafka, source, range(1, 41))
     checkpoint = spec.checkpoint_location()
     run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
     runtime.acquire({"app": "oplog-router", "version": "1.0.0"})  # a driver that ran and stopped
     runtime.release("stopped", "test")
-    produce(bootstrap, source, [event(s) for s in range(100, 105)], partition=1)
-    ends = {p: hi for p, (_, hi) in end_offsets(bootstrap, source).items()}
+    produce(kafka, source, [event(s) for s in range(100, 105)], partition=1)
+    ends = {p: hi for p, (_, hi) in end_offsets(kafka, source).items()}
     files = checkpoint_state(Path(checkpoint))
 
     def problems(*records: str, note: str | None = None) -> list[str]:
         with pytest.raises(RecoveryRefused) as refused:
-            plan_skip(admin, bootstrap, app_catalog, "oplog-router", list(records), note, user="test", run_id="r1")
+            plan_skip(admin, kafka, app_catalog, "oplog-router", list(records), note, user="test", run_id="r1")
         return refused.value.problems
 
     assert problems(f"{source}:0:0") == [
@@ -234,7 +234,7 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
         run_dag("recover_skip_records", catalog_file, app="oplog-router", records=[f"{source}:1:1"], note="n" * 501)
 
     # A valid dry run: the record, the batch it will be in; nothing changes.
-    plan = plan_skip(admin, bootstrap, app_catalog, "oplog-router", [f"{source}:1:{ends[1] - 4}-{ends[1] - 2}"], None,
+    plan = plan_skip(admin, kafka, app_catalog, "oplog-router", [f"{source}:1:{ends[1] - 4}-{ends[1] - 2}"], None,
                      user="test", run_id="r2")
     assert [(r["offset"], r["batch"]) for r in plan.shown] == [
         (o, f"route: a later batch (at {ends[1] - 5})") for o in range(ends[1] - 4, ends[1] - 1)]
@@ -245,7 +245,7 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
     # The skip list on a run: exactly the three records are dead letters, every other one routed.
     runtime.add_skip_records([{k: v for k, v in e.items() if k != "offsets"} for e in plan.entries])
     run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
-    letters = [json.loads(r.value) for r in read_all(bootstrap, spec.dead_letter_topic)]
+    letters = [json.loads(r.value) for r in read_all(kafka, spec.dead_letter_topic)]
     assert [(v["reason"], v["source"]["partition"], v["source"]["offset"]) for v in letters] == [
         ("skipped by operator test (run r2)", 1, o) for o in range(ends[1] - 4, ends[1] - 1)]
     skipped = {f"{source}/1/{o}" for o in range(ends[1] - 4, ends[1] - 1)}

@@ -138,11 +138,11 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
     inputs = [(k.encode(), v.encode()) for k, v in VALID[:2]] + [(k, v) for k, v, _ in INVALID] + [
         (k.encode(), v.encode()) for k, v in VALID[2:]
     ]
-    produce(broker.bootstrap_servers, source, inputs, partition=0)
+    produce(broker.client_config, source, inputs, partition=0)
 
     queries = run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "ckpt")
 
-    dead = read_all(broker.bootstrap_servers, spec.dead_letter_topic)
+    dead = read_all(broker.client_config, spec.dead_letter_topic)
     envelopes = [r.json() for r in dead]
     first_invalid = 2
     assert [(e["source"]["offset"], e["reason"]) for e in envelopes] == [
@@ -160,7 +160,7 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
     routed: dict[tuple[str, str], dict] = {}
     raw_events: dict[str, bytes] = {}
     for topic in spec.outputs.values():
-        for record in read_all(broker.bootstrap_servers, topic):
+        for record in read_all(broker.client_config, topic):
             routed[(record.json()["event_id"], record.json()["category"])] = {"key": record.key_text, **record.json()}
             raw_events[record.json()["event_id"]] = record.value
     offsets = {0: VALID[0], 1: VALID[1]} | {first_invalid + len(INVALID) + i: kv for i, kv in enumerate(VALID[2:])}
@@ -249,7 +249,7 @@ def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, a
                  "event_time": "2026-01-01T00:00:01.000Z", "event": {"seq": 1}, **over}
         return json.dumps(value)
 
-    produce(broker.bootstrap_servers, contacts, [
+    produce(broker.client_config, contacts, [
         ("u1", routed()),  # offset 0: good
         ("u1", routed(event_time="+10000-01-01T00:00:00.000Z")),  # 1: year beyond 9999
         ("u1", routed(seq="1")),  # 2: quoted number
@@ -258,7 +258,7 @@ def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, a
         ("u1", routed() + " {}"),  # 5: a second JSON value
     ], partition=0)
 
-    (outcome,) = validate_topics(spark, broker.bootstrap_servers, admin, app_catalog, whole_topics(admin, [contacts]), "strict", tmp_path)
+    (outcome,) = validate_topics(spark, broker.client_config, admin, app_catalog, whole_topics(admin, [contacts]), "strict", tmp_path)
 
     (contract,) = [f for f in outcome.failures if f.description.startswith("value contract (generated from the catalog's value_schema)")]
     time_rule = "not YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999"

@@ -37,12 +37,12 @@ def app_outputs(spark, broker, admin, tmp_path_factory):
     folder = tmp_path_factory.mktemp("quality")
     for app in catalog.apps:
         load = loadgen.LoadSpec(count=2400, keys=40, malformed=0.01, seed=7, start_time=start, event_spacing=spacing[app.name])
-        loadgen.run(app, load, broker.bootstrap_servers)
+        loadgen.run(app, load, broker.client_config)
         run_available_now(spark, catalog, app.name, broker, folder / "checkpoints" / app.name)
     catalog_file = folder / "catalog.yaml"
     catalog_file.write_text(catalog.to_yaml())
     clean = {
-        topic: {str(p): [low, high] for p, (low, high) in end_offsets(broker.bootstrap_servers, topic).items()}
+        topic: {str(p): [low, high] for p, (low, high) in end_offsets(broker.client_config, topic).items()}
         for topic in catalog.validated_topics()
     }
     return catalog_file, catalog, clean
@@ -97,17 +97,17 @@ def test_injected_bad_records_fail_naming_the_expectation_and_the_offsets(run_da
     _, catalog, clean = app_outputs
     router, browser = catalog.app("oplog-router"), catalog.app("browser-activity")
     contacts, counts, challenges = router.outputs["contacts"], browser.outputs["activity_counts"], browser.outputs["challenges"]
-    good = read_all(broker.bootstrap_servers, contacts)[-1]
+    good = read_all(broker.client_config, contacts)[-1]
     # A messages record written to the contacts topic: wrong op type and category, and an output
     # the operation log does not justify for contacts.
-    wrong_type = read_all(broker.bootstrap_servers, router.outputs["messages"])[0].json()
+    wrong_type = read_all(broker.client_config, router.outputs["messages"])[0].json()
     bad_window = {"fingerprint": "browser-00001", "window_start": "2026-11-01T08:00:00.000Z",
                   "window_end": "2026-11-01T08:00:07.000Z", "count": 3}
     low_challenge = {"fingerprint": "browser-00002", "actions": 2, "verified": False, "threshold": 5,
                      "last_event_id": "x/0/1", "last_event_time": "2026-11-01T08:00:00.000Z"}
-    produce(broker.bootstrap_servers, contacts, [(wrong_type["user_id"], json.dumps(wrong_type)), (None, good.value)], partition=0)
-    produce(broker.bootstrap_servers, counts, [("browser-00001|2026-11-01T08:00:00.000Z", json.dumps(bad_window))], partition=1)
-    produce(broker.bootstrap_servers, challenges, [("browser-00002", json.dumps(low_challenge))], partition=2)
+    produce(broker.client_config, contacts, [(wrong_type["user_id"], json.dumps(wrong_type)), (None, good.value)], partition=0)
+    produce(broker.client_config, counts, [("browser-00001|2026-11-01T08:00:00.000Z", json.dumps(bad_window))], partition=1)
+    produce(broker.client_config, challenges, [("browser-00002", json.dumps(low_challenge))], partition=2)
     wrong_at, null_key_at = clean[contacts]["0"][1], clean[contacts]["0"][1] + 1
     window_at, challenge_at = clean[counts]["1"][1], clean[challenges]["2"][1]
 
@@ -147,9 +147,9 @@ def test_a_missing_output_record_fails_the_reconciliation(spark, broker, admin, 
     router = app_catalog.app("oplog-router")
     contacts = router.outputs["contacts"]
     load = loadgen.LoadSpec(count=1500, keys=40, seed=11, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc))
-    loadgen.run(router, load, broker.bootstrap_servers)
+    loadgen.run(router, load, broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "ckpt")
-    before = read_all(broker.bootstrap_servers, contacts)
+    before = read_all(broker.client_config, contacts)
     lost_partition = max({r.partition for r in before}, key=lambda p: sum(r.partition == p for r in before))
     lost = [r for r in before if r.partition == lost_partition][:10]
     admin.delete_records([TopicPartition(contacts, lost_partition, lost[-1].offset + 1)])[
@@ -167,7 +167,7 @@ def test_a_missing_output_record_fails_the_reconciliation(spark, broker, admin, 
     assert expected_missing  # the test data put some of them inside the covered range
 
     ranges = resolve(admin, app_catalog, [contacts], RangeRequest(mode="last_records", last_records=100_000))
-    (outcome,) = validate_topics(spark, broker.bootstrap_servers, admin, app_catalog, ranges, "missing-test", quality_env)
+    (outcome,) = validate_topics(spark, broker.client_config, admin, app_catalog, ranges, "missing-test", quality_env)
 
     assert not outcome.success
     assert outcome.reconciliation["missing"] == len(expected_missing)
@@ -183,7 +183,7 @@ def test_a_missing_output_record_fails_the_reconciliation(spark, broker, admin, 
 def test_bad_params_are_refused_before_anything_is_read(run_dag, broker, app_outputs, quality_env, capfd, caplog):
     catalog_file, catalog, _ = app_outputs
     contacts = catalog.app("oplog-router").outputs["contacts"]
-    end = end_offsets(broker.bootstrap_servers, contacts)[0][1]
+    end = end_offsets(broker.client_config, contacts)[0][1]
 
     inverted = run_dag("validate_topic_quality", catalog_file, topics=[contacts], range="time_range",
                        start_time="2026-11-22T10:00:00Z", end_time="2026-11-22T09:00:00Z")
@@ -224,7 +224,7 @@ def test_range_requests_are_checked_against_the_catalog_and_the_broker(admin, br
         f"offsets['{contacts}']['0'] = [5, 2]: start must be >= 0 and end >= start"
     ]
 
-    marks = end_offsets(broker.bootstrap_servers, contacts)
+    marks = end_offsets(broker.client_config, contacts)
     (last,) = resolve(admin, catalog, [contacts], RangeRequest(mode="last_records", last_records=3))
     assert last.partitions == {p: (max(low, high - 3), high) for p, (low, high) in marks.items()}
     # A scheduled run's data interval: records written in it (all of them, written minutes ago).
@@ -264,7 +264,7 @@ def test_an_expectation_that_cannot_be_evaluated_fails_with_the_error(spark, bro
     broken = catalog.model_copy(update={"topics": [
         t.model_copy(update={"expectation_suite": str(suite)}) if t.name == dead else t for t in catalog.topics]})
 
-    (outcome,) = validate_topics(spark, broker.bootstrap_servers, admin, broken, whole_topics(admin, [dead]), "broken", tmp_path)
+    (outcome,) = validate_topics(spark, broker.client_config, admin, broken, whole_topics(admin, [dead]), "broken", tmp_path)
 
     (failure,) = outcome.failures
     assert failure.description == "a query with a typo"

@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec
 from streamops.kafka_records import end_offsets
+from streamops.kafka_client import KafkaClientConfig
 
 
 @dataclass
@@ -89,11 +90,11 @@ def _age_seconds(iso: str | None) -> float | None:
     return round((datetime.now(timezone.utc) - moment).total_seconds(), 1)
 
 
-def _record_timestamps(bootstrap: str, positions: list[TopicPartition]) -> dict[tuple[str, int], int]:
+def _record_timestamps(kafka: KafkaClientConfig, positions: list[TopicPartition]) -> dict[tuple[str, int], int]:
     """Timestamp (ms) of the record at each position."""
     if not positions:
         return {}
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamops-status", "enable.auto.commit": False})
+    consumer = kafka.consumer("streamops-status")
     found: dict[tuple[str, int], int] = {}
     try:
         consumer.assign(positions)
@@ -108,7 +109,7 @@ def _record_timestamps(bootstrap: str, positions: list[TopicPartition]) -> dict[
     return found
 
 
-def app_status(spec: AppSpec, bootstrap: str, checkpoint: str | None = None) -> AppStatus:
+def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None = None) -> AppStatus:
     location = checkpoint or spec.checkpoint_location()
     runtime = AppRuntime(location)
     record = runtime.driver() or {}
@@ -144,14 +145,14 @@ def app_status(spec: AppSpec, bootstrap: str, checkpoint: str | None = None) -> 
         offsets = committed_offsets(query_dir) or {}
         for topic, partitions in offsets.items():
             if topic not in ends_cache:
-                ends_cache[topic] = end_offsets(bootstrap, topic)
+                ends_cache[topic] = end_offsets(kafka, topic)
             for partition, (_, high) in ends_cache[topic].items():
                 done = partitions.get(partition, 0)
                 lag = max(high - done, 0)
                 status.lags.append(PartitionLag(query_dir.name, topic, partition, done, high, lag, None))
                 if lag:
                     behind.append(TopicPartition(topic, partition, done))
-    stamps = _record_timestamps(bootstrap, behind)
+    stamps = _record_timestamps(kafka, behind)
     now_ms = time.time() * 1000
     for lag in status.lags:
         stamp = stamps.get((lag.topic, lag.partition)) if lag.lag else None

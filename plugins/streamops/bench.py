@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import AppSpec, Catalog, load_catalog
+from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_records import end_offsets, producer
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
@@ -51,7 +52,7 @@ def _fresh_topics(admin: AdminClient, prefix: str) -> Catalog:
     return catalog
 
 
-def spark_router(app: AppSpec, bootstrap: str, checkpoint: Path, label: str) -> Result:
+def spark_router(app: AppSpec, kafka: KafkaClientConfig, checkpoint: Path, label: str) -> Result:
     """One AvailableNow run of the router over the whole backlog, from a fresh checkpoint."""
     from spark_apps import oplog_router
     from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, observed_totals, start_app
@@ -62,11 +63,11 @@ def spark_router(app: AppSpec, bootstrap: str, checkpoint: Path, label: str) -> 
     outputs = [*app.outputs.values(), app.dead_letter_topic]
 
     def written() -> int:
-        return sum(high for topic in outputs for _, high in end_offsets(bootstrap, topic).values())
+        return sum(high for topic in outputs for _, high in end_offsets(kafka, topic).values())
 
     before = written()
     began = time.monotonic()
-    queries = start_app(spark, app, oplog_router, RunOptions(bootstrap, str(checkpoint), trigger=AVAILABLE_NOW))
+    queries = start_app(spark, app, oplog_router, RunOptions(kafka, str(checkpoint), trigger=AVAILABLE_NOW))
     seconds = time.monotonic() - began
     totals = observed_totals(queries)
     batches = [p for q in queries for p in q.recentProgress if p.numInputRows]
@@ -75,16 +76,16 @@ def spark_router(app: AppSpec, bootstrap: str, checkpoint: Path, label: str) -> 
     return Result(f"Spark router, {label}", totals.get("records_in", 0), written() - before, seconds, note)
 
 
-def python_router(source: AppSpec, target: AppSpec, bootstrap: str, expected: int) -> Result:
+def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, expected: int) -> Result:
     """The same routing as spark_apps/oplog_router.py in a consume-route-produce loop (its checks
     are the main rules of the input contract, not all of them: json.loads is more lenient)."""
     from spark_apps.oplog_router import routes
 
     table = {op: [(category, target.outputs[category]) for category, _ in targets] for op, targets in routes(source).items()}
     topic = source.inputs["operations"]
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False})
-    out = producer(bootstrap, **{"linger.ms": 20, "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
-    partitions = end_offsets(bootstrap, topic)
+    consumer = kafka.consumer(f"bench-{uuid.uuid4().hex}")
+    out = producer(kafka, **{"linger.ms": 20, "compression.type": "lz4", "queue.buffering.max.messages": 500_000})
+    partitions = end_offsets(kafka, topic)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     seen = written = 0
     began = time.monotonic()
@@ -127,24 +128,23 @@ def python_router(source: AppSpec, target: AppSpec, bootstrap: str, expected: in
     return Result("Python confluent-kafka loop", seen, written, seconds)
 
 
-def reprocess_backfill(catalog: Catalog, admin: AdminClient, bootstrap: str, workdir: Path) -> Result:
+def reprocess_backfill(catalog: Catalog, admin: AdminClient, kafka: KafkaClientConfig, workdir: Path) -> Result:
     """The reprocess DAG's job (plan from earliest, scratch targets) over the same backlog."""
     from spark_apps.common.session import build_session
     from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 
     spark = build_session("streamops-bench", master="local[*]", extra_conf={"spark.ui.enabled": "false"})
-    plan = plan_reprocess(admin, bootstrap, catalog, ReprocessRequest(app="oplog-router", target="scratch", tag="bench"))
-    result = run_reprocess(spark, bootstrap, admin, catalog, plan, workdir)
+    plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app="oplog-router", target="scratch", tag="bench"))
+    result = run_reprocess(spark, kafka, admin, catalog, plan, workdir)
     written = sum(result.records_out.values()) + result.dead_letters
     return Result("Backfill from earliest (reprocess, warm JVM)", result.records_in, written, result.seconds,
                   "targets " + ", ".join(sorted(plan.targets.values()))[:60] + "...")
 
 
-def raw_consume(bootstrap: str, topic: str, expected: int) -> Result:
+def raw_consume(kafka: KafkaClientConfig, topic: str, expected: int) -> Result:
     """The broker's raw consume rate on the same backlog: fetch every record, do nothing with it."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                         "fetch.max.bytes": 52_428_800})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in end_offsets(bootstrap, topic)])
+    consumer = kafka.consumer(f"bench-{uuid.uuid4().hex}", **{"fetch.max.bytes": 52_428_800})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in end_offsets(kafka, topic)])
     seen = 0
     began = time.monotonic()
     while seen < expected:
@@ -167,30 +167,30 @@ def _produce(out, topic, key, value) -> None:
             out.poll(0.05)
 
 
-def router_benchmark(events: int, bootstrap: str | None = None, keys: int = 1000) -> list[Result]:
+def router_benchmark(events: int, kafka: KafkaClientConfig | None = None, keys: int = 1000) -> list[Result]:
     workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-"))
     broker = None
     try:
-        if bootstrap is None:
+        if kafka is None:
             from streamops.local_stack.broker import LocalBroker, free_port_pair
 
             broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
             print(broker.start())
-            bootstrap = broker.bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+            kafka = broker.client_config
+        admin = kafka.admin()
         run_id = f"bench{uuid.uuid4().hex[:8]}"
         spark_catalog = _fresh_topics(admin, f"{run_id}.spark")
         python_catalog = _fresh_topics(admin, f"{run_id}.python")
         app = spark_catalog.app("oplog-router")
-        load = run_load(app, LoadSpec(count=events, keys=keys, malformed=0.01, seed=42), bootstrap)
+        load = run_load(app, LoadSpec(count=events, keys=keys, malformed=0.01, seed=42), kafka)
         preload = Result("preload (loadgen, acks=all, idempotent)", load.produced, load.produced, load.seconds)
         # The first run pays for JVM warm-up and code generation; the second, from its own
         # fresh checkpoint over the same backlog, shows the steady drain rate.
-        cold = spark_router(app, bootstrap, workdir / "checkpoint-cold", "fresh JVM")
-        warm = spark_router(app, bootstrap, workdir / "checkpoint-warm", "warm JVM")
-        python_result = python_router(app, python_catalog.app("oplog-router"), bootstrap, load.produced)
-        backfill = reprocess_backfill(spark_catalog, admin, bootstrap, workdir / "reprocess")
-        raw = raw_consume(bootstrap, app.inputs["operations"], load.produced)
+        cold = spark_router(app, kafka, workdir / "checkpoint-cold", "fresh JVM")
+        warm = spark_router(app, kafka, workdir / "checkpoint-warm", "warm JVM")
+        python_result = python_router(app, python_catalog.app("oplog-router"), kafka, load.produced)
+        backfill = reprocess_backfill(spark_catalog, admin, kafka, workdir / "reprocess")
+        raw = raw_consume(kafka, app.inputs["operations"], load.produced)
         return [preload, cold, warm, python_result, backfill, raw]
     finally:
         if broker is not None:
@@ -205,7 +205,7 @@ def table(results: list[Result]) -> str:
     return tabulate(rows, headers=["", "records in", "records out", "seconds", "records/s", "note"], disable_numparse=True)
 
 
-def roll_restart_benchmark(rate: float = 300.0, bootstrap: str | None = None) -> list[str]:
+def roll_restart_benchmark(rate: float = 300.0, kafka: KafkaClientConfig | None = None) -> list[str]:
     """Deploy the router, roll it to a new version under steady load, and measure the downtime
     (no driver) and the gap in its output, then reconcile input against output."""
     import os
@@ -223,34 +223,34 @@ def roll_restart_benchmark(rate: float = 300.0, bootstrap: str | None = None) ->
     previous_root = os.environ.get("STREAMOPS_CHECKPOINT_ROOT")
     os.environ["STREAMOPS_CHECKPOINT_ROOT"] = str(workdir / "checkpoints")
     try:
-        if bootstrap is None:
+        if kafka is None:
             from streamops.local_stack.broker import LocalBroker, free_port_pair
 
             broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair())
             print(broker.start())
-            bootstrap = broker.bootstrap_servers
-        catalog = _fresh_topics(AdminClient({"bootstrap.servers": bootstrap}), f"bench{uuid.uuid4().hex[:8]}")
+            kafka = broker.client_config
+        catalog = _fresh_topics(kafka.admin(), f"bench{uuid.uuid4().hex[:8]}")
         catalog_file = workdir / "catalog.yaml"
         catalog_file.write_text(catalog.to_yaml())
         app = catalog.app("oplog-router")
 
         def command(version: str) -> list[str]:
-            spec = submit_spec(app, bootstrap_servers=bootstrap, catalog=catalog_file, trigger="1 second", version=version)
+            spec = submit_spec(app, kafka=kafka, catalog=catalog_file, trigger="1 second", version=version)
             return spec.argv(master="local[2]")
 
         launch(app, command("1.0.0"), checkpoint=app.checkpoint_location(), launched_by="bench", version="1.0.0")
         runtime = AppRuntime(app.checkpoint_location())
-        with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=1), bootstrap):
+        with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=1), kafka):
             poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
             summary = roll_restart(
                 app, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"), new_version="1.1.0",
-                bootstrap=bootstrap, run_id="bench", log=lambda line: None,
+                kafka=kafka, run_id="bench", log=lambda line: None,
             )
         from spark_apps.oplog_router import routes
 
         table = routes(app)
         expected = set()
-        for record in read_all(bootstrap, app.inputs["operations"]):
+        for record in read_all(kafka, app.inputs["operations"]):
             for category, _ in table.get(record.json()["op_type"], []):
                 expected.add((f"{record.topic}/{record.partition}/{record.offset}", category))
         got: list = []
@@ -259,7 +259,7 @@ def roll_restart_benchmark(rate: float = 300.0, bootstrap: str | None = None) ->
             got[:] = [
                 (r.json()["event_id"], r.json()["category"], r.timestamp_ms)
                 for topic in app.outputs.values()
-                for r in read_all(bootstrap, topic)
+                for r in read_all(kafka, topic)
             ]
             return expected <= {(e, c) for e, c, _ in got}
 

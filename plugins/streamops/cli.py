@@ -24,6 +24,7 @@ from typing import Annotated, Optional
 import typer
 
 from streamops.catalog import CatalogError, catalog_path, load_catalog
+from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.local_stack.airflow_stack import ADMIN_USER, LocalAirflow
 from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.process import AlreadyRunning, ServiceError
@@ -217,8 +218,27 @@ def catalog_check(path: Annotated[Optional[Path], typer.Argument(help="Catalog f
 # --- apps ----------------------------------------------------------------------------------------
 
 BootstrapOpt = Annotated[
-    Optional[str], typer.Option("--bootstrap-servers", help="Kafka bootstrap servers (default: the local broker).")
+    Optional[str], typer.Option("--bootstrap-servers", help="A PLAINTEXT Kafka without credentials (default: the local broker).")
 ]
+KafkaConfigOpt = Annotated[
+    Optional[Path], typer.Option(
+        "--kafka-config", envvar="STREAMOPS_KAFKA_CONFIG",
+        help="JSON file of librdkafka settings (bootstrap.servers, security.protocol, sasl.*, ssl.*), "
+             "as in the Airflow connection's extra; readable by you only. Default: the local broker.")
+]
+
+
+def _kafka(bootstrap_servers: str | None, kafka_config: Path | None) -> KafkaClientConfig:
+    """The connection a command uses: a settings file, a plaintext broker, or the local broker."""
+    if bootstrap_servers and kafka_config:
+        raise _fail("give --kafka-config or --bootstrap-servers, not both")
+    try:
+        if kafka_config:
+            return KafkaClientConfig.read_file(kafka_config, private=True)
+        return KafkaClientConfig.plaintext(bootstrap_servers or _broker().bootstrap_servers,
+                                           source="--bootstrap-servers" if bootstrap_servers else "the local broker")
+    except KafkaConfigError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _app_spec(name: str):
@@ -234,6 +254,7 @@ def app_run(
     name: Annotated[str, typer.Argument(help="App name in the catalog.")],
     trigger: Annotated[Optional[str], typer.Option(help="'2 seconds', or available-now to process what is there and stop.")] = None,
     bootstrap_servers: BootstrapOpt = None,
+    kafka_config: KafkaConfigOpt = None,
     checkpoint: Annotated[Optional[str], typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
     version: Annotated[Optional[str], typer.Option(help="Version label (default: the catalog's).")] = None,
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
@@ -248,7 +269,7 @@ def app_run(
     app_spec = _app_spec(name)
     spec = submit_spec(
         app_spec,
-        bootstrap_servers=bootstrap_servers or _broker().bootstrap_servers,
+        kafka=_kafka(bootstrap_servers, kafka_config),
         trigger=trigger,
         checkpoint=checkpoint,
         version=version,
@@ -316,6 +337,7 @@ def loadgen(
     start_seq: Annotated[int, typer.Option(help="First sequence number.")] = 1,
     seed: Annotated[Optional[int], typer.Option(help="Random seed, for a repeatable load.")] = None,
     bootstrap_servers: BootstrapOpt = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Produce realistic, sequence-numbered input for an app and print what was produced."""
     from datetime import timedelta
@@ -327,7 +349,7 @@ def loadgen(
         count=count, keys=keys, rate=rate, malformed=malformed, late=late, late_by=timedelta(seconds=late_by),
         skew=timedelta(seconds=skew), start_seq=start_seq, seed=seed,
     )
-    report = run_load(_app_spec(name), load, bootstrap_servers or _broker().bootstrap_servers)
+    report = run_load(_app_spec(name), load, _kafka(bootstrap_servers, kafka_config))
     typer.echo(report.summary())
 
 
@@ -337,11 +359,13 @@ def bench_router(
     bootstrap_servers: Annotated[
         Optional[str], typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
     ] = None,
+    kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Router drain throughput: Spark vs a plain confluent-kafka loop on the same backlog."""
     from streamops.bench import router_benchmark, table
 
-    typer.echo(table(router_benchmark(events, bootstrap_servers)))
+    kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
+    typer.echo(table(router_benchmark(events, kafka)))
 
 
 @bench_app.command("roll-restart")

@@ -10,8 +10,9 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
+from streamops.kafka_client import KafkaClientConfig
 from streamops.waiting import poll_until
 
 
@@ -33,9 +34,9 @@ class Record:
         return None if self.key is None else self.key.decode("utf-8", errors="replace")
 
 
-def end_offsets(bootstrap_servers: str, topic: str) -> dict[int, tuple[int, int]]:
+def end_offsets(kafka: KafkaClientConfig, topic: str) -> dict[int, tuple[int, int]]:
     """partition -> (low, high) watermarks."""
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamops-offsets", "enable.auto.commit": False})
+    consumer = kafka.consumer("streamops-offsets")
     try:
         metadata = consumer.list_topics(topic, timeout=15)
         if metadata.topics[topic].error is not None:
@@ -53,25 +54,18 @@ def held_offsets(low: int, high: int) -> str:
     return f"it holds offsets {low}-{high - 1}" if high > low else f"it is empty (next offset {high})"
 
 
-def read_all(bootstrap_servers: str, topic: str, timeout: float = 60.0) -> list[Record]:
+def read_all(kafka: KafkaClientConfig, topic: str, timeout: float = 60.0) -> list[Record]:
     """Every record now in `topic`, in partition then offset order."""
-    return read_spans(bootstrap_servers, topic, end_offsets(bootstrap_servers, topic), timeout)
+    return read_spans(kafka, topic, end_offsets(kafka, topic), timeout)
 
 
-def read_spans(bootstrap_servers: str, topic: str, spans: dict[int, tuple[int, int]], timeout: float = 60.0) -> list[Record]:
+def read_spans(kafka: KafkaClientConfig, topic: str, spans: dict[int, tuple[int, int]], timeout: float = 60.0) -> list[Record]:
     """The records of `topic` in [start, end) per partition, in partition then offset order."""
     wanted = {p: (low, high) for p, (low, high) in spans.items() if high > low}
     if not wanted:
         return []
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": "streamops-reader",
-            "enable.auto.commit": False,
-            # Skip records of aborted transactions, as any downstream reader would.
-            "isolation.level": "read_committed",
-        }
-    )
+    # Skip records of aborted transactions, as any downstream reader would.
+    consumer = kafka.consumer("streamops-reader", **{"isolation.level": "read_committed"})
     out: list[Record] = []
     try:
         consumer.assign([TopicPartition(topic, p, low) for p, (low, _) in wanted.items()])
@@ -100,21 +94,13 @@ def read_spans(bootstrap_servers: str, topic: str, spans: dict[int, tuple[int, i
     return sorted(out, key=lambda r: (r.partition, r.offset))
 
 
-def producer(bootstrap_servers: str, **extra) -> Producer:
+def producer(kafka: KafkaClientConfig, **extra) -> Producer:
     """A producer that waits for all in-sync replicas and never duplicates on retry."""
-    return Producer(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            **extra,
-        }
-    )
+    return kafka.producer(**{"acks": "all", "enable.idempotence": True, "linger.ms": 5, **extra})
 
 
 def produce(
-    bootstrap_servers: str,
+    kafka: KafkaClientConfig,
     topic: str,
     records: Iterable[tuple[str | bytes | None, str | bytes | None]],
     partition: int | None = None,
@@ -127,7 +113,7 @@ def produce(
         if err is not None:
             errors.append(str(err))
 
-    out = producer(bootstrap_servers)
+    out = producer(kafka)
     count = 0
     for key, value in records:
         if partition is None:

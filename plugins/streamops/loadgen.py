@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 
 from streamops.catalog import AppSpec, BrowserActivitySettings, RouterSettings
 from streamops.kafka_records import producer
+from streamops.kafka_client import KafkaClientConfig
 
 UNKNOWN_OP_TYPES = ["LOGIN", "LOGOUT", "UPDATE_PROFILE"]
 ACTION_LOGGERS = ["com.example.web.CheckoutController", "com.example.web.SearchController", "com.example.web.CartController"]
@@ -127,7 +128,7 @@ def events(app: AppSpec, load: LoadSpec) -> Iterator[tuple[str, str, str, bool, 
         yield topic, key, (_malformed(rng, value) if bad else json.dumps(value)), bad, late
 
 
-def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str, stop: threading.Event | None = None) -> LoadReport:
+def run(app: AppSpec, load: LoadSpec, kafka: KafkaClientConfig, stop: threading.Event | None = None) -> LoadReport:
     """Produce the load, paced to `load.rate` if set, and wait for every acknowledgement.
     Setting `stop` ends it early (what was produced is still flushed and reported)."""
     report = LoadReport(first_seq=load.start_seq, last_seq=load.start_seq + load.count - 1)
@@ -137,7 +138,7 @@ def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str, stop: threading.Ev
         if err is not None:
             errors.append(str(err))
 
-    out = producer(bootstrap_servers)
+    out = producer(kafka)
     began = time.monotonic()
     for index, (topic, key, value, bad, late) in enumerate(events(app, load)):
         if stop is not None and stop.is_set():
@@ -167,11 +168,11 @@ def run(app: AppSpec, load: LoadSpec, bootstrap_servers: str, stop: threading.Ev
 
 
 @contextmanager
-def background_load(app: AppSpec, load: LoadSpec, bootstrap_servers: str) -> Iterator[threading.Thread]:
+def background_load(app: AppSpec, load: LoadSpec, kafka: KafkaClientConfig) -> Iterator[threading.Thread]:
     """Produce `load` from a background thread while the block runs; stop and flush it on exit.
     The thread is yielded so callers can ask whether it was still producing."""
     stop = threading.Event()
-    thread = threading.Thread(target=run, args=(app, load, bootstrap_servers, stop), daemon=True)
+    thread = threading.Thread(target=run, args=(app, load, kafka, stop), daemon=True)
     thread.start()
     try:
         yield thread

@@ -27,6 +27,7 @@ from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.batches import read_decoded
 from streamops.quality.ranges import whole_topics
 from streamops.quality.reconcile import WINDOW_COUNTS
+from streamops.kafka_client import KafkaClientConfig
 
 EXAMPLES = 5
 
@@ -78,11 +79,11 @@ def live_watermark_ms(checkpoint: str, query: str) -> int | None:
     return int(json.loads(lines[1]).get("batchWatermarkMs") or 0) or None
 
 
-def _final_counts(spark: SparkSession, bootstrap: str, admin: AdminClient, catalog: Catalog, topic: str, key: str, name: str) -> DataFrame:
+def _final_counts(spark: SparkSession, kafka: KafkaClientConfig, admin: AdminClient, catalog: Catalog, topic: str, key: str, name: str) -> DataFrame:
     spec = catalog.topic(topic)
     (whole,) = whole_topics(admin, [topic])
     return (
-        read_decoded(spark, bootstrap, whole, spec)
+        read_decoded(spark, kafka, whole, spec)
         .where(F.col(key).isNotNull() & F.col("window_start").isNotNull())
         .groupBy(key, "window_start", "window_end")
         .agg(F.max("count").alias(name))
@@ -91,7 +92,7 @@ def _final_counts(spark: SparkSession, bootstrap: str, admin: AdminClient, catal
 
 def compare_windows(
     spark: SparkSession,
-    bootstrap_servers: str,
+    kafka: KafkaClientConfig,
     admin: AdminClient,
     catalog: Catalog,
     app: AppSpec,
@@ -101,8 +102,8 @@ def compare_windows(
 ) -> WindowComparison:
     query, key = WINDOW_COUNTS[(app.program, role)]
     live_topic = app.outputs[role]
-    live = _final_counts(spark, bootstrap_servers, admin, catalog, live_topic, key, "live_count")
-    recomputed = _final_counts(spark, bootstrap_servers, admin, scratch_catalog, scratch_topic, key, "recomputed_count").persist()
+    live = _final_counts(spark, kafka, admin, catalog, live_topic, key, "live_count")
+    recomputed = _final_counts(spark, kafka, admin, scratch_catalog, scratch_topic, key, "recomputed_count").persist()
     bound_ms = live_watermark_ms(app.checkpoint_location(), query)
     closed_by = "live watermark"
     if bound_ms is None:

@@ -11,7 +11,7 @@ catalog's definitions of the live ones (partitions, configs, value schema, suite
 
     plan = plan_reprocess(admin, catalog, ReprocessRequest(app="oplog-router", start="6 hours"))
     print(plan.table())                  # per input partition: offsets, records, estimate, warnings
-    result = run_reprocess(spark, bootstrap_servers, admin, catalog, plan)
+    result = run_reprocess(spark, kafka, admin, catalog, plan)
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog, TopicSpec
 from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
+from streamops.kafka_client import KafkaClientConfig
 
 # Used for the estimate until this machine has measured a run of the app.
 DEFAULT_RATE = 5_000.0
@@ -180,12 +181,12 @@ def target_catalog(catalog: Catalog, app_name: str, targets: dict[str, str]) -> 
     )
 
 
-def _first_timestamps(bootstrap_servers: str, ranges: list[PartitionRange]) -> None:
+def _first_timestamps(kafka: KafkaClientConfig, ranges: list[PartitionRange]) -> None:
     """Fill in the write time of each range's first record (one fetch per partition)."""
     wanted = [r for r in ranges if r.records > 0]
     if not wanted:
         return
-    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "streamops-reprocess-plan", "enable.auto.commit": False})
+    consumer = kafka.consumer("streamops-reprocess-plan")
     try:
         for r in wanted:
             consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
@@ -198,7 +199,7 @@ def _first_timestamps(bootstrap_servers: str, ranges: list[PartitionRange]) -> N
 
 def plan_reprocess(
     admin: AdminClient,
-    bootstrap_servers: str,
+    kafka: KafkaClientConfig,
     catalog: Catalog,
     request: ReprocessRequest,
     now: datetime | None = None,
@@ -260,7 +261,7 @@ def plan_reprocess(
         if end_time:
             ends = offsets_for_time(admin, topic, partitions, int(end_time.timestamp() * 1000))
         ranges += [PartitionRange(topic, p, starts[p], max(starts[p], ends[p]), None) for p in partitions]
-    _first_timestamps(bootstrap_servers, ranges)
+    _first_timestamps(kafka, ranges)
 
     rate = measured_rate or DEFAULT_RATE
     records = sum(r.records for r in ranges)
@@ -304,7 +305,7 @@ def plan_reprocess(
 
 def run_reprocess(
     spark,
-    bootstrap_servers: str,
+    kafka: KafkaClientConfig,
     admin: AdminClient,
     catalog: Catalog,
     plan: ReprocessPlan,
@@ -332,7 +333,7 @@ def run_reprocess(
         app,
         program,
         RunOptions(
-            bootstrap_servers=bootstrap_servers,
+            kafka=kafka,
             checkpoint=str(checkpoint),
             trigger=AVAILABLE_NOW,
             starting_offsets=json.dumps(plan.starting_offsets()),

@@ -25,6 +25,7 @@ from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.spark_submit import spark_env
 from streamops.waiting import DeadlineExceeded, poll_until
+from streamops.kafka_client import KafkaClientConfig
 
 
 class RolloutRefused(RuntimeError):
@@ -155,12 +156,12 @@ class GateResult:
     dead_letter_rate: float = 0.0
 
 
-def health_gate(app: AppSpec, bootstrap: str, deadline_s: float, max_dead_letter_rate: float, min_batches: int = 2) -> GateResult:
+def health_gate(app: AppSpec, kafka: KafkaClientConfig, deadline_s: float, max_dead_letter_rate: float, min_batches: int = 2) -> GateResult:
     """Within the deadline: the driver keeps running, it catches up (lag 0) or completes
     `min_batches` batches per query without its lag growing, and dead letters stay under the
     rate. Fails fast when the driver dies."""
     runtime = AppRuntime(app.checkpoint_location())
-    first = app_status(app, bootstrap)
+    first = app_status(app, kafka)
     start_batches = dict(first.batches)
     result = GateResult(False, "", lag_at_start=first.total_lag)
     seen: dict[str, int] = {}
@@ -176,7 +177,7 @@ def health_gate(app: AppSpec, bootstrap: str, deadline_s: float, max_dead_letter
                 for metrics in (progress.get("observed") or {}).values():
                     records += int(metrics.get("records_in") or 0)
                     dead += int(metrics.get("dead_letters") or 0)
-        status = app_status(app, bootstrap)
+        status = app_status(app, kafka)
         result.batches = status.batches
         result.lag_at_end = status.total_lag
         result.dead_letter_rate = dead / records if records else 0.0
@@ -220,7 +221,7 @@ def roll_restart(
     new_command: list[str],
     previous_command: Callable[[dict], list[str]],
     new_version: str,
-    bootstrap: str,
+    kafka: KafkaClientConfig,
     new_spark_conf: dict | None = None,
     run_id: str,
     gate_deadline_s: float = 180.0,
@@ -253,7 +254,7 @@ def roll_restart(
         )
         downtime = time.monotonic() - stop_began
         log(f"{app.name}: version {new_version} running (pid {started.pid}) after {downtime:.1f}s down; health gate")
-        gate = health_gate(app, bootstrap, gate_deadline_s, max_dead_letter_rate)
+        gate = health_gate(app, kafka, gate_deadline_s, max_dead_letter_rate)
     except Exception as exc:  # noqa: BLE001 - any start failure is a failed gate: roll back
         gate = GateResult(False, f"the new version did not start: {exc}")
         downtime = time.monotonic() - stop_began

@@ -8,7 +8,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, catalog_path
+from streamops.kafka_client import KafkaClientConfig
 from streamops.paths import PROJECT_ROOT
 from streamops.toolchain import connector_jars
 
@@ -46,14 +48,17 @@ def spark_env() -> dict[str, str]:
 def submit_spec(
     app: AppSpec,
     *,
-    bootstrap_servers: str,
+    kafka: KafkaClientConfig,
     catalog: str | os.PathLike[str] | None = None,
     trigger: str | None = None,
     checkpoint: str | None = None,
     version: str | None = None,
     starting_offsets: str | None = None,
 ) -> SubmitSpec:
-    args = ["--app", app.name, "--catalog", str(catalog_path(catalog)), "--bootstrap-servers", bootstrap_servers]
+    # The connection (with its secrets) goes to the driver in a file only this user can read,
+    # beside the checkpoint it runs on; the command line names the file, never a secret.
+    connection_file = kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / "kafka-client.json")
+    args = ["--app", app.name, "--catalog", str(catalog_path(catalog)), "--kafka-config", str(connection_file)]
     for flag, value in (
         ("--trigger", trigger),
         ("--checkpoint", checkpoint),

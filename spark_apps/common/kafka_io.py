@@ -5,11 +5,12 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 
 from streamops.catalog import ProducerSettings
+from streamops.kafka_client import KafkaClientConfig
 
 
 def read_topics(
     spark: SparkSession,
-    bootstrap_servers: str,
+    kafka: KafkaClientConfig,
     topics: list[str],
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
@@ -21,7 +22,7 @@ def read_topics(
     """
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**kafka.spark_options())
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", starting_offsets)
         # Records deleted by retention before we read them are a loss: fail, do not skip.
@@ -35,7 +36,7 @@ def read_topics(
     return reader.load()
 
 
-def kafka_sink_options(bootstrap_servers: str, producer: ProducerSettings) -> dict[str, str]:
-    """Writer options of every sink: the app's producer settings from the catalog (acks from all
-    in-sync replicas and idempotent retries always)."""
-    return {"kafka.bootstrap.servers": bootstrap_servers, **{f"kafka.{k}": v for k, v in producer.kafka_settings().items()}}
+def kafka_sink_options(kafka: KafkaClientConfig, producer: ProducerSettings) -> dict[str, str]:
+    """Writer options of every sink: the connection, then the app's producer settings from the
+    catalog (acks from all in-sync replicas and idempotent retries always)."""
+    return {**kafka.spark_options(), **{f"kafka.{k}": v for k, v in producer.kafka_settings().items()}}

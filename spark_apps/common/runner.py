@@ -1,7 +1,7 @@
 """Start an app's queries, and the spark-submit command line every program shares.
 
     spark-submit --jars <connector jars> spark_apps/oplog_router.py --app oplog-router \\
-        [--catalog FILE] [--bootstrap-servers HOST:PORT] [--checkpoint DIR] \\
+        [--catalog FILE] [--kafka-config FILE | --bootstrap-servers HOST:PORT] [--checkpoint DIR] \\
         [--trigger "2 seconds" | --trigger available-now] [--starting-offsets earliest|latest] \\
         [--version X.Y.Z]
 """
@@ -30,6 +30,7 @@ from spark_apps.common.session import apply_app_conf, build_session
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import AppSpec, catalog_path, load_catalog
 from streamops.checkpoint_batches import error_gist
+from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.waiting import DeadlineExceeded, poll_until
 
 log = logging.getLogger("streamops.app")
@@ -48,7 +49,7 @@ class OutputQuery:
 
 @dataclass(frozen=True)
 class RunOptions:
-    bootstrap_servers: str
+    kafka: KafkaClientConfig  # where and as whom the app connects (secrets masked in its repr)
     checkpoint: str  # this app's checkpoint root; each query has a folder under it
     trigger: str = "5 seconds"  # a Spark interval, or "available-now" (process what is there, stop)
     # Only for a new checkpoint: earliest, latest, or Spark's JSON of offsets per topic and partition.
@@ -72,7 +73,7 @@ def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, optio
 
     def source(topics: list[str]) -> DataFrame:
         frame = read_topics(
-            spark, options.bootstrap_servers, topics, _starting_offsets(options.starting_offsets, topics),
+            spark, options.kafka, topics, _starting_offsets(options.starting_offsets, topics),
             options.max_offsets_per_trigger, group_id_prefix=f"streamops.{spec.name}",
         ).withColumn(OPERATOR_SKIP, operator_skip(skipped, topics))
         ends = {t: e for t, e in (options.ending_offsets or {}).items() if t in topics}
@@ -131,7 +132,7 @@ def start_app(
     for output in outputs or build_outputs(spark, spec, program, options):
         writer = (
             output.frame.writeStream.format("kafka")
-            .options(**kafka_sink_options(options.bootstrap_servers, spec.producer))
+            .options(**kafka_sink_options(options.kafka, spec.producer))
             .option("checkpointLocation", f"{options.checkpoint}/{output.name}")
             .outputMode(output.output_mode)
             .queryName(f"{spec.name}.{output.name}")
@@ -201,17 +202,15 @@ class ProgressPublisher(StreamingQueryListener):
     publishes each query's last progress itself (`publish_last`). Publishing is idempotent and
     never goes back to an older batch, whichever of the two comes first."""
 
-    def __init__(self, runtime: AppRuntime | None = None, group_id: str | None = None, bootstrap_servers: str | None = None):
+    def __init__(self, runtime: AppRuntime | None = None, group_id: str | None = None, kafka: KafkaClientConfig | None = None):
         super().__init__()
         self.runtime = runtime
         self.group = None
         self._lock = threading.Lock()
         self._published: dict[str, int] = {}  # query name -> newest batch published
         self._closed = False
-        if group_id and bootstrap_servers:
-            from confluent_kafka import Consumer
-
-            self.group = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": group_id, "enable.auto.commit": False})
+        if group_id and kafka:
+            self.group = kafka.consumer(group_id)
 
     def onQueryStarted(self, event):  # noqa: N802 - Spark's API
         log.info("query %s started (run %s)", event.name, event.runId)
@@ -340,10 +339,16 @@ def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=program_name, description=f"Run the {program_name} streaming app.")
     parser.add_argument("--app", required=True, help="app name in the catalog")
     parser.add_argument("--catalog", default=None, help="catalog file (default: $STREAMOPS_CATALOG or catalog/pipelines.yaml)")
-    parser.add_argument(
+    connection = parser.add_mutually_exclusive_group()
+    connection.add_argument(
+        "--kafka-config", default=None,
+        help="file of the Kafka connection's librdkafka settings, secrets included, readable by this user "
+             "only (launchers write it: streamops.kafka_client.KafkaClientConfig.write_private)",
+    )
+    connection.add_argument(
         "--bootstrap-servers",
         default=os.environ.get("STREAMOPS_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
-        help="Kafka bootstrap servers (default: $STREAMOPS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
+        help="a PLAINTEXT Kafka without credentials (default: $STREAMOPS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
     )
     parser.add_argument("--checkpoint", default=None, help="checkpoint root (default: from the catalog)")
     parser.add_argument("--trigger", default=None, help=f"micro-batch interval such as '2 seconds', or {AVAILABLE_NOW}")
@@ -370,8 +375,13 @@ def main(argv: list[str], program_name: str) -> int:
     spec = catalog.app(args.app)
     if spec.program != program_name:
         raise SystemExit(f"app {spec.name!r} is a {spec.program} app, not {program_name}; run spark_apps/{spec.program}.py")
+    try:
+        kafka = (KafkaClientConfig.read_file(args.kafka_config, private=True) if args.kafka_config
+                 else KafkaClientConfig.plaintext(args.bootstrap_servers, source="--bootstrap-servers"))
+    except KafkaConfigError as exc:
+        raise SystemExit(f"cannot connect {spec.name} to Kafka: {exc}") from None
     options = RunOptions(
-        bootstrap_servers=args.bootstrap_servers,
+        kafka=kafka,
         checkpoint=args.checkpoint or spec.checkpoint_location(),
         trigger=args.trigger or spec.trigger,
         starting_offsets=args.starting_offsets,
@@ -396,6 +406,7 @@ def main(argv: list[str], program_name: str) -> int:
                 "trigger": options.trigger,
                 "spark_conf": {k: str(v) for k, v in spec.spark_conf.items()},
                 "catalog": str(catalog_path(args.catalog)),
+                "kafka": options.kafka.describe(),
                 "launched_by": os.environ.get("STREAMOPS_LAUNCHED_BY", "command line"),
                 "launch": json.loads(os.environ.get("STREAMOPS_LAUNCH") or "{}"),
                 # spark-submit and its JVM share it: a recovery can find what a dead driver left.
@@ -417,7 +428,7 @@ def main(argv: list[str], program_name: str) -> int:
         spark = build_session(f"streamops-{spec.name}")
         spark.sparkContext.setLogLevel("WARN")
         runtime.update(application_id=spark.sparkContext.applicationId)
-        publisher = ProgressPublisher(runtime, f"streamops.{spec.name}", options.bootstrap_servers)
+        publisher = ProgressPublisher(runtime, f"streamops.{spec.name}", options.kafka)
         spark.streams.addListener(publisher)
         outputs = build_outputs(spark, spec, program, options)
         runtime.update(plan_fingerprint=plan_fingerprint(outputs))

@@ -25,6 +25,10 @@ BASE_CONF = {
     # base64() (dead letters' original bytes) must not break lines every 76 characters:
     # strict decoders such as Java's Base64.getDecoder() reject the line breaks.
     "spark.sql.chunkBase64String.enabled": "false",
+    # Kafka credentials travel as source/sink options (kafka.sasl.jaas.config, PEM keys): plans,
+    # the UI and logs print those options masked. Spark's defaults match neither name.
+    "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|keystore[.]key|token",
+    "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
 }
 
 

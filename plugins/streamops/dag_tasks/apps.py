@@ -11,6 +11,7 @@ from streamops.app_runtime import AlreadyRunningError
 from streamops.app_status import app_status, lag_table, status_table
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number
+from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, airflow_connection, app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
 from streamops.spark_submit import submit_spec
 
@@ -21,11 +22,9 @@ GATE_DEADLINE_S = (30, 3600)
 STOP_DEADLINE_S = (5, 3600)
 
 
-def kafka_bootstrap(conn_id: str = "kafka_default") -> str:
-    """The bootstrap servers of the Kafka connection, for the apps' command lines."""
-    from airflow.sdk import BaseHook
-
-    return BaseHook.get_connection(conn_id).extra_dejson["bootstrap.servers"]
+def kafka_connection(conn_id: str = DEFAULT_CONN_ID) -> KafkaClientConfig:
+    """The suite's own Kafka connection (provisioning, status, quality, recovery reads)."""
+    return airflow_connection(conn_id)
 
 
 def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
@@ -46,8 +45,9 @@ def command_for(app_name: str, version: str | None, spark_conf: dict | None, sta
     version = checked_version(version)
     overrides = checked_spark_conf(spark_conf)
     app = load_catalog().app(app_name)
-    # The checkpoint is passed explicitly so the driver and the DAGs agree on it.
-    spec = submit_spec(app, bootstrap_servers=kafka_bootstrap(), version=version, checkpoint=app.checkpoint_location(),
+    # The checkpoint is passed explicitly so the driver and the DAGs agree on it. The driver
+    # connects as the app's own principal (kafka_app_<app>, else kafka_default).
+    spec = submit_spec(app, kafka=app_connection(app.name), version=version, checkpoint=app.checkpoint_location(),
                        starting_offsets=starting_offsets)
     spec = replace(spec, conf={**spec.conf, **overrides})
     return spark_submit_command(spec)
@@ -116,7 +116,7 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
             previous_command=previous_command,
             new_version=version,
             new_spark_conf=spark_conf,
-            bootstrap=kafka_bootstrap(),
+            kafka=kafka_connection(),
             run_id=run_id,
             gate_deadline_s=gate_deadline_s,
             max_dead_letter_rate=max_dead_letter_rate,
@@ -128,8 +128,8 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
 
 def status(names: Sequence[str] | None) -> dict:
     catalog = load_catalog()
-    bootstrap = kafka_bootstrap()
-    statuses = [app_status(catalog.app(name), bootstrap) for name in selected(catalog, names)]
+    kafka = kafka_connection()
+    statuses = [app_status(catalog.app(name), kafka) for name in selected(catalog, names)]
     log.info("Streaming apps:\n%s", status_table(statuses))
     for item in statuses:
         if item.lags:

@@ -25,10 +25,10 @@ KAFKA_CONN_ID = "kafka_default"
 
 
 def admin_client(conn_id: str = KAFKA_CONN_ID) -> AdminClient:
-    """The AdminClient of the Airflow connection, built by the Kafka provider's hook."""
-    from airflow.providers.apache.kafka.hooks.client import KafkaAdminClientHook
+    """The AdminClient of the Airflow connection (through the one client seam, kafka_client)."""
+    from streamops.kafka_client import airflow_connection
 
-    return KafkaAdminClientHook(kafka_config_id=conn_id).get_conn
+    return airflow_connection(conn_id).admin()
 
 
 def plan(admin: AdminClient, topics: Sequence[str] | None) -> dict:

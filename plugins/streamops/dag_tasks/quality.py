@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from streamops.catalog import Catalog, load_catalog
 from streamops.quality.ranges import RangeError, RangeRequest, TopicRange, resolve
+from streamops.kafka_client import KafkaClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def plan(
     return [r.to_json() for r in ranges]
 
 
-def validate(ranges: list[dict], run_name: str, bootstrap_servers: str, admin, spark_master: str) -> list[dict]:
+def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin, spark_master: str) -> list[dict]:
     """Validate each planned range; fail (after validating all of them) if any suite failed."""
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -89,7 +90,7 @@ def validate(ranges: list[dict], run_name: str, bootstrap_servers: str, admin, s
         spark = None  # validate_topics needs no session for empty ranges
     else:
         spark = build_session("streamops-validate-topic-quality", master=spark_master)
-    outcomes = validate_topics(spark, bootstrap_servers, admin, load_catalog(), topic_ranges, run_name)
+    outcomes = validate_topics(spark, kafka, admin, load_catalog(), topic_ranges, run_name)
     rows = [[o.topic, "passed" if o.success else "FAILED", o.records, len(o.failures), len(o.warnings)] for o in outcomes]
     log.info("Summary:\n%s", tabulate(rows, headers=["topic", "result", "records", "failed", "warnings"]))
     try:

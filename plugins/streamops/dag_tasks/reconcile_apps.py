@@ -10,6 +10,7 @@ from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks.reprocess import work_root
 from streamops.reconciliation import compare_windows, delete_scratch_topics, window_outputs
 from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess, target_catalog
+from streamops.kafka_client import KafkaClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,7 @@ def stateful_app_names(catalog: Catalog) -> list[str]:
     return names
 
 
-def reconcile_app(app_name: str, run_id: str, bootstrap_servers: str, admin, spark_master: str, max_mismatch_ratio: float) -> dict:
+def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str, max_mismatch_ratio: float) -> dict:
     """Recompute from earliest into scratch topics, compare, clean up; fail above the threshold."""
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -33,16 +34,16 @@ def reconcile_app(app_name: str, run_id: str, bootstrap_servers: str, admin, spa
     catalog = load_catalog()
     app = catalog.app(app_name)
     tag = "recon-" + datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")
-    plan = plan_reprocess(admin, bootstrap_servers, catalog, ReprocessRequest(app=app_name, target="scratch", tag=tag))
+    plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app=app_name, target="scratch", tag=tag))
     log.info("Recomputing %s from the earliest offsets into scratch topics:\n%s", app_name, plan.table())
     comparisons = []
     try:
         spark = build_session("streamops-reconcile", master=spark_master)
-        result = run_reprocess(spark, bootstrap_servers, admin, catalog, plan, work_root() / app_name / tag)
+        result = run_reprocess(spark, kafka, admin, catalog, plan, work_root() / app_name / tag)
         log.info("Recomputed %s", result.summary())
         scratch = target_catalog(catalog, app_name, plan.targets)
         for _app, role in [(a, r) for a, r in window_outputs(catalog) if a.name == app_name]:
-            comparison = compare_windows(spark, bootstrap_servers, admin, catalog, app, role, plan.targets[app.outputs[role]], scratch)
+            comparison = compare_windows(spark, kafka, admin, catalog, app, role, plan.targets[app.outputs[role]], scratch)
             log.info("%s%s", comparison.summary(), "".join(f"\n    {e}" for e in comparison.examples))
             comparisons.append(comparison)
     finally:

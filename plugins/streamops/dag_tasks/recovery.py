@@ -16,6 +16,7 @@ from typing import Any
 from streamops.catalog import load_catalog
 from streamops.recovery.audit import AuditTrail, audit_file
 from streamops.recovery.common import RecoveryRefused
+from streamops.kafka_client import KafkaClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -138,11 +139,11 @@ def stopper(app_name: str, run_id: str, deadline_s: float = 60.0):
 # --- restart ------------------------------------------------------------------------------------------
 
 
-def restart_plan(context, bootstrap: str) -> dict:
+def restart_plan(context, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.restart import plan_restart
 
     def action():
-        plan = plan_restart(load_catalog(), context["params"]["app"], bootstrap)
+        plan = plan_restart(load_catalog(), context["params"]["app"], kafka)
         trusted_launch(plan.app, plan.version, plan.spark_conf)
         log.info("Restart plan:\n%s", plan.table())
         return {**plan.to_json(), "summary": plan.summary()}
@@ -164,11 +165,11 @@ def restart_apply(context, plan: dict) -> dict:
     return audited(context, "apply", action)
 
 
-def await_progress(context, app_name: str, bootstrap: str, lag_before: int | None, caught_up: bool = False) -> dict:
+def await_progress(context, app_name: str, kafka: KafkaClientConfig, lag_before: int | None, caught_up: bool = False) -> dict:
     from streamops.recovery.lifecycle import await_resumed
 
     def action():
-        result = await_resumed(load_catalog().app(app_name), bootstrap, lag_before, float(context["params"]["verify_deadline_s"]),
+        result = await_resumed(load_catalog().app(app_name), kafka, lag_before, float(context["params"]["verify_deadline_s"]),
                                caught_up=caught_up)
         result["summary"] = (f"{app_name} is making progress: batches {result['batches']}, lag {lag_before} -> "
                              f"{result['lag_after']} after {result['seconds']} s")
@@ -217,7 +218,7 @@ def reset_apply(context, plan: dict) -> dict:
     return audited(context, "apply", action)
 
 
-def reset_verify(context, plan: dict, bootstrap: str) -> dict:
+def reset_verify(context, plan: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.lifecycle import await_resumed
     from streamops.recovery.reset import ResetPlan, verify_reset
 
@@ -226,7 +227,7 @@ def reset_verify(context, plan: dict, bootstrap: str) -> dict:
         app = load_catalog().app(the_plan.app)
         started = verify_reset(app, the_plan)
         log.info(started["summary"])
-        progress = await_resumed(app, bootstrap, None, float(context["params"]["verify_deadline_s"]))
+        progress = await_resumed(app, kafka, None, float(context["params"]["verify_deadline_s"]))
         return {**started, "progress": progress, "summary": f"{started['summary']}; lag now {progress['lag_after']}"}
 
     return audited(context, "verify", action)
@@ -235,13 +236,13 @@ def reset_verify(context, plan: dict, bootstrap: str) -> dict:
 # --- dead-letter replay ---------------------------------------------------------------------------------
 
 
-def replay_plan(context, spark, admin, bootstrap: str) -> dict:
+def replay_plan(context, spark, admin, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.replay import ReplayRequest, plan_replay
 
     def action():
         p = context["params"]
         request = ReplayRequest(app=p["app"], start=p["start"], end=p["end"], reason_contains=p.get("reason_contains") or "")
-        plan = plan_replay(spark, admin, bootstrap, load_catalog(), request)
+        plan = plan_replay(spark, admin, kafka, load_catalog(), request)
         log.info("Dead-letter replay plan:\n%s", plan.table())
         return {**plan.to_json(), "summary": f"{plan.totals['replay']} to replay, {plan.totals['still fails']} still fail, "
                                              f"{plan.totals['already replayed']} replayed before"}
@@ -249,13 +250,13 @@ def replay_plan(context, spark, admin, bootstrap: str) -> dict:
     return audited(context, "plan", action)
 
 
-def replay_apply(context, spark, plan: dict, bootstrap: str) -> dict:
+def replay_apply(context, spark, plan: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.replay import ReplayPlan, apply_replay
 
     skip_if_dry_run(context)
 
     def action():
-        result = apply_replay(spark, bootstrap, load_catalog(), ReplayPlan.from_json(_plan_fields(plan)),
+        result = apply_replay(spark, kafka, load_catalog(), ReplayPlan.from_json(_plan_fields(plan)),
                               context["run_id"])
         log.info(result["summary"])
         return result
@@ -263,11 +264,11 @@ def replay_apply(context, spark, plan: dict, bootstrap: str) -> dict:
     return audited(context, "apply", action)
 
 
-def replay_verify(context, applied: dict, bootstrap: str) -> dict:
+def replay_verify(context, applied: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.replay import verify_replay
 
     def action():
-        result = verify_replay(bootstrap, applied)
+        result = verify_replay(kafka, applied)
         log.info(result["summary"])
         return result
 
@@ -277,7 +278,7 @@ def replay_verify(context, applied: dict, bootstrap: str) -> dict:
 # --- rebuild ----------------------------------------------------------------------------------------------
 
 
-def rebuild_plan(context, admin, bootstrap: str) -> dict:
+def rebuild_plan(context, admin, kafka: KafkaClientConfig) -> dict:
     from streamops.dag_tasks import reprocess as reprocessing
     from streamops.recovery.rebuild import plan_rebuild
     from streamops.reprocess import VERSION_SUFFIX_PATTERN
@@ -293,7 +294,7 @@ def rebuild_plan(context, admin, bootstrap: str) -> dict:
         result = {**plan.to_json(), "summary": f"{plan.target}: {plan.records} record(s) from earliest"}
         if plan.target == "versioned":
             # The reprocess DAG's plan, with its refusals (e.g. targets that already hold records).
-            result["reprocess_plan"] = reprocessing.plan(admin, bootstrap, {
+            result["reprocess_plan"] = reprocessing.plan(admin, kafka, {
                 "app": p["app"], "start": "earliest", "end": "now", "target": "versioned",
                 "version": p.get("version") or "v2", "tag": datetime.now(timezone.utc).strftime("rebuild-%Y%m%dt%H%M%S"),
                 "cutover": True,
@@ -303,7 +304,7 @@ def rebuild_plan(context, admin, bootstrap: str) -> dict:
     return audited(context, "plan", action)
 
 
-def rebuild_apply(context, plan: dict, admin, bootstrap: str, spark_master: str) -> dict:
+def rebuild_apply(context, plan: dict, admin, kafka: KafkaClientConfig, spark_master: str) -> dict:
     from streamops.dag_tasks import reprocess as reprocessing
     from streamops.recovery.rebuild import RebuildPlan, apply_rebuild_live
 
@@ -317,9 +318,9 @@ def rebuild_apply(context, plan: dict, admin, bootstrap: str, spark_master: str)
             result = apply_rebuild_live(load_catalog().app(the_plan.app), the_plan, start_on_new_checkpoint(the_plan.app, run_id),
                                         stopper(the_plan.app, run_id))
         else:
-            ran = reprocessing.run(plan["reprocess_plan"], run_id, bootstrap, admin, spark_master)
-            reprocessing.validate(plan["reprocess_plan"], run_id, bootstrap, admin, spark_master)
-            handed = reprocessing.cutover(plan["reprocess_plan"], ran, run_id, bootstrap)
+            ran = reprocessing.run(plan["reprocess_plan"], run_id, kafka, admin, spark_master)
+            reprocessing.validate(plan["reprocess_plan"], run_id, kafka, admin, spark_master)
+            handed = reprocessing.cutover(plan["reprocess_plan"], ran, run_id, kafka)
             result = {"reprocessed": ran["summary"], **handed,
                       "summary": f"rebuilt into {', '.join(handed['new_topics'])} ({ran['summary']}); cut over, old checkpoint "
                                  f"kept at {handed['backup']}"}
@@ -360,14 +361,14 @@ def restore_apply(context, plan: dict) -> dict:
     return audited(context, "apply", action)
 
 
-def restore_verify(context, plan: dict, bootstrap: str) -> dict:
+def restore_verify(context, plan: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.lifecycle import await_resumed
     from streamops.recovery.restore import RestorePlan, verify_restore
 
     def action():
         the_plan = RestorePlan.from_json(_plan_fields(plan))
         app = load_catalog().app(the_plan.app)
-        progress = await_resumed(app, bootstrap, None, float(context["params"]["verify_deadline_s"]))
+        progress = await_resumed(app, kafka, None, float(context["params"]["verify_deadline_s"]))
         continued = verify_restore(app, the_plan)
         return {**continued, "progress": progress, "summary": f"{continued['summary']}; lag now {progress['lag_after']}"}
 
@@ -377,12 +378,12 @@ def restore_verify(context, plan: dict, bootstrap: str) -> dict:
 # --- skip records ---------------------------------------------------------------------------------------
 
 
-def skip_plan(context, admin, bootstrap: str) -> dict:
+def skip_plan(context, admin, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.skip import plan_skip
 
     def action():
         p = context["params"]
-        plan = plan_skip(admin, bootstrap, load_catalog(), p["app"], p.get("records"), p.get("note"),
+        plan = plan_skip(admin, kafka, load_catalog(), p["app"], p.get("records"), p.get("note"),
                          user=trail(context).user, run_id=context["run_id"])
         trusted_launch(plan.app, plan.version, plan.spark_conf)  # the restart after the skip starts this
         log.info("Skip plan:\n%s", plan.table())
@@ -392,26 +393,26 @@ def skip_plan(context, admin, bootstrap: str) -> dict:
     return audited(context, "plan", action)
 
 
-def skip_apply(context, plan: dict, bootstrap: str) -> dict:
+def skip_apply(context, plan: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.skip import SkipPlan, apply_skip
 
     skip_if_dry_run(context)
 
     def action():
         the_plan = SkipPlan.from_json(_plan_fields(plan))
-        result = apply_skip(load_catalog().app(the_plan.app), the_plan, start_version(the_plan.app, context["run_id"]), bootstrap)
+        result = apply_skip(load_catalog().app(the_plan.app), the_plan, start_version(the_plan.app, context["run_id"]), kafka)
         log.info(result["summary"])
         return result
 
     return audited(context, "apply", action)
 
 
-def skip_verify(context, plan: dict, applied: dict, bootstrap: str) -> dict:
+def skip_verify(context, plan: dict, applied: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.skip import SkipPlan, verify_skip
 
     def action():
         the_plan = SkipPlan.from_json(_plan_fields(plan))
-        result = verify_skip(load_catalog().app(the_plan.app), the_plan, applied, bootstrap,
+        result = verify_skip(load_catalog().app(the_plan.app), the_plan, applied, kafka,
                              float(context["params"]["verify_deadline_s"]))
         log.info(result["summary"])
         return result

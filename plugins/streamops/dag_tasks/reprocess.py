@@ -7,6 +7,7 @@ import logging
 import re
 from pathlib import Path
 
+from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.catalog import load_catalog
 from streamops.launch_overrides import checked_version
 from streamops.paths import RUN_DIR
@@ -46,7 +47,7 @@ def measured_rate(app: str) -> float | None:
 RESERVED_TAG_PREFIXES = ("recon-",)
 
 
-def plan(admin, bootstrap_servers: str, params: dict) -> dict:
+def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
     from airflow.sdk.exceptions import AirflowFailException
 
     request = ReprocessRequest(
@@ -54,7 +55,7 @@ def plan(admin, bootstrap_servers: str, params: dict) -> dict:
         version=params.get("version") or "v2", tag=params.get("tag") or "", cutover=params.get("cutover") is True,
     )
     try:
-        the_plan = plan_reprocess(admin, bootstrap_servers, load_catalog(), request, measured_rate=measured_rate(request.app))
+        the_plan = plan_reprocess(admin, kafka, load_catalog(), request, measured_rate=measured_rate(request.app))
     except ReprocessRefused as exc:
         raise AirflowFailException(str(exc)) from None
     tag = the_plan.request["tag"]
@@ -97,14 +98,14 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
     return the_plan, work_root() / the_plan.app / request["tag"]
 
 
-def run(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_master: str) -> dict:
+def run(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str) -> dict:
     from spark_apps.common.session import build_session
 
     the_plan, work_dir = checked_plan(plan_json)
     if the_plan.records == 0:
         log.warning("The planned range holds no records: the targets are created empty.")
     spark = build_session("streamops-reprocess", master=spark_master)
-    result = run_reprocess(spark, bootstrap_servers, admin, load_catalog(), the_plan, work_dir)
+    result = run_reprocess(spark, kafka, admin, load_catalog(), the_plan, work_dir)
     log.info("Reprocessed %s", result.summary())
     ledger = work_root() / "runs.jsonl"
     with ledger.open("a") as out:
@@ -115,7 +116,7 @@ def run(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_maste
             "checkpoint": result.checkpoint, "catalog_file": result.catalog_file, "targets": the_plan.targets}
 
 
-def validate(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_master: str) -> list[dict]:
+def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str) -> list[dict]:
     """The targets, whole, through the validate DAG's code and the live topics' suites."""
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -128,7 +129,7 @@ def validate(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_
     topics = [t for t in the_plan.targets.values() if catalog.topic(t).expectation_suite]
     ranges = whole_topics(admin, topics)
     spark = build_session("streamops-reprocess", master=spark_master)
-    outcomes = validate_topics(spark, bootstrap_servers, admin, catalog, ranges, run_id)
+    outcomes = validate_topics(spark, kafka, admin, catalog, ranges, run_id)
     try:
         raise_on_failures(outcomes)
     except QualityCheckFailed as exc:
@@ -136,7 +137,7 @@ def validate(plan_json: dict, run_id: str, bootstrap_servers: str, admin, spark_
     return [o.to_json() for o in outcomes]
 
 
-def cutover(plan_json: dict, ran: dict, run_id: str, bootstrap_servers: str) -> dict:
+def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -> dict:
     """Hand the live app over to the backfill's targets and checkpoint; say what to change next."""
     from streamops.app_ops import spark_submit_command
     from streamops.reprocess import ReprocessResult, cutover as hand_over
@@ -153,7 +154,8 @@ def cutover(plan_json: dict, ran: dict, run_id: str, bootstrap_servers: str) -> 
     # Semantic-version build metadata names the topics' version (a '+' only once).
     version = checked_version(f"{live.version}{'.' if '+' in live.version else '+'}{the_plan.request['version']}")
     command = spark_submit_command(submit_spec(
-        targeted, bootstrap_servers=bootstrap_servers, catalog=catalog_file,
+        # The live app's driver connects as the app's own principal.
+        targeted, kafka=app_connection(the_plan.app), catalog=catalog_file,
         checkpoint=live.checkpoint_location(), version=version,
     ))
     result = ReprocessResult(the_plan.app, ran["records_in"], ran["records_out"], ran["dead_letters"], ran["seconds"],

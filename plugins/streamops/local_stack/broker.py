@@ -13,6 +13,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from streamops.kafka_client import KafkaClientConfig
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
 from streamops.paths import KAFKA_BROKER_JARS, RUN_DIR
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -72,6 +73,11 @@ class LocalBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def client_config(self) -> KafkaClientConfig:
+        """How a client connects to this broker (PLAINTEXT, no credentials)."""
+        return KafkaClientConfig.plaintext(self.bootstrap_servers, source=f"the local broker {self.bootstrap_servers}")
 
     @property
     def config_file(self) -> Path:

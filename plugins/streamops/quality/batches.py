@@ -17,12 +17,13 @@ from pyspark.sql import functions as F
 
 from streamops.catalog import TopicSpec
 from streamops.quality.ranges import TopicRange
+from streamops.kafka_client import KafkaClientConfig
 
 KAFKA_COLUMNS = ("key", "value", "partition", "offset", "timestamp", "is_tombstone", "value_is_json")
 _SPARK_TYPES = {"string": "STRING", "bigint": "BIGINT", "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "STRING", "json": "STRING"}
 
 
-def read_range(spark: SparkSession, bootstrap_servers: str, topic_range: TopicRange, compacted: bool = False) -> DataFrame:
+def read_range(spark: SparkSession, kafka: KafkaClientConfig, topic_range: TopicRange, compacted: bool = False) -> DataFrame:
     """The raw records of the range (key, value, topic, partition, offset, timestamp, ...)."""
     spans = {p: span for p, span in topic_range.partitions.items() if span[1] > span[0]}
     if not spans:
@@ -32,7 +33,7 @@ def read_range(spark: SparkSession, bootstrap_servers: str, topic_range: TopicRa
     topic = topic_range.topic
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**kafka.spark_options())
         .option("assign", json.dumps({topic: sorted(spans)}))
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in spans.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in spans.items()}}))
@@ -92,6 +93,6 @@ def decode(raw: DataFrame, spec: TopicSpec) -> DataFrame:
     return frame.select(*KAFKA_COLUMNS, *columns)
 
 
-def read_decoded(spark: SparkSession, bootstrap_servers: str, topic_range: TopicRange, spec: TopicSpec) -> DataFrame:
+def read_decoded(spark: SparkSession, kafka: KafkaClientConfig, topic_range: TopicRange, spec: TopicSpec) -> DataFrame:
     compacted = "compact" in str(spec.configs.get("cleanup.policy", "delete"))
-    return decode(read_range(spark, bootstrap_servers, topic_range, compacted), spec)
+    return decode(read_range(spark, kafka, topic_range, compacted), spec)

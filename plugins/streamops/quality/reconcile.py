@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.batches import read_decoded, read_range
 from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks, whole_topics
+from streamops.kafka_client import KafkaClientConfig
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
@@ -56,7 +57,7 @@ class Sources:
     """Where reconciliation reads from."""
 
     spark: SparkSession
-    bootstrap_servers: str
+    kafka: KafkaClientConfig
     admin: AdminClient
     catalog: Catalog
 
@@ -107,11 +108,11 @@ def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Rec
         return Reconciliation(None, {"input_records": 0}, f"no record in the range names a source in {input_topic}")
     spans = {row["source_partition"]: (row["low"], row["high"] + 1) for row in covered}
     input_range = TopicRange(input_topic, spans, "the input range the output range covers")
-    spark, bootstrap = sources.spark, sources.bootstrap_servers
+    spark, kafka = sources.spark, sources.kafka
 
     def source(topics: list[str]) -> DataFrame:
         assert topics == [input_topic], topics
-        return read_range(spark, bootstrap, input_range)
+        return read_range(spark, kafka, input_range)
 
     routed = _app_query(sources, app, "route", source).where(F.col("topic") == topic)
     expected = routed.select(
@@ -119,7 +120,7 @@ def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Rec
     ).select(F.col("v.event_id").alias("event_id"), F.col("v.op_type").alias("op_type"), F.lit(True).alias("expected"))
 
     # Every output of the covered input range was written after its input record was.
-    first_input_ms = read_range(spark, bootstrap, input_range).agg(F.min(F.unix_millis("timestamp"))).first()[0] or 0
+    first_input_ms = read_range(spark, kafka, input_range).agg(F.min(F.unix_millis("timestamp"))).first()[0] or 0
     partitions = topic_partitions(sources.admin, [topic])[topic] or []
     since = offsets_for_time(sources.admin, topic, partitions, max(0, first_input_ms - CLOCK_SKEW_MS))
     ends = watermarks(sources.admin, topic, partitions)
@@ -128,7 +129,7 @@ def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Rec
     for partition, (low, end) in spans.items():
         in_covered = in_covered | ((F.col("source_partition") == partition) & F.col("source_offset").between(low, end - 1))
     actual = (
-        _with_source(read_decoded(spark, bootstrap, written_range, sources.catalog.topic(topic)).where(F.col("event_id").isNotNull()))
+        _with_source(read_decoded(spark, kafka, written_range, sources.catalog.topic(topic)).where(F.col("event_id").isNotNull()))
         .where((F.col("source_topic") == input_topic) & in_covered)
         .groupBy("event_id")
         .agg(F.count(F.lit(1)).alias("copies"), F.first("op_type").alias("written_op_type"))
@@ -167,17 +168,17 @@ def _window_counts(
     query, key_column = WINDOW_COUNTS[(app.program, role)]
     window = [key_column, "window_start", "window_end"]
     windows = batch.where(F.col(key_column).isNotNull() & F.col("window_start").isNotNull()).select(*window).distinct()
-    spark, bootstrap, spec = sources.spark, sources.bootstrap_servers, sources.catalog.topic(topic)
+    spark, kafka, spec = sources.spark, sources.kafka, sources.catalog.topic(topic)
 
     # The last emitted count of a window is its largest: counts only grow as updates arrive.
     ends = watermarks(sources.admin, topic, sorted(topic_range.partitions))
     since_range = TopicRange(
         topic, {p: (start, ends[p][1]) for p, (start, _) in topic_range.partitions.items()}, "from the range start to the end"
     )
-    emitted = read_decoded(spark, bootstrap, since_range, spec).groupBy(*window).agg(F.max("count").alias("emitted_count"))
+    emitted = read_decoded(spark, kafka, since_range, spec).groupBy(*window).agg(F.max("count").alias("emitted_count"))
 
     def source(topics: list[str]) -> DataFrame:
-        frames = [read_range(spark, bootstrap, whole) for whole in whole_topics(sources.admin, topics)]
+        frames = [read_range(spark, kafka, whole) for whole in whole_topics(sources.admin, topics)]
         union = frames[0]
         for frame in frames[1:]:
             union = union.unionByName(frame)

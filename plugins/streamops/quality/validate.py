@@ -27,6 +27,7 @@ from streamops.quality.batches import read_decoded
 from streamops.quality.docs import airflow_base_url, ui_link
 from streamops.quality.ranges import TopicRange
 from streamops.quality.suites import TopicSuite, load_suite
+from streamops.kafka_client import KafkaClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def gx_context(root: Path):
 
 def validate_topics(
     spark: SparkSession,
-    bootstrap_servers: str,
+    kafka: KafkaClientConfig,
     admin: AdminClient,
     catalog: Catalog,
     ranges: list[TopicRange],
@@ -136,7 +137,7 @@ def validate_topics(
     failed expectation: see `raise_on_failures`)."""
     root = root or results.quality_root()
     context = gx_context(root)
-    sources = reconcile.Sources(spark, bootstrap_servers, admin, catalog)
+    sources = reconcile.Sources(spark, kafka, admin, catalog)
     outcomes = []
     for topic_range in ranges:
         suite = load_suite(catalog, topic_range.topic)
@@ -179,7 +180,7 @@ def _validate_topic(context, sources: reconcile.Sources, suite: TopicSuite, topi
         # Nothing to read: no Spark job, no GX run; reported (and recorded) as an empty range.
         return TopicResult(topic_range.topic, suite.name, str(suite.path), topic_range, 0, [], [], None, [])
     spec = sources.catalog.topic(topic_range.topic)
-    batch = read_decoded(sources.spark, sources.bootstrap_servers, topic_range, spec).persist()
+    batch = read_decoded(sources.spark, sources.kafka, topic_range, spec).persist()
     try:
         records = batch.count()
         failures, warnings, urls = _run_part(context, suite, "records", batch, run_name, ["partition", "offset"])

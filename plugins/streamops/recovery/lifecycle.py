@@ -15,6 +15,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec
 from streamops.waiting import DeadlineExceeded, poll_until
+from streamops.kafka_client import KafkaClientConfig
 
 
 @dataclass
@@ -73,7 +74,7 @@ class NotResumed(RuntimeError):
     pass
 
 
-def await_resumed(app: AppSpec, bootstrap: str, lag_before: int | None, deadline_s: float, caught_up: bool = False) -> dict:
+def await_resumed(app: AppSpec, kafka: KafkaClientConfig, lag_before: int | None, deadline_s: float, caught_up: bool = False) -> dict:
     """Wait until the new driver completes micro-batches (or reports idle with nothing to read)
     and its lag is below `lag_before` (None: any lag; with `caught_up`: zero). Raise NotResumed
     naming why."""
@@ -89,7 +90,7 @@ def await_resumed(app: AppSpec, bootstrap: str, lag_before: int | None, deadline
                 f"{driver_log_tail(app.checkpoint_location())}"
             )
         record = runtime.driver() or {}
-        status = app_status(app, bootstrap)
+        status = app_status(app, kafka)
         seen.update(batches=status.batches, lag=status.total_lag, idle=bool(record.get("last_idle_at")))
         progressed = set(status.batches) >= set(record.get("queries_started") or ["?"])
         if not (progressed or (seen["idle"] and status.lags and status.total_lag == 0)):

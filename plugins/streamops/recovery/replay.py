@@ -34,6 +34,7 @@ from streamops.kafka_records import end_offsets, held_offsets, producer, read_sp
 from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
+from streamops.kafka_client import KafkaClientConfig
 
 HEADER_SOURCE = "streamops.replay.source"
 HEADER_DEAD_LETTER = "streamops.replay.dead-letter"
@@ -138,9 +139,9 @@ def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, 
     return app, {str(p): [first[p], max(first[p], last[p])] for p in parts}
 
 
-def _read(bootstrap: str, topic: str, spans: dict[str, list[int]]) -> list[DeadLetter]:
+def _read(kafka: KafkaClientConfig, topic: str, spans: dict[str, list[int]]) -> list[DeadLetter]:
     letters = []
-    for record in read_spans(bootstrap, topic, {int(p): (s, e) for p, (s, e) in spans.items()}):
+    for record in read_spans(kafka, topic, {int(p): (s, e) for p, (s, e) in spans.items()}):
         at = f"{topic}/{record.partition}/{record.offset}"
         try:
             envelope = json.loads(record.value)
@@ -161,7 +162,7 @@ def _b64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
-def _fetch_references(bootstrap: str, letters: list[DeadLetter]) -> None:
+def _fetch_references(kafka: KafkaClientConfig, letters: list[DeadLetter]) -> None:
     """Read originals kept by reference from their source records, checking each against its
     sha256; a record retention deleted (or a digest that differs) cannot be replayed."""
     wanted = [d for d in letters if d.by_reference]
@@ -169,11 +170,11 @@ def _fetch_references(bootstrap: str, letters: list[DeadLetter]) -> None:
     for letter in wanted:
         by_partition.setdefault((letter.source_topic, letter.source_partition), []).append(letter)
     for (topic, partition), group in by_partition.items():
-        low, high = end_offsets(bootstrap, topic).get(partition, (0, 0))
+        low, high = end_offsets(kafka, topic).get(partition, (0, 0))
         found = {}
         for letter in group:
             if low <= letter.source_offset < high:
-                records = read_spans(bootstrap, topic, {partition: (letter.source_offset, letter.source_offset + 1)})
+                records = read_spans(kafka, topic, {partition: (letter.source_offset, letter.source_offset + 1)})
                 found.update({r.offset: r for r in records})
         for letter in group:
             record = found.get(letter.source_offset)
@@ -211,9 +212,9 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
     return verdicts
 
 
-def evaluate(spark, bootstrap: str, app: AppSpec, spans: dict[str, list[int]], reason_contains: str) -> list[DeadLetter]:
+def evaluate(spark, kafka: KafkaClientConfig, app: AppSpec, spans: dict[str, list[int]], reason_contains: str) -> list[DeadLetter]:
     """Every dead letter of the spans with its verdict."""
-    letters = _read(bootstrap, app.dead_letter_topic, spans)
+    letters = _read(kafka, app.dead_letter_topic, spans)
     done = replayed_sources(app)
     inputs = set(app.inputs.values())
     wanted = (reason_contains or "").lower()
@@ -233,7 +234,7 @@ def evaluate(spark, bootstrap: str, app: AppSpec, spans: dict[str, list[int]], r
             letter.verdict = f"skipped by an operator: replayed only with reason_contains '{SKIP_REASON}'"
         else:
             candidates.append(letter)
-    _fetch_references(bootstrap, candidates)
+    _fetch_references(kafka, candidates)
     candidates = [d for d in candidates if not d.verdict]
     verdicts = _reparse(spark, app, candidates)
     seen: set[str] = set()
@@ -249,9 +250,9 @@ def evaluate(spark, bootstrap: str, app: AppSpec, spans: dict[str, list[int]], r
     return letters
 
 
-def plan_replay(spark, admin: AdminClient, bootstrap: str, catalog: Catalog, request: ReplayRequest) -> ReplayPlan:
+def plan_replay(spark, admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, request: ReplayRequest) -> ReplayPlan:
     app, spans = resolve_spans(admin, catalog, request)
-    letters = evaluate(spark, bootstrap, app, spans, request.reason_contains)
+    letters = evaluate(spark, kafka, app, spans, request.reason_contains)
     return _summarise(app, request, spans, letters)
 
 
@@ -270,11 +271,11 @@ def _summarise(app: AppSpec, request: ReplayRequest, spans: dict, letters: list[
     return ReplayPlan(app.name, asdict(request), app.dead_letter_topic, spans, by_reason, totals, failing)
 
 
-def apply_replay(spark, bootstrap: str, catalog: Catalog, plan: ReplayPlan, run_id: str) -> dict:
+def apply_replay(spark, kafka: KafkaClientConfig, catalog: Catalog, plan: ReplayPlan, run_id: str) -> dict:
     """Produce the records that pass now (evaluated again: the ledger may have moved), then
     enter each acknowledged one in the ledger."""
     app = catalog.app(plan.app)
-    letters = [d for d in evaluate(spark, bootstrap, app, plan.spans, plan.request["reason_contains"]) if d.verdict == "replay"]
+    letters = [d for d in evaluate(spark, kafka, app, plan.spans, plan.request["reason_contains"]) if d.verdict == "replay"]
     delivered: list[dict] = []
     errors: list[str] = []
 
@@ -289,7 +290,7 @@ def apply_replay(spark, bootstrap: str, catalog: Catalog, plan: ReplayPlan, run_
 
     # Records as large as the app accepts (its sink's request limit; librdkafka's default is less).
     limit = app.producer.max_request_size
-    out = producer(bootstrap, **{"message.max.bytes": limit, "batch.size": min(limit, 1_000_000)})
+    out = producer(kafka, **{"message.max.bytes": limit, "batch.size": min(limit, 1_000_000)})
     try:
         for letter in letters:
             try:
@@ -319,7 +320,7 @@ def apply_replay(spark, bootstrap: str, catalog: Catalog, plan: ReplayPlan, run_
                        f"{', '.join(sorted({d.source_topic for d in letters})) or 'no topic'}"}
 
 
-def verify_replay(bootstrap: str, applied: dict) -> dict:
+def verify_replay(kafka: KafkaClientConfig, applied: dict) -> dict:
     """Each replayed record is on its input topic at the acknowledged offset, with its headers."""
     by_topic: dict[str, dict[int, list[int]]] = {}
     for entry in applied["replayed"]:
@@ -330,7 +331,7 @@ def verify_replay(bootstrap: str, applied: dict) -> dict:
     expected = {e["to"]: e for e in applied["replayed"]}
     for topic, parts in by_topic.items():
         spans = {p: (min(offsets), max(offsets) + 1) for p, offsets in parts.items()}
-        for record in read_spans(bootstrap, topic, spans):
+        for record in read_spans(kafka, topic, spans):
             entry = expected.get(f"{topic}/{record.partition}/{record.offset}")
             if entry is None:
                 continue

@@ -13,6 +13,7 @@ from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoint_batches import describe_failed_batches, describe_ranges
 from streamops.recovery.common import RecoveryRefused, batch_marks, query_dirs, resolve_app
 from streamops.recovery.lifecycle import end_leftovers, leftovers
+from streamops.kafka_client import KafkaClientConfig
 
 
 @dataclass
@@ -79,7 +80,7 @@ class RestartPlan:
         return asdict(self)
 
 
-def plan_restart(catalog: Catalog, app_name: str, bootstrap: str) -> RestartPlan:
+def plan_restart(catalog: Catalog, app_name: str, kafka: KafkaClientConfig) -> RestartPlan:
     problems: list[str] = []
     app = resolve_app(catalog, app_name, problems)
     if app is None:
@@ -88,7 +89,7 @@ def plan_restart(catalog: Catalog, app_name: str, bootstrap: str) -> RestartPlan
     state = runtime.state()
     driver = runtime.driver() or {}
     if state == "running":
-        status = app_status(app, bootstrap)
+        status = app_status(app, kafka)
         age = f"{status.progress_age_s:.0f} s ago" if status.progress_age_s is not None else "never"
         raise RecoveryRefused([
             f"{app.name} is running (driver pid {driver.get('pid')} on {driver.get('host')}, last progress {age}, "
@@ -111,18 +112,18 @@ def plan_restart(catalog: Catalog, app_name: str, bootstrap: str) -> RestartPlan
         app=app.name, state=state,
         last_driver={k: driver.get(k) for k in ("pid", "host", "version", "started_at", "stopped_at", "outcome", "reason")},
         leftovers=[asdict(p) for p in leftovers(driver)],
-        lag=app_status(app, bootstrap).total_lag,
+        lag=app_status(app, kafka).total_lag,
         batches=batch_marks(app.checkpoint_location()),
         version=launched.get("version") or driver.get("version") or app.version,
         spark_conf=launched.get("spark_conf") or {},
         notes=notes,
         failed_batches=failed,
         failed_again=bool(failed) and _same_as_previous_failure(runtime, failed),
-        largest_records=_largest_records(bootstrap, failed),
+        largest_records=_largest_records(kafka, failed),
     )
 
 
-def _largest_records(bootstrap: str, failed: list[dict], count: int = 3, at_most: int = 20_000) -> list[dict]:
+def _largest_records(kafka: KafkaClientConfig, failed: list[dict], count: int = 3, at_most: int = 20_000) -> list[dict]:
     """The biggest records of the failed batches (the usual suspects when a record is too large
     for a sink), as recover_skip_records items; nothing for a batch of more than `at_most` records."""
     from streamops.kafka_records import read_spans
@@ -134,7 +135,7 @@ def _largest_records(bootstrap: str, failed: list[dict], count: int = 3, at_most
     try:
         for topic in sorted({r["topic"] for r in ranges}):
             spans = {r["partition"]: (r["first"], r["last"] + 1) for r in ranges if r["topic"] == topic}
-            found += read_spans(bootstrap, topic, spans, timeout=30)
+            found += read_spans(kafka, topic, spans, timeout=30)
     except Exception:  # noqa: BLE001 - a hint only: the plan stands without it
         return []
     found.sort(key=lambda r: len(r.key or b"") + len(r.value or b""), reverse=True)

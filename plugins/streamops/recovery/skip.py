@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, now_iso
+from streamops.kafka_client import KafkaClientConfig
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoint_batches import describe_failed_batches, uncommitted_batch
 from streamops.kafka_records import end_offsets, held_offsets, read_spans
@@ -184,7 +185,7 @@ def _stamp(epoch_ms: int) -> str:
     return iso_ms(epoch_ms) if epoch_ms and epoch_ms > 0 else "-"
 
 
-def plan_skip(admin: AdminClient, bootstrap: str, catalog: Catalog, app_name: object, records: object,
+def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, app_name: object, records: object,
               note: object, *, user: str, run_id: str) -> SkipPlan:
     problems: list[str] = []
     app = resolve_app(catalog, app_name, problems)
@@ -250,7 +251,7 @@ def plan_skip(admin: AdminClient, bootstrap: str, catalog: Catalog, app_name: ob
     notes: list[str] = []
     entries, shown = [], []
     for spec in specs:
-        found = read_spans(bootstrap, spec.topic, {spec.partition: (spec.first, spec.last + 1)})
+        found = read_spans(kafka, spec.topic, {spec.partition: (spec.first, spec.last + 1)})
         offsets = [r.offset for r in found]
         if len(offsets) < spec.count:
             notes.append(f"{spec.text}: {spec.count - len(offsets)} offset(s) hold no record (compaction or transaction "
@@ -314,7 +315,7 @@ def entry_problems(app: AppSpec, entries: object) -> list[str]:
     return problems
 
 
-def apply_skip(app: AppSpec, plan: SkipPlan, start, bootstrap: str) -> dict:
+def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) -> dict:
     """Check nothing moved since the plan, back up, add the entries to the skip list, start the
     app via `start(version, spark_conf)` (the restart's own code)."""
     from streamops.recovery.restart import restart_from_checkpoint
@@ -329,7 +330,7 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, bootstrap: str) -> dict:
     if batch_marks(checkpoint) != plan.marks:
         raise RecoveryRefused([f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"])
     # Verify reads the dead letters written from here on.
-    dead_letters_from = {p: high for p, (_, high) in end_offsets(bootstrap, app.dead_letter_topic).items()}
+    dead_letters_from = {p: high for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
 
     def add_entries() -> None:
         runtime.add_skip_records([{k: v for k, v in e.items() if k != "offsets"} for e in plan.entries])
@@ -339,7 +340,7 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, bootstrap: str) -> dict:
             "summary": f"{plan.records} record(s) added to {app.name}'s skip list; " + result["summary"]}
 
 
-def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, bootstrap: str, deadline_s: float) -> dict:
+def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientConfig, deadline_s: float) -> dict:
     """Wait until every skipped record is in the dead-letter topic with the plan's reason and its
     source coordinates, and every query reading it has committed a batch past it."""
     import json
@@ -361,8 +362,8 @@ def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, bootstrap: str, dea
             raise NotResumed(f"{app.name} is {runtime.state()} again: "
                              + (describe_failed_batches(failed) + ": " if failed else "")
                              + f"{record.get('reason') or 'the driver died'}; last lines of its log:\n{driver_log_tail(checkpoint)}")
-        spans = {p: (start.get(p, 0), high) for p, (_, high) in end_offsets(bootstrap, app.dead_letter_topic).items()}
-        for letter in read_spans(bootstrap, app.dead_letter_topic, spans):
+        spans = {p: (start.get(p, 0), high) for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
+        for letter in read_spans(kafka, app.dead_letter_topic, spans):
             value = json.loads(letter.value or b"{}")
             source = value.get("source") or {}
             # (A dead letter keeping the original by reference says so after the reason.)

@@ -1,0 +1,291 @@
+"""Kafka client configuration: the one place a connection becomes a client.
+
+Every Kafka client of the suite (admin, consumers, producers, the Spark apps' sources and sinks,
+backfills, quality reads, lag, replay, the load generator, benchmarks) is built from a
+`KafkaClientConfig`: librdkafka settings as the Airflow Kafka provider's connection keeps them
+in its extra (`bootstrap.servers`, `security.protocol`, `sasl.mechanism`, `sasl.username`,
+`sasl.password`, `ssl.ca.location`, ...). `spark_options()` maps the same settings to the Java
+client's `kafka.*` options (a PEM CA as a PEM truststore, SASL as a JAAS config).
+
+Secrets (`sasl.password`, key passwords, inline keys) never leave this object as text except to
+a client: `repr()`, `redacted()` and `describe()` mask them, and a driver gets them through a
+file only its user can read (`write_private`), never its command line.
+
+Which connection: an app connects as its own principal through the Airflow connection
+`kafka_app_<app name, '-' and '.' as '_'>` when it exists (e.g. `kafka_app_oplog_router`), else
+`kafka_default`; the suite's own tasks (provisioning, status, quality, recovery) use
+`kafka_default`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONN_ID = "kafka_default"
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+# SASL mechanisms that map to a Java JAAS login module here. GSSAPI and OAUTHBEARER need settings
+# of their own on both sides; they are refused by name rather than half-mapped.
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+# Values that are secrets in librdkafka's settings (and in the Java options they map to).
+SECRET_KEYS = frozenset({
+    "sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
+    "sasl.oauthbearer.client.secret", "sasl.jaas.config",
+})
+_SECRET_NAME = re.compile(r"(?i)password|secret|jaas|\.key\.pem$|token")
+MASK = "***"
+
+# Settings a suite client chooses itself per use (a consumer's group, an admin's timeouts):
+# a connection carries where and how to connect, not these.
+_PER_CLIENT = frozenset({"group.id", "enable.auto.commit", "auto.offset.reset", "isolation.level", "client.id",
+                         "transactional.id", "enable.partition.eof"})
+# Librdkafka settings with a Java client equivalent under the same name.
+_SAME_IN_JAVA = ("bootstrap.servers", "security.protocol", "client.dns.lookup", "ssl.key.password")
+
+
+class KafkaConfigError(ValueError):
+    """A connection's settings cannot make a client; the message names the setting and the source."""
+
+
+def _is_secret(key: str) -> bool:
+    return key in SECRET_KEYS or bool(_SECRET_NAME.search(key))
+
+
+def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings with every secret value masked (for logs, plans, XCom, files anyone reads)."""
+    return {key: (MASK if _is_secret(key) and value not in (None, "") else value) for key, value in settings.items()}
+
+
+def _jaas_quote(text: str) -> str:
+    # Kafka reads JAAS options with a StreamTokenizer: a double-quoted string, backslash escapes.
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@dataclass(frozen=True)
+class KafkaClientConfig:
+    """A complete, validated client configuration and where it came from (for messages)."""
+
+    settings: Mapping[str, str]
+    source: str = "settings"
+    # Settings every client built from this gets on top (e.g. tests' short timeouts); not secrets.
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = _problems(self.settings)
+        if problems:
+            raise KafkaConfigError(f"Kafka connection {self.source}: " + "; ".join(problems))
+        object.__setattr__(self, "settings", {k: str(v).lower() if isinstance(v, bool) else str(v)
+                                              for k, v in self.settings.items()})
+
+    # --- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def plaintext(cls, bootstrap_servers: str, source: str = "local broker") -> KafkaClientConfig:
+        return cls({"bootstrap.servers": bootstrap_servers}, source=source)
+
+    @classmethod
+    def from_extra(cls, extra: Mapping[str, Any], source: str) -> KafkaClientConfig:
+        """From a Kafka provider connection's extra: its librdkafka settings. Callback entries
+        (`error_cb`, ...) and per-client settings (`group.id`, ...) are not connection settings."""
+        from airflow.providers.apache.kafka.hooks.base import CALLBACK_CONFIG_KEYS
+
+        kept = {k: v for k, v in extra.items() if k not in CALLBACK_CONFIG_KEYS and k not in _PER_CLIENT}
+        return cls(kept, source=source)
+
+    @classmethod
+    def read_file(cls, path: str | os.PathLike[str], private: bool = False) -> KafkaClientConfig:
+        """The settings a launcher wrote with `write_private` (a driver reads its connection here).
+        `private`: refuse a file that other users may read (it holds the connection's secrets)."""
+        path = Path(path)
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise KafkaConfigError(f"cannot read the Kafka client settings file {path}: {exc}") from None
+        if private and mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise KafkaConfigError(f"{path} holds Kafka credentials but is readable by other users (mode "
+                                   f"{stat.S_IMODE(mode):o}); make it 600")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise KafkaConfigError(f"cannot read the Kafka client settings file {path}: {exc}") from None
+        if isinstance(data, dict) and isinstance(data.get("settings"), dict):  # as write_private wrote it
+            return cls(data["settings"], source=str(data.get("source") or path))
+        if isinstance(data, dict):  # a connection extra's object of settings, as an operator writes it
+            return cls({k: v for k, v in data.items() if k not in _PER_CLIENT}, source=str(path))
+        raise KafkaConfigError(f"{path} is not an object of Kafka client settings")
+
+    def write_private(self, path: str | os.PathLike[str]) -> Path:
+        """Write the settings, secrets included, to a file only this user can read (mode 0600,
+        created so from the start: never readable by others, not even for a moment)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"source": self.source, "settings": dict(self.settings)}, out)
+        os.chmod(tmp, stat.S_IRUSR | stat.S_IWUSR)
+        os.replace(tmp, path)
+        return path
+
+    # --- what it says ---------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.settings["bootstrap.servers"]
+
+    @property
+    def secured(self) -> bool:
+        return self.settings.get("security.protocol", "PLAINTEXT").upper() != "PLAINTEXT"
+
+    @property
+    def principal(self) -> str | None:
+        """The SASL user this connects as (None without SASL)."""
+        return self.settings.get("sasl.username")
+
+    def secrets(self) -> list[str]:
+        """The secret values (a test greps files for them; nothing prints them)."""
+        return [v for k, v in self.settings.items() if _is_secret(k) and v]
+
+    def redacted(self) -> dict[str, str]:
+        return redact(self.settings)
+
+    def describe(self) -> str:
+        """One line for logs and plans: where, how and as whom (no secret)."""
+        how = self.settings.get("security.protocol", "PLAINTEXT").upper()
+        who = f" as {self.principal} ({self.settings.get('sasl.mechanism') or self.settings.get('sasl.mechanisms')})" \
+            if self.principal else ""
+        return f"{self.bootstrap_servers} over {how}{who} (from {self.source})"
+
+    def __repr__(self) -> str:
+        return f"KafkaClientConfig({self.redacted()!r}, source={self.source!r})"
+
+    __str__ = describe
+
+    # --- clients ----------------------------------------------------------------------------------
+
+    def client_settings(self, **extra: Any) -> dict[str, Any]:
+        """librdkafka settings for one client: the connection's, then per-client `extra`
+        (a group id, timeouts). `extra` cannot change where or how to connect."""
+        clash = sorted(k for k in extra if k in ("bootstrap.servers", "security.protocol") or k.startswith(("sasl.", "ssl.")))
+        if clash:
+            raise KafkaConfigError(f"a client may not override the connection's {', '.join(clash)}")
+        return {**self.defaults, **self.settings, **extra}
+
+    def admin(self, **extra: Any):
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self.client_settings(**extra))
+
+    def consumer(self, group_id: str, **extra: Any):
+        from confluent_kafka import Consumer
+
+        return Consumer(self.client_settings(**{"group.id": group_id, "enable.auto.commit": False, **extra}))
+
+    def producer(self, **extra: Any):
+        from confluent_kafka import Producer
+
+        return Producer(self.client_settings(**extra))
+
+    def with_defaults(self, **defaults: Any) -> KafkaClientConfig:
+        return KafkaClientConfig(self.settings, source=self.source, defaults={**self.defaults, **defaults})
+
+    # --- the Java client (Spark's Kafka source and sink) ---------------------------------------
+
+    def java_settings(self) -> dict[str, str]:
+        """The Java client's settings for the same connection (without the `kafka.` prefix)."""
+        s = self.settings
+        out = {key: s[key] for key in _SAME_IN_JAVA if key in s}
+        mechanism = s.get("sasl.mechanism") or s.get("sasl.mechanisms")
+        if s.get("security.protocol", "").upper().startswith("SASL"):
+            out["security.protocol"] = s["security.protocol"].upper()
+            out["sasl.mechanism"] = mechanism.upper()
+            out["sasl.jaas.config"] = (f"{_LOGIN_MODULES[mechanism.upper()]} required "
+                                       f"username={_jaas_quote(s['sasl.username'])} password={_jaas_quote(s['sasl.password'])};")
+        if "security.protocol" in out:
+            out["security.protocol"] = out["security.protocol"].upper()
+        if "ssl.ca.location" in s:
+            out["ssl.truststore.type"] = "PEM"
+            out["ssl.truststore.location"] = s["ssl.ca.location"]
+        elif "ssl.ca.pem" in s:
+            out["ssl.truststore.type"] = "PEM"
+            out["ssl.truststore.certificates"] = s["ssl.ca.pem"]
+        if "ssl.certificate.location" in s or "ssl.certificate.pem" in s:
+            # Mutual TLS: the Java client takes the PEM key and chain inline.
+            chain = s.get("ssl.certificate.pem") or Path(s["ssl.certificate.location"]).read_text()
+            key = s.get("ssl.key.pem") or Path(s["ssl.key.location"]).read_text()
+            out.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": chain, "ssl.keystore.key": key})
+        algorithm = s.get("ssl.endpoint.identification.algorithm")
+        if algorithm is not None:
+            out["ssl.endpoint.identification.algorithm"] = "" if algorithm.lower() == "none" else algorithm
+        return out
+
+    def spark_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source and sink (`kafka.` + the Java client's settings)."""
+        return {f"kafka.{key}": value for key, value in self.java_settings().items()}
+
+
+def _problems(settings: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if not isinstance(settings, Mapping):
+        return [f"the settings are a {type(settings).__name__}, not an object of librdkafka settings"]
+    bad_values = sorted(k for k, v in settings.items() if not isinstance(k, str) or not isinstance(v, (str, int, float, bool)))
+    if bad_values:
+        problems.append(f"settings {', '.join(map(str, bad_values))} are not text, numbers or booleans")
+    servers = str(settings.get("bootstrap.servers") or "").strip()
+    if not servers:
+        problems.append("'bootstrap.servers' is missing (host:port[,host:port...])")
+    elif not all(re.fullmatch(r"[A-Za-z0-9._\-\[\]:]+:\d{1,5}", part.strip()) for part in servers.split(",")):
+        problems.append(f"'bootstrap.servers' {servers!r} is not a comma-separated list of host:port")
+    protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol not in PROTOCOLS:
+        problems.append(f"'security.protocol' {settings.get('security.protocol')!r} is not one of {', '.join(PROTOCOLS)}")
+    if protocol.startswith("SASL"):
+        mechanism = str(settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "").upper()
+        if mechanism not in _LOGIN_MODULES:
+            problems.append(f"'sasl.mechanism' {mechanism or '(missing)'} is not supported for {protocol}; "
+                            f"use one of {', '.join(_LOGIN_MODULES)}")
+        for needed in ("sasl.username", "sasl.password"):
+            if not settings.get(needed):
+                problems.append(f"'{needed}' is missing ({protocol} needs a user and a password)")
+    elif any(str(k).startswith("sasl.") for k in settings):
+        problems.append(f"SASL settings are given but 'security.protocol' is {protocol}: use SASL_SSL (or SASL_PLAINTEXT)")
+    for location in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
+        value = settings.get(location)
+        if value and not Path(str(value)).is_file():
+            problems.append(f"'{location}' {value} is not a readable file on this host")
+    if ("ssl.certificate.location" in settings) != ("ssl.key.location" in settings):
+        problems.append("mutual TLS needs both 'ssl.certificate.location' and 'ssl.key.location'")
+    return problems
+
+
+def app_conn_id(app_name: str) -> str:
+    """The Airflow connection an app's driver connects through (its own principal)."""
+    return "kafka_app_" + re.sub(r"[^A-Za-z0-9_]", "_", app_name)
+
+
+def airflow_connection(conn_id: str = DEFAULT_CONN_ID) -> KafkaClientConfig:
+    """The client configuration of an Airflow Kafka connection (its extra)."""
+    from airflow.sdk import BaseHook
+
+    return KafkaClientConfig.from_extra(BaseHook.get_connection(conn_id).extra_dejson, source=f"connection {conn_id}")
+
+
+def app_connection(app_name: str) -> KafkaClientConfig:
+    """The connection an app's driver uses: `kafka_app_<app>` when it exists, else kafka_default."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    try:
+        return airflow_connection(app_conn_id(app_name))
+    except AirflowNotFoundException:
+        return airflow_connection(DEFAULT_CONN_ID)

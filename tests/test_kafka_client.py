@@ -1,0 +1,117 @@
+"""The one client seam: an Airflow connection's librdkafka settings -> every client, the Java
+options of Spark's Kafka source and sink, and no secret in anything printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from streamops.kafka_client import KafkaClientConfig, KafkaConfigError, app_conn_id, redact
+
+PASSWORD = 'p"a\\ss wörd'
+
+
+@pytest.fixture
+def ca_file(tmp_path):
+    path = tmp_path / "ca.pem"
+    path.write_text("-----BEGIN CERTIFICATE-----\nnot checked here\n-----END CERTIFICATE-----\n")
+    return path
+
+
+def scram(ca_file, **extra) -> KafkaClientConfig:
+    return KafkaClientConfig({
+        "bootstrap.servers": "127.0.0.11:19092,127.0.0.12:19092", "security.protocol": "sasl_ssl",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "oplog-router", "sasl.password": PASSWORD,
+        "ssl.ca.location": str(ca_file), **extra,
+    }, source="connection kafka_app_oplog_router")
+
+
+def test_sasl_ssl_maps_to_the_java_clients_jaas_config_and_a_pem_truststore(ca_file):
+    options = scram(ca_file).spark_options()
+    assert options == {
+        "kafka.bootstrap.servers": "127.0.0.11:19092,127.0.0.12:19092",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        # Quotes and backslashes escaped as Kafka's JAAS parser reads them.
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                  'username="oplog-router" password="p\\"a\\\\ss wörd";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": str(ca_file),
+    }
+
+
+def test_plain_mechanism_and_no_hostname_check_map_too(ca_file):
+    options = scram(ca_file, **{"sasl.mechanism": "PLAIN", "ssl.endpoint.identification.algorithm": "none"}).spark_options()
+    assert options["kafka.sasl.jaas.config"].startswith("org.apache.kafka.common.security.plain.PlainLoginModule required ")
+    assert options["kafka.ssl.endpoint.identification.algorithm"] == ""
+
+
+def test_plaintext_maps_to_bootstrap_only():
+    assert KafkaClientConfig.plaintext("127.0.0.1:9092").spark_options() == {"kafka.bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_nothing_printed_carries_the_password(ca_file):
+    config = scram(ca_file)
+    printed = [repr(config), str(config), config.describe(), json.dumps(config.redacted()), repr(redact(config.spark_options()))]
+    assert not [text for text in printed if PASSWORD in text or "p\\\"a" in text]
+    assert config.describe() == ("127.0.0.11:19092,127.0.0.12:19092 over SASL_SSL as oplog-router (SCRAM-SHA-512) "
+                                 "(from connection kafka_app_oplog_router)")
+    assert config.redacted()["sasl.password"] == "***"
+    assert config.secrets() == [PASSWORD]
+
+
+def test_a_client_gets_the_connection_and_its_own_settings_but_cannot_change_how_it_connects(ca_file):
+    config = scram(ca_file)
+    settings = config.client_settings(**{"group.id": "g", "socket.timeout.ms": 1000})
+    assert settings["sasl.password"] == PASSWORD and settings["group.id"] == "g"
+    with pytest.raises(KafkaConfigError, match="may not override the connection's sasl.username, security.protocol"):
+        config.client_settings(**{"security.protocol": "PLAINTEXT", "sasl.username": "admin"})
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({}, "'bootstrap.servers' is missing"),
+    ({"bootstrap.servers": "kafka-1"}, "'bootstrap.servers' 'kafka-1' is not a comma-separated list of host:port"),
+    ({"bootstrap.servers": "h:9092", "security.protocol": "TLS"}, "'security.protocol' 'TLS' is not one of PLAINTEXT, SSL"),
+    ({"bootstrap.servers": "h:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI",
+      "sasl.username": "u", "sasl.password": "p"}, "'sasl.mechanism' GSSAPI is not supported for SASL_SSL"),
+    ({"bootstrap.servers": "h:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u"},
+     "'sasl.password' is missing (SASL_SSL needs a user and a password)"),
+    ({"bootstrap.servers": "h:9092", "sasl.username": "u"}, "SASL settings are given but 'security.protocol' is PLAINTEXT"),
+    ({"bootstrap.servers": "h:9092", "security.protocol": "SSL", "ssl.ca.location": "/nowhere/ca.pem"},
+     "'ssl.ca.location' /nowhere/ca.pem is not a readable file on this host"),
+])
+def test_a_connection_that_cannot_make_a_client_is_refused_naming_the_setting_and_where(settings, message):
+    with pytest.raises(KafkaConfigError) as refused:
+        KafkaClientConfig(settings, source="connection kafka_default")
+    assert str(refused.value).startswith("Kafka connection connection kafka_default: ")
+    assert message in str(refused.value)
+
+
+def test_the_drivers_file_is_readable_by_its_user_only_and_a_readable_one_is_refused(ca_file, tmp_path):
+    config = scram(ca_file)
+    path = config.write_private(tmp_path / "run" / "kafka-client.json")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert KafkaClientConfig.read_file(path, private=True) == config
+    os.chmod(path, 0o644)
+    with pytest.raises(KafkaConfigError, match=r"readable by other users \(mode 644\); make it 600"):
+        KafkaClientConfig.read_file(path, private=True)
+
+
+def test_an_operators_settings_file_is_read_like_a_connection_extra(ca_file, tmp_path):
+    path = tmp_path / "kafka.json"
+    path.write_text(json.dumps({**scram(ca_file).settings, "group.id": "not a connection setting"}))
+    config = KafkaClientConfig.read_file(path)
+    assert config.principal == "oplog-router" and "group.id" not in config.settings
+
+
+def test_connection_extras_drop_callbacks_and_per_client_settings(ca_file):
+    extra = {**scram(ca_file).settings, "error_cb": "module.func", "group.id": "x"}
+    assert dict(KafkaClientConfig.from_extra(extra, "connection c").settings) == dict(scram(ca_file).settings)
+
+
+def test_each_app_has_a_connection_named_after_it():
+    assert app_conn_id("oplog-router") == "kafka_app_oplog_router"
+    assert app_conn_id("presence.notifier") == "kafka_app_presence_notifier"
