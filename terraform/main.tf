@@ -3,8 +3,20 @@
 
 locals {
   catalog = yamldecode(file(coalesce(var.catalog_path, "${path.module}/../catalog/pipelines.yaml")))
-  topics  = { for topic in local.catalog.topics : topic.name => topic }
-  apps    = { for app in try(local.catalog.apps, []) : app.name => app }
+  # The catalog's environment, resolved as plugins/streamops/catalog.py does: the environment's
+  # per-topic override > the topic's own entry > the environment's topic_defaults.
+  environment = try(local.catalog.environments[var.environment], {})
+  topics = { for topic in local.catalog.topics : topic.name => merge(
+    { for k, v in try(local.environment.topic_defaults, {}) : k => v if k != "configs" },
+    topic,
+    { for k, v in try(local.environment.topics[topic.name], {}) : k => v if k != "configs" },
+    { configs = merge(
+      try(local.environment.topic_defaults.configs, {}),
+      try(topic.configs, {}),
+      try(local.environment.topics[topic.name].configs, {}),
+    ) },
+  ) }
+  apps = { for app in try(local.catalog.apps, []) : app.name => app }
 
   # Output roles a program reads back (presence-notifier counts the notifications it wrote).
   # Mirrors READS_OUTPUTS in spark_apps/<program>.py; a test keeps the two equal.
@@ -55,6 +67,11 @@ resource "kafka_topic" "catalog" {
     # A topic removed from the catalog is not deleted with its data: Terraform stops with an
     # error instead. Delete on purpose: `tofu state rm`, then the broker's own tools.
     prevent_destroy = true
+
+    precondition {
+      condition     = try(local.catalog.environments, null) == null || contains(keys(try(local.catalog.environments, {})), var.environment)
+      error_message = "The catalog has no environment \"${var.environment}\" under environments (var.environment)."
+    }
   }
 }
 

@@ -4,6 +4,17 @@ variable "catalog_path" {
   default     = null
 }
 
+variable "environment" {
+  description = "The catalog environment to apply (its `environments` section), as STREAMOPS_ENVIRONMENT selects it for the suite."
+  type        = string
+  default     = "local"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]+$", var.environment))
+    error_message = "environment must be a name of the catalog's environments section."
+  }
+}
+
 variable "bootstrap_servers" {
   description = "Kafka bootstrap servers, e.g. [\"kafka-1:9092\", \"kafka-2:9092\"]."
   type        = list(string)

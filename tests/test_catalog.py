@@ -307,3 +307,115 @@ def test_a_suite_parameter_the_catalog_does_not_provide_is_refused(tmp_path):
         f"suite file {suite_file}, expectations[0], kwargs.value_set: parameter 'op_typo' is not provided by the "
         "catalog (available: category, op_types)"
     )
+
+
+# --- environments -------------------------------------------------------------------------------
+
+ENVIRONMENTS = """\
+version: 1
+environments:
+  local:
+    brokers: 1
+    topic_defaults: {replication_factor: 1, configs: {min.insync.replicas: 1}}
+  cluster:
+    brokers: 3
+    tolerate_broker_loss: true
+    topic_defaults: {replication_factor: 3, configs: {min.insync.replicas: 2}}
+    topics:
+      orders.placed: {partitions: 12, configs: {retention.ms: 1000}}
+topics:
+  - name: orders.placed
+    partitions: 3
+    owner: shop
+    description: Orders as placed.
+    configs: {cleanup.policy: delete}
+  - name: orders.audit
+    partitions: 1
+    replication_factor: 2
+    owner: shop
+    description: Kept on two replicas everywhere but local.
+    configs: {min.insync.replicas: 1}
+"""
+
+
+def test_one_catalog_resolves_per_environment(tmp_path, monkeypatch):
+    path = write(tmp_path, ENVIRONMENTS)
+    monkeypatch.delenv("STREAMOPS_ENVIRONMENT", raising=False)
+    with pytest.raises(CatalogError, match="but the environment has 1 broker"):
+        load_catalog(path)  # local by default
+    cluster = load_catalog(path, environment="cluster")
+    placed = cluster.topic("orders.placed")
+    # Override > the entry's own value > defaults; configs merged in the same order.
+    assert (placed.partitions, placed.replication_factor) == (12, 3)
+    assert placed.kafka_configs() == {"min.insync.replicas": "2", "cleanup.policy": "delete", "retention.ms": "1000"}
+    assert cluster.topic("orders.audit").replication_factor == 2
+    monkeypatch.setenv("STREAMOPS_ENVIRONMENT", "cluster")
+    assert load_catalog(path).topic("orders.placed").partitions == 12
+    # Written back, a catalog is resolved and standalone: it loads the same in any environment.
+    again = write(tmp_path / "..", cluster.to_yaml())
+    monkeypatch.setenv("STREAMOPS_ENVIRONMENT", "local")
+    assert load_catalog(again).topics == cluster.topics
+
+
+def test_the_project_catalog_has_a_local_and_a_cluster_environment():
+    local, cluster = load_catalog(environment="local"), load_catalog(environment="cluster")
+    assert {(t.replication_factor, t.configs["min.insync.replicas"]) for t in local.topics} == {(1, 1)}
+    assert {(t.replication_factor, t.configs["min.insync.replicas"]) for t in cluster.topics} == {(3, 2)}
+    assert [t.name for t in local.topics] == [t.name for t in cluster.topics]
+
+
+def test_an_environment_asking_more_replicas_than_brokers_is_refused_with_entry_and_line(tmp_path):
+    path = write(tmp_path, ENVIRONMENTS)
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path, environment="local")
+    assert caught.value.problems == [
+        "environment 'local': topics[1] 'orders.audit' (line 20), field 'replication_factor': 2 replicas, "
+        "but the environment has 1 broker(s)",
+    ]
+
+
+def test_an_environment_that_must_survive_a_broker_loss_refuses_min_isr_equal_to_replicas(tmp_path):
+    path = write(tmp_path, ENVIRONMENTS.replace("{min.insync.replicas: 2}", "{min.insync.replicas: 3}")
+                 .replace("replication_factor: 2", "replication_factor: 3"))
+    found = problems_in(path, "cluster")
+    assert len(found) == 1 and all("field 'configs.min.insync.replicas': 3 with replication_factor 3 refuses acks=all "
+                                   "writes as soon as one broker is down" in p for p in found)
+    assert found[0].startswith("environment 'cluster': topics[0] 'orders.placed' (line 13)")
+
+
+def test_an_unknown_environment_or_override_is_refused(tmp_path):
+    path = write(tmp_path, ENVIRONMENTS.replace("orders.placed: {partitions", "orders.placd: {partitions"))
+    assert problems_in(path, "staging") == [
+        "environments (line 2): environment 'staging' ($STREAMOPS_ENVIRONMENT) is not defined; defined: local, cluster"]
+    assert problems_in(path, "cluster") == [
+        "environment 'cluster' (line 11), field 'topics.orders.placd': no topic 'orders.placd' in the catalog"]
+
+
+def test_an_environments_own_settings_are_validated_with_their_line(tmp_path):
+    path = write(tmp_path, ENVIRONMENTS.replace("brokers: 3", "brokers: three"))
+    assert problems_in(path, "local") == [
+        "environment 'cluster' (line 7), field 'brokers': must be an integer (got str 'three')"]
+
+
+def test_an_environment_overrides_an_apps_trigger_and_merges_its_spark_conf(tmp_path):
+    from streamops.catalog import EnvironmentSpec
+
+    base = load_catalog(environment="local")
+    data = __import__("yaml").safe_load(base.to_yaml())
+    data["environments"] = {"local": {}, "cluster": EnvironmentSpec.model_validate({
+        "brokers": 3, "topic_defaults": {"replication_factor": 3, "configs": {"min.insync.replicas": 2}},
+        "apps": {"oplog-router": {"trigger": "1 second", "spark_conf": {"spark.sql.shuffle.partitions": 12}}},
+    }).model_dump(exclude_none=True)}
+    for topic in data["topics"]:
+        topic.pop("replication_factor")
+        topic["configs"].pop("min.insync.replicas")
+    path = write(tmp_path, __import__("yaml").safe_dump(data))
+    router = load_catalog(path, environment="cluster").app("oplog-router")
+    assert router.trigger == "1 second"
+    assert router.spark_conf == {**base.app("oplog-router").spark_conf, "spark.sql.shuffle.partitions": 12}
+
+
+def problems_in(path: Path, environment: str) -> list[str]:
+    with pytest.raises(CatalogError) as caught:
+        load_catalog(path, environment=environment)
+    return caught.value.problems

@@ -91,20 +91,12 @@ def test_apply_creates_the_catalog_topics_and_a_second_plan_has_no_changes(initi
 
 
 def expected_acls(catalog) -> set[tuple[str, str, str, str, str]]:
-    """(principal, resource type, pattern, resource, operation) each app needs, from the catalog
-    and the programs' own READS_OUTPUTS."""
-    import importlib
+    """(principal, resource type, pattern, resource, operation) as the suite derives them (acls.py)."""
+    from dataclasses import astuple
 
-    wanted = set()
-    for app in catalog.apps:
-        principal = f"User:{app.name}"
-        reads_back = [app.outputs[r] for r in getattr(importlib.import_module(f"spark_apps.{app.program}"), "READS_OUTPUTS", ())]
-        for topic in {*app.inputs.values(), *reads_back}:
-            wanted |= {(principal, "Topic", "Literal", topic, op) for op in ("Read", "Describe")}
-        for topic in {*app.outputs.values(), app.dead_letter_topic}:
-            wanted |= {(principal, "Topic", "Literal", topic, op) for op in ("Write", "Describe")}
-        wanted.add((principal, "Group", "Prefixed", f"streamops.{app.name}", "Read"))
-    return wanted
+    from streamops.acls import app_acls
+
+    return {astuple(acl) for acl in app_acls(catalog)}
 
 
 def test_the_plan_grants_each_app_least_privilege_acls(initialised, broker, tmp_path):
@@ -122,6 +114,29 @@ def test_the_plan_grants_each_app_least_privilege_acls(initialised, broker, tmp_
     assert acls == expected
     assert not any(op in ("Create", "All", "Alter", "Delete") for *_, op in acls)
     assert all(c["change"]["after"]["acl_permission_type"] == "Allow" for c in shown["resource_changes"] if c["type"] == "kafka_acl")
+
+
+@pytest.mark.parametrize("environment", ["local", "cluster"])
+def test_the_plan_resolves_an_environment_exactly_as_the_suite_does(initialised, broker, tmp_path, environment):
+    catalog_file = PROJECT_ROOT / "catalog" / "pipelines.yaml"
+    plan_file = tmp_path / "topics.plan"
+    tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'none.state'}", f"-out={plan_file}",
+         *variables(catalog_file, broker.bootstrap_servers, manage_acls=False, environment=environment))
+    shown = json.loads(tofu(initialised, "show", "-json", str(plan_file)).stdout)
+    planned = {c["change"]["after"]["name"]: (c["change"]["after"]["partitions"], c["change"]["after"]["replication_factor"],
+                                              c["change"]["after"]["config"])
+               for c in shown["resource_changes"] if c["type"] == "kafka_topic"}
+    catalog = load_catalog(catalog_file, environment=environment)
+    assert planned == {t.name: (t.partitions, t.replication_factor, t.kafka_configs()) for t in catalog.topics}
+    assert {rf for _, rf, _ in planned.values()} == {1 if environment == "local" else 3}
+
+
+def test_an_environment_the_catalog_does_not_define_stops_the_plan(initialised, broker, tmp_path):
+    result = tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'none.state'}",
+                  *variables(PROJECT_ROOT / "catalog" / "pipelines.yaml", broker.bootstrap_servers, manage_acls=False,
+                             environment="staging"), check=False)
+    assert result.returncode != 0
+    assert 'The catalog has no environment "staging" under environments' in result.stderr
 
 
 class SecuredBroker:

@@ -29,6 +29,10 @@ from streamops.paths import PROJECT_ROOT
 
 DEFAULT_CATALOG_PATH = PROJECT_ROOT / "catalog" / "pipelines.yaml"
 CATALOG_ENV_VAR = "STREAMOPS_CATALOG"
+# Which of the catalog's environments this process works in (Airflow's workers, the drivers they
+# start, the CLI and the tests all read it); the catalog's `environments` say what each changes.
+ENVIRONMENT_ENV_VAR = "STREAMOPS_ENVIRONMENT"
+DEFAULT_ENVIRONMENT = "local"
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -363,12 +367,58 @@ class AppSpec(_Strict):
         return str(Path(root or checkpoint_root()) / location)
 
 
+class TopicSettings(_Strict):
+    """What an environment sets for topics: defaults for all, or overrides for one."""
+
+    partitions: StrictInt | None = Field(default=None, gt=0)
+    replication_factor: StrictInt | None = Field(default=None, gt=0)
+    configs: dict[str, ConfigValue] = Field(default_factory=dict)
+
+
+class AppSettingsOverride(_Strict):
+    """What an environment changes of an app."""
+
+    trigger: Duration | None = None
+    spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
+
+
+class EnvironmentSpec(_Strict):
+    """One environment of the catalog (local, cluster, ...): the same topics and apps, with the
+    values that differ there. Precedence: `topics.<name>` > the topic's own entry > `topic_defaults`;
+    an app's `spark_conf` is merged, its `trigger` replaced."""
+
+    description: str = ""
+    # How many brokers the environment's cluster has: no topic may ask for more replicas.
+    brokers: StrictInt | None = Field(default=None, gt=0)
+    # Every topic must survive the loss of one broker with acks=all writes still accepted:
+    # min.insync.replicas below replication_factor (and at least 2 replicas).
+    tolerate_broker_loss: bool = False
+    topic_defaults: TopicSettings = Field(default_factory=TopicSettings)
+    topics: dict[str, TopicSettings] = Field(default_factory=dict)
+    apps: dict[str, AppSettingsOverride] = Field(default_factory=dict)
+
+
+def selected_environment(environment: str | None = None) -> str:
+    """The environment to work in: the argument, else $STREAMOPS_ENVIRONMENT, else local."""
+    return environment or os.environ.get(ENVIRONMENT_ENV_VAR) or DEFAULT_ENVIRONMENT
+
+
 class Catalog(_Strict):
-    """The whole catalog file."""
+    """The whole catalog file, resolved for one environment."""
 
     version: Literal[1]
     topics: list[TopicSpec] = Field(min_length=1)
     apps: list[AppSpec] = Field(default_factory=list)
+    # Kept so the file can be read again for another environment; a catalog written back
+    # (to_yaml) is already resolved and standalone, so it leaves them out.
+    environments: dict[str, EnvironmentSpec] = Field(default_factory=dict, exclude=True)
+    environment: str = Field(default=DEFAULT_ENVIRONMENT, exclude=True)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal catalogs resolve to the same topics and apps, wherever they were resolved from.
+        return isinstance(other, Catalog) and self.model_dump() == other.model_dump()
+
+    __hash__ = None  # type: ignore[assignment]
 
     def app(self, name: str) -> AppSpec:
         for spec in self.apps:
@@ -464,9 +514,11 @@ def catalog_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.environ.get(CATALOG_ENV_VAR) or DEFAULT_CATALOG_PATH)
 
 
-def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
-    """Read and validate a catalog file; raise `CatalogError` naming every problem."""
+def load_catalog(path: str | os.PathLike[str] | None = None, environment: str | None = None) -> Catalog:
+    """Read and validate a catalog file for an environment (`selected_environment`); raise
+    `CatalogError` naming every problem. A catalog without `environments` is the same in all."""
     path = catalog_path(path)
+    environment = selected_environment(environment)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -486,19 +538,108 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
     if not isinstance(data, dict):
         raise CatalogError(path, ["the top level must be a mapping with 'version' and 'topics'"])
 
+    original = data
+    data, problems = _apply_environment(data, environment, root_node)
+    if problems:
+        raise CatalogError(path, problems)
     try:
         catalog = Catalog.model_validate(data)
     except ValidationError as exc:
-        problems = [_describe_error(err, data, root_node) for err in exc.errors()]
+        problems = [_describe_error(err, original, root_node) for err in exc.errors()]
         raise CatalogError(path, problems) from None
 
-    problems = list(_cross_topic_problems(catalog, data, root_node))
+    problems = list(_environment_problems(catalog, original, root_node))
+    problems += list(_cross_topic_problems(catalog, data, root_node))
     problems += list(_cross_app_problems(catalog, data, root_node))
     catalog, suite_problems = _resolve_suite_paths(catalog, path.parent, data, root_node)
     problems += suite_problems
     if problems:
         raise CatalogError(path, problems)
     return catalog
+
+
+def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tuple[dict, list[str]]:
+    """The raw catalog with the environment's values applied (before validation, so every value
+    is validated as if written in place), or the problems of the `environments` section."""
+    if "environment" in data:
+        return data, [f"top level key 'environment' (line {_line_of(root_node, ('environment',))}): unknown key; the "
+                      f"environment is chosen by ${ENVIRONMENT_ENV_VAR}, and defined under 'environments'"]
+    raw = data.get("environments")
+    if raw is None:
+        return data, []
+    where = f"environments (line {_line_of(root_node, ('environments',))})"
+    if not isinstance(raw, dict) or not raw:
+        return data, [f"{where}: must be a mapping of environment name -> settings"]
+    if environment not in raw:
+        return data, [f"{where}: environment {environment!r} (${ENVIRONMENT_ENV_VAR}) is not defined; "
+                      f"defined: {', '.join(map(str, raw))}"]
+    problems = []
+    for name, entry in raw.items():
+        try:
+            EnvironmentSpec.model_validate(entry)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = ("environments", name, *err["loc"])
+                problems.append(f"environment {name!r} (line {_line_of(root_node, loc)}), field "
+                                f"'{'.'.join(map(str, err['loc']))}': {_friendly_message(err)}")
+    if problems:
+        return data, problems
+    env = EnvironmentSpec.model_validate(raw[environment])
+    topics = [t for t in data.get("topics") or [] if isinstance(t, dict)]
+    apps = [a for a in data.get("apps") or [] if isinstance(a, dict)]
+    for label, names, known in (("topics", env.topics, {t.get("name") for t in topics}),
+                                ("apps", env.apps, {a.get("name") for a in apps})):
+        for unknown in sorted(set(names) - known):
+            problems.append(f"environment {environment!r} (line {_line_of(root_node, ('environments', environment, label, unknown))}), "
+                            f"field '{label}.{unknown}': no {label[:-1]} {unknown!r} in the catalog")
+
+    def settings(spec: TopicSettings) -> dict:
+        return spec.model_dump(exclude_none=True, exclude={"configs"})
+
+    resolved_topics = []
+    for topic in data.get("topics") or []:
+        if isinstance(topic, dict):
+            override = env.topics.get(topic.get("name"), TopicSettings())
+            configs = topic.get("configs") if isinstance(topic.get("configs"), dict) else {}
+            topic = {**settings(env.topic_defaults), **topic, **settings(override),
+                     "configs": {**env.topic_defaults.configs, **configs, **override.configs}}
+        resolved_topics.append(topic)
+    resolved_apps = []
+    for app in data.get("apps") or []:
+        if isinstance(app, dict) and app.get("name") in env.apps:
+            override = env.apps[app["name"]]
+            conf = app.get("spark_conf") if isinstance(app.get("spark_conf"), dict) else {}
+            app = {**app, "spark_conf": {**conf, **override.spark_conf}}
+            if override.trigger:
+                app["trigger"] = override.trigger
+        resolved_apps.append(app)
+    resolved = {**data, "topics": resolved_topics, "environment": environment}
+    if "apps" in data:
+        resolved["apps"] = resolved_apps
+    return resolved, problems
+
+
+def _environment_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> Iterator[str]:
+    """What the selected environment cannot hold: more replicas than brokers, or topics that stop
+    accepting writes when one broker is lost where the environment must tolerate that."""
+    env = catalog.environments.get(catalog.environment)
+    if env is None:
+        return
+    for index, topic in enumerate(catalog.topics):
+        where = (f"environment {catalog.environment!r}: "
+                 + _where(("topics", index), data, root_node, field_path=("topics", index, "replication_factor")))
+        if env.brokers is not None and topic.replication_factor > env.brokers:
+            yield (f"{where}, field 'replication_factor': {topic.replication_factor} replicas, but the environment has "
+                   f"{env.brokers} broker(s)")
+        if env.tolerate_broker_loss:
+            min_isr = topic.configs.get("min.insync.replicas", 1)
+            if topic.replication_factor < 2:
+                yield (f"{where}, field 'replication_factor': 1 replica cannot survive the loss of a broker, "
+                       "which this environment must tolerate (tolerate_broker_loss)")
+            elif isinstance(min_isr, int) and min_isr >= topic.replication_factor:
+                yield (f"{where}, field 'configs.min.insync.replicas': {min_isr} with replication_factor "
+                       f"{topic.replication_factor} refuses acks=all writes as soon as one broker is down, which this "
+                       "environment must tolerate (tolerate_broker_loss): use at most replication_factor - 1")
 
 
 def _resolve_suite_paths(catalog: Catalog, base: Path, data: dict, root_node: yaml.Node) -> tuple[Catalog, list[str]]:

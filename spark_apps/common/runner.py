@@ -407,6 +407,7 @@ def main(argv: list[str], program_name: str) -> int:
                 "spark_conf": {k: str(v) for k, v in spec.spark_conf.items()},
                 "catalog": str(catalog_path(args.catalog)),
                 "kafka": options.kafka.describe(),
+                "environment": catalog.environment,
                 "launched_by": os.environ.get("STREAMOPS_LAUNCHED_BY", "command line"),
                 "launch": json.loads(os.environ.get("STREAMOPS_LAUNCH") or "{}"),
                 # spark-submit and its JVM share it: a recovery can find what a dead driver left.
