@@ -314,10 +314,10 @@ def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, a
     assert reset_problems(mode="datetime", to_datetime="0001-01-01T00:00:00Z") == [f"to_datetime '0001-01-01T00:00:00Z' {out_of_range}"]
 
     with pytest.raises(ReprocessRefused) as refused:
-        plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app=APP, start="0001-01-01T00:00:00Z"), now=now)
+        plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app=APP, start="0001-01-01T00:00:00Z"), now=now)
     assert refused.value.problems == [f"start '0001-01-01T00:00:00Z' {out_of_range}; or use 'earliest' or a duration such as '6 hours'"]
     with pytest.raises(ReprocessRefused) as refused:
-        plan_reprocess(admin, broker.bootstrap_servers, app_catalog, ReprocessRequest(app=APP, start="9999999999 days"), now=now)
+        plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app=APP, start="9999999999 days"), now=now)
     assert refused.value.problems == ["start '9999999999 days' is more than 3650 days back; for everything retained use 'earliest'"]
 
     with pytest.raises(RecoveryRefused) as refused:
@@ -466,7 +466,7 @@ def test_a_live_catalog_topic_is_never_a_backfill_target(admin, broker, app_cata
     live_v2 = contacts.model_copy(update={"name": f"{contacts.name}.v2"})  # someone's live topic of that name
     catalog = app_catalog.model_copy(update={"topics": [*app_catalog.topics, live_v2]})
     with pytest.raises(ReprocessRefused) as refused:
-        plan_reprocess(admin, broker.bootstrap_servers, catalog, ReprocessRequest(app=APP, target="versioned", version="v2"))
+        plan_reprocess(admin, broker.client_config, catalog, ReprocessRequest(app=APP, target="versioned", version="v2"))
     assert refused.value.problems == [f"target topic '{contacts.name}.v2' is a topic of the catalog (a live topic): choose another version"]
 
 
