@@ -65,6 +65,19 @@ def broker(session_dir: Path) -> LocalBroker:
 
 
 @pytest.fixture(scope="session")
+def secure_cluster(session_dir: Path):
+    """The production-shaped cluster, once per session for the tests that need it: three KRaft
+    nodes on 127.0.0.11-13 (ports free now), TLS everywhere, SASL/SCRAM users, ACLs enforced."""
+    from streamops.local_stack.secure_cluster import SecureCluster, free_cluster_ports
+
+    instance = SecureCluster(session_dir / "secure-cluster", **free_cluster_ports())
+    instance.start()
+    yield instance
+    gc.collect()  # confluent-kafka clients close when collected: before the nodes go
+    instance.stop()
+
+
+@pytest.fixture(scope="session")
 def airflow_db(session_dir: Path) -> Path:
     """A migrated SQLite metadata DB for in-process DAG runs (`dag.test`)."""
     subprocess.run(

@@ -36,12 +36,17 @@ catalog_app = typer.Typer(help="The pipeline catalog.", no_args_is_help=True)
 apps_app = typer.Typer(help="The streaming apps.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks: figures on this machine, printed.", no_args_is_help=True)
 quality_app = typer.Typer(help="Output topic quality (validate_topic_quality).", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="A production-shaped Kafka on this host: 3 KRaft brokers on 127.0.0.11-13, TLS, SASL/SCRAM, ACLs.",
+    no_args_is_help=True,
+)
 app.add_typer(broker_app, name="broker")
 app.add_typer(apps_app, name="app")
 app.add_typer(bench_app, name="bench")
 app.add_typer(airflow_app, name="airflow")
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(quality_app, name="quality")
+app.add_typer(cluster_app, name="cluster")
 
 PortOpt = Annotated[Optional[int], typer.Option("--port", help="Listener port (default: env or the standard port).")]
 
@@ -200,6 +205,53 @@ def status() -> None:
     airflow = LocalAirflow.from_env(kafka_bootstrap=broker.bootstrap_servers)
     typer.echo(broker.status())
     typer.echo(airflow.status())
+
+
+# --- the secured three-broker cluster -------------------------------------------------------------
+
+
+def _secure_cluster():
+    from streamops.local_stack.secure_cluster import SecureCluster
+
+    return SecureCluster()
+
+
+@cluster_app.command("up")
+def cluster_up() -> None:
+    """Start the cluster, create a SCRAM user per catalog app, apply the catalog's ACLs, and write
+    each principal's client settings (mode 600) for --kafka-config and the Airflow connections."""
+    from streamops.acls import app_acls, apply_acls
+    from streamops.local_stack.secure_cluster import ADMIN_USER
+
+    cluster = _secure_cluster()
+    try:
+        typer.echo(cluster.start())
+    except AlreadyRunning as exc:
+        typer.echo(str(exc))
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+    catalog = load_catalog()
+    cluster.ensure_users(catalog.app_names())
+    admin = cluster.client_config(ADMIN_USER)
+    created = apply_acls(admin.admin(), app_acls(catalog))
+    typer.echo(f"ACLs: {len(created)} created" + "".join(f"\n  {line}" for line in created))
+    for user in [ADMIN_USER, *catalog.app_names()]:
+        path = cluster.client_config(user).write_private(cluster.state_dir / "clients" / f"{user}.json")
+        # The file holds the settings as the Airflow connection's extra wants them (mode 600).
+        typer.echo(f"client settings for {user}: {path}")
+    typer.echo("Use them: STREAMOPS_ENVIRONMENT=cluster, the Airflow connections kafka_default (the admin's "
+               "settings) and kafka_app_<app> (each app's), or --kafka-config <file> on the CLI.")
+
+
+@cluster_app.command("down")
+def cluster_down() -> None:
+    """Stop every node of the cluster (its data, users and certificates are kept)."""
+    typer.echo(_secure_cluster().stop())
+
+
+@cluster_app.command("status")
+def cluster_status() -> None:
+    typer.echo(_secure_cluster().status())
 
 
 # --- catalog -----------------------------------------------------------------------------------

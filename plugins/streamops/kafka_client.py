@@ -269,6 +269,29 @@ def _problems(settings: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def transient(exc: BaseException) -> bool:
+    """A Kafka error that lasts only until the cluster settles: flagged retriable, a leader being
+    elected (not flagged by librdkafka), or a connection to a broker that just went away."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if not isinstance(exc, KafkaException) or not exc.args or not isinstance(exc.args[0], KafkaError):
+        return False
+    error = exc.args[0]
+    return error.retriable() or error.code() in {
+        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+    }
+
+
+def while_transient(call, timeout: float = 60.0):
+    """`call()`, asked again while it fails with a transient Kafka error (a broker restarting, a
+    leader election), until `timeout`; then, or on any other error, the error is raised."""
+    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+
+    return Retrying(stop=stop_after_delay(timeout), wait=wait_exponential(multiplier=0.1, max=1),
+                    retry=retry_if_exception(transient), reraise=True)(call)
+
+
 def app_conn_id(app_name: str) -> str:
     """The Airflow connection an app's driver connects through (its own principal)."""
     return "kafka_app_" + re.sub(r"[^A-Za-z0-9_]", "_", app_name)

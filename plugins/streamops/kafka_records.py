@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_client import KafkaClientConfig, transient, while_transient
 from streamops.waiting import poll_until
 
 
@@ -37,7 +37,8 @@ class Record:
 def end_offsets(kafka: KafkaClientConfig, topic: str) -> dict[int, tuple[int, int]]:
     """partition -> (low, high) watermarks."""
     consumer = kafka.consumer("streamops-offsets")
-    try:
+
+    def ask() -> dict[int, tuple[int, int]]:
         metadata = consumer.list_topics(topic, timeout=15)
         if metadata.topics[topic].error is not None:
             raise KafkaException(metadata.topics[topic].error)
@@ -45,6 +46,10 @@ def end_offsets(kafka: KafkaClientConfig, topic: str) -> dict[int, tuple[int, in
             p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
             for p in sorted(metadata.topics[topic].partitions)
         }
+
+    try:
+        # A broker restarting or a leader being elected answers for a moment with an error.
+        return while_transient(ask)
     finally:
         consumer.close()
 
@@ -74,6 +79,8 @@ def read_spans(kafka: KafkaClientConfig, topic: str, spans: dict[int, tuple[int,
         def drained() -> bool:
             for message in consumer.consume(num_messages=1000, timeout=0.5):
                 if message.error():
+                    if transient(KafkaException(message.error())):
+                        continue  # a broker went away or a leader moved: the consumer carries on
                     raise KafkaException(message.error())
                 p = message.partition()
                 if p in done or message.offset() >= wanted[p][1]:

@@ -108,11 +108,16 @@ def _gone(pid: int) -> bool:
         proc = psutil.Process(pid)
     except psutil.NoSuchProcess:
         return True
-    if proc.status() == psutil.STATUS_ZOMBIE:
-        # Our own child that has exited: reap it so the pid is released.
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+    try:
+        zombie = proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return True
+    if zombie:
+        # Our own child that has exited: reap it so the pid is released. A JVM's main thread shows
+        # as a zombie while its other threads still exit; waitpid says 0 then: not gone yet.
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not our child: its parent reaps it
+            return True
+        return reaped == pid
     return False

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Literal
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamops.catalog import Catalog, duration_ms
@@ -147,24 +147,17 @@ def offsets_for_time(admin: AdminClient, topic: str, partitions: Sequence[int], 
     return {p: latest[p] if found[p] < 0 else found[p] for p in partitions}
 
 
-# Per-partition errors librdkafka does not flag as retriable, which last only until a leader is elected.
-_LEADERSHIP_ERRORS = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.OFFSET_NOT_AVAILABLE}
-
-
 def _list_offsets(admin: AdminClient, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
     """Offsets per partition. A partition without a leader for a moment (a topic just created, a
     leader election after a broker restart) answers with a retriable error: asked again until
     the deadline, then the error is raised."""
-    from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+    from streamops.kafka_client import while_transient
 
     def ask() -> dict[int, int]:
         futures = admin.list_offsets({TopicPartition(topic, p): spec for p, spec in specs.items()}, request_timeout=_TIMEOUT_S)
         return {tp.partition: future.result().offset for tp, future in futures.items()}
 
-    retriable = retry_if_exception(lambda exc: isinstance(exc, KafkaException)
-                                   and (exc.args[0].retriable() or exc.args[0].code() in _LEADERSHIP_ERRORS))
-    return Retrying(stop=stop_after_delay(_TIMEOUT_S), wait=wait_exponential(multiplier=0.1, max=1), retry=retriable,
-                    reraise=True)(ask)
+    return while_transient(ask, timeout=_TIMEOUT_S)
 
 
 def topic_partitions(admin: AdminClient, topics: Sequence[str]) -> dict[str, list[int] | None]:

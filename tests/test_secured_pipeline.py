@@ -1,0 +1,174 @@
+"""The suite against a production-shaped Kafka: three brokers, TLS on every listener, SASL/SCRAM,
+ACLs enforced. The catalog's `cluster` environment, the DAGs with Airflow connections holding the
+credentials, the router under its own principal, a write it is not allowed, a broker killed under
+load, and no password anywhere a person or another user can read it."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+
+from streamops.acls import AppAcl, app_acls, apply_acls
+from streamops.app_runtime import AppRuntime
+from streamops.catalog import load_catalog
+from streamops.kafka_client import app_conn_id
+from streamops.kafka_records import read_all
+from streamops.loadgen import LoadSpec, background_load
+from streamops.loadgen import run as run_load
+from streamops.local_stack.secure_cluster import ADMIN_USER
+from streamops.waiting import poll_until
+
+pytestmark = pytest.mark.timeout(1500)
+
+
+@pytest.fixture
+def secured(secure_cluster, tmp_path, monkeypatch, prefix):
+    """The project catalog in its `cluster` environment (topic names prefixed), a user per app,
+    kafka_default as the suite's admin and kafka_app_<app> per app, checkpoints under tmp_path."""
+    catalog = load_catalog(environment="cluster").with_topic_prefix(prefix)
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(catalog.to_yaml())
+    secure_cluster.ensure_users(catalog.app_names())
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
+        {"conn_type": "kafka", "extra": secure_cluster.client_settings(ADMIN_USER)}))
+    for name in catalog.app_names():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{app_conn_id(name).upper()}", json.dumps(
+            {"conn_type": "kafka", "extra": secure_cluster.client_settings(name)}))
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}))
+    yield catalog, catalog_file
+    for name in catalog.app_names():  # never leave a driver behind
+        runtime = AppRuntime(tmp_path / "checkpoints" / name)
+        if runtime.is_locked():
+            os.kill(runtime.driver()["pid"], 9)
+
+
+def expected_routes(kafka, router) -> set[tuple[str, str]]:
+    from spark_apps.oplog_router import routes
+
+    table = routes(router)
+    return {(f"{r.topic}/{r.partition}/{r.offset}", category)
+            for r in read_all(kafka, router.inputs["operations"]) for category, _ in table.get(r.json()["op_type"], [])}
+
+
+def routed(kafka, router) -> list[tuple[str, str]]:
+    return [(r.json()["event_id"], r.json()["category"]) for topic in router.outputs.values() for r in read_all(kafka, topic)]
+
+
+def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
+        secured, secure_cluster, run_dag, capfd, tmp_path):
+    catalog, catalog_file = secured
+    router = catalog.app("oplog-router")
+    admin_kafka = secure_cluster.client_config(ADMIN_USER)
+    admin = admin_kafka.admin()
+
+    # provision_topics creates every topic as the environment says, and verifies it.
+    provisioned = run_dag("provision_topics", catalog_file, dry_run=False, topics=[])
+    assert provisioned.state == "success", provisioned.task_states
+    described = admin.describe_topics(__import__("confluent_kafka").TopicCollection(catalog.topic_names()))
+    for name, future in described.items():
+        assert {len(p.replicas) for p in future.result(timeout=30).partitions} == {3}, name
+    from streamops.provisioning import describe_broker
+    snapshot = describe_broker(admin, catalog.topic_names())
+    assert {snapshot.topics[name].configs["min.insync.replicas"] for name in catalog.topic_names()} == {"2"}
+
+    # ACLs as the catalog derives them, except the router may not write its "groups" output.
+    groups = router.outputs["groups"]
+    withheld = AppAcl("User:oplog-router", "Topic", "Literal", groups, "Write")
+    assert withheld in app_acls(catalog)
+    apply_acls(admin, app_acls(catalog) - {withheld})
+
+    run_load(router, LoadSpec(count=600, keys=20, seed=14), admin_kafka)
+    deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0")
+    assert deployed.state == "success", deployed.task_states
+    runtime = AppRuntime(router.checkpoint_location())
+    driver = runtime.driver()
+    assert " as oplog-router (SCRAM-SHA-512) (from connection kafka_app_oplog_router)" in driver["kafka"]
+    argv = [_command_line(p) for p in psutil.process_iter() if _in_group(p, driver["process_group"])]
+    assert any("--kafka-config" in line for line in argv)
+
+    # The write it is not allowed fails the query with Kafka's authorization error, said plainly.
+    poll_until(lambda: runtime.state() in ("failed", "stopped", "crashed"), timeout=240, what="the denied write to fail the router")
+    status = run_dag("app_status", catalog_file, apps=["oplog-router"])
+    said = status.xcoms["status"]["oplog-router"]
+    assert said["state"] == "failed"
+    assert "TopicAuthorizationException" in said["reason"] and groups in said["reason"], said["reason"]
+
+    # Granted, the restarted app routes every record exactly (nothing lost), now under a broker kill.
+    apply_acls(admin, app_acls(catalog))
+    again = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0")
+    assert again.state == "success", again.task_states
+    source = router.inputs["operations"]
+    with background_load(router, LoadSpec(count=10_000_000, keys=20, rate=150, seed=15, start_seq=10_000), admin_kafka):
+        poll_until(lambda: len(routed(admin_kafka, router)) > 300, timeout=240, what="routing under load")
+        busiest = max(range(router_partitions(catalog, source)), key=lambda p: _size(admin_kafka, source, p))
+        victim = secure_cluster.leader_of(source, busiest)
+        secure_cluster.kill_node(victim)
+        before_restart = len(routed(admin_kafka, router))
+        poll_until(lambda: len(routed(admin_kafka, router)) > before_restart + 200, timeout=240,
+                   what="routing to go on with a broker down")
+        assert runtime.state() == "running"
+        secure_cluster.start_node(victim)
+        secure_cluster.wait_isr_full(catalog.topic_names(), timeout=180)
+    expected = expected_routes(admin_kafka, router)
+    got: list = []
+
+    def complete() -> bool:
+        got[:] = routed(admin_kafka, router)
+        return expected <= set(got)
+
+    poll_until(complete, timeout=300, what="every record routed")
+    assert set(got) == expected, "a routed record that no input explains"
+    duplicates = sum(n - 1 for n in Counter(got).values())
+    with capfd.disabled():  # a figure for the log of the run
+        print(f"\nsecured cluster: {len(expected)} routes expected and found, {duplicates} duplicates "
+              f"(broker {victim} killed, leader of {source} partition {busiest})")
+    assert runtime.state() == "running"
+    assert run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=60).state == "success"
+
+    # No password in any log, XCom, runtime or audit file, command line or broker log; the one
+    # file that holds the driver's credentials is readable by its user only.
+    passwords = [p for p in secure_cluster.passwords().values() if p]
+    connection_file = runtime.dir / "kafka-client.json"
+    assert stat.S_IMODE(connection_file.stat().st_mode) == 0o600
+    assert any(p in connection_file.read_text() for p in passwords)
+    printed = capfd.readouterr()
+    texts = {"task logs": printed.out + printed.err, "argv": "\n".join(argv),
+             "xcom": json.dumps([provisioned.xcoms, deployed.xcoms, status.xcoms, again.xcoms], default=str)}
+    for path in [*tmp_path.rglob("*"), *Path(os.environ["AIRFLOW_HOME"]).rglob("*"), *secure_cluster.state_dir.rglob("*.log")]:
+        if path.is_file() and path != connection_file and path.stat().st_size < 50_000_000:
+            texts[str(path)] = path.read_text(errors="replace")
+    leaked = sorted(where for where, text in texts.items() if any(p in text for p in passwords))
+    assert leaked == []
+
+
+def _in_group(process: psutil.Process, group: int) -> bool:
+    try:
+        return os.getpgid(process.pid) == group
+    except (ProcessLookupError, psutil.Error):
+        return False
+
+
+def _command_line(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:  # ended (or a zombie) meanwhile
+        return ""
+
+
+def router_partitions(catalog, topic: str) -> int:
+    return catalog.topic(topic).partitions
+
+
+def _size(kafka, topic: str, partition: int) -> int:
+    from streamops.kafka_records import end_offsets
+
+    low, high = end_offsets(kafka, topic)[partition]
+    return high - low
