@@ -43,6 +43,29 @@ def test_sasl_ssl_maps_to_the_java_clients_jaas_config_and_a_pem_truststore(ca_f
     }
 
 
+def test_lower_case_names_are_made_the_upper_case_both_clients_accept(ca_file):
+    config = scram(ca_file, **{"sasl.mechanism": "scram-sha-512"})
+    assert (config.settings["security.protocol"], config.settings["sasl.mechanism"]) == ("SASL_SSL", "SCRAM-SHA-512")
+    plain = KafkaClientConfig({"bootstrap.servers": "127.0.0.1:1", "security.protocol": "sasl_plaintext",
+                               "sasl.mechanism": "scram-sha-512", "sasl.username": "u", "sasl.password": "p"})
+    plain.producer(**{"log_level": 0})  # librdkafka refuses "scram-sha-512": this would raise
+
+
+def test_the_java_names_of_secrets_are_masked_too(ca_file):
+    assert redact({"kafka.ssl.keystore.key": "-----BEGIN PRIVATE KEY-----", "ssl.keystore.key": "k",
+                   "kafka.sasl.jaas.config": "x password=y"}) == {
+        "kafka.ssl.keystore.key": "***", "ssl.keystore.key": "***", "kafka.sasl.jaas.config": "***"}
+
+
+def test_a_driver_inherits_no_airflow_setting(monkeypatch):
+    from streamops.spark_submit import driver_env
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", '{"extra": {"sasl.password": "admin-secret"}}')
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "k")
+    env = driver_env(STREAMOPS_LAUNCHED_BY="t")
+    assert not [k for k in env if k.startswith("AIRFLOW")] and env["STREAMOPS_LAUNCHED_BY"] == "t"
+
+
 def test_plain_mechanism_and_no_hostname_check_map_too(ca_file):
     options = scram(ca_file, **{"sasl.mechanism": "PLAIN", "ssl.endpoint.identification.algorithm": "none"}).spark_options()
     assert options["kafka.sasl.jaas.config"].startswith("org.apache.kafka.common.security.plain.PlainLoginModule required ")

@@ -140,7 +140,7 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     assert stat.S_IMODE(connection_file.stat().st_mode) == 0o600
     assert any(p in connection_file.read_text() for p in passwords)
     printed = capfd.readouterr()
-    texts = {"task logs": printed.out + printed.err, "argv": "\n".join(argv),
+    texts = {"task logs": printed.out + printed.err, "driver argv and environment": "\n".join(argv),
              "xcom": json.dumps([provisioned.xcoms, deployed.xcoms, status.xcoms, again.xcoms], default=str)}
     for path in [*tmp_path.rglob("*"), *Path(os.environ["AIRFLOW_HOME"]).rglob("*"), *secure_cluster.state_dir.rglob("*.log")]:
         if path.is_file() and path != connection_file and path.stat().st_size < 50_000_000:
@@ -157,8 +157,9 @@ def _in_group(process: psutil.Process, group: int) -> bool:
 
 
 def _command_line(process: psutil.Process) -> str:
+    """Its argv and its environment (what another user, or a crash dump, could see)."""
     try:
-        return " ".join(process.cmdline())
+        return " ".join(process.cmdline()) + "\n" + "\n".join(f"{k}={v}" for k, v in process.environ().items())
     except psutil.Error:  # ended (or a zombie) meanwhile
         return ""
 

@@ -22,7 +22,7 @@ import psutil
 
 from streamops.app_runtime import AlreadyRunningError, AppRuntime
 from streamops.catalog import AppSpec
-from streamops.spark_submit import SubmitSpec, spark_env
+from streamops.spark_submit import SubmitSpec, driver_env
 from streamops.waiting import DeadlineExceeded, poll_until
 
 
@@ -79,14 +79,12 @@ def launch(
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={
-                **os.environ,
-                **spark_env(),
-                "STREAMOPS_LAUNCHED_BY": launched_by,
-                "STREAMOPS_DRIVER_LOG": str(driver_log),
+            env=driver_env(
+                STREAMOPS_LAUNCHED_BY=launched_by,
+                STREAMOPS_DRIVER_LOG=str(driver_log),
                 # Recorded by the driver, so a rollback can start exactly this again.
-                "STREAMOPS_LAUNCH": json.dumps({"version": version, "spark_conf": spark_conf or {}}),
-            },
+                STREAMOPS_LAUNCH=json.dumps({"version": version, "spark_conf": spark_conf or {}}),
+            ),
             start_new_session=True,  # the driver outlives the Airflow task that started it
         )
     expected_queries = _query_names(app)

@@ -236,8 +236,8 @@ def cluster_up() -> None:
     created = apply_acls(admin.admin(), app_acls(catalog))
     typer.echo(f"ACLs: {len(created)} created" + "".join(f"\n  {line}" for line in created))
     for user in [ADMIN_USER, *catalog.app_names()]:
-        path = cluster.client_config(user).write_private(cluster.state_dir / "clients" / f"{user}.json")
-        # The file holds the settings as the Airflow connection's extra wants them (mode 600).
+        # The settings as an Airflow connection's extra holds them (mode 600).
+        path = cluster.client_config(user).write_private(cluster.state_dir / "clients" / f"{user}.json", as_extra=True)
         typer.echo(f"client settings for {user}: {path}")
     typer.echo("Use them: STREAMOPS_ENVIRONMENT=cluster, the Airflow connections kafka_default (the admin's "
                "settings) and kafka_app_<app> (each app's), or --kafka-config <file> on the CLI.")
@@ -341,11 +341,11 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
     import subprocess
 
     from streamops.app_runtime import AppRuntime
-    from streamops.spark_submit import spark_env
+    from streamops.spark_submit import driver_env
 
     runtime = AppRuntime(checkpoint)
     me = f"streamops app run (pid {os.getpid()})"
-    process = subprocess.Popen(argv, env={**os.environ, **spark_env(), "STREAMOPS_LAUNCHED_BY": me}, process_group=0)  # noqa: S603
+    process = subprocess.Popen(argv, env=driver_env(STREAMOPS_LAUNCHED_BY=me), process_group=0)  # noqa: S603
     signals: list[int] = []
 
     def on_signal(signum, _frame):

@@ -41,9 +41,11 @@ _LOGIN_MODULES = {
 # Values that are secrets in librdkafka's settings (and in the Java options they map to).
 SECRET_KEYS = frozenset({
     "sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
-    "sasl.oauthbearer.client.secret", "sasl.jaas.config",
+    "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config", "sasl.jaas.config",
+    # The Java names of the same secrets (spark_options()).
+    "ssl.keystore.key", "ssl.truststore.password",
 })
-_SECRET_NAME = re.compile(r"(?i)password|secret|jaas|\.key\.pem$|token")
+_SECRET_NAME = re.compile(r"(?i)password|secret|jaas|\.key\.pem$|keystore\.key$|oauthbearer\.config$|token")
 MASK = "***"
 
 # Settings a suite client chooses itself per use (a consumer's group, an admin's timeouts):
@@ -85,8 +87,12 @@ class KafkaClientConfig:
         problems = _problems(self.settings)
         if problems:
             raise KafkaConfigError(f"Kafka connection {self.source}: " + "; ".join(problems))
-        object.__setattr__(self, "settings", {k: str(v).lower() if isinstance(v, bool) else str(v)
-                                              for k, v in self.settings.items()})
+        settings = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in self.settings.items()}
+        # librdkafka accepts only the upper-case names; Java too.
+        for key in ("security.protocol", "sasl.mechanism", "sasl.mechanisms"):
+            if key in settings:
+                settings[key] = settings[key].upper()
+        object.__setattr__(self, "settings", settings)
 
     # --- construction ---------------------------------------------------------------------------
 
@@ -125,15 +131,18 @@ class KafkaClientConfig:
             return cls({k: v for k, v in data.items() if k not in _PER_CLIENT}, source=str(path))
         raise KafkaConfigError(f"{path} is not an object of Kafka client settings")
 
-    def write_private(self, path: str | os.PathLike[str]) -> Path:
+    def write_private(self, path: str | os.PathLike[str], as_extra: bool = False) -> Path:
         """Write the settings, secrets included, to a file only this user can read (mode 0600,
-        created so from the start: never readable by others, not even for a moment)."""
+        created so from the start, never through a planted link). `as_extra`: the plain object
+        an Airflow connection's extra holds; else with its source, for a driver."""
+        import secrets
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IRUSR | stat.S_IWUSR)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, stat.S_IRUSR | stat.S_IWUSR)
         with os.fdopen(fd, "w") as out:
-            json.dump({"source": self.source, "settings": dict(self.settings)}, out)
+            json.dump(dict(self.settings) if as_extra else {"source": self.source, "settings": dict(self.settings)}, out)
         os.chmod(tmp, stat.S_IRUSR | stat.S_IWUSR)
         os.replace(tmp, path)
         return path

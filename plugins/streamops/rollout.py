@@ -10,7 +10,6 @@ checkpoint (taken while stopped, so the snapshot is consistent); (4) start the n
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -23,7 +22,7 @@ from streamops.app_ops import Launch, launch, stop
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
-from streamops.spark_submit import spark_env
+from streamops.spark_submit import driver_env
 from streamops.waiting import DeadlineExceeded, poll_until
 from streamops.kafka_client import KafkaClientConfig
 
@@ -121,7 +120,7 @@ def retire_queries(checkpoint: str) -> None:
 def plan_fingerprint(command: list[str]) -> dict[str, list[str]]:
     """Run the app's command with --plan-fingerprint: builds the queries, starts nothing."""
     result = subprocess.run(  # noqa: S603 - argv from the catalog
-        [*command, "--plan-fingerprint"], capture_output=True, text=True, timeout=600, env={**os.environ, **spark_env()}
+        [*command, "--plan-fingerprint"], capture_output=True, text=True, timeout=600, env=driver_env()
     )
     for line in result.stdout.splitlines():
         if line.startswith("PLAN-FINGERPRINT "):

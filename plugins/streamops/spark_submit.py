@@ -45,6 +45,13 @@ def spark_env() -> dict[str, str]:
     }
 
 
+def driver_env(**extra: str) -> dict[str, str]:
+    """Environment for a driver: this process's, without Airflow's settings (connections and
+    variables hold other principals' credentials; the driver uses none of Airflow), plus Spark's."""
+    kept = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+    return {**kept, **spark_env(), **extra}
+
+
 def submit_spec(
     app: AppSpec,
     *,

@@ -25,8 +25,11 @@ BASE_CONF = {
     # base64() (dead letters' original bytes) must not break lines every 76 characters:
     # strict decoders such as Java's Base64.getDecoder() reject the line breaks.
     "spark.sql.chunkBase64String.enabled": "false",
-    # Kafka credentials travel as source/sink options (kafka.sasl.jaas.config, PEM keys): plans,
-    # the UI and logs print those options masked. Spark's defaults match neither name.
+}
+# Kafka credentials travel as source/sink options (kafka.sasl.jaas.config, PEM keys): plans, the
+# UI and logs print those options masked. Spark's defaults match neither name. Applied last: no
+# app conf may turn the masking off.
+REDACTION_CONF = {
     "spark.sql.redaction.options.regex": "(?i)url|jaas|password|secret|keystore[.]key|token",
     "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
 }
@@ -44,7 +47,7 @@ def build_session(app_name: str, master: str | None = None, extra_conf: dict[str
         builder = builder.master(master)
     # Under spark-submit the JVM already runs (PYSPARK_GATEWAY_PORT is set) and the launcher
     # passed the connector with --jars; started from plain Python, hand Spark the jars here.
-    conf = {**BASE_CONF, **(extra_conf or {})}
+    conf = {**BASE_CONF, **(extra_conf or {}), **REDACTION_CONF}
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         from streamops.toolchain import connector_jars
 
@@ -59,6 +62,6 @@ def build_session(app_name: str, master: str | None = None, extra_conf: dict[str
 
 def apply_app_conf(spark: SparkSession, spec: AppSpec) -> None:
     """Set the app's SQL conf on the session before its queries start (they capture it)."""
-    for key, value in {**BASE_CONF, **spec.spark_conf}.items():
+    for key, value in {**BASE_CONF, **spec.spark_conf, **REDACTION_CONF}.items():
         if key.startswith("spark.sql."):
             spark.conf.set(key, str(value).lower() if isinstance(value, bool) else str(value))

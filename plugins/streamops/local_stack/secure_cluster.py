@@ -289,10 +289,17 @@ class SecureCluster:
         for node in self.node_ids:
             self._write_node_files(node, passwords[INTER_BROKER_USER])
         self._format(to_start, cluster_id, passwords)
-        for node in to_start:
-            self.processes[node].spawn(self._java(node) + ["kafka.Kafka", str(self.config_file(node))],
-                                       env=_env(), cwd=self.node_dir(node))
-        self._wait_healthy(timeout, expecting=to_start)
+        try:
+            for node in to_start:
+                self.processes[node].spawn(self._java(node) + ["kafka.Kafka", str(self.config_file(node))],
+                                           env=_env(), cwd=self.node_dir(node))
+            self._wait_healthy(timeout, expecting=to_start)
+        except BaseException:
+            # The nodes run in sessions of their own: a failed or interrupted start must not
+            # leave the ones it started running.
+            for node in to_start:
+                self.processes[node].stop(timeout=15)
+            raise
         return (f"secure Kafka cluster up at {self.bootstrap_servers} (SASL_SSL, {SCRAM_MECHANISM}); "
                 f"nodes {', '.join(f'{n}: pid {self.processes[n].pid()}' for n in self.node_ids)}; "
                 f"CA {self.ca_file}; state in {self.state_dir}")
