@@ -56,6 +56,16 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=1)
 
 
+def _start(start) -> None:
+    """Start a local service: already running is news, not an error; a failed start is one."""
+    try:
+        typer.echo(start())
+    except AlreadyRunning as exc:
+        typer.echo(str(exc))
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _broker(port: int | None = None, data_dir: Path | None = None) -> LocalBroker:
     return LocalBroker.from_env(port=port, data_dir=data_dir)
 
@@ -69,12 +79,7 @@ def broker_start(
     data_dir: Annotated[Optional[Path], typer.Option(help="Where the broker keeps its log segments.")] = None,
 ) -> None:
     """Start the broker and wait until it is healthy (or fail with its log's tail)."""
-    try:
-        typer.echo(_broker(port, data_dir).start())
-    except AlreadyRunning as exc:
-        typer.echo(str(exc))
-    except ServiceError as exc:
-        raise _fail(str(exc)) from None
+    _start(_broker(port, data_dir).start)
 
 
 @broker_app.command("stop")
@@ -108,12 +113,7 @@ def airflow_init(port: PortOpt = None) -> None:
 def airflow_start(port: PortOpt = None) -> None:
     """Start every component and wait until the health endpoint reports all healthy."""
     airflow = LocalAirflow.from_env(port=port)
-    try:
-        typer.echo(airflow.start())
-    except AlreadyRunning as exc:
-        typer.echo(str(exc))
-    except ServiceError as exc:
-        raise _fail(str(exc)) from None
+    _start(airflow.start)
     _print_login(airflow)
 
 
@@ -224,12 +224,7 @@ def cluster_up() -> None:
     from streamops.local_stack.secure_cluster import ADMIN_USER
 
     cluster = _secure_cluster()
-    try:
-        typer.echo(cluster.start())
-    except AlreadyRunning as exc:
-        typer.echo(str(exc))
-    except ServiceError as exc:
-        raise _fail(str(exc)) from None
+    _start(cluster.start)
     catalog = load_catalog()
     cluster.ensure_users(catalog.app_names())
     admin = cluster.client_config(ADMIN_USER)
