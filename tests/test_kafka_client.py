@@ -138,3 +138,60 @@ def test_connection_extras_drop_callbacks_and_per_client_settings(ca_file):
 def test_each_app_has_a_connection_named_after_it():
     assert app_conn_id("oplog-router") == "kafka_app_oplog_router"
     assert app_conn_id("presence.notifier") == "kafka_app_presence_notifier"
+
+
+def test_mutual_tls_takes_certificate_and_key_as_files_or_inline_pem_in_any_mix(ca_file, tmp_path):
+    key_file = tmp_path / "client.key"
+    key_file.write_text("-----BEGIN PRIVATE KEY-----\nkey\n-----END PRIVATE KEY-----\n")
+    chain = "-----BEGIN CERTIFICATE-----\nclient\n-----END CERTIFICATE-----\n"
+    config = KafkaClientConfig({"bootstrap.servers": "h:9093", "security.protocol": "SSL", "ssl.ca.location": str(ca_file),
+                                "ssl.certificate.pem": chain, "ssl.key.location": str(key_file)}, source="c")
+    java = config.java_settings()
+    assert (java["ssl.keystore.type"], java["ssl.keystore.certificate.chain"], java["ssl.keystore.key"]) == \
+        ("PEM", chain, key_file.read_text())
+    inline_key = KafkaClientConfig({**{k: v for k, v in config.settings.items() if k != "ssl.key.location"},
+                                    "ssl.key.pem": "SECRET KEY"}, source="c")
+    assert "SECRET KEY" not in repr(inline_key)
+
+
+def test_a_pkcs12_keystore_maps_to_the_java_clients_pkcs12_keystore(ca_file, tmp_path):
+    keystore = tmp_path / "client.p12"
+    keystore.write_bytes(b"\x30\x82")
+    config = KafkaClientConfig({"bootstrap.servers": "h:9093", "security.protocol": "SSL", "ssl.ca.location": str(ca_file),
+                                "ssl.keystore.location": str(keystore), "ssl.keystore.password": PASSWORD}, source="c")
+    java = config.java_settings()
+    assert {k: v for k, v in java.items() if k.startswith("ssl.keystore")} == {
+        "ssl.keystore.type": "PKCS12", "ssl.keystore.location": str(keystore), "ssl.keystore.password": PASSWORD}
+    assert PASSWORD not in repr(config) and PASSWORD not in config.describe()
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"ssl.certificate.location": "CA"}, "mutual TLS: 'ssl.certificate.location' is given without a key ('ssl.key.location' or 'ssl.key.pem')"),
+    ({"ssl.key.pem": "k"}, "mutual TLS: 'ssl.key.pem' is given without a certificate ('ssl.certificate.location' or 'ssl.certificate.pem')"),
+    ({"ssl.certificate.pem": "c", "ssl.key.pem": "k", "ssl.keystore.location": "CA"},
+     "give either a certificate and key or 'ssl.keystore.location' (PKCS#12), not both"),
+])
+def test_half_a_client_certificate_is_refused(ca_file, settings, message):
+    settings = {k: str(ca_file) if v == "CA" else v for k, v in settings.items()}
+    with pytest.raises(KafkaConfigError) as refused:
+        KafkaClientConfig({"bootstrap.servers": "h:9093", "security.protocol": "SSL", **settings}, source="connection c")
+    assert message in str(refused.value)
+
+
+def test_an_app_without_its_own_connection_falls_back_to_kafka_default_and_says_whose_rights_it_has(
+        ca_file, monkeypatch, caplog):
+    from streamops.kafka_client import app_connection
+
+    admin = {**scram(ca_file).settings, "sasl.username": "streamops-admin"}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": admin}))
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_APP_OPLOG_ROUTER", raising=False)
+    with caplog.at_level("WARNING", logger="streamops.kafka_client"):
+        config = app_connection("oplog-router")
+    assert config.principal == "streamops-admin" and config.source == "connection kafka_default"
+    assert ("oplog-router has no Airflow connection kafka_app_oplog_router: it connects as streamops-admin from "
+            "kafka_default, not as its own principal User:oplog-router") in caplog.text
+    assert PASSWORD not in caplog.text
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_APP_OPLOG_ROUTER", json.dumps({"conn_type": "kafka", "extra": scram(ca_file).settings}))
+    caplog.clear()
+    assert app_connection("oplog-router").principal == "oplog-router" and caplog.text == ""

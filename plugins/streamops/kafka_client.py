@@ -20,6 +20,7 @@ Which connection: an app connects as its own principal through the Airflow conne
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import stat
@@ -234,6 +235,11 @@ class KafkaClientConfig:
             chain = s.get("ssl.certificate.pem") or Path(s["ssl.certificate.location"]).read_text()
             key = s.get("ssl.key.pem") or Path(s["ssl.key.location"]).read_text()
             out.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": chain, "ssl.keystore.key": key})
+        elif "ssl.keystore.location" in s:
+            # Mutual TLS from a PKCS#12 file: the same file and password for the Java client.
+            out.update({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": s["ssl.keystore.location"]})
+            if s.get("ssl.keystore.password"):
+                out["ssl.keystore.password"] = s["ssl.keystore.password"]
         algorithm = s.get("ssl.endpoint.identification.algorithm")
         if algorithm is not None:
             out["ssl.endpoint.identification.algorithm"] = "" if algorithm.lower() == "none" else algorithm
@@ -269,12 +275,19 @@ def _problems(settings: Mapping[str, Any]) -> list[str]:
                 problems.append(f"'{needed}' is missing ({protocol} needs a user and a password)")
     elif any(str(k).startswith("sasl.") for k in settings):
         problems.append(f"SASL settings are given but 'security.protocol' is {protocol}: use SASL_SSL (or SASL_PLAINTEXT)")
-    for location in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location"):
+    for location in ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location"):
         value = settings.get(location)
         if value and not Path(str(value)).is_file():
             problems.append(f"'{location}' {value} is not a readable file on this host")
-    if ("ssl.certificate.location" in settings) != ("ssl.key.location" in settings):
-        problems.append("mutual TLS needs both 'ssl.certificate.location' and 'ssl.key.location'")
+    # Mutual TLS: a certificate and its key, each as a file or inline PEM (in any mix), or a PKCS#12 keystore.
+    certificate = [k for k in ("ssl.certificate.location", "ssl.certificate.pem") if settings.get(k)]
+    key = [k for k in ("ssl.key.location", "ssl.key.pem") if settings.get(k)]
+    if bool(certificate) != bool(key):
+        given, wanted = (certificate, "a key ('ssl.key.location' or 'ssl.key.pem')") if certificate else \
+            (key, "a certificate ('ssl.certificate.location' or 'ssl.certificate.pem')")
+        problems.append(f"mutual TLS: '{given[0]}' is given without {wanted}")
+    if (certificate or key) and settings.get("ssl.keystore.location"):
+        problems.append("mutual TLS: give either a certificate and key or 'ssl.keystore.location' (PKCS#12), not both")
     return problems
 
 
@@ -320,4 +333,12 @@ def app_connection(app_name: str) -> KafkaClientConfig:
     try:
         return airflow_connection(app_conn_id(app_name))
     except AirflowNotFoundException:
-        return airflow_connection(DEFAULT_CONN_ID)
+        fallback = airflow_connection(DEFAULT_CONN_ID)
+    if fallback.principal and fallback.principal != app_name:
+        # Allowed (one principal for everything is a valid setup), but never silently: the app then
+        # has the suite's rights, not the ones the catalog's ACLs give User:<app>.
+        logging.getLogger(__name__).warning(
+            "%s has no Airflow connection %s: it connects as %s from %s, not as its own principal User:%s, "
+            "so the ACLs the catalog derives for it do not limit it. Add the connection %s (see the README).",
+            app_name, app_conn_id(app_name), fallback.principal, DEFAULT_CONN_ID, app_name, app_conn_id(app_name))
+    return fallback
