@@ -7,9 +7,10 @@ locals {
   # per-topic override > the topic's own entry > the environment's topic_defaults.
   environment = try(local.catalog.environments[var.environment], {})
   topics = { for topic in local.catalog.topics : topic.name => merge(
-    { for k, v in try(local.environment.topic_defaults, {}) : k => v if k != "configs" },
-    topic,
-    { for k, v in try(local.environment.topics[topic.name], {}) : k => v if k != "configs" },
+    # An explicit null in an environment means "not set here" (as in the suite), not "unset".
+    { for k, v in try(local.environment.topic_defaults, {}) : k => v if k != "configs" && v != null },
+    { for k, v in topic : k => v if v != null },
+    { for k, v in try(local.environment.topics[topic.name], {}) : k => v if k != "configs" && v != null },
     { configs = merge(
       try(local.environment.topic_defaults.configs, {}),
       try(topic.configs, {}),
@@ -71,6 +72,15 @@ resource "kafka_topic" "catalog" {
     precondition {
       condition     = try(local.catalog.environments, null) == null || contains(keys(try(local.catalog.environments, {})), var.environment)
       error_message = "The catalog has no environment \"${var.environment}\" under environments (var.environment)."
+    }
+    # The catalog's own checks (streamops catalog check refuses the same), for a catalog edited by hand.
+    precondition {
+      condition     = try(local.environment.brokers, null) == null || each.value.replication_factor <= try(local.environment.brokers, 0)
+      error_message = "Topic ${each.key}: replication_factor ${each.value.replication_factor} is more than the ${try(local.environment.brokers, "?")} broker(s) of environment ${var.environment}."
+    }
+    precondition {
+      condition     = !try(local.environment.tolerate_broker_loss, false) || tonumber(try(each.value.configs["min.insync.replicas"], 1)) < each.value.replication_factor
+      error_message = "Topic ${each.key}: environment ${var.environment} must tolerate a broker loss, but min.insync.replicas ${try(each.value.configs["min.insync.replicas"], 1)} is not below replication_factor ${each.value.replication_factor}."
     }
   }
 }

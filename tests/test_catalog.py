@@ -355,6 +355,8 @@ def test_one_catalog_resolves_per_environment(tmp_path, monkeypatch):
     again = write(tmp_path / "..", cluster.to_yaml())
     monkeypatch.setenv("STREAMOPS_ENVIRONMENT", "local")
     assert load_catalog(again).topics == cluster.topics
+    # ... and says which environment it was loaded in (a driver records it).
+    assert (load_catalog(again).environment, load_catalog(again, environment="cluster").environment) == ("local", "cluster")
 
 
 def test_the_project_catalog_has_a_local_and_a_cluster_environment():

@@ -139,6 +139,23 @@ def test_an_environment_the_catalog_does_not_define_stops_the_plan(initialised, 
     assert 'The catalog has no environment "staging" under environments' in result.stderr
 
 
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"replication_factor": 4}, "Topic oplog.operations: replication_factor 4 is more than the 3 broker(s) of environment cluster."),
+    ({"configs": {"min.insync.replicas": 3}},
+     "Topic oplog.operations: environment cluster must tolerate a broker loss, but min.insync.replicas 3 is not below replication_factor 3."),
+])
+def test_an_environment_asking_more_than_its_brokers_give_stops_the_plan(initialised, broker, tmp_path, override, message):
+    """The suite refuses such a catalog itself (test_catalog); a hand-edited one meets the same rule here."""
+    raw = yaml.safe_load((PROJECT_ROOT / "catalog" / "pipelines.yaml").read_text())
+    raw["environments"]["cluster"]["topics"] = {"oplog.operations": override}
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(yaml.safe_dump(raw))
+    result = tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'none.state'}",
+                  *variables(catalog_file, broker.bootstrap_servers, manage_acls=False, environment="cluster"), check=False)
+    assert result.returncode != 0
+    assert message in " ".join(result.stderr.replace("│", " ").split()), result.stderr
+
 class SecuredBroker:
     """A one-node KRaft broker with SASL/PLAIN and the StandardAuthorizer: ACLs are enforced.
     `admin` is a super user (Terraform connects as it); each app has a user of its own name."""

@@ -565,8 +565,8 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
         return data, [f"top level key 'environment' (line {_line_of(root_node, ('environment',))}): unknown key; the "
                       f"environment is chosen by ${ENVIRONMENT_ENV_VAR}, and defined under 'environments'"]
     raw = data.get("environments")
-    if raw is None:
-        return data, []
+    if raw is None:  # the same in every environment; still recorded as the one selected
+        return {**data, "environment": environment}, []
     where = f"environments (line {_line_of(root_node, ('environments',))})"
     if not isinstance(raw, dict) or not raw:
         return data, [f"{where}: must be a mapping of environment name -> settings"]
