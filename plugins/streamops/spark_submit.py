@@ -61,10 +61,15 @@ def submit_spec(
     checkpoint: str | None = None,
     version: str | None = None,
     starting_offsets: str | None = None,
+    write_connection: bool = True,
 ) -> SubmitSpec:
+    """The spark-submit of an app. `write_connection=False`: only name the connection file (a
+    command printed, not run, leaves no credentials on disk)."""
     # The connection (with its secrets) goes to the driver in a file only this user can read,
     # beside the checkpoint it runs on; the command line names the file, never a secret.
-    connection_file = kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / "kafka-client.json")
+    connection_file = AppRuntime(checkpoint or app.checkpoint_location()).dir / "kafka-client.json"
+    if write_connection:
+        kafka.write_private(connection_file)
     args = ["--app", app.name, "--catalog", str(catalog_path(catalog)), "--kafka-config", str(connection_file)]
     for flag, value in (
         ("--trigger", trigger),
