@@ -1,7 +1,8 @@
 """`streamops`: bring the local suite up and down, check it, and validate the catalog.
 
-    streamops up                 broker + Airflow up, topics provisioned through the DAG
-    streamops down               stop Airflow, then the broker
+    streamops up [--cluster]     Kafka + Airflow up, topics provisioned through the DAG
+    streamops down               stop Airflow, then Kafka
+    streamops cluster up|status|down   the secured three-broker cluster on this machine
     streamops status             what runs, and whether it is healthy
     streamops broker start|stop|status
     streamops airflow init|start|stop|status|cli ARGS...
@@ -152,20 +153,36 @@ def _print_login(airflow: LocalAirflow) -> None:
 @app.command()
 def up(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only plan the topics; change nothing.")] = False,
+    cluster: Annotated[bool, typer.Option(
+        "--cluster", help="On the secured three-broker cluster of this machine (TLS, SASL/SCRAM, ACLs; catalog "
+                          "environment 'cluster', each app as its own user) instead of the single local broker.")] = False,
 ) -> None:
-    """Start the broker and Airflow, then provision every catalog topic through the DAG."""
+    """Start Kafka and Airflow, then provision every catalog topic through the DAG."""
+    from streamops.catalog import selected_environment
     from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
 
-    broker = _broker()
-    airflow = LocalAirflow.from_env(kafka_bootstrap=broker.bootstrap_servers)
+    environment = (os.environ.get("STREAMOPS_ENVIRONMENT") or "cluster") if cluster else selected_environment()
     try:
-        load_catalog()
-        try:
-            typer.echo(broker.start())
-        except AlreadyRunning as exc:
-            typer.echo(str(exc))
+        catalog = load_catalog(environment=environment)
+        running = LocalAirflow.from_env(environment=environment)
+        running_for = running.recorded_environment()
+        if any(running.running().values()) and running_for not in (None, environment):
+            raise ServiceError(f"Airflow is running for the catalog environment {running_for!r}, not {environment!r}; "
+                               "stop it first (`streamops airflow stop`), then run this again")
+        if cluster:
+            kafka_cluster, files = _cluster_for_airflow(catalog)
+            bootstrap = kafka_cluster.bootstrap_servers
+            airflow = LocalAirflow.from_env(kafka_bootstrap=bootstrap, kafka_settings_files=files, environment=environment)
+        else:
+            broker = _broker()
+            bootstrap = broker.bootstrap_servers
+            airflow = LocalAirflow.from_env(kafka_bootstrap=bootstrap, environment=environment)
+            try:
+                typer.echo(broker.start())
+            except AlreadyRunning as exc:
+                typer.echo(str(exc))
         if not any(airflow.running().values()):
-            # Migrates the DB and points kafka_default at this broker (its port may have changed).
+            # Migrates the DB and points the Kafka connections at this broker or cluster.
             typer.echo(airflow.init())
         try:
             typer.echo(airflow.start())
@@ -177,7 +194,7 @@ def up(
         run_id = api.trigger("provision_topics", {"dry_run": dry_run, "topics": []})
         typer.echo(f"triggered provision_topics (dry_run={dry_run}), run {run_id}; waiting for it to finish")
         state = api.wait_for_run("provision_topics", run_id)
-    except (CatalogError, ServiceError, AirflowApiError, TimeoutError) as exc:
+    except (CatalogError, ServiceError, AirflowApiError, TimeoutError, KafkaConfigError) as exc:
         raise _fail(str(exc)) from None
 
     plan = api.xcom("provision_topics", run_id, "plan") or {}
@@ -185,7 +202,8 @@ def up(
     for topic in plan.get("topics", []):
         typer.echo(f"  {topic['topic']:<36} {', '.join(topic['actions'])}")
     _print_login(airflow)
-    typer.echo(f"Kafka bootstrap servers: {broker.bootstrap_servers}")
+    typer.echo(f"Kafka bootstrap servers: {bootstrap}" + (
+        f" (TLS + SASL/SCRAM; catalog environment {environment}; each app connects as its own user)" if cluster else ""))
     if state != "success":
         states = api.task_states("provision_topics", run_id)
         raise _fail(f"provision_topics failed (tasks: {json.dumps(states)}); read the failed task's log in the UI")
@@ -193,18 +211,24 @@ def up(
 
 @app.command()
 def down() -> None:
-    """Stop Airflow, then the broker."""
+    """Stop Airflow, then Kafka (the broker, and the secured cluster if it runs)."""
     typer.echo(LocalAirflow.from_env().stop())
     typer.echo(_broker().stop())
+    kafka_cluster = _secure_cluster()
+    if kafka_cluster.is_running():
+        typer.echo(kafka_cluster.stop())
 
 
 @app.command()
 def status() -> None:
-    """Status of the broker and Airflow."""
+    """Status of Kafka and Airflow."""
     broker = _broker()
     airflow = LocalAirflow.from_env(kafka_bootstrap=broker.bootstrap_servers)
     typer.echo(broker.status())
-    typer.echo(airflow.status())
+    kafka_cluster = _secure_cluster()
+    if kafka_cluster.is_running():
+        typer.echo(kafka_cluster.status())
+    typer.echo(airflow.status() + f" (catalog environment {airflow.environment})")
 
 
 # --- the secured three-broker cluster -------------------------------------------------------------
@@ -213,29 +237,47 @@ def status() -> None:
 def _secure_cluster():
     from streamops.local_stack.secure_cluster import SecureCluster
 
-    return SecureCluster()
+    return SecureCluster.from_env()
+
+
+def _cluster_ready(catalog) -> tuple:
+    """The cluster started (or found running), a SCRAM user per catalog app, the catalog's ACLs
+    applied, each principal's client settings written (mode 600): (cluster, user -> file)."""
+    from streamops.acls import app_acls, apply_acls
+    from streamops.local_stack.secure_cluster import ADMIN_USER
+
+    kafka_cluster = _secure_cluster()
+    _start(kafka_cluster.start)
+    kafka_cluster.ensure_users(catalog.app_names())
+    created = apply_acls(kafka_cluster.client_config(ADMIN_USER).admin(), app_acls(catalog))
+    typer.echo(f"ACLs: {len(created)} created" + "".join(f"\n  {line}" for line in created))
+    files = kafka_cluster.write_client_files([ADMIN_USER, *catalog.app_names()])
+    for user, path in files.items():
+        typer.echo(f"client settings for {user}: {path}")
+    return kafka_cluster, files
+
+
+def _cluster_for_airflow(catalog) -> tuple:
+    """As _cluster_ready, the files keyed by the Airflow connection each one becomes."""
+    from streamops.kafka_client import DEFAULT_CONN_ID, app_conn_id
+    from streamops.local_stack.secure_cluster import ADMIN_USER
+
+    kafka_cluster, files = _cluster_ready(catalog)
+    return kafka_cluster, {(DEFAULT_CONN_ID if user == ADMIN_USER else app_conn_id(user)): path for user, path in files.items()}
 
 
 @cluster_app.command("up")
 def cluster_up() -> None:
     """Start the cluster, create a SCRAM user per catalog app, apply the catalog's ACLs, and write
-    each principal's client settings (mode 600) for --kafka-config and the Airflow connections."""
-    from streamops.acls import app_acls, apply_acls
-    from streamops.local_stack.secure_cluster import ADMIN_USER
-
-    cluster = _secure_cluster()
-    _start(cluster.start)
-    catalog = load_catalog()
-    cluster.ensure_users(catalog.app_names())
-    admin = cluster.client_config(ADMIN_USER)
-    created = apply_acls(admin.admin(), app_acls(catalog))
-    typer.echo(f"ACLs: {len(created)} created" + "".join(f"\n  {line}" for line in created))
-    for user in [ADMIN_USER, *catalog.app_names()]:
-        # The settings as an Airflow connection's extra holds them (mode 600).
-        path = cluster.client_config(user).write_private(cluster.state_dir / "clients" / f"{user}.json", as_extra=True)
-        typer.echo(f"client settings for {user}: {path}")
-    typer.echo("Use them: STREAMOPS_ENVIRONMENT=cluster, the Airflow connections kafka_default (the admin's "
-               "settings) and kafka_app_<app> (each app's), or --kafka-config <file> on the CLI.")
+    each principal's client settings (mode 600) for --kafka-config and the Airflow connections.
+    `streamops up --cluster` does this and points the local Airflow at the cluster."""
+    try:
+        _cluster_ready(load_catalog())
+    except (CatalogError, ServiceError) as exc:
+        raise _fail(str(exc)) from None
+    typer.echo("Use them: `streamops up --cluster` (Airflow's connections from these files), or STREAMOPS_ENVIRONMENT=cluster "
+               "with the Airflow connections kafka_default (the admin's settings) and kafka_app_<app> (each app's), "
+               "or --kafka-config <file> on the CLI.")
 
 
 @cluster_app.command("down")
@@ -320,10 +362,14 @@ def app_run(
         trigger=trigger,
         checkpoint=checkpoint,
         version=version,
+        write_connection=not print_only,
     )
     argv = spec.argv(master=master)
     typer.echo(shlex.join(argv), err=not print_only)
-    if not print_only:
+    if print_only:
+        typer.echo(f"(not written: the Kafka connection file {argv[argv.index('--kafka-config') + 1]}; "
+                   "`streamops app run` writes it, mode 600, when it launches the driver)", err=True)
+    else:
         raise typer.Exit(run_in_foreground(argv, checkpoint or app_spec.checkpoint_location()))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from streamops.catalog import CATALOG_ENV_VAR
+from streamops.catalog import CATALOG_ENV_VAR, ENVIRONMENT_ENV_VAR, selected_environment
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
 from streamops.paths import PROJECT_ROOT, RUN_DIR
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -30,17 +30,24 @@ class LocalAirflow:
     home: Path = RUN_DIR / "airflow"
     port: int = DEFAULT_PORT
     kafka_bootstrap: str = "127.0.0.1:9092"
+    # The secured cluster instead: conn id (kafka_default, kafka_app_<app>) -> its settings file
+    # (mode 600); `init` writes the connections from them.
+    kafka_settings_files: dict[str, Path] = field(default_factory=dict)
+    # The catalog environment the whole stack works in (its tasks and the drivers they start).
+    environment: str | None = None
     processes: dict[str, ServiceProcess] = field(init=False)
 
     @classmethod
-    def from_env(cls, port: int | None = None, kafka_bootstrap: str | None = None) -> LocalAirflow:
+    def from_env(cls, port: int | None = None, kafka_bootstrap: str | None = None, **kwargs) -> LocalAirflow:
         from streamops.local_stack.broker import LocalBroker
 
         port = port or int(os.environ.get("STREAMOPS_AIRFLOW_PORT", DEFAULT_PORT))
-        return cls(port=port, kafka_bootstrap=kafka_bootstrap or LocalBroker.from_env().bootstrap_servers)
+        return cls(port=port, kafka_bootstrap=kafka_bootstrap or LocalBroker.from_env().bootstrap_servers, **kwargs)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
+        if self.environment is None:  # as `init` recorded it, else as this process selects it
+            self.environment = self.recorded_environment() or selected_environment()
         self.processes = {
             name: ServiceProcess(
                 name=f"Airflow {name}",
@@ -77,9 +84,34 @@ class LocalAirflow:
                 "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 CATALOG_ENV_VAR: os.environ.get(CATALOG_ENV_VAR, str(PROJECT_ROOT / "catalog" / "pipelines.yaml")),
+                ENVIRONMENT_ENV_VAR: self.environment,
+                # Connection extras (the secured cluster's passwords) encrypted in the metadata DB.
+                "AIRFLOW__CORE__FERNET_KEY": self._fernet_key(),
             }
         )
         return env
+
+    @property
+    def _environment_file(self) -> Path:
+        return self.home / "streamops-environment"
+
+    def recorded_environment(self) -> str | None:
+        """The catalog environment `init` set this stack up for (None before the first init)."""
+        try:
+            return self._environment_file.read_text().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def _fernet_key(self) -> str:
+        path = self.home / "fernet_key"
+        if not path.exists():
+            from cryptography.fernet import Fernet
+
+            self.home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(Fernet.generate_key().decode())
+        return path.read_text().strip()
 
     def _jwt_secret(self) -> str:
         path = self.home / "jwt_secret"
@@ -111,12 +143,20 @@ class LocalAirflow:
         """Create or upgrade the metadata database and create/update the suite's connections."""
         self.home.mkdir(parents=True, exist_ok=True)
         self.airflow("db", "migrate")
-        subprocess.run(  # noqa: S603
-            [sys.executable, "-m", "streamops.local_stack.connections", self.kafka_bootstrap],
-            env=self.env(),
-            check=True,
+        if self.kafka_settings_files:
+            kafka = [f"--settings={conn_id}={path}" for conn_id, path in self.kafka_settings_files.items()]
+            described = ", ".join(self.kafka_settings_files)
+        else:
+            kafka, described = [self.kafka_bootstrap], f"kafka_default ({self.kafka_bootstrap})"
+        result = subprocess.run(  # noqa: S603
+            [sys.executable, "-m", "streamops.local_stack.connections", *kafka],
+            env=self.env(), capture_output=True, text=True, check=False,
         )
-        return f"Airflow metadata DB ready in {self.home}; connections kafka_default ({self.kafka_bootstrap}) and spark_default (local[*])"
+        if result.returncode != 0:
+            raise ServiceError(f"writing the Airflow connections failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+        self._environment_file.write_text(self.environment + "\n")
+        return (f"Airflow metadata DB ready in {self.home} (catalog environment {self.environment}); "
+                f"connections {described} and spark_default (local[*])")
 
     def running(self) -> dict[str, int | None]:
         return {name: proc.pid() for name, proc in self.processes.items()}

@@ -1,23 +1,37 @@
 """Create or update the suite's Airflow connections in the local metadata database.
 
-Run by `streamops airflow init` (part of bin/setup) inside the stack's Airflow environment:
+Run by `streamops airflow init` / `streamops up` inside the stack's Airflow environment:
     python -m streamops.local_stack.connections <kafka bootstrap servers>
-This is set-up code, not task code, so it may use the metadata database directly.
+    python -m streamops.local_stack.connections --settings kafka_default=<file> --settings kafka_app_<app>=<file> ...
+The second form (the secured cluster) reads each connection's settings from a file only this user
+can read, so no secret is ever on a command line. This is set-up code, not task code, so it may use
+the metadata database directly.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
+from collections.abc import Mapping
+
+from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig
+
+# Per-app connections this code wrote carry this description, so switching the stack back to the
+# single broker removes them (an app must not keep connecting to the cluster) and nothing else.
+APP_CONNECTION_MARK = "Kafka principal of one app, written by streamops up"
 
 
-def connection_specs(kafka_bootstrap: str) -> list[dict]:
-    return [
+def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaClientConfig] | None = None) -> list[dict]:
+    """kafka_default (the suite's own tasks), one kafka_app_<app> per given app, spark_default."""
+    local = not kafka_default.secured
+    default_extra = {**kafka_default.settings, "socket.timeout.ms": 10000} if local else dict(kafka_default.settings)
+    specs = [
         {
-            "conn_id": "kafka_default",
+            "conn_id": DEFAULT_CONN_ID,
             "conn_type": "kafka",
-            "description": "Kafka cluster of the streaming pipelines (local single broker).",
-            "extra": json.dumps({"bootstrap.servers": kafka_bootstrap, "socket.timeout.ms": 10000}),
+            "description": "Kafka cluster of the streaming pipelines (local single broker)." if local else
+            f"Kafka cluster of the streaming pipelines, as {kafka_default.principal} (the suite's own tasks).",
+            "extra": json.dumps(default_extra),
         },
         {
             "conn_id": "spark_default",
@@ -27,15 +41,21 @@ def connection_specs(kafka_bootstrap: str) -> list[dict]:
             "extra": json.dumps({"deploy-mode": "client", "spark-binary": "spark-submit"}),
         },
     ]
+    for conn_id, config in (apps or {}).items():
+        specs.append({"conn_id": conn_id, "conn_type": "kafka", "description": f"{APP_CONNECTION_MARK} (as {config.principal}).",
+                      "extra": json.dumps(dict(config.settings))})
+    return specs
 
 
-def upsert(kafka_bootstrap: str) -> list[str]:
+def upsert(specs: list[dict]) -> list[str]:
+    """Create or update each connection; remove per-app connections written earlier and not given now."""
     from airflow.models import Connection
     from airflow.utils.session import create_session
 
     done = []
+    wanted = {spec["conn_id"] for spec in specs}
     with create_session() as session:
-        for spec in connection_specs(kafka_bootstrap):
+        for spec in specs:
             existing = session.query(Connection).filter(Connection.conn_id == spec["conn_id"]).one_or_none()
             if existing is None:
                 session.add(Connection(**spec))
@@ -47,8 +67,29 @@ def upsert(kafka_bootstrap: str) -> list[str]:
                     else:
                         setattr(existing, key, value)
                 done.append(f"updated {spec['conn_id']}")
+        for stale in session.query(Connection).filter(Connection.conn_id.like("kafka_app_%")).all():
+            if stale.conn_id not in wanted and (stale.description or "").startswith(APP_CONNECTION_MARK):
+                session.delete(stale)
+                done.append(f"removed {stale.conn_id}")
     return done
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bootstrap", nargs="?", help="the local broker's bootstrap servers (plaintext)")
+    parser.add_argument("--settings", action="append", default=[], metavar="CONN_ID=FILE",
+                        help="a Kafka connection's settings from a file (mode 600): kafka_default and kafka_app_<app>")
+    args = parser.parse_args(argv)
+    files = dict(item.split("=", 1) for item in args.settings)
+    if args.bootstrap:
+        default = KafkaClientConfig.plaintext(args.bootstrap)
+    elif DEFAULT_CONN_ID in files:
+        default = KafkaClientConfig.read_file(files.pop(DEFAULT_CONN_ID), private=True)
+    else:
+        parser.error("give the local broker's bootstrap servers or --settings kafka_default=<file>")
+    apps = {conn_id: KafkaClientConfig.read_file(path, private=True) for conn_id, path in files.items()}
+    print("[setup] Airflow connections: " + ", ".join(upsert(connection_specs(default, apps))))
+
+
 if __name__ == "__main__":
-    print("[setup] Airflow connections: " + ", ".join(upsert(sys.argv[1])))
+    main()

@@ -115,6 +115,28 @@ class SecureCluster:
             for node, address in self.addresses.items()
         }
 
+    @classmethod
+    def from_env(cls) -> SecureCluster:
+        """The cluster the CLI manages: $STREAMOPS_CLUSTER_DIR (default <run dir>/kafka-secure) and
+        $STREAMOPS_CLUSTER_PORTS ("client,controller,internal", default 19092,19093,19094)."""
+        ports = os.environ.get("STREAMOPS_CLUSTER_PORTS")
+        numbers = {}
+        if ports:
+            parts = [part.strip() for part in ports.split(",")]
+            if len(parts) != 3 or not all(part.isdigit() for part in parts):
+                raise ClusterError(f"STREAMOPS_CLUSTER_PORTS {ports!r} is not three ports: client,controller,internal")
+            numbers = dict(zip(("client_port", "controller_port", "internal_port"), map(int, parts)))
+        return cls(state_dir=Path(os.environ.get("STREAMOPS_CLUSTER_DIR") or RUN_DIR / "kafka-secure"), **numbers)
+
+    def is_running(self) -> bool:
+        return any(process.pid() is not None for process in self.processes.values())
+
+    def write_client_files(self, users: Iterable[str]) -> dict[str, Path]:
+        """Each user's client settings as an Airflow Kafka connection's extra, in a file only this
+        user can read (<state dir>/clients/<user>.json): for --kafka-config and the connections."""
+        return {user: self.client_config(user).write_private(self.state_dir / "clients" / f"{user}.json", as_extra=True)
+                for user in users}
+
     # --- where things are -----------------------------------------------------------------------
 
     @property
