@@ -9,6 +9,7 @@ import json
 import os
 import stat
 from collections import Counter
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psutil
@@ -41,6 +42,8 @@ def secured(secure_cluster, tmp_path, monkeypatch, prefix):
         monkeypatch.setenv(f"AIRFLOW_CONN_{app_conn_id(name).upper()}", json.dumps(
             {"conn_type": "kafka", "extra": secure_cluster.client_settings(name)}))
     monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
+    monkeypatch.setenv("STREAMOPS_ENVIRONMENT", "cluster")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
         {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}))
     yield catalog, catalog_file
@@ -63,7 +66,7 @@ def routed(kafka, router) -> list[tuple[str, str]]:
 
 
 def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
-        secured, secure_cluster, run_dag, capfd, tmp_path):
+        secured, secure_cluster, run_dag, capfd, tmp_path, spark):
     catalog, catalog_file = secured
     router = catalog.app("oplog-router")
     admin_kafka = secure_cluster.client_config(ADMIN_USER)
@@ -91,6 +94,7 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     runtime = AppRuntime(router.checkpoint_location())
     driver = runtime.driver()
     assert " as oplog-router (SCRAM-SHA-512) (from connection kafka_app_oplog_router)" in driver["kafka"]
+    assert driver["environment"] == "cluster"
     argv = [_command_line(p) for p in psutil.process_iter() if _in_group(p, driver["process_group"])]
     assert any("--kafka-config" in line for line in argv)
 
@@ -133,15 +137,46 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     assert runtime.state() == "running"
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=60).state == "success"
 
+    # validate_topic_quality reads the outputs (and, to reconcile, the input) through the same
+    # connection: every routed record accounted for, the broker kill's duplicates a warning.
+    outputs = [topic for topic in router.outputs.values() if topic in catalog.validated_topics()]
+    quality = run_dag("validate_topic_quality", catalog_file, topics=outputs, range="last_records", last_records=100_000)
+    assert quality.state == "success", quality.task_states
+    outcomes = {o["topic"]: o for o in quality.xcoms["validate"]}
+    assert sorted(outcomes) == sorted(outputs)
+    assert {t: (o["success"], o["failed_expectations"], o["reconciliation"]["missing"]) for t, o in outcomes.items()} == {
+        t: (True, [], 0) for t in outputs}
+    assert sum(o["records"] for o in outcomes.values()) == len(got)
+
+    # recover_reset_offsets: planned as the suite, the app restarted under its own principal from a
+    # time; exactly the records written since then are routed again.
+    records = read_all(admin_kafka, source)
+    cut_ms = sorted(r.timestamp_ms for r in records)[-300]
+    after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in records if r.timestamp_ms >= cut_ms}
+    before_reset = Counter(routed(admin_kafka, router))
+    cut = datetime.fromtimestamp(cut_ms // 1000, tz=timezone.utc) + timedelta(milliseconds=cut_ms % 1000)
+    reset = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", mode="datetime",
+                    to_datetime=cut.isoformat(), dry_run=False)
+    assert reset.state == "success", reset.task_states
+    assert reset.xcoms["plan"]["replayed"] == len(after_cut)
+    assert "every query (route) started exactly at the planned offsets" in reset.xcoms["verify"]["summary"]
+    assert " as oplog-router (SCRAM-SHA-512)" in runtime.driver()["kafka"]
+    again_expected = Counter({pair: 1 for pair in expected if pair[0] in after_cut})
+    poll_until(lambda: Counter(routed(admin_kafka, router)) - before_reset == again_expected, timeout=240,
+               what="the records written since the reset time to be routed again")
+    assert run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=60).state == "success"
+
     # No password in any log, XCom, runtime or audit file, command line or broker log; the one
     # file that holds the driver's credentials is readable by its user only.
     passwords = [p for p in secure_cluster.passwords().values() if p]
     connection_file = runtime.dir / "kafka-client.json"
     assert stat.S_IMODE(connection_file.stat().st_mode) == 0o600
     assert any(p in connection_file.read_text() for p in passwords)
+    assert "recover_reset_offsets" in (tmp_path / "checkpoints" / "_audit" / "recovery.jsonl").read_text()  # grepped below
     printed = capfd.readouterr()
     texts = {"task logs": printed.out + printed.err, "driver argv and environment": "\n".join(argv),
-             "xcom": json.dumps([provisioned.xcoms, deployed.xcoms, status.xcoms, again.xcoms], default=str)}
+             "xcom": json.dumps([provisioned.xcoms, deployed.xcoms, status.xcoms, again.xcoms, quality.xcoms, reset.xcoms],
+                                default=str)}
     for path in [*tmp_path.rglob("*"), *Path(os.environ["AIRFLOW_HOME"]).rglob("*"), *secure_cluster.state_dir.rglob("*.log")]:
         if path.is_file() and path != connection_file and path.stat().st_size < 50_000_000:
             texts[str(path)] = path.read_text(errors="replace")
@@ -173,3 +208,75 @@ def _size(kafka, topic: str, partition: int) -> int:
 
     low, high = end_offsets(kafka, topic)[partition]
     return high - low
+
+
+def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_principal_per_app(secure_cluster, tmp_path, prefix):
+    """The README's main command with --cluster: Airflow's connections written from the cluster's
+    client files (admin for the suite, one per app), the environment recorded, the topics
+    provisioned through the DAG with three replicas; no password in anything Airflow wrote."""
+    import re
+    import sqlite3
+    import subprocess
+    import sys
+    from contextlib import closing
+
+    from conftest import free_port, free_port_pair
+    from streamops.provisioning import describe_broker
+
+    catalog = load_catalog(environment="cluster").with_topic_prefix(prefix)
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(catalog.to_yaml())
+    airflow_port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMOPS_ENVIRONMENT"))}
+    env.update(
+        STREAMOPS_RUN_DIR=str(tmp_path / "run"), STREAMOPS_AIRFLOW_PORT=str(airflow_port),
+        STREAMOPS_KAFKA_PORT=str(free_port_pair()), STREAMOPS_CATALOG=str(catalog_file),
+        STREAMOPS_CHECKPOINT_ROOT=str(tmp_path / "checkpoints"),
+        STREAMOPS_CLUSTER_DIR=str(secure_cluster.state_dir),
+        STREAMOPS_CLUSTER_PORTS=f"{secure_cluster.client_port},{secure_cluster.controller_port},{secure_cluster.internal_port}",
+    )
+    streamops = str(Path(sys.executable).parent / "streamops")
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([streamops, *args], env=env, capture_output=True, text=True, timeout=900)
+
+    try:
+        up = run("up", "--cluster")
+        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
+        assert "secure Kafka cluster is already running" in up.stdout, up.stdout[:2000]
+        assert "provision_topics finished: success" in up.stdout
+        for name in catalog.topic_names():
+            assert re.search(rf"^  {re.escape(name)}\s+create$", up.stdout, re.M), name
+        assert (f"Kafka bootstrap servers: {secure_cluster.bootstrap_servers} (TLS + SASL/SCRAM; catalog environment "
+                "cluster; each app connects as its own user)") in up.stdout
+        snapshot = describe_broker(secure_cluster.client_config(ADMIN_USER).admin(), catalog.topic_names())
+        assert {snapshot.topics[n].replication_factor for n in catalog.topic_names()} == {3}
+
+        def connection(conn_id: str) -> dict:
+            got = run("airflow", "cli", "connections", "get", conn_id, "-o", "json")
+            assert got.returncode == 0, got.stderr[-2000:]
+            (entry,) = json.loads(got.stdout)
+            return entry
+
+        written = {conn_id: connection(conn_id) for conn_id in ["kafka_default", *map(app_conn_id, catalog.app_names())]}
+        assert {c: w["extra_dejson"]["sasl.username"] for c, w in written.items()} == {
+            "kafka_default": ADMIN_USER, **{app_conn_id(n): n for n in catalog.app_names()}}
+        with closing(sqlite3.connect(tmp_path / "run" / "airflow" / "airflow.db")) as db:
+            encrypted = dict(db.execute("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'kafka%'"))
+        assert encrypted == {conn_id: 1 for conn_id in written}  # Fernet, with the key the stack keeps (600)
+        assert (tmp_path / "run" / "airflow" / "streamops-environment").read_text() == "cluster\n"
+
+        # The single-broker `up` is refused while this Airflow works for the cluster, and starts nothing.
+        local = run("up")
+        assert local.returncode == 1
+        assert ("Airflow is running for the catalog environment 'cluster', not 'local'; stop it first "
+                "(`streamops airflow stop`), then run this again") in local.stderr
+        assert "Kafka broker: stopped" in run("broker", "status").stdout
+    finally:
+        stopped = run("airflow", "stop")  # not `down`: the cluster is the session's
+    assert stopped.returncode == 0, stopped.stderr
+
+    passwords = [p for p in secure_cluster.passwords().values() if p]
+    leaked = sorted(str(path) for path in (tmp_path / "run").rglob("*") if path.is_file()
+                    and any(p.encode() in path.read_bytes() for p in passwords))
+    assert leaked == []  # connection extras are encrypted in the metadata DB, logs carry none
