@@ -195,3 +195,49 @@ def test_an_app_without_its_own_connection_falls_back_to_kafka_default_and_says_
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_APP_OPLOG_ROUTER", json.dumps({"conn_type": "kafka", "extra": scram(ca_file).settings}))
     caplog.clear()
     assert app_connection("oplog-router").principal == "oplog-router" and caplog.text == ""
+
+
+def test_a_pkcs12_keystore_needs_its_password_and_the_java_client_gets_no_key_password(ca_file, tmp_path):
+    keystore = tmp_path / "client.p12"
+    keystore.write_bytes(b"\x30\x82")
+    base = {"bootstrap.servers": "h:9093", "security.protocol": "SSL", "ssl.keystore.location": str(keystore)}
+    with pytest.raises(KafkaConfigError, match=r"'ssl.keystore.password' is missing \('ssl.keystore.location' is a PKCS#12"):
+        KafkaClientConfig(base, source="c")
+    java = KafkaClientConfig({**base, "ssl.keystore.password": "k", "ssl.key.password": "other"}, source="c").java_settings()
+    assert "ssl.key.password" not in java and java["ssl.keystore.password"] == "k"
+
+
+@pytest.mark.parametrize(("key", "password", "message"), [
+    ("-----BEGIN RSA PRIVATE KEY-----\nx\n-----END RSA PRIVATE KEY-----\n", None,
+     "is a traditional (PKCS#1/SEC1) key, which Spark's Java client cannot read; convert it: openssl pkcs8 -topk8"),
+    ("-----BEGIN ENCRYPTED PRIVATE KEY-----\nx\n-----END ENCRYPTED PRIVATE KEY-----\n", None,
+     "is encrypted but 'ssl.key.password' is missing"),
+    ("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n", "pw", "is not encrypted but 'ssl.key.password' is set"),
+])
+def test_a_key_spark_cannot_read_is_refused_before_a_driver_starts(tmp_path, key, password, message):
+    key_file = tmp_path / "client.key"
+    key_file.write_text(key)
+    settings = {"bootstrap.servers": "h:9093", "security.protocol": "SSL", "ssl.certificate.pem": "c",
+                "ssl.key.location": str(key_file), **({"ssl.key.password": password} if password else {})}
+    with pytest.raises(KafkaConfigError) as refused:
+        KafkaClientConfig(settings, source="connection c")
+    assert f"'ssl.key.location' {key_file} {message}" in str(refused.value)
+
+
+def test_empty_settings_are_not_set_for_the_java_client_either():
+    config = KafkaClientConfig({"bootstrap.servers": "h:9092", "ssl.certificate.location": "", "ssl.key.location": ""}, source="c")
+    assert config.java_settings() == {"bootstrap.servers": "h:9092"}
+
+
+def test_an_app_falling_back_to_a_certificate_authenticated_default_is_warned_about_too(ca_file, tmp_path, monkeypatch, caplog):
+    from streamops.kafka_client import app_connection
+
+    key_file = tmp_path / "client.key"
+    key_file.write_text("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n")
+    extra = {"bootstrap.servers": "h:9093", "security.protocol": "SSL", "ssl.ca.location": str(ca_file),
+             "ssl.certificate.location": str(ca_file), "ssl.key.location": str(key_file)}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+    monkeypatch.delenv("AIRFLOW_CONN_KAFKA_APP_OPLOG_ROUTER", raising=False)
+    with caplog.at_level("WARNING", logger="streamops.kafka_client"):
+        app_connection("oplog-router")
+    assert "it connects as the client certificate from kafka_default, not as its own principal User:oplog-router" in caplog.text

@@ -214,7 +214,7 @@ class KafkaClientConfig:
 
     def java_settings(self) -> dict[str, str]:
         """The Java client's settings for the same connection (without the `kafka.` prefix)."""
-        s = self.settings
+        s = {key: value for key, value in self.settings.items() if value != ""}  # empty: not set (as librdkafka)
         out = {key: s[key] for key in _SAME_IN_JAVA if key in s}
         mechanism = s.get("sasl.mechanism") or s.get("sasl.mechanisms")
         if s.get("security.protocol", "").upper().startswith("SASL"):
@@ -236,10 +236,11 @@ class KafkaClientConfig:
             key = s.get("ssl.key.pem") or Path(s["ssl.key.location"]).read_text()
             out.update({"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": chain, "ssl.keystore.key": key})
         elif "ssl.keystore.location" in s:
-            # Mutual TLS from a PKCS#12 file: the same file and password for the Java client.
-            out.update({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": s["ssl.keystore.location"]})
-            if s.get("ssl.keystore.password"):
-                out["ssl.keystore.password"] = s["ssl.keystore.password"]
+            # Mutual TLS from a PKCS#12 file: the same file and password for the Java client
+            # (which would take ssl.key.password, ignored by librdkafka here, as the key's own).
+            out.pop("ssl.key.password", None)
+            out.update({"ssl.keystore.type": "PKCS12", "ssl.keystore.location": s["ssl.keystore.location"],
+                        "ssl.keystore.password": s["ssl.keystore.password"]})
         algorithm = s.get("ssl.endpoint.identification.algorithm")
         if algorithm is not None:
             out["ssl.endpoint.identification.algorithm"] = "" if algorithm.lower() == "none" else algorithm
@@ -288,7 +289,33 @@ def _problems(settings: Mapping[str, Any]) -> list[str]:
         problems.append(f"mutual TLS: '{given[0]}' is given without {wanted}")
     if (certificate or key) and settings.get("ssl.keystore.location"):
         problems.append("mutual TLS: give either a certificate and key or 'ssl.keystore.location' (PKCS#12), not both")
+    if settings.get("ssl.keystore.location") and not settings.get("ssl.keystore.password"):
+        problems.append("'ssl.keystore.password' is missing ('ssl.keystore.location' is a PKCS#12 file; Spark's Java "
+                        "client cannot open one without its password)")
+    if key and not any(p.startswith("'ssl.key.location'") for p in problems):
+        problems += _key_format_problems(str(settings.get("ssl.key.pem") or ""), settings.get("ssl.key.location"),
+                                         bool(settings.get("ssl.key.password")))
     return problems
+
+
+def _key_format_problems(pem: str, location: Any, encrypted: bool) -> list[str]:
+    """Spark's Java client reads only PKCS#8 keys ("PRIVATE KEY", or "ENCRYPTED PRIVATE KEY" with
+    ssl.key.password); librdkafka also reads the older RSA/EC formats, which would pass here and
+    then fail only inside the Spark query."""
+    where = "'ssl.key.pem'" if pem else f"'ssl.key.location' {location}"
+    if not pem:
+        try:
+            pem = Path(str(location)).read_text(errors="replace")
+        except OSError:
+            return []  # reported as unreadable above
+    fix = "convert it: openssl pkcs8 -topk8 -in old.key -out new.key" + ("" if encrypted else " -nocrypt")
+    if re.search(r"-----BEGIN (RSA|EC|DSA) PRIVATE KEY-----", pem) or "Proc-Type: 4,ENCRYPTED" in pem:
+        return [f"{where} is a traditional (PKCS#1/SEC1) key, which Spark's Java client cannot read; {fix}"]
+    if "-----BEGIN ENCRYPTED PRIVATE KEY-----" in pem and not encrypted:
+        return [f"{where} is encrypted but 'ssl.key.password' is missing"]
+    if "-----BEGIN PRIVATE KEY-----" in pem and encrypted:
+        return [f"{where} is not encrypted but 'ssl.key.password' is set; remove the password or encrypt the key ({fix})"]
+    return []
 
 
 def transient(exc: BaseException) -> bool:
@@ -334,11 +361,12 @@ def app_connection(app_name: str) -> KafkaClientConfig:
         return airflow_connection(app_conn_id(app_name))
     except AirflowNotFoundException:
         fallback = airflow_connection(DEFAULT_CONN_ID)
-    if fallback.principal and fallback.principal != app_name:
+    if fallback.secured and fallback.principal != app_name:
         # Allowed (one principal for everything is a valid setup), but never silently: the app then
         # has the suite's rights, not the ones the catalog's ACLs give User:<app>.
         logging.getLogger(__name__).warning(
             "%s has no Airflow connection %s: it connects as %s from %s, not as its own principal User:%s, "
             "so the ACLs the catalog derives for it do not limit it. Add the connection %s (see the README).",
-            app_name, app_conn_id(app_name), fallback.principal, DEFAULT_CONN_ID, app_name, app_conn_id(app_name))
+            app_name, app_conn_id(app_name), fallback.principal or "the client certificate", DEFAULT_CONN_ID, app_name,
+            app_conn_id(app_name))
     return fallback
