@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from confluent_kafka import KafkaException
 
 from streamops.catalog import CatalogError, catalog_path, load_catalog
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
@@ -164,11 +165,17 @@ def up(
     environment = (os.environ.get("STREAMOPS_ENVIRONMENT") or "cluster") if cluster else selected_environment()
     try:
         catalog = load_catalog(environment=environment)
-        running = LocalAirflow.from_env(environment=environment)
-        running_for = running.recorded_environment()
-        if any(running.running().values()) and running_for not in (None, environment):
-            raise ServiceError(f"Airflow is running for the catalog environment {running_for!r}, not {environment!r}; "
-                               "stop it first (`streamops airflow stop`), then run this again")
+        _check_environment_fits(catalog, brokers=3 if cluster else 1)
+        running = LocalAirflow.from_env()  # as recorded by the last init
+        record = running.record()
+        if any(running.running().values()):
+            wanted = ("the secured cluster" if cluster else "the local broker", environment)
+            had = ("the secured cluster" if record and record.get("kafka_settings_files") else "the local broker",
+                   (record or {}).get("environment"))
+            if record is None or had != wanted:
+                raise ServiceError(
+                    f"Airflow is running for {had[0]} (catalog environment {had[1] or 'unknown'}), not {wanted[0]} "
+                    f"(environment {environment}); stop it first (`streamops airflow stop`), then run this again")
         if cluster:
             kafka_cluster, files = _cluster_for_airflow(catalog)
             bootstrap = kafka_cluster.bootstrap_servers
@@ -176,12 +183,15 @@ def up(
         else:
             broker = _broker()
             bootstrap = broker.bootstrap_servers
-            airflow = LocalAirflow.from_env(kafka_bootstrap=bootstrap, environment=environment)
+            airflow = LocalAirflow.from_env(kafka_bootstrap=bootstrap, kafka_settings_files={}, environment=environment)
             try:
                 typer.echo(broker.start())
             except AlreadyRunning as exc:
                 typer.echo(str(exc))
-        if not any(airflow.running().values()):
+        if any(airflow.running().values()):
+            # The connections, always: a catalog app added since, a cluster user re-created.
+            typer.echo(f"Airflow connections: {airflow.write_connections()}")
+        else:
             # Migrates the DB and points the Kafka connections at this broker or cluster.
             typer.echo(airflow.init())
         try:
@@ -194,7 +204,7 @@ def up(
         run_id = api.trigger("provision_topics", {"dry_run": dry_run, "topics": []})
         typer.echo(f"triggered provision_topics (dry_run={dry_run}), run {run_id}; waiting for it to finish")
         state = api.wait_for_run("provision_topics", run_id)
-    except (CatalogError, ServiceError, AirflowApiError, TimeoutError, KafkaConfigError) as exc:
+    except (CatalogError, ServiceError, AirflowApiError, TimeoutError, KafkaConfigError, KafkaException) as exc:
         raise _fail(str(exc)) from None
 
     plan = api.xcom("provision_topics", run_id, "plan") or {}
@@ -211,24 +221,44 @@ def up(
 
 @app.command()
 def down() -> None:
-    """Stop Airflow, then Kafka (the broker, and the secured cluster if it runs)."""
-    typer.echo(LocalAirflow.from_env().stop())
+    """Stop Airflow, then Kafka: the broker, and the secured cluster when `up --cluster` set the stack up for it."""
+    airflow = LocalAirflow.from_env()
+    on_cluster = bool((airflow.record() or {}).get("kafka_settings_files"))
+    typer.echo(airflow.stop())
     typer.echo(_broker().stop())
-    kafka_cluster = _secure_cluster()
-    if kafka_cluster.is_running():
-        typer.echo(kafka_cluster.stop())
+    try:
+        kafka_cluster = _secure_cluster()
+        if kafka_cluster.is_running():
+            typer.echo(kafka_cluster.stop() if on_cluster else
+                       f"left running: the secured cluster at {kafka_cluster.bootstrap_servers} (not this stack's; "
+                       "`streamops cluster down` stops it)")
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _check_environment_fits(catalog, brokers: int) -> None:
+    """Refuse a catalog environment made for another Kafka before anything starts (replication 1
+    on the cluster would lose data with a broker; replication 3 cannot exist on one broker)."""
+    env = catalog.environments.get(catalog.environment)
+    if env is not None and env.brokers is not None and env.brokers != brokers:
+        target = "the secured cluster (3 brokers; `--cluster`)" if brokers == 3 else "the single local broker"
+        raise ServiceError(f"catalog environment {catalog.environment!r} describes {env.brokers} broker(s), but this runs on "
+                           f"{target}: set STREAMOPS_ENVIRONMENT to an environment for it (or unset it)")
 
 
 @app.command()
 def status() -> None:
     """Status of Kafka and Airflow."""
     broker = _broker()
-    airflow = LocalAirflow.from_env(kafka_bootstrap=broker.bootstrap_servers)
+    airflow = LocalAirflow.from_env()
     typer.echo(broker.status())
-    kafka_cluster = _secure_cluster()
-    if kafka_cluster.is_running():
-        typer.echo(kafka_cluster.status())
-    typer.echo(airflow.status() + f" (catalog environment {airflow.environment})")
+    try:
+        kafka_cluster = _secure_cluster()
+        if kafka_cluster.is_running():
+            typer.echo(kafka_cluster.status())
+    except ServiceError as exc:
+        typer.echo(str(exc))
+    typer.echo(airflow.status() + f" (catalog environment {airflow.environment}; Kafka: {airflow.target})")
 
 
 # --- the secured three-broker cluster -------------------------------------------------------------
@@ -330,6 +360,16 @@ def _kafka(bootstrap_servers: str | None, kafka_config: Path | None) -> KafkaCli
         raise _fail(str(exc)) from None
 
 
+def _print_settings_file(kafka: KafkaClientConfig) -> Path:
+    """For --print without --kafka-config: the plaintext broker's settings (no secret) in a file
+    of the run dir, so the printed command runs as printed."""
+    from streamops.paths import RUN_DIR
+
+    if kafka.secured:
+        raise _fail("--print with a secured connection needs --kafka-config <file>: the command names that file")
+    return kafka.write_private(RUN_DIR / "print" / f"kafka-{kafka.bootstrap_servers.replace(':', '_').replace(',', '+')}.json")
+
+
 def _app_spec(name: str):
     catalog = load_catalog()
     try:
@@ -356,20 +396,17 @@ def app_run(
     from streamops.spark_submit import submit_spec
 
     app_spec = _app_spec(name)
-    spec = submit_spec(
-        app_spec,
-        kafka=_kafka(bootstrap_servers, kafka_config),
-        trigger=trigger,
-        checkpoint=checkpoint,
-        version=version,
-        write_connection=not print_only,
-    )
+    kafka = _kafka(bootstrap_servers, kafka_config)
+    if print_only and kafka_config is None:
+        # A printed command must name a settings file that exists and stays: the operator's own.
+        settings_file = _print_settings_file(kafka)
+    else:
+        settings_file = kafka_config if print_only else None
+    spec = submit_spec(app_spec, kafka=kafka, trigger=trigger, checkpoint=checkpoint, version=version,
+                       settings_file=settings_file)
     argv = spec.argv(master=master)
     typer.echo(shlex.join(argv), err=not print_only)
-    if print_only:
-        typer.echo(f"(not written: the Kafka connection file {argv[argv.index('--kafka-config') + 1]}; "
-                   "`streamops app run` writes it, mode 600, when it launches the driver)", err=True)
-    else:
+    if not print_only:
         raise typer.Exit(run_in_foreground(argv, checkpoint or app_spec.checkpoint_location()))
 
 

@@ -61,16 +61,18 @@ def submit_spec(
     checkpoint: str | None = None,
     version: str | None = None,
     starting_offsets: str | None = None,
-    write_connection: bool = True,
+    settings_file: str | os.PathLike[str] | None = None,
 ) -> SubmitSpec:
-    """The spark-submit of an app. `write_connection=False`: only name the connection file (a
-    command printed, not run, leaves no credentials on disk)."""
-    # The connection (with its secrets) goes to the driver in a file only this user can read,
-    # beside the checkpoint it runs on; the command line names the file, never a secret.
-    connection_file = AppRuntime(checkpoint or app.checkpoint_location()).dir / "kafka-client.json"
-    if write_connection:
-        kafka.write_private(connection_file)
-    args = ["--app", app.name, "--catalog", str(catalog_path(catalog)), "--kafka-config", str(connection_file)]
+    """The spark-submit of an app. `settings_file`: the driver reads the connection from this
+    existing file (mode 600; a command printed for a person to run later), nothing is written."""
+    if settings_file is not None:
+        connection = ["--kafka-config", str(Path(settings_file).resolve())]
+    else:
+        # The connection (with its secrets) goes to the driver in a file only this user can read,
+        # beside the checkpoint it runs on; the command line names the file, never a secret.
+        written = kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / "kafka-client.json")
+        connection = ["--kafka-config", str(written)]
+    args = ["--app", app.name, "--catalog", str(catalog_path(catalog)), *connection]
     for flag, value in (
         ("--trigger", trigger),
         ("--checkpoint", checkpoint),
