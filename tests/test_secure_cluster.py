@@ -106,6 +106,14 @@ def test_addresses_are_the_three_loopback_addresses():
     assert dict(NODE_ADDRESSES) == {1: "127.0.0.11", 2: "127.0.0.12", 3: "127.0.0.13"}
 
 
+
+@pytest.mark.parametrize("name", [ADMIN_USER, "kafka-interbroker", "kafka-node"])
+def test_an_app_named_like_the_clusters_own_users_is_refused_before_the_cluster_is_asked(tmp_path, name):
+    with pytest.raises(ClusterError) as refused:
+        SecureCluster(tmp_path).ensure_users(["oplog-router", name])
+    assert str(refused.value).startswith(f"{name!r}: reserved for the cluster itself")
+    assert "rename the app in the catalog" in str(refused.value)
+
 def test_a_port_in_use_is_refused_naming_node_address_and_port(tmp_path):
     ports = free_cluster_ports()
     with socket.socket() as taken:

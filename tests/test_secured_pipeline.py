@@ -264,13 +264,22 @@ def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_princip
         with closing(sqlite3.connect(tmp_path / "run" / "airflow" / "airflow.db")) as db:
             encrypted = dict(db.execute("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'kafka%'"))
         assert encrypted == {conn_id: 1 for conn_id in written}  # Fernet, with the key the stack keeps (600)
-        assert (tmp_path / "run" / "airflow" / "streamops-environment").read_text() == "cluster\n"
+        assert "catalog environment cluster; Kafka: the secured cluster)" in run("status").stdout
+
+        # bin/setup's `airflow init` and a second `up --cluster` keep (rewrite) the cluster's connections.
+        init = run("airflow", "init")
+        assert init.returncode == 0, init.stderr[-2000:]
+        again = run("up", "--cluster")
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        assert "Airflow connections: catalog environment cluster, Kafka: the secured cluster;" in again.stdout
+        assert {c: connection(c)["extra_dejson"]["sasl.username"] for c in written} == {
+            "kafka_default": ADMIN_USER, **{app_conn_id(n): n for n in catalog.app_names()}}
 
         # The single-broker `up` is refused while this Airflow works for the cluster, and starts nothing.
         local = run("up")
         assert local.returncode == 1
-        assert ("Airflow is running for the catalog environment 'cluster', not 'local'; stop it first "
-                "(`streamops airflow stop`), then run this again") in local.stderr
+        assert ("Airflow is running for the secured cluster (catalog environment cluster), not the local broker "
+                "(environment local); stop it first (`streamops airflow stop`), then run this again") in local.stderr
         assert "Kafka broker: stopped" in run("broker", "status").stdout
     finally:
         stopped = run("airflow", "stop")  # not `down`: the cluster is the session's

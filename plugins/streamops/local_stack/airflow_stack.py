@@ -23,6 +23,8 @@ ADMIN_USER = "admin"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # /api/v2/monitor/health names the components with underscores.
 _HEALTH_KEYS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+# What `streamops up` set the stack up for: catalog environment and Kafka target (connections).
+STACK_RECORD = "streamops-stack.json"
 
 
 @dataclass
@@ -38,16 +40,26 @@ class LocalAirflow:
     processes: dict[str, ServiceProcess] = field(init=False)
 
     @classmethod
-    def from_env(cls, port: int | None = None, kafka_bootstrap: str | None = None, **kwargs) -> LocalAirflow:
+    def from_env(cls, port: int | None = None, kafka_bootstrap: str | None = None,
+                 kafka_settings_files: dict[str, Path] | None = None, environment: str | None = None) -> LocalAirflow:
+        """The stack of this run dir. Without a Kafka target given (`airflow init|start|stop`), the
+        one `streamops up` recorded: `airflow init` (bin/setup) keeps a cluster stack on the cluster."""
         from streamops.local_stack.broker import LocalBroker
 
         port = port or int(os.environ.get("STREAMOPS_AIRFLOW_PORT", DEFAULT_PORT))
-        return cls(port=port, kafka_bootstrap=kafka_bootstrap or LocalBroker.from_env().bootstrap_servers, **kwargs)
+        home = RUN_DIR / "airflow"
+        record = read_stack_record(home)
+        if kafka_bootstrap is None and kafka_settings_files is None and record:
+            kafka_bootstrap = record.get("kafka_bootstrap")
+            kafka_settings_files = {k: Path(v) for k, v in (record.get("kafka_settings_files") or {}).items()}
+            environment = environment or record.get("environment")
+        return cls(home=home, port=port, kafka_bootstrap=kafka_bootstrap or LocalBroker.from_env().bootstrap_servers,
+                   kafka_settings_files=kafka_settings_files or {}, environment=environment)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
-        if self.environment is None:  # as `init` recorded it, else as this process selects it
-            self.environment = self.recorded_environment() or selected_environment()
+        if self.environment is None:  # as `streamops up` recorded it, else as this process selects it
+            self.environment = (read_stack_record(self.home) or {}).get("environment") or selected_environment()
         self.processes = {
             name: ServiceProcess(
                 name=f"Airflow {name}",
@@ -92,26 +104,37 @@ class LocalAirflow:
         return env
 
     @property
-    def _environment_file(self) -> Path:
-        return self.home / "streamops-environment"
+    def target(self) -> str:
+        """Which Kafka this stack's connections point at (for messages and the switch guard)."""
+        return "the secured cluster" if self.kafka_settings_files else f"the local broker {self.kafka_bootstrap}"
 
-    def recorded_environment(self) -> str | None:
-        """The catalog environment `init` set this stack up for (None before the first init)."""
-        try:
-            return self._environment_file.read_text().strip() or None
-        except FileNotFoundError:
-            return None
+    def record(self) -> dict | None:
+        """What `init` last set this stack up for: environment and Kafka target (None before)."""
+        return read_stack_record(self.home)
 
     def _fernet_key(self) -> str:
+        from cryptography.fernet import Fernet
+
         path = self.home / "fernet_key"
         if not path.exists():
-            from cryptography.fernet import Fernet
-
             self.home.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            tmp = path.with_name(f".fernet_key.{secrets.token_hex(8)}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(Fernet.generate_key().decode())
-        return path.read_text().strip()
+            try:  # the first writer wins; everyone uses the same key
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                tmp.unlink()
+        key = path.read_text().strip()
+        try:
+            Fernet(key)
+        except ValueError:
+            raise ServiceError(f"{path} does not hold a Fernet key: connection extras cannot be encrypted. It must be "
+                               "the key the metadata DB was written with; restore it, or re-create the DB") from None
+        return key
 
     def _jwt_secret(self) -> str:
         path = self.home / "jwt_secret"
@@ -142,7 +165,16 @@ class LocalAirflow:
     def init(self) -> str:
         """Create or upgrade the metadata database and create/update the suite's connections."""
         self.home.mkdir(parents=True, exist_ok=True)
+        self.home.chmod(0o700)  # the DB, keys and logs are this user's
         self.airflow("db", "migrate")
+        (self.home / "airflow.db").chmod(0o600)
+        return f"Airflow metadata DB ready in {self.home}; {self.write_connections()}"
+
+    def write_connections(self) -> str:
+        """kafka_default (and kafka_app_<app> on the cluster) for this stack's Kafka target, and
+        spark_default; records the target and the catalog environment. Safe while Airflow runs
+        (tasks read connections when they start)."""
+        self._refuse_running_without_the_key()
         if self.kafka_settings_files:
             kafka = [f"--settings={conn_id}={path}" for conn_id, path in self.kafka_settings_files.items()]
             described = ", ".join(self.kafka_settings_files)
@@ -154,9 +186,39 @@ class LocalAirflow:
         )
         if result.returncode != 0:
             raise ServiceError(f"writing the Airflow connections failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
-        self._environment_file.write_text(self.environment + "\n")
-        return (f"Airflow metadata DB ready in {self.home} (catalog environment {self.environment}); "
+        record = {"environment": self.environment, "kafka_bootstrap": self.kafka_bootstrap,
+                  "kafka_settings_files": {k: str(v) for k, v in self.kafka_settings_files.items()}}
+        tmp = self.home / f".stack.json.{secrets.token_hex(8)}"
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
+        os.replace(tmp, self.home / STACK_RECORD)
+        return (f"catalog environment {self.environment}, Kafka: {self.target}; "
                 f"connections {described} and spark_default (local[*])")
+
+    def _key_fingerprint(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self._fernet_key().encode()).hexdigest()[:16]
+
+    @property
+    def _started_with_file(self) -> Path:
+        # Which key the running components got (their environment cannot be read back: Airflow
+        # sets its process titles over it).
+        return self.home / "pids" / "fernet-key-fingerprint"
+
+    def _refuse_running_without_the_key(self) -> None:
+        """Connections are written encrypted: components started without the key (before the
+        stack had one) could not read them, and every task would fail. Say so instead."""
+        running = {name: pid for name, pid in self.running().items() if pid}
+        if not running:
+            return
+        try:
+            started_with = self._started_with_file.read_text().strip()
+        except FileNotFoundError:
+            started_with = None
+        if started_with != self._key_fingerprint():
+            raise ServiceError(f"Airflow ({_pids(running)}) was started without this stack's Fernet key "
+                               f"({self.home / 'fernet_key'}) and could not read connections written now; "
+                               "`streamops airflow stop`, then run this again")
 
     def running(self) -> dict[str, int | None]:
         return {name: proc.pid() for name, proc in self.processes.items()}
@@ -172,6 +234,8 @@ class LocalAirflow:
         if not (self.home / "airflow.db").exists():
             raise ServiceError(f"no Airflow metadata database in {self.home}: run `streamops airflow init` (or bin/setup)")
         env = self.env()
+        self._started_with_file.parent.mkdir(parents=True, exist_ok=True)
+        self._started_with_file.write_text(self._key_fingerprint() + "\n")
         airflow_bin = str(Path(sys.executable).parent / "airflow")
         for name, proc in self.processes.items():
             argv = [airflow_bin, name]
@@ -232,6 +296,15 @@ class LocalAirflow:
             f"--- last lines of {self.processes[name].log_file} ---\n{log_tail(self.processes[name].log_file, 25)}"
             for name in (names or COMPONENTS)
         )
+
+
+def read_stack_record(home: Path) -> dict | None:
+    """The record `write_connections` keeps in the Airflow home (None if never written)."""
+    try:
+        data = json.loads((Path(home) / STACK_RECORD).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _pids(pids: dict[str, int | None]) -> str:

@@ -30,7 +30,7 @@ def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaC
             "conn_id": DEFAULT_CONN_ID,
             "conn_type": "kafka",
             "description": "Kafka cluster of the streaming pipelines (local single broker)." if local else
-            f"Kafka cluster of the streaming pipelines, as {kafka_default.principal} (the suite's own tasks).",
+            f"Kafka cluster of the streaming pipelines, as {_who(kafka_default)} (the suite's own tasks).",
             "extra": json.dumps(default_extra),
         },
         {
@@ -42,9 +42,13 @@ def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaC
         },
     ]
     for conn_id, config in (apps or {}).items():
-        specs.append({"conn_id": conn_id, "conn_type": "kafka", "description": f"{APP_CONNECTION_MARK} (as {config.principal}).",
+        specs.append({"conn_id": conn_id, "conn_type": "kafka", "description": f"{APP_CONNECTION_MARK} (as {_who(config)}).",
                       "extra": json.dumps(dict(config.settings))})
     return specs
+
+
+def _who(config: KafkaClientConfig) -> str:
+    return config.principal or "its client certificate"
 
 
 def upsert(specs: list[dict]) -> list[str]:
@@ -80,13 +84,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settings", action="append", default=[], metavar="CONN_ID=FILE",
                         help="a Kafka connection's settings from a file (mode 600): kafka_default and kafka_app_<app>")
     args = parser.parse_args(argv)
-    files = dict(item.split("=", 1) for item in args.settings)
+    files: dict[str, str] = {}
+    for item in args.settings:
+        conn_id, sep, path = item.partition("=")
+        if not sep or not path or not (conn_id == DEFAULT_CONN_ID or conn_id.startswith("kafka_app_")):
+            parser.error(f"--settings {item!r}: expected kafka_default=<file> or kafka_app_<app>=<file>")
+        files[conn_id] = path
+    if bool(args.bootstrap) == (DEFAULT_CONN_ID in files):
+        parser.error("give either the local broker's bootstrap servers or --settings kafka_default=<file>, not both")
     if args.bootstrap:
+        if files:
+            parser.error("per-app connections (--settings kafka_app_...) belong to the secured cluster, not the local broker")
         default = KafkaClientConfig.plaintext(args.bootstrap)
-    elif DEFAULT_CONN_ID in files:
-        default = KafkaClientConfig.read_file(files.pop(DEFAULT_CONN_ID), private=True)
     else:
-        parser.error("give the local broker's bootstrap servers or --settings kafka_default=<file>")
+        default = KafkaClientConfig.read_file(files.pop(DEFAULT_CONN_ID), private=True)
     apps = {conn_id: KafkaClientConfig.read_file(path, private=True) for conn_id, path in files.items()}
     print("[setup] Airflow connections: " + ", ".join(upsert(connection_specs(default, apps))))
 

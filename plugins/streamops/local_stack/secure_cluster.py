@@ -241,6 +241,12 @@ class SecureCluster:
                 f"invalid SCRAM user names {bad!r}: use 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit"
             )
+        reserved = [n for n in names if n in (ADMIN_USER, INTER_BROKER_USER, NODE_PRINCIPAL)]
+        if reserved:
+            # An app of that name would get the suite's, the brokers' or the controllers' rights.
+            raise ClusterError(f"{', '.join(map(repr, reserved))}: reserved for the cluster itself "
+                               f"({ADMIN_USER}: the suite's super user; {INTER_BROKER_USER}, {NODE_PRINCIPAL}: the nodes); "
+                               "rename the app in the catalog")
         if not names:
             return {}
         with self._users_lock():
