@@ -9,7 +9,7 @@ locals {
   topics = { for topic in local.catalog.topics : topic.name => merge(
     # An explicit null in an environment means "not set here" (as in the suite), not "unset".
     { for k, v in try(local.environment.topic_defaults, {}) : k => v if k != "configs" && v != null },
-    { for k, v in topic : k => v if v != null },
+    topic,
     { for k, v in try(local.environment.topics[topic.name], {}) : k => v if k != "configs" && v != null },
     { configs = merge(
       try(local.environment.topic_defaults.configs, {}),

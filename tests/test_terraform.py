@@ -269,4 +269,5 @@ def test_acls_on_a_broker_with_an_authorizer_let_each_app_do_its_job_and_nothing
         again = tofu(initialised, "plan", "-input=false", "-detailed-exitcode", f"-state={tmp_path / 'tf.state'}", *args, check=False)
         assert again.returncode == 0, again.stdout + again.stderr
     finally:
+        admin = creator = None  # closed before the broker goes, or they retry it, logging, until they are
         broker.stop()
