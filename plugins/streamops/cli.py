@@ -172,7 +172,10 @@ def up(
             wanted = ("the secured cluster" if cluster else "the local broker", environment)
             had = ("the secured cluster" if record and record.get("kafka_settings_files") else "the local broker",
                    (record or {}).get("environment"))
-            if record is None or had != wanted:
+            if record is None:
+                raise ServiceError("Airflow is running, started by an earlier version without a record of its Kafka "
+                                   "target; stop it first (`streamops airflow stop`), then run this again")
+            if had != wanted:
                 raise ServiceError(
                     f"Airflow is running for {had[0]} (catalog environment {had[1] or 'unknown'}), not {wanted[0]} "
                     f"(environment {environment}); stop it first (`streamops airflow stop`), then run this again")
