@@ -1,0 +1,118 @@
+"""The apps on a Spark standalone cluster of this machine: a master and two workers on their own
+loopback addresses, the router's executors on both workers, and a worker killed under load with
+every record still routed exactly (the app goes on on the other worker)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+from collections import Counter
+
+import httpx
+import pytest
+
+from conftest import free_port
+from spark_apps.oplog_router import routes
+from streamops.kafka_records import read_all
+from streamops.loadgen import LoadSpec, background_load
+from streamops.loadgen import run as run_load
+from streamops.local_stack.process import AlreadyRunning
+from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone, free_spark_ports
+from streamops.spark_submit import driver_env, submit_spec
+from streamops.waiting import poll_until
+
+pytestmark = pytest.mark.timeout(1200)
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory):
+    cluster = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"), **free_spark_ports())
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def test_a_master_and_two_workers_each_on_its_own_address(spark_cluster):
+    assert sorted((w["host"], w["state"], w["cores"]) for w in spark_cluster.workers()) == [
+        (address, "ALIVE", 1) for address in sorted(WORKER_ADDRESSES.values())]
+    assert spark_cluster.master_url == f"spark://{MASTER_ADDRESS}:{spark_cluster.master_port}"
+    with pytest.raises(AlreadyRunning, match="the Spark standalone cluster is already running at spark://127.0.0.21:"):
+        spark_cluster.start()
+    assert "2/2 worker(s) alive (127.0.0.22, 127.0.0.23)" in spark_cluster.status()
+
+
+def expected_routes(kafka, router) -> set[tuple[str, str]]:
+    table = routes(router)
+    return {(f"{r.topic}/{r.partition}/{r.offset}", category)
+            for r in read_all(kafka, router.inputs["operations"]) for category, _ in table.get(r.json()["op_type"], [])}
+
+
+def routed(kafka, router) -> list[tuple[str, str]]:
+    return [(r.json()["event_id"], r.json()["category"]) for topic in router.outputs.values() for r in read_all(kafka, topic)]
+
+
+def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(spark_cluster, broker, app_catalog, tmp_path):
+    router = app_catalog.app("oplog-router")
+    kafka = broker.client_config
+    run_load(router, LoadSpec(count=400, keys=20, seed=41), kafka)
+    ui_port = free_port()
+    spec = submit_spec(router, kafka=kafka, catalog=_catalog_file(app_catalog, tmp_path), trigger="1 second",
+                       checkpoint=str(tmp_path / "checkpoint"))
+    # The driver on "this" host (an Airflow worker's, in the cluster profile), executors on the workers.
+    spec = dataclasses.replace(spec, conf={**spec.conf, **spark_cluster.app_conf(), "spark.ui.port": str(ui_port),
+                                           "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
+                                           "spark.driver.bindAddress": "127.0.0.1"})
+    with open(tmp_path / "driver.log", "wb") as log:
+        driver = subprocess.Popen(spec.argv(master=spark_cluster.master_url), env=driver_env(),  # noqa: S603
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        poll_until(lambda: expected_routes(kafka, router) <= set(routed(kafka, router)), timeout=300,
+                   what="the router on the standalone cluster to route the first records")
+        # One executor on each worker (each has one core; an executor takes one).
+        poll_until(lambda: _executor_hosts(ui_port) == sorted(WORKER_ADDRESSES.values()), timeout=60,
+                   what="an executor on each worker")
+        assert [app["name"] for app in spark_cluster.applications()] == ["streamops-oplog-router"]
+
+        with background_load(router, LoadSpec(count=10_000_000, keys=20, rate=100, seed=42, start_seq=10_000), kafka):
+            before = len(routed(kafka, router))
+            poll_until(lambda: len(routed(kafka, router)) > before + 100, timeout=180, what="routing under load")
+            spark_cluster.kill_worker(2)
+            after_kill = len(routed(kafka, router))
+            poll_until(lambda: len(routed(kafka, router)) > after_kill + 300, timeout=300,
+                       what="routing to go on with one worker lost")
+            assert driver.poll() is None, "the driver ended when a worker was lost"
+            poll_until(lambda: _executor_hosts(ui_port) == [WORKER_ADDRESSES[1]], timeout=120,
+                       what="the lost worker's executor to be gone from the app")
+        expected = expected_routes(kafka, router)
+        got: list = []
+
+        def complete() -> bool:
+            got[:] = routed(kafka, router)
+            return expected <= set(got)
+
+        poll_until(complete, timeout=300, what="every record routed after the worker loss")
+        assert set(got) == expected, "a routed record that no input explains"
+        print(f"\nstandalone cluster: {len(expected)} routes expected and found, "
+              f"{sum(n - 1 for n in Counter(got).values())} duplicates (worker 2 killed under load)")
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGTERM)
+            driver.wait(timeout=120)
+        if spark_cluster.worker_processes[2].pid() is None:
+            spark_cluster.start_worker(2)
+
+
+def _catalog_file(catalog, tmp_path):
+    path = tmp_path / "catalog.yaml"
+    path.write_text(catalog.to_yaml())
+    return path
+
+
+def _executor_hosts(ui_port: int) -> list[str]:
+    """Hosts of the live executors, from the driver's own REST API (not the driver's own entry)."""
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    (app,) = httpx.get(base, timeout=10).json()
+    executors = httpx.get(f"{base}/{app['id']}/executors", timeout=10).json()
+    return sorted(e["hostPort"].rsplit(":", 1)[0] for e in executors if e["id"] != "driver" and e.get("isActive", True))
