@@ -39,6 +39,11 @@ class AppStatus:
     version: str | None = None
     pid: int | None = None
     application_id: str | None = None
+    # Where it runs: Spark master, driver host, the driver's UI and the hosts of its live executors.
+    spark_master: str | None = None
+    driver_host: str | None = None
+    spark_ui: str | None = None
+    executor_hosts: list[str] = field(default_factory=list)
     started_at: str | None = None
     stopped_at: str | None = None
     reason: str | None = None
@@ -119,10 +124,15 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         version=record.get("version"),
         pid=record.get("pid"),
         application_id=record.get("application_id"),
+        spark_master=record.get("spark_master"),
+        driver_host=record.get("driver_host"),
+        spark_ui=record.get("spark_ui"),
         started_at=record.get("started_at"),
         stopped_at=record.get("stopped_at"),
         reason=record.get("reason"),
     )
+    if status.state == "running" and status.spark_ui and status.application_id:
+        status.executor_hosts = executor_hosts(status.spark_ui, status.application_id)
     if status.state == "failed" and record.get("failed_batches"):  # the batch a restart would run again
         from streamops.checkpoint_batches import describe_failed_batches
 
@@ -160,6 +170,20 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
     return status
 
 
+def executor_hosts(spark_ui: str, application_id: str) -> list[str]:
+    """Hosts of the app's live executors, from its driver's REST API (empty if it does not answer:
+    status must not fail because a UI is slow; local mode has no executor but the driver)."""
+    import httpx
+
+    try:
+        response = httpx.get(f"{spark_ui}/api/v1/applications/{application_id}/executors", timeout=5)
+        executors = response.json() if response.status_code == 200 else []
+    except (httpx.HTTPError, ValueError):
+        return []
+    return sorted(e["hostPort"].rsplit(":", 1)[0] for e in executors
+                  if isinstance(e, dict) and e.get("id") != "driver" and e.get("isActive", True) and e.get("hostPort"))
+
+
 def status_table(statuses: list[AppStatus]) -> str:
     from tabulate import tabulate
 
@@ -169,10 +193,19 @@ def status_table(statuses: list[AppStatus]) -> str:
             f"{s.progress_age_s:.0f}s ago" if s.progress_age_s is not None else "-",
             ", ".join(f"{q} #{b}" for q, b in sorted(s.batches.items())) or "-",
             s.total_lag, f"{s.max_time_lag_s:.0f}s" if s.max_time_lag_s is not None else "0s",
+            _where(s),
         ]
         for s in statuses
     ]
-    return tabulate(rows, headers=["app", "state", "version", "pid", "last progress", "batches", "lag (records)", "time lag"])
+    return tabulate(rows, headers=["app", "state", "version", "pid", "last progress", "batches", "lag (records)", "time lag",
+                                   "driver @ master (executors); UI"])
+
+
+def _where(s: AppStatus) -> str:
+    if not s.spark_master:
+        return "-"
+    executors = f" ({', '.join(s.executor_hosts)})" if s.executor_hosts else ""
+    return f"{s.driver_host or '?'} @ {s.spark_master}{executors}; {s.spark_ui or '-'}"
 
 
 def lag_table(status: AppStatus) -> str:

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -428,7 +429,10 @@ def main(argv: list[str], program_name: str) -> int:
     try:
         spark = build_session(f"streamops-{spec.name}")
         spark.sparkContext.setLogLevel("WARN")
-        runtime.update(application_id=spark.sparkContext.applicationId)
+        context = spark.sparkContext
+        # Where it runs: the driver's host, its master and its UI (status lists executors from it).
+        runtime.update(application_id=context.applicationId, spark_master=context.master, spark_ui=context.uiWebUrl,
+                       driver_host=context.getConf().get("spark.driver.host", None) or socket.gethostname())
         publisher = ProgressPublisher(runtime, f"streamops.{spec.name}", options.kafka)
         spark.streams.addListener(publisher)
         outputs = build_outputs(spark, spec, program, options)
