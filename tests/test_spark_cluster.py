@@ -10,11 +10,11 @@ import signal
 import subprocess
 from collections import Counter
 
-import httpx
 import pytest
 
 from conftest import free_port
 from spark_apps.oplog_router import routes
+from streamops.app_status import app_status, status_table
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
@@ -43,6 +43,25 @@ def test_a_master_and_two_workers_each_on_its_own_address(spark_cluster):
     assert "2/2 worker(s) alive (127.0.0.22, 127.0.0.23)" in spark_cluster.status()
 
 
+
+def test_the_cli_finds_the_cluster_it_is_pointed_at(spark_cluster):
+    import sys
+    from pathlib import Path
+
+    ports = ",".join(str(p) for p in (spark_cluster.master_port, spark_cluster.master_ui_port,
+                                      spark_cluster.worker_port, spark_cluster.worker_ui_port))
+    env = {**os.environ, "STREAMOPS_SPARK_DIR": str(spark_cluster.state_dir), "STREAMOPS_SPARK_PORTS": ports}
+    streamops = str(Path(sys.executable).parent / "streamops")
+    up = subprocess.run([streamops, "spark", "up"], env=env, capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    assert f"the Spark standalone cluster is already running at {spark_cluster.master_url}" in up.stdout
+    status = subprocess.run([streamops, "spark", "status"], env=env, capture_output=True, text=True, timeout=120)
+    assert f"Spark standalone cluster at {spark_cluster.master_url}: master ALIVE, 2/2 worker(s) alive" in status.stdout
+    bad = subprocess.run([streamops, "spark", "status"], env={**env, "STREAMOPS_SPARK_PORTS": "1,2"},
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1
+    assert "STREAMOPS_SPARK_PORTS '1,2' is not four ports: master,master-ui,worker,worker-ui" in bad.stderr
+
 def expected_routes(kafka, router) -> set[tuple[str, str]]:
     table = routes(router)
     return {(f"{r.topic}/{r.partition}/{r.offset}", category)
@@ -64,15 +83,23 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
     spec = dataclasses.replace(spec, conf={**spec.conf, **spark_cluster.app_conf(), "spark.ui.port": str(ui_port),
                                            "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
                                            "spark.driver.bindAddress": "127.0.0.1"})
+    def where():
+        return app_status(router, kafka, checkpoint=str(tmp_path / "checkpoint"))
+
     with open(tmp_path / "driver.log", "wb") as log:
         driver = subprocess.Popen(spec.argv(master=spark_cluster.master_url), env=driver_env(),  # noqa: S603
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         poll_until(lambda: expected_routes(kafka, router) <= set(routed(kafka, router)), timeout=300,
                    what="the router on the standalone cluster to route the first records")
-        # One executor on each worker (each has one core; an executor takes one).
-        poll_until(lambda: _executor_hosts(ui_port) == sorted(WORKER_ADDRESSES.values()), timeout=60,
+        # One executor on each worker (each has one core; an executor takes one), as status says it.
+        poll_until(lambda: where().executor_hosts == sorted(WORKER_ADDRESSES.values()), timeout=60,
                    what="an executor on each worker")
+        status = where()
+        assert (status.state, status.spark_master, status.driver_host, status.spark_ui) == (
+            "running", spark_cluster.master_url, "127.0.0.1", f"http://127.0.0.1:{ui_port}")
+        assert (f"127.0.0.1 @ {spark_cluster.master_url} (127.0.0.22, 127.0.0.23); http://127.0.0.1:{ui_port}"
+                in status_table([status]))
         assert [app["name"] for app in spark_cluster.applications()] == ["streamops-oplog-router"]
 
         with background_load(router, LoadSpec(count=10_000_000, keys=20, rate=100, seed=42, start_seq=10_000), kafka):
@@ -83,8 +110,9 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
             poll_until(lambda: len(routed(kafka, router)) > after_kill + 300, timeout=300,
                        what="routing to go on with one worker lost")
             assert driver.poll() is None, "the driver ended when a worker was lost"
-            poll_until(lambda: _executor_hosts(ui_port) == [WORKER_ADDRESSES[1]], timeout=120,
+            poll_until(lambda: where().executor_hosts == [WORKER_ADDRESSES[1]], timeout=120,
                        what="the lost worker's executor to be gone from the app")
+            assert where().state == "running"
         expected = expected_routes(kafka, router)
         got: list = []
 
@@ -109,10 +137,3 @@ def _catalog_file(catalog, tmp_path):
     path.write_text(catalog.to_yaml())
     return path
 
-
-def _executor_hosts(ui_port: int) -> list[str]:
-    """Hosts of the live executors, from the driver's own REST API (not the driver's own entry)."""
-    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
-    (app,) = httpx.get(base, timeout=10).json()
-    executors = httpx.get(f"{base}/{app['id']}/executors", timeout=10).json()
-    return sorted(e["hostPort"].rsplit(":", 1)[0] for e in executors if e["id"] != "driver" and e.get("isActive", True))

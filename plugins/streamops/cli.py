@@ -2,7 +2,8 @@
 
     streamops up [--cluster]     Kafka + Airflow up, topics provisioned through the DAG
     streamops down               stop Airflow, then Kafka
-    streamops cluster up|status|down   the secured three-broker cluster on this machine
+    streamops cluster up|status|down   the secured three-broker Kafka and the Spark standalone cluster
+    streamops spark up|status|down     only the Spark standalone cluster
     streamops status             what runs, and whether it is healthy
     streamops broker start|stop|status
     streamops airflow init|start|stop|status|cli ARGS...
@@ -49,6 +50,11 @@ app.add_typer(airflow_app, name="airflow")
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(quality_app, name="quality")
 app.add_typer(cluster_app, name="cluster")
+spark_app = typer.Typer(
+    help="A Spark standalone cluster on this host: master on 127.0.0.21, two workers on 127.0.0.22-23.",
+    no_args_is_help=True,
+)
+app.add_typer(spark_app, name="spark")
 
 PortOpt = Annotated[Optional[int], typer.Option("--port", help="Listener port (default: env or the standard port).")]
 
@@ -301,13 +307,15 @@ def _cluster_for_airflow(catalog) -> tuple:
 
 @cluster_app.command("up")
 def cluster_up() -> None:
-    """Start the cluster, create a SCRAM user per catalog app, apply the catalog's ACLs, and write
-    each principal's client settings (mode 600) for --kafka-config and the Airflow connections.
-    `streamops up --cluster` does this and points the local Airflow at the cluster."""
+    """Start the Kafka cluster, create a SCRAM user per catalog app, apply the catalog's ACLs, and
+    write each principal's client settings (mode 600) for --kafka-config and the Airflow
+    connections; then the Spark standalone cluster (master + two workers).
+    `streamops up --cluster` does the Kafka part and points the local Airflow at the cluster."""
     try:
         _cluster_ready(load_catalog())
-    except (CatalogError, ServiceError) as exc:
+    except (CatalogError, ServiceError, KafkaException) as exc:
         raise _fail(str(exc)) from None
+    _start(_spark_cluster().start)
     typer.echo("Use them: `streamops up --cluster` (Airflow's connections from these files), or STREAMOPS_ENVIRONMENT=cluster "
                "with the Airflow connections kafka_default (the admin's settings) and kafka_app_<app> (each app's), "
                "or --kafka-config <file> on the CLI.")
@@ -315,13 +323,40 @@ def cluster_up() -> None:
 
 @cluster_app.command("down")
 def cluster_down() -> None:
-    """Stop every node of the cluster (its data, users and certificates are kept)."""
+    """Stop the Spark standalone cluster and every Kafka node (data, users and certificates are kept)."""
+    typer.echo(_spark_cluster().stop())
     typer.echo(_secure_cluster().stop())
 
 
 @cluster_app.command("status")
 def cluster_status() -> None:
     typer.echo(_secure_cluster().status())
+    typer.echo(_spark_cluster().status())
+
+
+def _spark_cluster():
+    from streamops.local_stack.spark_cluster import SparkStandalone
+
+    try:
+        return SparkStandalone.from_env()
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+
+
+@spark_app.command("up")
+def spark_up() -> None:
+    """Start the Spark standalone cluster: master on 127.0.0.21, workers on 127.0.0.22-23."""
+    _start(_spark_cluster().start)
+
+
+@spark_app.command("down")
+def spark_down() -> None:
+    typer.echo(_spark_cluster().stop())
+
+
+@spark_app.command("status")
+def spark_status() -> None:
+    typer.echo(_spark_cluster().status())
 
 
 # --- catalog -----------------------------------------------------------------------------------

@@ -55,6 +55,19 @@ class SparkStandalone:
     master_address: str = MASTER_ADDRESS
     worker_addresses: dict[int, str] = field(default_factory=lambda: dict(WORKER_ADDRESSES))
 
+    @classmethod
+    def from_env(cls) -> SparkStandalone:
+        """The cluster the CLI manages: $STREAMOPS_SPARK_DIR (default <run dir>/spark-standalone) and
+        $STREAMOPS_SPARK_PORTS ("master,master-ui,worker,worker-ui", default 17077,18080,17078,18081)."""
+        ports = os.environ.get("STREAMOPS_SPARK_PORTS")
+        numbers = {}
+        if ports:
+            parts = [part.strip() for part in ports.split(",")]
+            if len(parts) != 4 or not all(part.isdigit() for part in parts):
+                raise SparkClusterError(f"STREAMOPS_SPARK_PORTS {ports!r} is not four ports: master,master-ui,worker,worker-ui")
+            numbers = dict(zip(("master_port", "master_ui_port", "worker_port", "worker_ui_port"), map(int, parts)))
+        return cls(state_dir=Path(os.environ.get("STREAMOPS_SPARK_DIR") or RUN_DIR / "spark-standalone"), **numbers)
+
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)
         addresses = [self.master_address, *self.worker_addresses.values()]
@@ -156,6 +169,9 @@ class SparkStandalone:
         os.killpg(pid, signal.SIGKILL)  # executors are children in the worker's process group
         poll_until(self.worker_processes[worker].exited, timeout=30, what=f"Spark worker {worker} (pid {pid}) to die")
         return f"Spark worker {worker} ({self.worker_addresses[worker]}) killed (pid {pid})"
+
+    def is_running(self) -> bool:
+        return any(pid is not None for pid in self._pids().values())
 
     def stop(self) -> str:
         lines = [process.stop(timeout=30) for process in self.worker_processes.values()]
