@@ -8,8 +8,11 @@ import dataclasses
 import os
 import signal
 import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import free_port
@@ -45,12 +48,7 @@ def test_a_master_and_two_workers_each_on_its_own_address(spark_cluster):
 
 
 def test_the_cli_finds_the_cluster_it_is_pointed_at(spark_cluster):
-    import sys
-    from pathlib import Path
-
-    ports = ",".join(str(p) for p in (spark_cluster.master_port, spark_cluster.master_ui_port,
-                                      spark_cluster.worker_port, spark_cluster.worker_ui_port))
-    env = {**os.environ, "STREAMOPS_SPARK_DIR": str(spark_cluster.state_dir), "STREAMOPS_SPARK_PORTS": ports}
+    env = _cli_env(spark_cluster)
     streamops = str(Path(sys.executable).parent / "streamops")
     up = subprocess.run([streamops, "spark", "up"], env=env, capture_output=True, text=True, timeout=120)
     assert up.returncode == 0, up.stderr
@@ -80,7 +78,7 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
     spec = submit_spec(router, kafka=kafka, catalog=_catalog_file(app_catalog, tmp_path), trigger="1 second",
                        checkpoint=str(tmp_path / "checkpoint"))
     # The driver on "this" host (an Airflow worker's, in the cluster profile), executors on the workers.
-    spec = dataclasses.replace(spec, conf={**spec.conf, **spark_cluster.app_conf(), "spark.ui.port": str(ui_port),
+    spec = dataclasses.replace(spec, conf={**spec.conf, **spark_cluster.app_conf(cores=2), "spark.ui.port": str(ui_port),
                                            "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
                                            "spark.driver.bindAddress": "127.0.0.1"})
     def where():
@@ -101,11 +99,18 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
         assert (f"127.0.0.1 @ {spark_cluster.master_url} (127.0.0.22, 127.0.0.23); http://127.0.0.1:{ui_port}"
                 in status_table([status]))
         assert [app["name"] for app in spark_cluster.applications()] == ["streamops-oplog-router"]
+        refused = subprocess.run([str(Path(sys.executable).parent / "streamops"), "spark", "down"], env=_cli_env(spark_cluster),
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode == 1
+        assert f"apps run on the Spark cluster at {spark_cluster.master_url}: streamops-oplog-router (app-" in refused.stderr
+        assert "stop them first (stop_apps, or Ctrl-C `streamops app run`), or pass --force" in refused.stderr
 
         with background_load(router, LoadSpec(count=10_000_000, keys=20, rate=100, seed=42, start_seq=10_000), kafka):
             before = len(routed(kafka, router))
             poll_until(lambda: len(routed(kafka, router)) > before + 100, timeout=180, what="routing under load")
             spark_cluster.kill_worker(2)
+            # A lost machine: nothing of worker 2 (its executor JVM included) is left running.
+            poll_until(lambda: not _processes_of(WORKER_ADDRESSES[2]), timeout=60, what="worker 2's processes to be gone")
             after_kill = len(routed(kafka, router))
             poll_until(lambda: len(routed(kafka, router)) > after_kill + 300, timeout=300,
                        what="routing to go on with one worker lost")
@@ -127,9 +132,25 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGTERM)
-            driver.wait(timeout=120)
-        if spark_cluster.worker_processes[2].pid() is None:
-            spark_cluster.start_worker(2)
+            try:
+                driver.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(driver.pid, signal.SIGKILL)
+
+
+def _processes_of(address: str) -> list[int]:
+    """Processes started for the worker on this address (the worker, its executors' JVMs)."""
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if f"--host {address}" in line or f"--hostname {address}" in line:
+            found.append(process.info["pid"])
+    return found
+
+
+def _cli_env(cluster) -> dict[str, str]:
+    ports = ",".join(str(p) for p in (cluster.master_port, cluster.master_ui_port, cluster.worker_port, cluster.worker_ui_port))
+    return {**os.environ, "STREAMOPS_SPARK_DIR": str(cluster.state_dir), "STREAMOPS_SPARK_PORTS": ports}
 
 
 def _catalog_file(catalog, tmp_path):
@@ -137,3 +158,11 @@ def _catalog_file(catalog, tmp_path):
     path.write_text(catalog.to_yaml())
     return path
 
+
+
+@pytest.mark.parametrize("ui", ["http://x:abc/y", "file:///etc/passwd", "http://127.0.0.1:4040/../../admin", ""])
+def test_status_asks_nothing_but_a_driver_ui_address(ui):
+    from streamops.app_status import executor_hosts
+
+    assert executor_hosts(ui, "app-20261123-0001") is None  # unknown, and no request made
+    assert executor_hosts("http://127.0.0.1:9", "app/../../x") is None

@@ -8,6 +8,7 @@ exists) against the topics' end offsets. Time lag is the age of the oldest unpro
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -43,7 +44,7 @@ class AppStatus:
     spark_master: str | None = None
     driver_host: str | None = None
     spark_ui: str | None = None
-    executor_hosts: list[str] = field(default_factory=list)
+    executor_hosts: list[str] | None = None  # None: not known (local mode, or the UI did not answer)
     started_at: str | None = None
     stopped_at: str | None = None
     reason: str | None = None
@@ -131,7 +132,8 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         stopped_at=record.get("stopped_at"),
         reason=record.get("reason"),
     )
-    if status.state == "running" and status.spark_ui and status.application_id:
+    if status.state == "running" and status.spark_ui and status.application_id \
+            and not (status.spark_master or "").startswith("local"):
         status.executor_hosts = executor_hosts(status.spark_ui, status.application_id)
     if status.state == "failed" and record.get("failed_batches"):  # the batch a restart would run again
         from streamops.checkpoint_batches import describe_failed_batches
@@ -170,18 +172,28 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
     return status
 
 
-def executor_hosts(spark_ui: str, application_id: str) -> list[str]:
-    """Hosts of the app's live executors, from its driver's REST API (empty if it does not answer:
-    status must not fail because a UI is slow; local mode has no executor but the driver)."""
+_SPARK_UI = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+:\d{1,5}")
+_APPLICATION_ID = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def executor_hosts(spark_ui: str, application_id: str) -> list[str] | None:
+    """Hosts of the app's live executors (each once), from its driver's REST API; None when that
+    cannot be asked or does not answer: status must not fail because a UI is slow or a
+    driver.json is damaged, and it asks nothing but a driver UI address."""
     import httpx
 
+    if not _SPARK_UI.fullmatch(spark_ui) or not _APPLICATION_ID.fullmatch(application_id):
+        return None
     try:
         response = httpx.get(f"{spark_ui}/api/v1/applications/{application_id}/executors", timeout=5)
-        executors = response.json() if response.status_code == 200 else []
-    except (httpx.HTTPError, ValueError):
-        return []
-    return sorted(e["hostPort"].rsplit(":", 1)[0] for e in executors
-                  if isinstance(e, dict) and e.get("id") != "driver" and e.get("isActive", True) and e.get("hostPort"))
+        executors = response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError):
+        return None
+    if not isinstance(executors, list):
+        return None
+    return sorted({e["hostPort"].rsplit(":", 1)[0] for e in executors
+                   if isinstance(e, dict) and e.get("id") != "driver" and e.get("isActive", True)
+                   and isinstance(e.get("hostPort"), str)})
 
 
 def status_table(statuses: list[AppStatus]) -> str:
@@ -204,7 +216,10 @@ def status_table(statuses: list[AppStatus]) -> str:
 def _where(s: AppStatus) -> str:
     if not s.spark_master:
         return "-"
-    executors = f" ({', '.join(s.executor_hosts)})" if s.executor_hosts else ""
+    if s.executor_hosts is None:
+        executors = "" if s.spark_master.startswith("local") else " (executors ?)"
+    else:
+        executors = f" ({', '.join(s.executor_hosts)})" if s.executor_hosts else " (no executors)"
     return f"{s.driver_host or '?'} @ {s.spark_master}{executors}; {s.spark_ui or '-'}"
 
 

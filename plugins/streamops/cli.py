@@ -313,50 +313,78 @@ def cluster_up() -> None:
     `streamops up --cluster` does the Kafka part and points the local Airflow at the cluster."""
     try:
         _cluster_ready(load_catalog())
+        spark = _spark_cluster()
     except (CatalogError, ServiceError, KafkaException) as exc:
         raise _fail(str(exc)) from None
-    _start(_spark_cluster().start)
+    _start(spark.start)
     typer.echo("Use them: `streamops up --cluster` (Airflow's connections from these files), or STREAMOPS_ENVIRONMENT=cluster "
                "with the Airflow connections kafka_default (the admin's settings) and kafka_app_<app> (each app's), "
                "or --kafka-config <file> on the CLI.")
 
 
+ForceOpt = Annotated[bool, typer.Option("--force", help="Stop Spark even while apps run on it.")]
+
+
 @cluster_app.command("down")
-def cluster_down() -> None:
+def cluster_down(force: ForceOpt = False) -> None:
     """Stop the Spark standalone cluster and every Kafka node (data, users and certificates are kept)."""
-    typer.echo(_spark_cluster().stop())
+    try:
+        typer.echo(_stop_spark(_spark_cluster(), force))
+    except ServiceError as exc:  # Kafka is stopped all the same
+        typer.secho(str(exc), err=True, fg=typer.colors.RED)
     typer.echo(_secure_cluster().stop())
 
 
 @cluster_app.command("status")
 def cluster_status() -> None:
     typer.echo(_secure_cluster().status())
-    typer.echo(_spark_cluster().status())
+    try:
+        typer.echo(_spark_cluster().status())
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _spark_cluster():
     from streamops.local_stack.spark_cluster import SparkStandalone
 
-    try:
-        return SparkStandalone.from_env()
-    except ServiceError as exc:
-        raise _fail(str(exc)) from None
+    return SparkStandalone.from_env()
+
+
+def _stop_spark(cluster, force: bool) -> str:
+    """Stop it, but not from under running apps unless forced: their drivers would stay "running"
+    with no executor and no progress."""
+    apps = cluster.applications()
+    if apps and not force:
+        raise ServiceError(f"apps run on the Spark cluster at {cluster.master_url}: "
+                           f"{', '.join(a['name'] + ' (' + a['id'] + ')' for a in apps)}; stop them first (stop_apps, "
+                           "or Ctrl-C `streamops app run`), or pass --force")
+    return cluster.stop()
 
 
 @spark_app.command("up")
 def spark_up() -> None:
     """Start the Spark standalone cluster: master on 127.0.0.21, workers on 127.0.0.22-23."""
-    _start(_spark_cluster().start)
+    try:
+        cluster = _spark_cluster()
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
+    _start(cluster.start)
 
 
 @spark_app.command("down")
-def spark_down() -> None:
-    typer.echo(_spark_cluster().stop())
+def spark_down(force: ForceOpt = False) -> None:
+    try:
+        typer.echo(_stop_spark(_spark_cluster(), force))
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
 
 
 @spark_app.command("status")
 def spark_status() -> None:
-    typer.echo(_spark_cluster().status())
+    try:
+        typer.echo(_spark_cluster().status())
+    except ServiceError as exc:
+        raise _fail(str(exc)) from None
 
 
 # --- catalog -----------------------------------------------------------------------------------

@@ -63,7 +63,7 @@ class SparkStandalone:
         numbers = {}
         if ports:
             parts = [part.strip() for part in ports.split(",")]
-            if len(parts) != 4 or not all(part.isdigit() for part in parts):
+            if len(parts) != 4 or not all(part.isdigit() and 0 < int(part) < 65536 for part in parts):
                 raise SparkClusterError(f"STREAMOPS_SPARK_PORTS {ports!r} is not four ports: master,master-ui,worker,worker-ui")
             numbers = dict(zip(("master_port", "master_ui_port", "worker_port", "worker_ui_port"), map(int, parts)))
         return cls(state_dir=Path(os.environ.get("STREAMOPS_SPARK_DIR") or RUN_DIR / "spark-standalone"), **numbers)
@@ -100,15 +100,18 @@ class SparkStandalone:
     def worker_dir(self, worker: int) -> Path:
         return self.state_dir / f"worker-{worker}"
 
-    def app_conf(self) -> dict[str, str]:
-        """Spark conf an app needs on this cluster: the connector from each worker's disk, and
-        executors small enough for two on this machine."""
+    def app_conf(self, cores: int = 1) -> dict[str, str]:
+        """Spark conf for an app on this small cluster (two 1-core workers): the connector from each
+        worker's disk, one-core executors of 512 MiB, and at most `cores` of the two cores, so
+        a second app still gets an executor (without a cap the first app takes every core and
+        the next one waits for executors forever)."""
         from streamops.toolchain import connector_jars
 
         return {
             "spark.executor.extraClassPath": os.pathsep.join(str(jar) for jar in connector_jars()),
             "spark.executor.cores": "1",
             "spark.executor.memory": "512m",
+            "spark.cores.max": str(cores),
         }
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -118,6 +121,16 @@ class SparkStandalone:
         if len(running) == 1 + len(self.worker_addresses):
             raise AlreadyRunning(f"the Spark standalone cluster is already running at {self.master_url} "
                                  f"({', '.join(f'{k} pid {v}' for k, v in running.items())}); UI {self.master_ui}")
+        try:
+            return self._start(timeout)
+        except BaseException:
+            # Nothing half-started outlives a failed start (each daemon is in a session of its own).
+            for name, process in [("master", self.master), *((f"worker {n}", p) for n, p in self.worker_processes.items())]:
+                if name not in running:
+                    process.stop(timeout=30)
+            raise
+
+    def _start(self, timeout: float) -> str:
         if self.master.pid() is None:
             self._check_free(self.master_address, (self.master_port, self.master_ui_port), "master")
             self.master.spawn(self._daemon("org.apache.spark.deploy.master.Master", "--host", self.master_address,
@@ -130,7 +143,6 @@ class SparkStandalone:
                 pass
             if self._master_json() is None:
                 tail = log_tail(self.master.log_file, 30)
-                self.stop()
                 raise SparkClusterError(f"the Spark master did not start at {self.master_url}; last lines of "
                                         f"{self.master.log_file}:\n{tail}")
         for worker in self.worker_addresses:
@@ -156,7 +168,7 @@ class SparkStandalone:
             pass
         if address not in self.alive_worker_hosts():
             tail = log_tail(process.log_file, 30)
-            process.stop(timeout=20)
+            process.stop(timeout=30)
             raise SparkClusterError(f"Spark worker {worker} ({address}) did not register with {self.master_url}; "
                                     f"last lines of {process.log_file}:\n{tail}")
         return f"Spark worker {worker} ({address}) registered"
@@ -228,8 +240,13 @@ class SparkStandalone:
         from streamops.spark_submit import spark_env
 
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SPARK_"))}
+        # Executors inherit the worker's environment: SPARK_LOCAL_IP makes them bind the worker's
+        # own address too. No port fallback (a daemon on port+1 would not be where master_url
+        # says); workers delete the files of finished apps after a day.
         return {**env, **spark_env(), "SPARK_LOCAL_IP": address, "SPARK_DAEMON_MEMORY": self.daemon_memory,
-                "SPARK_NO_DAEMONIZE": "1"}
+                "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0",
+                "SPARK_WORKER_OPTS": "-Dspark.port.maxRetries=0 -Dspark.worker.cleanup.enabled=true "
+                                     "-Dspark.worker.cleanup.appDataTtl=86400"}
 
     @staticmethod
     def _check_free(address: str, ports: tuple[int, ...], what: str) -> None:
