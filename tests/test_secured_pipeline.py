@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from router_routes import routed, wait_until_all_routed
 from streamops.acls import AppAcl, app_acls, apply_acls
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
@@ -51,18 +52,6 @@ def secured(secure_cluster, tmp_path, monkeypatch, prefix):
         runtime = AppRuntime(tmp_path / "checkpoints" / name)
         if runtime.is_locked():
             os.kill(runtime.driver()["pid"], 9)
-
-
-def expected_routes(kafka, router) -> set[tuple[str, str]]:
-    from spark_apps.oplog_router import routes
-
-    table = routes(router)
-    return {(f"{r.topic}/{r.partition}/{r.offset}", category)
-            for r in read_all(kafka, router.inputs["operations"]) for category, _ in table.get(r.json()["op_type"], [])}
-
-
-def routed(kafka, router) -> list[tuple[str, str]]:
-    return [(r.json()["event_id"], r.json()["category"]) for topic in router.outputs.values() for r in read_all(kafka, topic)]
 
 
 def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
@@ -121,15 +110,7 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
         assert runtime.state() == "running"
         secure_cluster.start_node(victim)
         secure_cluster.wait_isr_full(catalog.topic_names(), timeout=180)
-    expected = expected_routes(admin_kafka, router)
-    got: list = []
-
-    def complete() -> bool:
-        got[:] = routed(admin_kafka, router)
-        return expected <= set(got)
-
-    poll_until(complete, timeout=300, what="every record routed")
-    assert set(got) == expected, "a routed record that no input explains"
+    expected, got = wait_until_all_routed(admin_kafka, router, timeout=300, what="every record routed")
     duplicates = sum(n - 1 for n in Counter(got).values())
     with capfd.disabled():  # a figure for the log of the run
         print(f"\nsecured cluster: {len(expected)} routes expected and found, {duplicates} duplicates "

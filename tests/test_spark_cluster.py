@@ -16,9 +16,8 @@ import psutil
 import pytest
 
 from conftest import free_port
-from spark_apps.oplog_router import routes
+from router_routes import expected_routes, routed, wait_until_all_routed
 from streamops.app_status import app_status, status_table
-from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.local_stack.process import AlreadyRunning
@@ -59,16 +58,6 @@ def test_the_cli_finds_the_cluster_it_is_pointed_at(spark_cluster):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert "STREAMOPS_SPARK_PORTS '1,2' is not four ports: master,master-ui,worker,worker-ui" in bad.stderr
-
-def expected_routes(kafka, router) -> set[tuple[str, str]]:
-    table = routes(router)
-    return {(f"{r.topic}/{r.partition}/{r.offset}", category)
-            for r in read_all(kafka, router.inputs["operations"]) for category, _ in table.get(r.json()["op_type"], [])}
-
-
-def routed(kafka, router) -> list[tuple[str, str]]:
-    return [(r.json()["event_id"], r.json()["category"]) for topic in router.outputs.values() for r in read_all(kafka, topic)]
-
 
 def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(spark_cluster, broker, app_catalog, tmp_path):
     router = app_catalog.app("oplog-router")
@@ -118,15 +107,7 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
             poll_until(lambda: where().executor_hosts == [WORKER_ADDRESSES[1]], timeout=120,
                        what="the lost worker's executor to be gone from the app")
             assert where().state == "running"
-        expected = expected_routes(kafka, router)
-        got: list = []
-
-        def complete() -> bool:
-            got[:] = routed(kafka, router)
-            return expected <= set(got)
-
-        poll_until(complete, timeout=300, what="every record routed after the worker loss")
-        assert set(got) == expected, "a routed record that no input explains"
+        expected, got = wait_until_all_routed(kafka, router, timeout=300, what="every record routed after the worker loss")
         print(f"\nstandalone cluster: {len(expected)} routes expected and found, "
               f"{sum(n - 1 for n in Counter(got).values())} duplicates (worker 2 killed under load)")
     finally:
