@@ -254,5 +254,5 @@ def app_env(app_catalog, tmp_path, monkeypatch):
     yield catalog_file, AppRuntime(tmp_path / "checkpoints" / "oplog-router")
     for name in app_catalog.app_names():  # never leave a driver behind
         runtime = AppRuntime(tmp_path / "checkpoints" / name)
-        if runtime.is_locked():
+        if runtime.is_running():
             os.kill(runtime.driver()["pid"], signal.SIGKILL)

@@ -72,9 +72,9 @@ def test_a_driver_that_loses_a_launch_race_shows_its_own_log(app_env, app_catalo
     checks: list[bool] = []
 
     class RacingRuntime(AppRuntime):
-        def is_locked(self) -> bool:  # the launch's own check ran just before the winner took the lock
+        def is_running(self) -> bool:  # the launch's own check ran just before the winner took the lock
             checks.append(True)
-            return len(checks) > 1 and super().is_locked()
+            return len(checks) > 1 and super().is_running()
 
     winner = AppRuntime(checkpoint)
     winner.acquire({"app": "oplog-router", "version": "9.9.9"})

@@ -53,7 +53,7 @@ def launcher(broker, app_catalog, tmp_path):
     # spark-submit runs in a process group of its own (so Ctrl-C reaches only the CLI).
     for app in app_catalog.app_names():
         runtime = launch.runtime(app)
-        if runtime.is_locked():
+        if runtime.is_running():
             os.killpg(runtime.driver()["process_group"], signal.SIGKILL)
 
 

@@ -39,7 +39,7 @@ def steps_of(run_id: str) -> list[tuple[str, str]]:
 
 def stop_driver(runtime: AppRuntime) -> None:
     runtime.request_stop(by="test")
-    poll_until(lambda: not runtime.is_locked(), timeout=120, what="the driver to stop")
+    poll_until(lambda: not runtime.is_running(), timeout=120, what="the driver to stop")
 
 
 def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing(run_dag, app_env, app_catalog, broker):
@@ -52,7 +52,7 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120, what="a batch with data")
     dead = runtime.driver()
     os.kill(dead["pid"], signal.SIGKILL)  # mid-stream
-    poll_until(lambda: not runtime.is_locked(), timeout=30, what="the lock to be released")
+    poll_until(lambda: not runtime.is_running(), timeout=30, what="the lock to be released")
     assert runtime.state() == "crashed"
 
     dry = run_dag("recover_restart_app", catalog_file, app="oplog-router")

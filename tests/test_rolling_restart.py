@@ -107,7 +107,7 @@ def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env
         assert list_backups(str(tmp_path / "checkpoints" / "browser-activity")) == []
     finally:
         runtime.request_stop(by="test")
-        poll_until(lambda: not runtime.is_locked(), timeout=120, what="browser-activity to stop")
+        poll_until(lambda: not runtime.is_running(), timeout=120, what="browser-activity to stop")
 
 
 def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_env, app_catalog, broker, tmp_path):

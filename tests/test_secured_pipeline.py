@@ -50,7 +50,7 @@ def secured(secure_cluster, tmp_path, monkeypatch, prefix):
     yield catalog, catalog_file
     for name in catalog.app_names():  # never leave a driver behind
         runtime = AppRuntime(tmp_path / "checkpoints" / name)
-        if runtime.is_locked():
+        if runtime.is_running():
             os.kill(runtime.driver()["pid"], 9)
 
 

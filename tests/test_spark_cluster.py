@@ -119,6 +119,79 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
                 os.killpg(driver.pid, signal.SIGKILL)
 
 
+def test_a_paused_driver_is_taken_over_and_stops_without_committing_when_it_wakes(spark_cluster, broker, app_catalog,
+                                                                                   tmp_path):
+    """Two drivers of one app on the cluster, one after the other on the same checkpoint: the first
+    is paused (SIGSTOP of its whole process group, as a frozen host), the second takes the lease
+    over once the first's heartbeat is older than its ttl, and when the first wakes (SIGCONT) it
+    stops without committing. Zero loss, and the checkpoint stays one the second driver runs on."""
+    from streamops.app_runtime import AppRuntime
+
+    for worker, address in WORKER_ADDRESSES.items():  # one core each: one per driver
+        if address not in spark_cluster.alive_worker_hosts():
+            spark_cluster.start_worker(worker)
+    router = app_catalog.app("oplog-router")
+    kafka = broker.client_config
+    checkpoint = tmp_path / "checkpoint"
+    runtime = AppRuntime(checkpoint)
+    catalog = _catalog_file(app_catalog, tmp_path)
+
+    def start_driver(name: str) -> subprocess.Popen:
+        spec = submit_spec(router, kafka=kafka, catalog=catalog, trigger="1 second", checkpoint=str(checkpoint))
+        spec = dataclasses.replace(spec, conf={**spec.conf, **spark_cluster.app_conf(cores=1), "spark.ui.port": str(free_port()),
+                                               "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
+                                               "spark.driver.bindAddress": "127.0.0.1"})
+        with open(tmp_path / f"{name}.log", "wb") as log:
+            return subprocess.Popen(spec.argv(master=spark_cluster.master_url),  # noqa: S603
+                                    env=driver_env(STREAMOPS_LEASE_TTL_S="8"), stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+
+    def committed() -> int:
+        return max((int(f.name) for f in (checkpoint / "route" / "commits").glob("[0-9]*")), default=-1)
+
+    old = new = None
+    try:
+        with background_load(router, LoadSpec(count=10_000_000, keys=20, rate=100, seed=44, start_seq=20_000_000), kafka):
+            old = start_driver("old")
+            poll_until(lambda: committed() >= 2, timeout=300, what="the first driver to commit batches")
+            old_record = runtime.driver()
+            os.killpg(old.pid, signal.SIGSTOP)
+            paused_at = committed()
+            # While its heartbeat is fresh the paused driver still holds the app: a new one is refused.
+            assert runtime.is_running()
+            poll_until(lambda: not runtime.is_running(), timeout=60, what="the paused driver's lease to run out")
+            new = start_driver("new")
+            poll_until(lambda: (runtime.driver() or {}).get("lease_epoch") == old_record["lease_epoch"] + 1, timeout=300,
+                       what="the second driver to take the lease")
+            new_record = runtime.driver()
+            poll_until(lambda: committed() >= paused_at + 3, timeout=300, what="the second driver to commit batches")
+            os.killpg(old.pid, signal.SIGCONT)
+            assert old.wait(timeout=180) == 4, (tmp_path / "old.log").read_text()[-3000:]
+            fenced = [e for e in runtime.history() if e["event"] == "fenced"]
+            assert [(e["pid"], e["lease_epoch"]) for e in fenced] == [(old_record["pid"], old_record["lease_epoch"])]
+            assert fenced[0]["reason"].startswith(f"the lease of epoch {old_record['lease_epoch']} was taken over by driver "
+                                                  f"pid {new_record['pid']} on ")
+            # The record and the state are the new driver's; it goes on.
+            assert (runtime.driver()["pid"], runtime.state()) == (new_record["pid"], "running")
+            resumed_at = committed()
+            poll_until(lambda: committed() >= resumed_at + 2, timeout=300, what="the second driver to go on committing")
+            assert new.poll() is None
+        expected, got = wait_until_all_routed(kafka, router, timeout=300, what="every record routed after the takeover")
+        runtime.request_stop(by="test")
+        assert new.wait(timeout=180) == 0
+        assert runtime.driver()["outcome"] == "stopped"
+        offsets = max(int(f.name) for f in (checkpoint / "route" / "offsets").glob("[0-9]*"))
+        assert committed() == offsets, "a batch planned but not committed after a graceful stop"
+        print(f"\nlease takeover: {len(expected)} routes expected and found, {sum(n - 1 for n in Counter(got).values())} "
+              f"duplicates; paused driver fenced at batch {paused_at}, the new driver committed up to {offsets}")
+    finally:
+        for driver in (old, new):
+            if driver is not None and driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGCONT)
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait(timeout=60)
+
+
 def _processes_of(address: str) -> list[int]:
     """Processes started for the worker on this address (the worker, its executors' JVMs)."""
     found = []

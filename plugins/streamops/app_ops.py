@@ -4,7 +4,7 @@ The Spark provider's SparkSubmitHook.submit() runs spark-submit in the foregroun
 mode, holds the Airflow worker slot for the life of the driver. We use the hook for what it is
 good at, turning the `spark_default` connection and our SubmitSpec into a spark-submit command,
 and start that command detached so the app outlives the task. The one-driver guard is the app's
-own lock (streamops.app_runtime), checked here first for a clear refusal and enforced again by
+own lease (streamops.driver_lease), checked here first for a clear refusal and enforced again by
 the driver itself, so a launch by hand is refused the same way.
 """
 
@@ -64,11 +64,11 @@ def launch(
     spark_conf: dict[str, str] | None = None,
     wait_for_start_s: float = 240.0,
 ) -> Launch:
-    """Start the driver detached, then wait until it holds its lock and has started every query;
+    """Start the driver detached, then wait until it holds its lease and has started every query;
     on failure, raise with the driver log's tail. (Progress is the health gate's business: an
     idle query reports none.)"""
     runtime = AppRuntime(checkpoint)
-    if runtime.is_locked():
+    if runtime.is_running():
         raise AlreadyRunningError(runtime.refusal(app.name))
     driver_log = runtime.new_driver_log()
     with open(driver_log, "ab") as log:
@@ -97,7 +97,7 @@ def launch(
             )
         record = runtime.driver() or {}
         return (
-            runtime.is_locked()
+            runtime.is_running()
             and record.get("launched_by") == launched_by
             and expected_queries <= set(record.get("queries_started") or [])
         )
@@ -123,14 +123,14 @@ def _query_names(app: AppSpec) -> set[str]:
 def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float = 60.0) -> str:
     """Ask the driver to stop after its in-flight micro-batch; escalate only if it will not."""
     runtime = AppRuntime(checkpoint)
-    if not runtime.is_locked():
+    if not runtime.is_running():
         return f"{app.name} is not running (state: {runtime.state()})"
     pid = (runtime.driver() or {}).get("pid")
     process = runtime.driver_process()
     runtime.request_stop(by=requested_by, deadline_s=deadline_s)
     # The driver's own deadline (STREAMOPS_STOP_DEADLINE) covers the batch; allow for exit too.
     try:
-        poll_until(lambda: not runtime.is_locked(), timeout=deadline_s + 60, what=f"{app.name} to stop", max_interval=1)
+        poll_until(lambda: not runtime.is_running(), timeout=deadline_s + 60, what=f"{app.name} to stop", max_interval=1)
         record = runtime.driver() or {}
         return f"{app.name} stopped (pid {pid}): {record.get('reason', '')}"
     except DeadlineExceeded:
@@ -144,16 +144,16 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
     # the second follows once the first has had a moment.
     _signal(process, signal.SIGTERM)
     try:
-        poll_until(lambda: not runtime.is_locked(), timeout=5, what=f"{app.name} to take the first SIGTERM")
+        poll_until(lambda: not runtime.is_running(), timeout=5, what=f"{app.name} to take the first SIGTERM")
         return f"{app.name} did not stop within {deadline_s + 60:g}s; stopped with SIGTERM (pid {pid})"
     except DeadlineExceeded:
         _signal(process, signal.SIGTERM)
     try:
-        poll_until(lambda: not runtime.is_locked(), timeout=30, what=f"{app.name} to exit after SIGTERM")
+        poll_until(lambda: not runtime.is_running(), timeout=30, what=f"{app.name} to exit after SIGTERM")
         return f"{app.name} did not stop within {deadline_s + 60:g}s; stopped with SIGTERM (pid {pid})"
     except DeadlineExceeded:
         _signal(process, signal.SIGKILL)
-        poll_until(lambda: not runtime.is_locked(), timeout=30, what=f"{app.name} to die")
+        poll_until(lambda: not runtime.is_running(), timeout=30, what=f"{app.name} to die")
         return f"{app.name} ignored SIGTERM; killed (pid {pid}); the checkpoint is safe to restart from"
 
 

@@ -1,7 +1,8 @@
 """What a running app leaves beside its checkpoint, for every DAG and operator to read.
 
-    <checkpoint>/_runtime/driver.lock      flock held by the one live driver (released on any exit,
-                                           kill -9 included): exactly one driver per checkpoint
+    <checkpoint>/_runtime/lease/           the one-driver lease with its epochs and heartbeats
+                                           (streamops.driver_lease): exactly one driver per
+                                           checkpoint, across hosts
     <checkpoint>/_runtime/driver.json      the current or last driver: app, version, conf, pid,
                                            host, Spark application id, started/stopped at
     <checkpoint>/_runtime/runs.jsonl       every start and stop, appended
@@ -12,14 +13,14 @@
     <checkpoint>/_runtime/skip-records.json  input records an operator chose to skip
                                            (recover_skip_records); read by the driver at start
 
-The lock and files need a POSIX filesystem the driver and the DAGs share (local mode, or a
-shared mount); a checkpoint on an object store keeps its runtime folder on such a mount.
+The lease and files need a POSIX filesystem the drivers and the DAGs share (local mode, or a
+shared mount on every host); a checkpoint on an object store keeps its runtime folder on such a
+mount.
 Imported by the Spark apps, so no Airflow here.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -30,12 +31,14 @@ from typing import Any
 
 import psutil
 
+from streamops.driver_lease import DriverLease, Holder, LeaseTaken
+
 
 DRIVER_LOGS_KEPT = 20
 
 
 class AlreadyRunningError(RuntimeError):
-    """Another driver holds the app's lock; the message names it."""
+    """Another driver holds the app's lease; the message names it and its host."""
 
 
 def now_iso() -> str:
@@ -65,30 +68,27 @@ class AppRuntime:
             )
         self.checkpoint = Path(location.removeprefix("file://"))
         self.dir = self.checkpoint / "_runtime"
-        self.lock_file = self.dir / "driver.lock"
+        self.lease = DriverLease(self.dir)
         self.driver_file = self.dir / "driver.json"
         self.history_file = self.dir / "runs.jsonl"
         self.stop_marker = self.dir / "stop-requested"
         self.progress_dir = self.dir / "progress"
         self.skip_file = self.dir / "skip-records.json"
         self.logs_dir = self.dir / "logs"
-        self._lock_fd: int | None = None
         # driver.json is read and rewritten whole: the driver's threads (the query listener and
         # the main one) take turns.
         self._record_lock = threading.Lock()
 
-    # --- the one-driver lock --------------------------------------------------------------------
+    # --- the one-driver lease --------------------------------------------------------------------
 
     def acquire(self, info: dict[str, Any]) -> None:
-        """Take the lock for this process and record the driver; refuse if another holds it."""
+        """Take the lease for this process and record the driver; refuse if a live driver holds
+        it, on this host or another (the message names it)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise AlreadyRunningError(self.refusal(info.get("app", "the app"))) from None
-        self._lock_fd = fd
+            epoch = self.lease.take({"app": info.get("app")})
+        except LeaseTaken as taken:
+            raise AlreadyRunningError(self.refusal(info.get("app", "the app"), taken.holder)) from None
         self.stop_marker.unlink(missing_ok=True)
         # Progress files describe the previous driver: a new one starts with none, so nobody
         # mistakes old progress for this driver's.
@@ -96,48 +96,54 @@ class AppRuntime:
             stale.unlink()
         # The process's start time with its pid: a pid the OS reuses later is never mistaken for it.
         record = {**info, "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "host": socket.gethostname(),
-                  "started_at": now_iso()}
+                  "started_at": now_iso(), "lease_epoch": epoch}
         _write_atomic(self.driver_file, record)
         self._append_history({"event": "started", **record})
 
-    def refusal(self, app: str) -> str:
+    def refusal(self, app: str, holder: Holder | None = None) -> str:
+        holder = holder or self.lease.live_holder()
         running = self.driver() or {}
+        if holder is not None and running.get("lease_epoch") not in (None, holder.epoch):
+            running = {}  # the record is an earlier driver's: the lease's own words only
+        pid = holder.pid if holder else running.get("pid", "?")
+        host = holder.host if holder else running.get("host", "?")
+        beat = f", heartbeat {holder.silent_for_s():.0f}s ago" if holder else ""
         return (
-            f"{app} is already running: driver pid {running.get('pid', '?')} on {running.get('host', '?')}, "
-            f"version {running.get('version', '?')}, Spark application {running.get('application_id', '?')}, "
-            f"started {running.get('started_at', '?')} (lock {self.lock_file}); stop it first"
+            f"{app} is already running: driver pid {pid} on {host}, version {running.get('version', '?')}, "
+            f"Spark application {running.get('application_id', '?')}, started {running.get('started_at', '?')} "
+            f"(lease epoch {holder.epoch if holder else '?'}{beat}, {self.lease.dir}); stop it first"
         )
+
+    @property
+    def fenced(self) -> bool:
+        """True in a driver whose lease another driver has taken over: it must not write."""
+        return self.lease.epoch is not None and not self.lease.still_held()
 
     def update(self, **fields: Any) -> None:
         with self._record_lock:
+            if self.fenced:
+                return  # driver.json is the new driver's now
             record = {**(self.driver() or {}), **fields}
             _write_atomic(self.driver_file, record)
 
     def release(self, outcome: str, reason: str = "") -> None:
-        """Record how the driver ended, then drop the lock."""
+        """Record how the driver ended, then end the lease. A driver fenced by a newer one records
+        only a line in the history: driver.json belongs to the newer driver."""
         with self._record_lock:
+            if self.fenced:
+                self._append_history({"event": "fenced", "pid": os.getpid(), "host": socket.gethostname(),
+                                      "lease_epoch": self.lease.epoch, "stopped_at": now_iso(),
+                                      "reason": self.lease.lost_reason()})
+                self.lease.end("fenced")
+                return
             record = {**(self.driver() or {}), "stopped_at": now_iso(), "outcome": outcome, "reason": reason}
             _write_atomic(self.driver_file, record)
         self._append_history({"event": "stopped", **record})
-        if self._lock_fd is not None:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self.lease.end(outcome)
 
-    def is_locked(self) -> bool:
-        """True while some live process holds the driver lock."""
-        if not self.lock_file.exists():
-            return False
-        fd = os.open(self.lock_file, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        finally:
-            os.close(fd)
+    def is_running(self) -> bool:
+        """True while a live driver holds the lease (on any host: its heartbeat is fresh)."""
+        return self.lease.live_holder() is not None
 
     def driver(self) -> dict[str, Any] | None:
         return _read_json(self.driver_file)
@@ -157,7 +163,7 @@ class AppRuntime:
 
     def state(self) -> str:
         """running | stopped | failed (its query failed) | crashed (died unrecorded) | never started."""
-        if self.is_locked():
+        if self.is_running():
             return "running"
         record = self.driver()
         if record is None:
@@ -209,6 +215,8 @@ class AppRuntime:
     # --- progress ---------------------------------------------------------------------------------
 
     def write_progress(self, query: str, progress: dict[str, Any]) -> None:
+        if self.fenced:
+            return
         self.progress_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.progress_dir / f"{query}.json", progress)
 

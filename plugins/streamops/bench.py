@@ -268,7 +268,7 @@ def roll_restart_benchmark(rate: float = 300.0, kafka: KafkaClientConfig | None 
         stamps = sorted(t for _, _, t in got)
         gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0) / 1000
         duplicates = sum(n - 1 for n in Counter((e, c) for e, c, _ in got).values())
-        poll_until(lambda: not runtime.is_locked(), timeout=120, what="the router to stop")
+        poll_until(lambda: not runtime.is_running(), timeout=120, what="the router to stop")
         return [
             f"roll-restart of the router under {rate:.0f} records/s: downtime (no driver) {summary['downtime_s']:.1f} s, "
             f"largest gap between output records {gap:.1f} s",

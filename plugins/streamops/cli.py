@@ -514,7 +514,7 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
             pass
         # The request is written once our driver holds the lock: a driver still starting would
         # clear a stop request it found (it belongs to the driver before).
-        if signals and not asked and runtime.is_locked() and (runtime.driver() or {}).get("launched_by") == me:
+        if signals and not asked and runtime.is_running() and (runtime.driver() or {}).get("launched_by") == me:
             said = {signal.SIGINT: f"Ctrl-C at the terminal ({me})", signal.SIGHUP: f"the terminal of {me} closing"}
             runtime.request_stop(by=said.get(signals[0], f"SIGTERM to {me}"))
             asked = True

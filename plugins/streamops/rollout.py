@@ -107,7 +107,7 @@ def restore_checkpoint(checkpoint: str, backup: Path) -> Path:
 
 
 def retire_queries(checkpoint: str) -> None:
-    """Remove the query folders, keeping _runtime (lock, history, ledgers). Callers take a
+    """Remove the query folders, keeping _runtime (lease, history, ledgers). Callers take a
     backup first: the checkpoint then starts new, and the snapshot is the way back."""
     for child in Path(checkpoint).iterdir() if Path(checkpoint).exists() else []:
         if child.name != "_runtime":
@@ -168,7 +168,7 @@ def health_gate(app: AppSpec, kafka: KafkaClientConfig, deadline_s: float, max_d
 
     def check() -> bool:
         nonlocal records, dead
-        if not runtime.is_locked():
+        if not runtime.is_running():
             raise _GateFailure(f"the new driver is {runtime.state()}: {(runtime.driver() or {}).get('reason', 'it died')}")
         for name, progress in runtime.progress().items():
             if progress["batch_id"] != seen.get(name):
@@ -263,7 +263,7 @@ def roll_restart(
                 "backup": str(backup), "downtime_s": round(downtime, 1), "gate": gate.reason}
 
     log(f"{app.name}: HEALTH GATE FAILED: {gate.reason}; rolling back to version {previous.get('version')}")
-    if runtime.is_locked():
+    if runtime.is_running():
         log(stop(app, checkpoint=checkpoint, requested_by=f"{run_id} (rollback)", deadline_s=stop_deadline_s))
     replaced = restore_checkpoint(checkpoint, backup)
     log(f"{app.name}: checkpoint restored from {backup} (the failed version's checkpoint is kept at {replaced})")

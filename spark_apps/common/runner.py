@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -120,20 +121,44 @@ def _starting_offsets(starting: str, topics: list[str]) -> str:
     return json.dumps(offsets)
 
 
+class LeaseLost(RuntimeError):
+    """Another driver took over this app's lease: this one must not write or commit."""
+
+
+def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], bool] | None) -> Callable[[DataFrame, int], None]:
+    """The sink of every query: write the micro-batch to Kafka (each row's `topic`), checking the
+    driver's lease before the write and again before Spark commits the batch (it commits when
+    this returns). A driver that lost its lease (paused while another took over) raises, so the
+    batch is neither written by it nor committed; the new driver runs it instead."""
+
+    def check(batch_id: int, when: str) -> None:
+        if still_held is not None and not still_held():
+            raise LeaseLost(f"batch {batch_id} not {when}: another driver has taken over this app's lease")
+
+    def write(batch: DataFrame, batch_id: int) -> None:
+        check(batch_id, "written")
+        batch.write.format("kafka").options(**sink_options).save()
+        check(batch_id, "committed")
+
+    return write
+
+
 def start_app(
     spark: SparkSession,
     spec: AppSpec,
     program: ModuleType,
     options: RunOptions,
     outputs: list[OutputQuery] | None = None,
+    still_held: Callable[[], bool] | None = None,
 ) -> list[StreamingQuery]:
     """Start every query of the app. With available-now, run them one after the other (a later
-    query may read an earlier one's output) and return them finished; else return them running."""
+    query may read an earlier one's output) and return them finished; else return them running.
+    `still_held` is the driver's lease check (None: no lease, e.g. a test's own session)."""
     started = []
+    sink_options = kafka_sink_options(options.kafka, spec.producer)
     for output in outputs or build_outputs(spark, spec, program, options):
         writer = (
-            output.frame.writeStream.format("kafka")
-            .options(**kafka_sink_options(options.kafka, spec.producer))
+            output.frame.writeStream.foreachBatch(fenced_kafka_writer(sink_options, still_held))
             .option("checkpointLocation", f"{options.checkpoint}/{output.name}")
             .outputMode(output.output_mode)
             .queryName(f"{spec.name}.{output.name}")
@@ -146,6 +171,8 @@ def start_app(
         log.info("started query %s (id %s), checkpoint %s/%s", query.name, query.id, options.checkpoint, output.name)
         if options.trigger == AVAILABLE_NOW:
             query.awaitTermination()
+            if still_held is not None and not still_held():
+                raise LeaseLost(f"query {query.name} stopped: another driver has taken over this app's lease")
             if query.exception():
                 raise RuntimeError(f"query {query.name} failed: {query.exception()}")
         started.append(query)
@@ -241,6 +268,8 @@ class ProgressPublisher(StreamingQueryListener):
             self._publish(p)
 
     def _publish(self, p) -> None:
+        if self.runtime is not None and self.runtime.fenced:
+            return  # a newer driver owns the progress files and the consumer group now
         observed = {name: row.asDict() for name, row in (p.observedMetrics or {}).items()}
         state_rows = sum(op.numRowsTotal for op in p.stateOperators)
         dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
@@ -421,6 +450,9 @@ def main(argv: list[str], program_name: str) -> int:
         log.error("refused: %s", exc)
         return 3
     stops = StopSignals()
+    # A driver that finds another has taken its lease over stops its queries at once: the batch
+    # in flight is not committed (the sink checks too) and the new driver runs it.
+    runtime.lease.on_lost(lambda _taker: stops.stop_now("lease lost"))
     began = time.monotonic()
     running = False  # queries started (an available-now run is running while start_app works)
     queries: list[StreamingQuery] = []
@@ -438,8 +470,9 @@ def main(argv: list[str], program_name: str) -> int:
         outputs = build_outputs(spark, spec, program, options)
         runtime.update(plan_fingerprint=plan_fingerprint(outputs))
         running = options.trigger == AVAILABLE_NOW
-        queries = start_app(spark, spec, program, options, outputs)
-        running, stops.queries = True, queries
+        queries = start_app(spark, spec, program, options, outputs, still_held=runtime.lease.still_held)
+        running = True
+        stops.watch(queries)
         # Launchers wait for this: an idle query reports no progress, but it has started.
         runtime.update(queries_started=[q.name.rsplit(".", 1)[-1] for q in queries], queries_started_at=now_iso())
         if options.trigger == AVAILABLE_NOW:
@@ -449,12 +482,16 @@ def main(argv: list[str], program_name: str) -> int:
             return 0
 
         poll_until(
-            lambda: stops.received or runtime.stop_requested() or any(not q.isActive for q in queries),
+            lambda: stops.received or runtime.fenced or runtime.stop_requested() or any(not q.isActive for q in queries),
             timeout=10 * 365 * 86400,
             what="a stop request",
             interval=0.5,
             max_interval=1.0,
         )
+        if runtime.fenced:
+            graceful_stop(queries, deadline_s=0)
+            outcome, reason = "fenced", runtime.lease.lost_reason()
+            return 4
         failed = [q for q in queries if not q.isActive and q.exception()]
         if failed:
             record_failed_batches(runtime, failed)
@@ -474,6 +511,10 @@ def main(argv: list[str], program_name: str) -> int:
         outcome = "stopped"
         return 0
     except BaseException as exc:
+        if runtime.fenced:
+            outcome, reason = "fenced", runtime.lease.lost_reason()
+            log.error("%s", reason)
+            return 4
         outcome, reason = ended_by(exc, running, time.monotonic() - began, stops, jvm_pid)
         log.error("%s", reason)
         raise
@@ -490,16 +531,31 @@ class StopSignals:
     def __init__(self):
         self.received: list[str] = []
         self.queries: list[StreamingQuery] = []
+        self._stop_now = False
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+
+    def watch(self, queries: list[StreamingQuery]) -> None:
+        self.queries = queries
+        if self._stop_now:
+            self._stop_queries()
+
+    def stop_now(self, why: str) -> None:
+        """Stop the queries at once from any thread (they may not have started yet)."""
+        log.error("stopping the queries at once: %s", why)
+        self._stop_now = True
+        self._stop_queries()
+
+    def _stop_queries(self) -> None:
+        for query in self.queries:  # still restart-safe: an interrupted batch re-runs
+            query.stop()
 
     def _on_signal(self, signum, _frame):
         self.received.append(signal.Signals(signum).name)
         if len(self.received) > 1:
             if not self.queries:
                 raise KeyboardInterrupt(f"a second signal ({self.received[-1]}) during start-up")
-            for query in self.queries:  # still restart-safe: an interrupted batch re-runs
-                query.stop()
+            self._stop_queries()
 
     def describe(self) -> str:
         if not self.received:

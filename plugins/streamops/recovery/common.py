@@ -91,7 +91,7 @@ def keeps_state(app: AppSpec) -> bool:
 
 def refuse_if_running(app: AppSpec, what: str, problems: list[str]) -> None:
     runtime = AppRuntime(app.checkpoint_location())
-    if runtime.is_locked():
+    if runtime.is_running():
         driver = runtime.driver() or {}
         problems.append(
             f"{app.name} is running (driver pid {driver.get('pid', '?')} on {driver.get('host', '?')}, version "

@@ -27,7 +27,7 @@ class Leftover:
 
 def leftovers(driver: dict) -> list[Leftover]:
     """Processes of the last driver's process group still alive on this host: spark-submit,
-    its JVM (which runs the queries) and Python workers. With the lock free the Python driver
+    its JVM (which runs the queries) and Python workers. With the lease free the Python driver
     is gone, but a JVM that outlived it could still write to the checkpoint."""
     group = driver.get("process_group")
     if not group or driver.get("host") != socket.gethostname():
@@ -83,7 +83,7 @@ def await_resumed(app: AppSpec, kafka: KafkaClientConfig, lag_before: int | None
     seen: dict = {}
 
     def resumed() -> bool:
-        if not runtime.is_locked():
+        if not runtime.is_running():
             record = runtime.driver() or {}
             raise NotResumed(
                 f"{app.name} is {runtime.state()} again: {record.get('reason') or 'the driver died'}; last lines of its log:\n"

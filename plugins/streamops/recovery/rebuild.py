@@ -85,7 +85,7 @@ def plan_rebuild(admin: AdminClient, catalog: Catalog, app_name: str, target: st
         outputs = [f"{t}.{version}" for t in outputs]
     if not query_dirs(app.checkpoint_location()):
         notes.append("the app has no checkpoint yet: there is no state to rebuild, only a first start from earliest")
-    return RebuildPlan(app.name, target, AppRuntime(app.checkpoint_location()).is_locked(), keeps_state(app),
+    return RebuildPlan(app.name, target, AppRuntime(app.checkpoint_location()).is_running(), keeps_state(app),
                        batch_marks(app.checkpoint_location()), rows, outputs, notes)
 
 
@@ -94,7 +94,7 @@ def apply_rebuild_live(app: AppSpec, plan: RebuildPlan, start, stop_app) -> dict
     from streamops.rollout import backup_checkpoint, retire_queries
 
     checkpoint = app.checkpoint_location()
-    stopped = stop_app() if AppRuntime(checkpoint).is_locked() else None
+    stopped = stop_app() if AppRuntime(checkpoint).is_running() else None
     backup = str(backup_checkpoint(checkpoint, "before-rebuild")) if query_dirs(checkpoint) else None
     retire_queries(checkpoint)
     started = start("earliest")

@@ -6,7 +6,7 @@ catalog's `max_record_bytes`, through `records.parse` on Spark, the code the app
 chosen range; records that pass are produced to the input topic's original partition with
 headers naming where they came from; the rest stay where they are.
 
-The replay ledger (`<checkpoint>/_runtime/replay-ledger.jsonl`, beside the driver's lock on the
+The replay ledger (`<checkpoint>/_runtime/replay-ledger.jsonl`, beside the driver's lease on the
 shared filesystem) lists every replayed source record (topic/partition/offset of the original).
 A record already in it is never replayed again, whichever dead-letter copy names it, so a
 second run over the same range is a no-op. A record is entered once its write is acknowledged:

@@ -273,7 +273,7 @@ def plan_reset(
         raise RecoveryRefused(problems)
     return ResetPlan(
         app=app.name, request=asdict(request), rows=rows, kept=kept, marks=batch_marks(checkpoint),
-        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_locked(), warnings=warnings, planned_at=now.isoformat(timespec="seconds"),
+        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_running(), warnings=warnings, planned_at=now.isoformat(timespec="seconds"),
     )
 
 

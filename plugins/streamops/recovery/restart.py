@@ -102,8 +102,10 @@ def plan_restart(catalog: Catalog, app_name: str, kafka: KafkaClientConfig) -> R
     if state == "stopped":
         notes.append(f"{app.name} was stopped on purpose ({driver.get('reason') or 'a stop request'}), not crashed")
     if driver.get("host") and driver.get("host") != socket.gethostname():
-        notes.append(f"the last driver ran on {driver['host']}, not here: its processes there cannot be checked "
-                     "(the lock is free, so its Python driver is gone)")
+        notes.append(f"the last driver ran on {driver['host']}, not here: its processes there (process group "
+                     f"{driver.get('process_group')}: spark-submit, its JVM) cannot be checked or ended from here; its lease "
+                     "ran out (no heartbeat), so its Python driver is gone or paused, and it can no longer write a batch "
+                     f"(a paused one stops when it wakes). Check that host with `ps -g {driver.get('process_group')}`")
     if not query_dirs(app.checkpoint_location()):
         notes.append("the checkpoint holds no query yet: the app starts from the catalog's starting position")
     failed = (driver.get("failed_batches") or []) if state == "failed" else []
@@ -167,7 +169,7 @@ def restart_from_checkpoint(app: AppSpec, version: str, spark_conf: dict, start,
 
     checkpoint = app.checkpoint_location()
     runtime = AppRuntime(checkpoint)
-    if runtime.is_locked():
+    if runtime.is_running():
         raise RecoveryRefused([f"{app.name} was started by someone else since the plan ({runtime.refusal(app.name)})"])
     # Re-scan: the plan may be minutes old.
     ended = end_leftovers(leftovers(runtime.driver() or {}))

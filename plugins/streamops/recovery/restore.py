@@ -98,7 +98,7 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
         raise RecoveryRefused([f"snapshot {snapshot!r} is not in {app.name}'s history; the latest are: {', '.join(names[-5:])}"])
     chosen = history[names.index(chosen_name)]
     runtime = AppRuntime(app.checkpoint_location())
-    running = runtime.is_locked()
+    running = runtime.is_running()
     if running and for_apply and not stop_if_running:
         raise RecoveryRefused([f"{app.name} is running; a restore replaces its checkpoint: stop it with stop_apps, or set "
                                "'stop_if_running' to let this DAG stop it gracefully"])
@@ -129,7 +129,7 @@ def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
         raise RecoveryRefused([problem or f"snapshot {plan.snapshot!r} is not among {app.name}'s snapshots: run the DAG again"])
     runtime = AppRuntime(checkpoint)
     stopped = None
-    if runtime.is_locked():
+    if runtime.is_running():
         if not plan.running:
             raise RecoveryRefused([f"{app.name} was started since the plan: run the DAG again"])
         stopped = stop_app()

@@ -325,7 +325,7 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) ->
     problems = entry_problems(app, plan.entries)
     if problems:
         raise RecoveryRefused(["the plan this task received is not one the plan task makes:", *problems])
-    if runtime.is_locked():
+    if runtime.is_running():
         raise RecoveryRefused([f"{app.name} was started by someone else since the plan ({runtime.refusal(app.name)})"])
     if batch_marks(checkpoint) != plan.marks:
         raise RecoveryRefused([f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"])
@@ -356,7 +356,7 @@ def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientC
     seen: dict = {"dead_lettered": set(), "behind": []}
 
     def done() -> bool:
-        if not runtime.is_locked():
+        if not runtime.is_running():
             record = runtime.driver() or {}
             failed = record.get("failed_batches")
             raise NotResumed(f"{app.name} is {runtime.state()} again: "

@@ -1,0 +1,266 @@
+"""Exactly one driver per checkpoint, across hosts: a lease with an epoch, kept with the checkpoint.
+
+    <checkpoint>/_runtime/lease/epoch-0000000007.json   who took epoch 7 (host, pid, app, ttl_s, when);
+                                                        created once and never rewritten
+    <checkpoint>/_runtime/lease/beat-0000000007.json    the holder's latest heartbeat (rewritten)
+    <checkpoint>/_runtime/lease/ended-0000000007.json   how the holder of epoch 7 ended
+
+A driver takes the lease by creating the next epoch's file. The file is written whole to a temporary
+name and then hard-linked to its final name: link() fails if the name exists, on local disks and on
+NFS alike, so of two drivers (on any hosts) racing for the same epoch exactly one wins, and nobody
+ever reads half a record. A new epoch may only be taken when the current holder has ended, or its
+heartbeat is older than the holder's own ttl_s (it died on another host, or it is paused), or it is
+a process of this host that no longer exists (kill -9 here: no need to wait out the ttl).
+
+The holder heartbeats from a thread of its own and checks, before each batch it writes and again
+before the batch is committed, that no later epoch exists (`still_held`). A driver that was paused
+(SIGSTOP, a long GC, a frozen VM) and wakes up after another took over sees the later epoch and
+stops without committing. Clocks: the age of a heartbeat is read against the reader's clock, so the
+hosts' clocks must agree to well within ttl_s (NTP does).
+
+Storage: link() and rename() need a POSIX filesystem the drivers and the DAGs share (a local disk,
+NFS, a cluster filesystem mount). An object store has no atomic create of a file that must not
+exist (S3 has conditional writes, but not through a filesystem path), so an app whose checkpoint is
+on an object store keeps its _runtime folder on a shared mount (streamops.app_runtime).
+Imported by the Spark apps, so no Airflow here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+
+log = logging.getLogger("streamops.lease")
+
+DEFAULT_TTL_S = 30.0
+EPOCHS_KEPT = 50
+
+
+def lease_ttl_s() -> float:
+    """The ttl a driver declares when it takes the lease (STREAMOPS_LEASE_TTL_S, default 30 s):
+    how long another driver waits for a silent holder before taking over."""
+    raw = os.environ.get("STREAMOPS_LEASE_TTL_S")
+    if not raw:
+        return DEFAULT_TTL_S
+    try:
+        ttl = float(raw)
+    except ValueError:
+        raise ValueError(f"STREAMOPS_LEASE_TTL_S must be a number of seconds, not {raw!r}") from None
+    if not 2 <= ttl <= 3600:
+        raise ValueError(f"STREAMOPS_LEASE_TTL_S must be between 2 and 3600 seconds, not {ttl:g}")
+    return ttl
+
+
+class LeaseTaken(RuntimeError):
+    """Another driver holds the lease; `holder` says who."""
+
+    def __init__(self, message: str, holder: "Holder"):
+        super().__init__(message)
+        self.holder = holder
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One epoch's holder, as its files say."""
+
+    epoch: int
+    record: dict[str, Any]  # host, pid, pid_created, app, ttl_s, taken_at_s, taken_at
+    last_beat_s: float  # wall-clock seconds of its newest heartbeat (or of taking the lease)
+    ended: dict[str, Any] | None
+
+    @property
+    def host(self) -> str:
+        return str(self.record.get("host", "?"))
+
+    @property
+    def pid(self) -> Any:
+        return self.record.get("pid", "?")
+
+    def silent_for_s(self, now: float | None = None) -> float:
+        return max(0.0, (now if now is not None else time.time()) - self.last_beat_s)
+
+    def describe(self) -> str:
+        return f"epoch {self.epoch}: driver pid {self.pid} on {self.host}, heartbeat {self.silent_for_s():.0f}s ago"
+
+
+def _process_gone(record: dict[str, Any]) -> bool:
+    """True only when the holder is a process of this host that no longer exists (same pid and
+    start time, so a reused pid is not mistaken for it). Another host's process is never 'gone'
+    from here: only its heartbeat can tell."""
+    pid, created = record.get("pid"), record.get("pid_created")
+    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or not isinstance(created, (int, float)):
+        return False
+    try:
+        process = psutil.Process(pid)
+        return abs(process.create_time() - created) >= 0.01 or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text())
+        return value if isinstance(value, dict) else None
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class DriverLease:
+    """The lease of one checkpoint's runtime folder."""
+
+    def __init__(self, runtime_dir: Path):
+        self.dir = Path(runtime_dir) / "lease"
+        self.epoch: int | None = None  # the epoch this process holds, once taken
+        self._beater: threading.Thread | None = None
+        self._stop_beating = threading.Event()
+        self._lost_callbacks: list[Callable[[Holder | None], None]] = []
+        self._lost: Holder | None = None
+        self._lost_reported = False
+
+    def _epoch_file(self, epoch: int) -> Path:
+        return self.dir / f"epoch-{epoch:010d}.json"
+
+    def _beat_file(self, epoch: int) -> Path:
+        return self.dir / f"beat-{epoch:010d}.json"
+
+    def _ended_file(self, epoch: int) -> Path:
+        return self.dir / f"ended-{epoch:010d}.json"
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def latest_epoch(self) -> int:
+        if not self.dir.exists():
+            return 0
+        numbers = [int(p.name[6:16]) for p in self.dir.glob("epoch-*.json") if p.name[6:16].isdigit()]
+        return max(numbers, default=0)
+
+    def holder(self, epoch: int | None = None) -> Holder | None:
+        """The holder of `epoch` (default: the latest), or None when no driver ever took one."""
+        epoch = epoch if epoch is not None else self.latest_epoch()
+        record = _read(self._epoch_file(epoch)) if epoch else None
+        if record is None:
+            return None
+        beat = _read(self._beat_file(epoch)) or {}
+        last = max(float(record.get("taken_at_s", 0)), float(beat.get("at_s", 0)))
+        return Holder(epoch, record, last, _read(self._ended_file(epoch)))
+
+    def live_holder(self) -> Holder | None:
+        """The latest epoch's holder while it holds the lease: not ended, heartbeat within its
+        ttl, and not a vanished process of this host. None when the lease is free to take."""
+        holder = self.holder()
+        if holder is None or holder.ended is not None:
+            return None
+        if holder.silent_for_s() > float(holder.record.get("ttl_s", DEFAULT_TTL_S)):
+            return None
+        if _process_gone(holder.record):
+            return None
+        return holder
+
+    # --- the holder's side ---------------------------------------------------------------------
+
+    def take(self, info: dict[str, Any], ttl_s: float | None = None) -> int:
+        """Take the next epoch for this process and start heartbeating; raise LeaseTaken naming
+        the holder when a live driver holds it, or when another driver won the same epoch."""
+        ttl = ttl_s if ttl_s is not None else lease_ttl_s()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        current = self.live_holder()
+        if current is not None:
+            raise LeaseTaken(f"the lease is held ({current.describe()})", current)
+        epoch = self.latest_epoch() + 1
+        now = time.time()
+        record = {**info, "epoch": epoch, "host": socket.gethostname(), "pid": os.getpid(),
+                  "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
+                  "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
+        staged = self.dir / f".epoch-{epoch:010d}.{socket.gethostname()}.{os.getpid()}.tmp"
+        staged.write_text(json.dumps(record, sort_keys=True))
+        try:
+            os.link(staged, self._epoch_file(epoch))
+        except FileExistsError:
+            winner = self.holder(epoch)
+            raise LeaseTaken(
+                f"another driver took epoch {epoch} at the same moment ({winner.describe() if winner else 'unreadable'})",
+                winner or Holder(epoch, {}, 0.0, None),
+            ) from None
+        finally:
+            staged.unlink(missing_ok=True)
+        self.epoch = epoch
+        self._prune(epoch)
+        self._stop_beating.clear()
+        self._beater = threading.Thread(target=self._beat_loop, args=(ttl / 6,), name="streamops-lease", daemon=True)
+        self._beater.start()
+        return epoch
+
+    def on_lost(self, callback: Callable[[Holder | None], None]) -> None:
+        """Call `callback(new_holder)` once, from the heartbeat thread, when a later epoch appears."""
+        self._lost_callbacks.append(callback)
+
+    def still_held(self) -> bool:
+        """True while no later epoch exists: checked before a batch is written and committed."""
+        if self.epoch is None:
+            return False
+        if self._lost is not None or self._epoch_file(self.epoch + 1).exists():
+            self._note_lost()
+            return False
+        return True
+
+    @property
+    def lost_to(self) -> Holder | None:
+        """The driver that took over, once this one has noticed."""
+        return self._lost
+
+    def lost_reason(self) -> str:
+        taker = self._lost
+        who = f"driver pid {taker.pid} on {taker.host}" if taker else "another driver"
+        return (f"the lease of epoch {self.epoch} was taken over by {who} (epoch {self.epoch + 1 if self.epoch else '?'}) "
+                "while this driver was silent (paused or cut off); it stopped without committing")
+
+    def end(self, outcome: str) -> None:
+        """Record how the holder ended and stop heartbeating (the lease is then free to take)."""
+        self._stop_beating.set()
+        if self._beater is not None and self._beater is not threading.current_thread():
+            self._beater.join(timeout=5)
+        if self.epoch is not None:
+            self._write(self._ended_file(self.epoch), {"outcome": outcome, "at_s": time.time(), "pid": os.getpid()})
+
+    def _note_lost(self) -> None:
+        if self._lost is None:
+            self._lost = self.holder(self.epoch + 1) if self.epoch is not None else None
+        if not self._lost_reported:
+            self._lost_reported = True
+            log.error("%s", self.lost_reason())
+            for callback in self._lost_callbacks:
+                try:
+                    callback(self._lost)
+                except Exception:  # noqa: BLE001 - one callback must not keep the others from running
+                    log.exception("a lease-lost callback failed")
+
+    def _beat_loop(self, interval_s: float) -> None:
+        while not self._stop_beating.wait(interval_s):
+            if not self.still_held():
+                return
+            try:
+                self._write(self._beat_file(self.epoch), {"at_s": time.time(), "pid": os.getpid()})
+            except OSError as exc:  # a full or unreachable mount: the ttl runs out, as it should
+                log.warning("could not write the lease heartbeat: %s", exc)
+
+    def _write(self, path: Path, payload: dict[str, Any]) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(payload, sort_keys=True))
+        os.replace(tmp, path)
+
+    def _prune(self, epoch: int) -> None:
+        for path in self.dir.glob("*-*.json"):
+            number = path.name.split("-", 1)[1][:10]
+            if number.isdigit() and int(number) <= epoch - EPOCHS_KEPT:
+                path.unlink(missing_ok=True)
