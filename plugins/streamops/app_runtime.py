@@ -106,7 +106,7 @@ class AppRuntime:
         if holder is not None and running.get("lease_epoch") not in (None, holder.epoch):
             running = {}  # the record is an earlier driver's: the lease's own words only
         pid = holder.pid if holder else running.get("pid", "?")
-        host = holder.host if holder else running.get("host", "?")
+        host = holder.where if holder else running.get("host", "?")
         beat = f", heartbeat {holder.silent_for_s():.0f}s ago" if holder else ""
         return (
             f"{app} is already running: driver pid {pid} on {host}, version {running.get('version', '?')}, "

@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import psutil
 
+
 log = logging.getLogger("streamops.lease")
 
 DEFAULT_TTL_S = 30.0
@@ -85,11 +86,17 @@ class Holder:
     def pid(self) -> Any:
         return self.record.get("pid", "?")
 
+    @property
+    def where(self) -> str:
+        """The host, with the address the cluster profile gave it when there is one."""
+        address = self.record.get("address")
+        return f"{self.host} ({address})" if address and address != self.host else self.host
+
     def silent_for_s(self, now: float | None = None) -> float:
         return max(0.0, (now if now is not None else time.time()) - self.last_beat_s)
 
     def describe(self) -> str:
-        return f"epoch {self.epoch}: driver pid {self.pid} on {self.host}, heartbeat {self.silent_for_s():.0f}s ago"
+        return f"epoch {self.epoch}: driver pid {self.pid} on {self.where}, heartbeat {self.silent_for_s():.0f}s ago"
 
 
 def _process_gone(record: dict[str, Any]) -> bool:
@@ -179,7 +186,7 @@ class DriverLease:
             raise LeaseTaken(f"the lease is held ({current.describe()})", current)
         epoch = self.latest_epoch() + 1
         now = time.time()
-        record = {**info, "epoch": epoch, "host": socket.gethostname(), "pid": os.getpid(),
+        record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": os.environ.get("STREAMOPS_HOST_ADDRESS"), "pid": os.getpid(),
                   "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
                   "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
         staged = self.dir / f".epoch-{epoch:010d}.{socket.gethostname()}.{os.getpid()}.tmp"
@@ -221,7 +228,7 @@ class DriverLease:
 
     def lost_reason(self) -> str:
         taker = self._lost
-        who = f"driver pid {taker.pid} on {taker.host}" if taker else "another driver"
+        who = f"driver pid {taker.pid} on {taker.where}" if taker else "another driver"
         return (f"the lease of epoch {self.epoch} was taken over by {who} (epoch {self.epoch + 1 if self.epoch else '?'}) "
                 "while this driver was silent (paused or cut off); it stopped without committing")
 

@@ -84,6 +84,26 @@ class AirflowApi:
             return None
         return response.json().get("value")
 
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        """Every task instance of a run (mapped ones one per index): state, hostname, map_index..."""
+        return self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json().get("task_instances", [])
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int = 1) -> str:
+        """A task's log as text (the events of Airflow 3's structured log, one per line)."""
+        response = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+                             map_index=map_index, full_content=True)
+        if response.status_code != 200:
+            raise AirflowApiError(f"reading the log of {dag_id}.{task_id} ({run_id}) failed: {response.status_code} {response.text}")
+        lines = []
+        for item in response.json().get("content") or []:
+            if not isinstance(item, dict):
+                lines.append(str(item))
+                continue
+            lines.append(str(item.get("event", "")))
+            # A failure's exception travels beside the event, not in it.
+            lines += [f"{e.get('exc_type')}: {e.get('exc_value')}" for e in item.get("error_detail") or [] if isinstance(e, dict)]
+        return "\n".join(lines)
+
     def unpause(self, dag_id: str) -> None:
         self.client.patch(f"/dags/{dag_id}", json={"is_paused": False})
 

@@ -1,11 +1,15 @@
 """The local Airflow 3: API server (with the UI), scheduler, DAG processor and triggerer, each a
-background process, on the embedded SQLite metadata database under .run/airflow."""
+background process, on the embedded SQLite metadata database under .run/airflow (LocalExecutor).
+
+The cluster profile runs the same components on PostgreSQL with the CeleryExecutor (Redis as its
+broker) and Celery workers, each on a loopback address of its own: tasks run on several "hosts"."""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -37,6 +41,16 @@ class LocalAirflow:
     kafka_settings_files: dict[str, Path] = field(default_factory=dict)
     # The catalog environment the whole stack works in (its tasks and the drivers they start).
     environment: str | None = None
+    # The cluster profile (empty: embedded SQLite and the LocalExecutor): the metadata database's
+    # SQLAlchemy URL, Celery's broker, the Celery workers (name -> the address of its "host") with
+    # their log-server ports, the Spark master spark_default points at, and the Spark client conf
+    # (SPARK_CONF_DIR) the workers launch apps with.
+    database_url: str | None = None
+    celery_broker_url: str | None = None
+    celery_workers: dict[str, str] = field(default_factory=dict)
+    celery_log_ports: dict[str, int] = field(default_factory=dict)
+    spark_master: str | None = None
+    spark_conf_dir: Path | None = None
     processes: dict[str, ServiceProcess] = field(init=False)
 
     @classmethod
@@ -66,8 +80,16 @@ class LocalAirflow:
                 pid_file=self.home / "pids" / f"{name}.pid",
                 log_file=self.home / "service-logs" / f"{name}.log",
             )
-            for name in COMPONENTS
+            for name in self.components
         }
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return COMPONENTS + tuple(f"celery-{name}" for name in self.celery_workers)
+
+    @property
+    def executor(self) -> str:
+        return "CeleryExecutor" if self.celery_broker_url else "LocalExecutor"
 
     @property
     def url(self) -> str:
@@ -84,7 +106,7 @@ class LocalAirflow:
                 "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
                 "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__EXECUTOR": self.executor,
                 "AIRFLOW__CORE__PARALLELISM": "4",
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
@@ -101,7 +123,26 @@ class LocalAirflow:
                 "AIRFLOW__CORE__FERNET_KEY": self._fernet_key(),
             }
         )
+        if self.database_url:
+            env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.database_url
+        if self.celery_broker_url:
+            env.update({
+                "AIRFLOW__CELERY__BROKER_URL": self.celery_broker_url,
+                # Task results in the metadata database (Celery's SQLAlchemy backend, `db+` URL).
+                "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + (self.database_url or "").replace("postgresql+psycopg2", "postgresql"),
+                "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+            })
+        if self.spark_conf_dir:
+            env["SPARK_CONF_DIR"] = str(self.spark_conf_dir)
         return env
+
+    def worker_env(self, name: str) -> dict[str, str]:
+        """A Celery worker's environment: its own "host" address, for Airflow's task records
+        (hostname_callable) and for the drivers it launches (SPARK_LOCAL_IP), and its log server."""
+        address = self.celery_workers[name]
+        return {**self.env(), "STREAMOPS_HOST_ADDRESS": address, "SPARK_LOCAL_IP": address,
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "streamops.host_identity.host_address",
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.celery_log_ports[name])}
 
     @property
     def target(self) -> str:
@@ -167,7 +208,8 @@ class LocalAirflow:
         self.home.mkdir(parents=True, exist_ok=True)
         self.home.chmod(0o700)  # the DB, keys and logs are this user's
         self.airflow("db", "migrate")
-        (self.home / "airflow.db").chmod(0o600)
+        if not self.database_url:
+            (self.home / "airflow.db").chmod(0o600)
         return f"Airflow metadata DB ready in {self.home}; {self.write_connections()}"
 
     def write_connections(self) -> str:
@@ -180,8 +222,9 @@ class LocalAirflow:
             described = ", ".join(self.kafka_settings_files)
         else:
             kafka, described = [self.kafka_bootstrap], f"kafka_default ({self.kafka_bootstrap})"
+        spark = ["--spark-master", self.spark_master] if self.spark_master else []
         result = subprocess.run(  # noqa: S603
-            [sys.executable, "-m", "streamops.local_stack.connections", *kafka],
+            [sys.executable, "-m", "streamops.local_stack.connections", *kafka, *spark],
             env=self.env(), capture_output=True, text=True, check=False,
         )
         if result.returncode != 0:
@@ -192,7 +235,7 @@ class LocalAirflow:
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, self.home / STACK_RECORD)
         return (f"catalog environment {self.environment}, Kafka: {self.target}; "
-                f"connections {described} and spark_default (local[*])")
+                f"connections {described} and spark_default ({self.spark_master or 'local[*]'})")
 
     def _key_fingerprint(self) -> str:
         import hashlib
@@ -225,25 +268,28 @@ class LocalAirflow:
 
     def start(self, timeout: float = 180.0) -> str:
         running = {name: pid for name, pid in self.running().items() if pid is not None}
-        if len(running) == len(COMPONENTS):
+        if len(running) == len(self.components):
             raise AlreadyRunning(f"Airflow is already running at {self.url} (pids: {_pids(running)})")
         if running:
             raise ServiceError(
                 f"Airflow is partly running ({_pids(running)}); run `streamops airflow stop` first"
             )
-        if not (self.home / "airflow.db").exists():
+        if not self.database_url and not (self.home / "airflow.db").exists():
             raise ServiceError(f"no Airflow metadata database in {self.home}: run `streamops airflow init` (or bin/setup)")
         env = self.env()
         self._started_with_file.parent.mkdir(parents=True, exist_ok=True)
         self._started_with_file.write_text(self._key_fingerprint() + "\n")
         airflow_bin = str(Path(sys.executable).parent / "airflow")
-        for name, proc in self.processes.items():
+        for name in COMPONENTS:
             argv = [airflow_bin, name]
             if name == "api-server":
                 argv += ["--port", str(self.port), "--host", "127.0.0.1"]
-            proc.spawn(argv, env=env, cwd=self.home)
+            self.processes[name].spawn(argv, env=env, cwd=self.home)
+        for worker in self.celery_workers:
+            self._spawn_worker(worker)
         try:
-            poll_until(self._healthy_or_dead, timeout=timeout, what=f"Airflow at {self.url} to report healthy")
+            poll_until(lambda: self._healthy_or_dead() and self._workers_ready_or_dead(), timeout=timeout,
+                       what=f"Airflow at {self.url} to report healthy")
         except DeadlineExceeded:
             tails = self._tails()
             self.stop()
@@ -257,6 +303,50 @@ class LocalAirflow:
 
     def stop(self) -> str:
         return "\n".join(proc.stop(timeout=60) for proc in reversed(self.processes.values()))
+
+    # --- Celery workers (the cluster profile) ---------------------------------------------------
+
+    def _spawn_worker(self, name: str) -> None:
+        process = self.processes[f"celery-{name}"]
+        # A fresh log per start: readiness is read from it.
+        process.log_file.parent.mkdir(parents=True, exist_ok=True)
+        process.log_file.write_text("")
+        airflow_bin = str(Path(sys.executable).parent / "airflow")
+        process.spawn([airflow_bin, "celery", "worker", "--celery-hostname", f"{name}@{self.celery_workers[name]}"],
+                      env=self.worker_env(name), cwd=self.home)
+
+    def _worker_ready(self, name: str) -> bool:
+        log = self.processes[f"celery-{name}"].log_file
+        return log.exists() and f"{name}@{self.celery_workers[name]} ready" in log.read_text(errors="replace")
+
+    def _workers_ready_or_dead(self) -> bool:
+        return all(self.processes[f"celery-{n}"].pid() is None or self._worker_ready(n) for n in self.celery_workers)
+
+    def start_worker(self, name: str, timeout: float = 120.0) -> str:
+        """Start one Celery worker (again) and wait until it takes tasks."""
+        self._spawn_worker(name)
+        process = self.processes[f"celery-{name}"]
+        try:
+            poll_until(lambda: process.pid() is None or self._worker_ready(name), timeout=timeout,
+                       what=f"Celery worker {name} to be ready")
+        except DeadlineExceeded:
+            pass
+        if not self._worker_ready(name):
+            tail = log_tail(process.log_file, 30)
+            process.stop(timeout=30)
+            raise ServiceError(f"Celery worker {name} did not become ready; last lines of {process.log_file}:\n{tail}")
+        return f"Celery worker {name} ready on {self.celery_workers[name]} (pid {process.pid()})"
+
+    def kill_worker(self, name: str) -> str:
+        """kill -9 of a Celery worker and its task processes (a lost machine). The drivers it
+        launched run in sessions of their own and are not touched."""
+        process = self.processes[f"celery-{name}"]
+        pid = process.pid()
+        if pid is None:
+            raise ServiceError(f"Celery worker {name} is not running")
+        os.killpg(pid, signal.SIGKILL)
+        poll_until(process.exited, timeout=30, what=f"Celery worker {name} (pid {pid}) to die")
+        return f"Celery worker {name} killed (pid {pid})"
 
     def health(self) -> dict[str, str]:
         """Status per component from the API server's health endpoint (empty if it is down)."""
@@ -294,7 +384,7 @@ class LocalAirflow:
     def _tails(self, names: list[str] | None = None) -> str:
         return "\n".join(
             f"--- last lines of {self.processes[name].log_file} ---\n{log_tail(self.processes[name].log_file, 25)}"
-            for name in (names or COMPONENTS)
+            for name in (names or self.components)
         )
 
 

@@ -11,6 +11,7 @@ the metadata database directly.
 from __future__ import annotations
 
 import argparse
+import re
 import json
 from collections.abc import Mapping
 
@@ -21,8 +22,10 @@ from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig
 APP_CONNECTION_MARK = "Kafka principal of one app, written by streamops up"
 
 
-def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaClientConfig] | None = None) -> list[dict]:
-    """kafka_default (the suite's own tasks), one kafka_app_<app> per given app, spark_default."""
+def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaClientConfig] | None = None,
+                     spark_master: str | None = None) -> list[dict]:
+    """kafka_default (the suite's own tasks), one kafka_app_<app> per given app, spark_default
+    (local mode, or the standalone master `spark://host:port` in client mode)."""
     local = not kafka_default.secured
     default_extra = {**kafka_default.settings, "socket.timeout.ms": 10000} if local else dict(kafka_default.settings)
     specs = [
@@ -36,8 +39,10 @@ def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaC
         {
             "conn_id": "spark_default",
             "conn_type": "spark",
-            "description": "Where spark-submit runs the streaming apps: Spark local mode on this host.",
-            "host": "local[*]",
+            "description": "Where spark-submit runs the streaming apps: Spark local mode on this host." if not spark_master
+            else "Where spark-submit runs the streaming apps: the Spark standalone cluster (drivers in client mode on "
+                 "the Airflow worker that launches them, executors on the cluster's workers).",
+            "host": spark_master or "local[*]",
             "extra": json.dumps({"deploy-mode": "client", "spark-binary": "spark-submit"}),
         },
     ]
@@ -83,7 +88,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("bootstrap", nargs="?", help="the local broker's bootstrap servers (plaintext)")
     parser.add_argument("--settings", action="append", default=[], metavar="CONN_ID=FILE",
                         help="a Kafka connection's settings from a file (mode 600): kafka_default and kafka_app_<app>")
+    parser.add_argument("--spark-master", default=None, metavar="spark://HOST:PORT",
+                        help="spark_default on a Spark standalone master instead of local mode")
     args = parser.parse_args(argv)
+    if args.spark_master is not None and not re.fullmatch(r"spark://[A-Za-z0-9.-]+:\d{1,5}", args.spark_master):
+        parser.error(f"--spark-master {args.spark_master!r}: expected spark://<host>:<port>")
     files: dict[str, str] = {}
     for item in args.settings:
         conn_id, sep, path = item.partition("=")
@@ -99,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         default = KafkaClientConfig.read_file(files.pop(DEFAULT_CONN_ID), private=True)
     apps = {conn_id: KafkaClientConfig.read_file(path, private=True) for conn_id, path in files.items()}
-    print("[setup] Airflow connections: " + ", ".join(upsert(connection_specs(default, apps))))
+    print("[setup] Airflow connections: " + ", ".join(upsert(connection_specs(default, apps, args.spark_master))))
 
 
 if __name__ == "__main__":

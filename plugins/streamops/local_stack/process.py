@@ -56,7 +56,8 @@ class ServiceProcess:
             return None
         return pid
 
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> int:
+    def spawn(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, **as_user) -> int:
+        """Start the service detached; `as_user` (user, group, extra_groups) runs it as another user."""
         running = self.pid()
         if running is not None:
             raise AlreadyRunning(f"{self.name} is already running (pid {running}); log: {self.log_file}")
@@ -73,6 +74,7 @@ class ServiceProcess:
                 env=dict(env),
                 cwd=cwd,
                 start_new_session=True,
+                **as_user,
             )
         self.pid_file.write_text(f"{proc.pid} {psutil.Process(proc.pid).create_time()}\n")
         return proc.pid

@@ -114,6 +114,18 @@ class SparkStandalone:
             "spark.cores.max": str(cores),
         }
 
+    def write_client_conf(self, cores: int = 1) -> Path:
+        """A SPARK_CONF_DIR for spark-submit on the hosts that launch apps (the Airflow workers):
+        spark-defaults.conf with `app_conf(cores)`, so every app launched through spark_default
+        gets executors this cluster can give, with no per-app setting. The master itself comes
+        from spark_default; an app's catalog spark_conf still wins (it is passed with --conf)."""
+        conf_dir = self.state_dir / "client-conf"
+        conf_dir.mkdir(parents=True, exist_ok=True)
+        lines = [f"{key} {value}" for key, value in sorted(self.app_conf(cores).items())]
+        (conf_dir / "spark-defaults.conf").write_text("# written by streamops for the standalone cluster at "
+                                                       f"{self.master_url}\n" + "\n".join(lines) + "\n")
+        return conf_dir
+
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self, timeout: float = 120.0) -> str:

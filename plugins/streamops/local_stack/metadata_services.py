@@ -1,0 +1,215 @@
+"""The cluster profile's Airflow services on this machine: PostgreSQL (the metadata database) and
+Redis (the CeleryExecutor's broker), each on the metadata "host" 127.0.0.30, initialised and run
+from Debian's binaries under a state folder of the project's run directory.
+
+PostgreSQL will not run as root: when this process is root the server runs as the `postgres`
+system user (Debian's package creates it) and its data folder belongs to that user; a developer
+running as themselves runs it as themselves. Both services take a password kept in a 600 file,
+so the connection strings never appear in a process list or a log line of ours.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
+from streamops.waiting import DeadlineExceeded, poll_until
+
+METADATA_ADDRESS = "127.0.0.30"
+POSTGRES_BIN = Path(os.environ.get("STREAMOPS_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
+DATABASE = "airflow"
+DB_USER = "airflow"
+
+
+def _secret(path: Path) -> str:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(24))
+    return path.read_text().strip()
+
+
+def _server_user() -> pwd.struct_passwd | None:
+    """The user the database server runs as: None for this user, `postgres` when we are root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        raise ServiceError("PostgreSQL will not run as root and there is no `postgres` user: install Debian's "
+                           "postgresql-15 package (bin/setup does), or run as an unprivileged user") from None
+
+
+@dataclass
+class PostgresServer:
+    state_dir: Path
+    port: int
+    address: str = METADATA_ADDRESS
+    process: ServiceProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        self.process = ServiceProcess("PostgreSQL", self.state_dir / "postgres.pid", self.state_dir / "postgres.log")
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def password(self) -> str:
+        return _secret(self.state_dir / "db-password")
+
+    def url(self, driver: str = "psycopg2") -> str:
+        return f"postgresql+{driver}://{DB_USER}:{self.password}@{self.address}:{self.port}/{DATABASE}"
+
+    def _as_server_user(self) -> dict:
+        user = _server_user()
+        return {} if user is None else {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+
+    def _give_to_server_user(self, path: Path) -> None:
+        user = _server_user()
+        if user is not None:
+            shutil.chown(path, user.pw_uid, user.pw_gid)
+
+    def init(self) -> None:
+        """initdb once: password authentication for TCP, the socket folder beside the data."""
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        if not (POSTGRES_BIN / "initdb").exists():
+            raise ServiceError(f"no PostgreSQL at {POSTGRES_BIN}: install Debian's postgresql-15 (bin/setup does) "
+                               "or set STREAMOPS_POSTGRES_BIN")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        # The server user must reach its folder; nothing else in the state folder is readable.
+        self.state_dir.chmod(0o711)
+        if _server_user() is not None:
+            closed = [str(d) for d in [*reversed(self.state_dir.resolve().parents)] if not os.stat(d).st_mode & 0o001]
+            if closed:
+                raise ServiceError(f"PostgreSQL runs as the `postgres` user, who cannot enter {closed[0]} (no x for others) "
+                                   f"on the way to {self.state_dir}: keep the state folder under a path others can traverse")
+        password_file = self.state_dir / ".initdb-password"
+        password_file.write_text(self.password)
+        self._give_to_server_user(password_file)
+        self.data_dir.mkdir(mode=0o700, exist_ok=True)
+        self._give_to_server_user(self.data_dir)
+        try:
+            result = subprocess.run(  # noqa: S603 - fixed argv
+                [str(POSTGRES_BIN / "initdb"), "-D", str(self.data_dir), "-U", DB_USER, "--pwfile", str(password_file),
+                 "--auth-host=scram-sha-256", "--auth-local=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8"],
+                capture_output=True, text=True, check=False, **self._as_server_user())
+        finally:
+            password_file.unlink(missing_ok=True)
+        if result.returncode != 0:
+            raise ServiceError(f"initdb failed (exit {result.returncode}):\n{(result.stdout + result.stderr)[-3000:]}")
+        # Our own database for Airflow; the initial one (`postgres`) stays for maintenance.
+        (self.data_dir / "postgresql.auto.conf").write_text(
+            f"listen_addresses = '{self.address}'\nport = {self.port}\nunix_socket_directories = '{self.data_dir}'\n"
+            "max_connections = 200\nfsync = on\n")
+
+    def start(self, timeout: float = 60.0) -> str:
+        if self.process.pid() is not None:
+            raise AlreadyRunning(f"PostgreSQL is already running on {self.address}:{self.port} (pid {self.process.pid()})")
+        self.init()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = self.process.log_file
+        log.touch()
+        self._give_to_server_user(log)
+        argv = [str(POSTGRES_BIN / "postgres"), "-D", str(self.data_dir), "-h", self.address, "-p", str(self.port)]
+        self.process.spawn(argv, env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"}, cwd=self.state_dir,
+                           **self._as_server_user())
+        try:
+            poll_until(lambda: self.process.exited() or self._ready(), timeout=timeout,
+                       what=f"PostgreSQL on {self.address}:{self.port} to accept connections")
+        except DeadlineExceeded:
+            pass
+        if not self._ready():
+            tail = log_tail(log, 30)
+            self.process.stop(timeout=30)
+            raise ServiceError(f"PostgreSQL did not start on {self.address}:{self.port}; last lines of {log}:\n{tail}")
+        self._create_database()
+        return f"PostgreSQL up on {self.address}:{self.port} (pid {self.process.pid()}), data {self.data_dir}"
+
+    def _ready(self) -> bool:
+        result = subprocess.run([str(POSTGRES_BIN / "pg_isready"), "-h", self.address, "-p", str(self.port)],  # noqa: S603
+                                capture_output=True, check=False)
+        return result.returncode == 0
+
+    def _create_database(self) -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(host=self.address, port=self.port, user=DB_USER, password=self.password, dbname="postgres")
+        try:
+            conn.autocommit = True  # CREATE DATABASE runs outside a transaction
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,))
+                if cursor.fetchone() is None:
+                    cursor.execute(f"CREATE DATABASE {DATABASE}")  # a constant name, not input
+        finally:
+            conn.close()
+
+    def stop(self) -> str:
+        # SIGTERM is PostgreSQL's "smart" shutdown: sessions end, then it checkpoints and exits.
+        return self.process.stop(timeout=60)
+
+
+@dataclass
+class RedisServer:
+    state_dir: Path
+    port: int
+    address: str = METADATA_ADDRESS
+    process: ServiceProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        self.process = ServiceProcess("Redis", self.state_dir / "redis.pid", self.state_dir / "redis.log")
+
+    @property
+    def password(self) -> str:
+        return _secret(self.state_dir / "redis-password")
+
+    @property
+    def url(self) -> str:
+        return f"redis://:{self.password}@{self.address}:{self.port}/0"
+
+    def start(self, timeout: float = 60.0) -> str:
+        if self.process.pid() is not None:
+            raise AlreadyRunning(f"Redis is already running on {self.address}:{self.port} (pid {self.process.pid()})")
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ServiceError("no redis-server: install Debian's redis-server (bin/setup does)")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        config = self.state_dir / "redis.conf"
+        # The password in a 600 config file, not on the command line; Celery's queue is durable
+        # enough with the append-only file.
+        fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(f"bind {self.address}\nport {self.port}\nrequirepass {self.password}\ndir {self.state_dir}\n"
+                      "appendonly yes\nsave \"\"\nprotected-mode yes\n")
+        self.process.spawn([binary, str(config)], env={"PATH": os.environ.get("PATH", "")}, cwd=self.state_dir)
+        try:
+            poll_until(lambda: self.process.exited() or self._ready(), timeout=timeout,
+                       what=f"Redis on {self.address}:{self.port} to answer")
+        except DeadlineExceeded:
+            pass
+        if not self._ready():
+            tail = log_tail(self.process.log_file, 30)
+            self.process.stop(timeout=30)
+            raise ServiceError(f"Redis did not start on {self.address}:{self.port}; last lines of {self.process.log_file}:\n{tail}")
+        return f"Redis up on {self.address}:{self.port} (pid {self.process.pid()})"
+
+    def _ready(self) -> bool:
+        import redis
+
+        try:
+            return bool(redis.Redis(host=self.address, port=self.port, password=self.password, socket_timeout=2).ping())
+        except redis.RedisError:
+            return False
+
+    def stop(self) -> str:
+        return self.process.stop(timeout=30)
