@@ -26,8 +26,9 @@ this task ends, holding no Airflow worker slot.
 
 * **Exactly one driver per app.** An app that is already running, launched by any DAG run or by
   hand, is refused with the running driver named (pid, host, version, Spark application, start
-  time). The guard is a lock the driver holds beside its checkpoint, so it holds outside Airflow too.
-* The task waits until the driver holds its lock and every query reported progress, or fails with
+  time). The guard is a lease the driver holds beside its checkpoint (an epoch and a heartbeat), so it
+  holds across Airflow workers, across hosts and outside Airflow too.
+* The task waits until the driver holds its lease and every query started, or fails with
   the driver log's last lines.
 * Each deployed app is announced as an event of the asset `streamops://apps/deployments`, which
   triggers **validate_topic_quality** on that app's output topics.

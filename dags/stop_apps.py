@@ -17,10 +17,11 @@ DOC = """
 ### Stop streaming apps gracefully
 
 Asks each chosen driver to stop: it lets the in-flight micro-batch finish, then stops its
-queries, records the stop beside its checkpoint and releases its lock. If a batch is still
+queries, records the stop beside its checkpoint and ends its lease. Any Airflow worker can ask
+(the request is a file beside the checkpoint that the driver reads). If a batch is still
 running at the deadline the query is stopped anyway, which is still safe: an uncommitted batch
-is re-run from the checkpoint on restart. A driver that does not exit is sent SIGTERM, then
-killed, and the task says which happened.
+is re-run from the checkpoint on restart. A driver of this host that does not exit is sent
+SIGTERM, then killed, and the task says which happened; one on another host is named instead.
 """
 
 
