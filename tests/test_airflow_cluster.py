@@ -1,7 +1,8 @@
 """The cluster profile through Airflow: metadata on PostgreSQL, the CeleryExecutor (Redis) with two
 workers on their own loopback addresses, spark_default on a Spark standalone master. Deploy from
 one worker, kill -9 that worker (the driver goes on), status and stop from the other, and two
-deploys of one app at once: exactly one driver, the other run refused naming it and its host."""
+deploys of one app at once: exactly one driver, the other run refused naming it and its host; then
+roll_restart_apps and recover_restart_app run through Celery on the standalone cluster."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def cluster_profile(broker, admin, tmp_path_factory):
             airflow.init()
             airflow.start(timeout=300)
             api = AirflowApi(airflow.url, "admin", airflow.admin_password())
-            for dag_id in ("deploy_apps", "stop_apps", "app_status"):
+            for dag_id in ("deploy_apps", "stop_apps", "app_status", "roll_restart_apps", "recover_restart_app"):
                 api.wait_for_dag(dag_id, timeout=300)
             yield ClusterProfile(airflow, spark, catalog, api)
         finally:
@@ -168,3 +169,40 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
           f"{loser} was refused on {_launch(profile, loser)['hostname']}")
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=180, what="the winner to stop")
+
+
+def test_roll_restart_and_recover_restart_through_celery_on_the_standalone_cluster(cluster_profile, broker):
+    profile, api = cluster_profile, cluster_profile.api
+    router = profile.catalog.app("oplog-router")
+    runtime = AppRuntime(router.checkpoint_location())
+    kafka = broker.client_config
+    for name in AIRFLOW_WORKERS:  # both workers take tasks (an earlier test may have stopped one)
+        if profile.airflow.processes[f"celery-{name}"].pid() is None:
+            profile.airflow.start_worker(name)
+    if not runtime.is_running():
+        deployed = api.trigger("deploy_apps", {"apps": ["oplog-router"]})
+        assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success"
+    before = runtime.driver()
+
+    run_load(router, LoadSpec(count=200, keys=20, seed=52, start_seq=30_000_000), kafka)
+    rolled = api.trigger("roll_restart_apps", {"apps": ["oplog-router"], "version": "1.1.0", "gate_deadline_s": 240})
+    assert api.wait_for_run("roll_restart_apps", rolled, timeout=900) == "success", api.task_log(
+        "roll_restart_apps", rolled, "roll")
+    after = runtime.driver()
+    assert (after["version"], after["spark_master"]) == ("1.1.0", profile.spark.master_url)
+    assert after["pid"] != before["pid"] and after["driver_host"] in AIRFLOW_WORKERS.values()
+    wait_until_all_routed(kafka, router, timeout=300, what="the rolled router to route the load")
+
+    # A crash: the driver's whole process group killed; recover_restart_app brings back 1.1.0.
+    os.killpg(after["process_group"], signal.SIGKILL)
+    poll_until(lambda: runtime.state() == "crashed", timeout=60, what="the killed driver to show as crashed")
+    run_load(router, LoadSpec(count=200, keys=20, seed=53, start_seq=31_000_000), kafka)
+    restarted = api.trigger("recover_restart_app", {"app": "oplog-router", "dry_run": False})
+    assert api.wait_for_run("recover_restart_app", restarted, timeout=900) == "success"
+    again = runtime.driver()
+    assert runtime.is_running() and again["version"] == "1.1.0" and again["pid"] != after["pid"]
+    assert again["spark_master"] == profile.spark.master_url
+    expected, got = wait_until_all_routed(kafka, router, timeout=300, what="the restarted router to route the load")
+    print(f"\nroll + recover_restart through Celery: {len(expected)} routes, {len(got) - len(set(got))} duplicates")
+    runtime.request_stop(by="test")
+    poll_until(lambda: not runtime.is_running(), timeout=180, what="the router to stop")

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from streamops.app_runtime import AlreadyRunningError, AppRuntime
+from streamops.app_status import app_status, status_table
+from streamops.catalog import load_catalog
 from streamops.driver_lease import DriverLease, LeaseTaken, lease_ttl_s
 from streamops.waiting import poll_until
 
@@ -136,8 +138,18 @@ def test_a_holder_on_another_host_is_trusted_until_its_heartbeat_is_older_than_i
         runtime.acquire({"app": "demo"})
     assert "demo is already running: driver pid 1 on worker-b.example" in str(refused.value)
     assert "(lease epoch 4, heartbeat 20s ago" in str(refused.value)
+    # driver.json as that driver wrote it; status shows its silence, then calls it crashed, naming its host.
+    (tmp_path / "_runtime" / "driver.json").write_text(json.dumps(
+        {"app": "oplog-router", "pid": 1, "host": "worker-b.example", "lease_epoch": 4, "version": "1.0.0"}))
+    router = load_catalog().app("oplog-router")
+    silent = app_status(router, kafka=None, checkpoint=str(tmp_path))
+    assert (silent.state, silent.heartbeat_age_s // 1, silent.lease_ttl_s) == ("running", 20, 30)
+    assert "running (no heartbeat for 20s of 30s)" in status_table([silent])
     (lease_dir / "beat-0000000004.json").write_text(json.dumps({"at_s": now - 31}))
     assert not runtime.is_running()
+    crashed = app_status(router, kafka=None, checkpoint=str(tmp_path))
+    assert crashed.state == "crashed"
+    assert crashed.reason == "the driver (pid 1 on worker-b.example) stopped heartbeating 31s ago without recording a stop"
     runtime.acquire({"app": "demo"})
     try:
         assert runtime.driver()["lease_epoch"] == 5 and runtime.driver()["host"] == socket.gethostname()

@@ -45,6 +45,9 @@ class AppStatus:
     driver_host: str | None = None
     spark_ui: str | None = None
     executor_hosts: list[str] | None = None  # None: not known (local mode, or the UI did not answer)
+    # The driver's lease: its latest heartbeat's age and the ttl after which another may take over.
+    heartbeat_age_s: float | None = None
+    lease_ttl_s: float | None = None
     started_at: str | None = None
     stopped_at: str | None = None
     reason: str | None = None
@@ -132,6 +135,14 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         stopped_at=record.get("stopped_at"),
         reason=record.get("reason"),
     )
+    holder = runtime.lease.holder()
+    if holder is not None and holder.epoch == record.get("lease_epoch"):
+        status.heartbeat_age_s = round(holder.silent_for_s(), 1)
+        status.lease_ttl_s = float(holder.record.get("ttl_s") or 0) or None
+        if status.state == "crashed":
+            # Died without a word; on another host nothing here can tell more than the silence.
+            status.reason = (f"the driver (pid {holder.pid} on {holder.where}) stopped heartbeating "
+                             f"{status.heartbeat_age_s:.0f}s ago without recording a stop")
     if status.state == "running" and status.spark_ui and status.application_id \
             and not (status.spark_master or "").startswith("local"):
         status.executor_hosts = executor_hosts(status.spark_ui, status.application_id)
@@ -201,7 +212,7 @@ def status_table(statuses: list[AppStatus]) -> str:
 
     rows = [
         [
-            s.app, s.state, s.version or "-", s.pid or "-",
+            s.app, _state(s), s.version or "-", s.pid or "-",
             f"{s.progress_age_s:.0f}s ago" if s.progress_age_s is not None else "-",
             ", ".join(f"{q} #{b}" for q, b in sorted(s.batches.items())) or "-",
             s.total_lag, f"{s.max_time_lag_s:.0f}s" if s.max_time_lag_s is not None else "0s",
@@ -211,6 +222,14 @@ def status_table(statuses: list[AppStatus]) -> str:
     ]
     return tabulate(rows, headers=["app", "state", "version", "pid", "last progress", "batches", "lag (records)", "time lag",
                                    "driver @ master (executors); UI"])
+
+
+def _state(s: AppStatus) -> str:
+    """The state, and a running driver's silence once it is past half its lease ttl (a driver
+    paused or cut off on another host: another takes over when the ttl runs out)."""
+    if s.state == "running" and s.heartbeat_age_s is not None and s.lease_ttl_s and s.heartbeat_age_s > s.lease_ttl_s / 2:
+        return f"running (no heartbeat for {s.heartbeat_age_s:.0f}s of {s.lease_ttl_s:.0f}s)"
+    return s.state
 
 
 def _where(s: AppStatus) -> str:
