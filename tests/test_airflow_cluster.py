@@ -2,7 +2,8 @@
 workers on their own loopback addresses, spark_default on a Spark standalone master. Deploy from
 one worker, kill -9 that worker (the driver goes on), status and stop from the other, and two
 deploys of one app at once: exactly one driver, the other run refused naming it and its host; then
-roll_restart_apps and recover_restart_app run through Celery on the standalone cluster."""
+roll_restart_apps, recover_restart_app and a reprocess backfill run through Celery on the standalone
+cluster."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from router_routes import wait_until_all_routed
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.catalog import Catalog, load_catalog
+from streamops.kafka_records import end_offsets, read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.local_stack.airflow_api import AirflowApi
@@ -73,7 +75,7 @@ def cluster_profile(broker, admin, tmp_path_factory):
             airflow.init()
             airflow.start(timeout=300)
             api = AirflowApi(airflow.url, "admin", airflow.admin_password())
-            for dag_id in ("deploy_apps", "stop_apps", "app_status", "roll_restart_apps", "recover_restart_app"):
+            for dag_id in ("deploy_apps", "stop_apps", "app_status", "roll_restart_apps", "recover_restart_app", "reprocess"):
                 api.wait_for_dag(dag_id, timeout=300)
             yield ClusterProfile(airflow, spark, catalog, api)
         finally:
@@ -171,7 +173,7 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
     poll_until(lambda: not runtime.is_running(), timeout=180, what="the winner to stop")
 
 
-def test_roll_restart_and_recover_restart_through_celery_on_the_standalone_cluster(cluster_profile, broker):
+def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standalone_cluster(cluster_profile, broker):
     profile, api = cluster_profile, cluster_profile.api
     router = profile.catalog.app("oplog-router")
     runtime = AppRuntime(router.checkpoint_location())
@@ -206,3 +208,14 @@ def test_roll_restart_and_recover_restart_through_celery_on_the_standalone_clust
     print(f"\nroll + recover_restart through Celery: {len(expected)} routes, {len(got) - len(set(got))} duplicates")
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=180, what="the router to stop")
+
+    # A backfill from earliest on a Celery worker, its Spark session on the standalone master.
+    backfill = api.trigger("reprocess", {"app": "oplog-router", "start": "earliest", "end": "now", "target": "versioned",
+                                         "version": "v2", "dry_run": False})
+    assert api.wait_for_run("reprocess", backfill, timeout=900) == "success", api.task_log("reprocess", backfill, "run")
+    assert {ti["task_id"]: ti["state"] for ti in api.task_instances("reprocess", backfill)} == {
+        "plan": "success", "run": "success", "validate": "success", "cut_over": "skipped"}
+    inputs = sum(high - low for low, high in end_offsets(kafka, router.inputs["operations"]).values())
+    assert api.xcom("reprocess", backfill, "run")["records_in"] == inputs
+    for live in router.outputs.values():  # the same routed records (the live side may hold duplicates)
+        assert {(r.key, r.value) for r in read_all(kafka, f"{live}.v2")} == {(r.key, r.value) for r in read_all(kafka, live)}

@@ -192,16 +192,22 @@ def _size(kafka, topic: str, partition: int) -> int:
 
 
 def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_principal_per_app(secure_cluster, tmp_path, prefix):
-    """The README's main command with --cluster: Airflow's connections written from the cluster's
-    client files (admin for the suite, one per app), the environment recorded, the topics
-    provisioned through the DAG with three replicas; no password in anything Airflow wrote."""
+    """The README's main command with --cluster: the Spark standalone cluster, PostgreSQL and Redis
+    started beside the Kafka cluster, Airflow on PostgreSQL with the CeleryExecutor and two workers,
+    its connections written from the cluster's client files (admin for the suite, one per app) and
+    spark_default on the standalone master, the environment recorded, the topics provisioned
+    through the DAG (on a Celery worker) with three replicas; no password in anything written."""
     import re
-    import sqlite3
+    import shutil
     import subprocess
     import sys
-    from contextlib import closing
+    import tempfile
+
+    import psycopg2
 
     from conftest import free_port, free_port_pair
+    from streamops.local_stack.metadata_services import MetadataServices
+    from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
     from streamops.provisioning import describe_broker
 
     catalog = load_catalog(environment="cluster").with_topic_prefix(prefix)
@@ -216,6 +222,15 @@ def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_princip
         STREAMOPS_CLUSTER_DIR=str(secure_cluster.state_dir),
         STREAMOPS_CLUSTER_PORTS=f"{secure_cluster.client_port},{secure_cluster.controller_port},{secure_cluster.internal_port}",
     )
+    # PostgreSQL runs as the `postgres` user, who must reach its folder: not under pytest's 700 tmp.
+    metadata = MetadataServices(Path(tempfile.mkdtemp(prefix="streamops-up-cluster-")), free_port(), free_port())
+    metadata.state_dir.chmod(0o711)
+    spark = SparkStandalone(tmp_path / "spark", **free_spark_ports())
+    env.update(
+        STREAMOPS_METADATA_DIR=str(metadata.state_dir), STREAMOPS_METADATA_PORTS=f"{metadata.postgres_port},{metadata.redis_port}",
+        STREAMOPS_SPARK_DIR=str(spark.state_dir), STREAMOPS_CELERY_LOG_PORTS=f"{free_port()},{free_port()}",
+        STREAMOPS_SPARK_PORTS=",".join(str(p) for p in (spark.master_port, spark.master_ui_port, spark.worker_port, spark.worker_ui_port)),
+    )
     streamops = str(Path(sys.executable).parent / "streamops")
 
     def run(*args: str) -> subprocess.CompletedProcess:
@@ -225,6 +240,9 @@ def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_princip
         up = run("up", "--cluster")
         assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
         assert "secure Kafka cluster is already running" in up.stdout, up.stdout[:2000]
+        assert f"Spark standalone cluster up at {spark.master_url}" in up.stdout
+        assert f"PostgreSQL up on 127.0.0.30:{metadata.postgres_port}" in up.stdout
+        assert f"Redis up on 127.0.0.30:{metadata.redis_port}" in up.stdout
         assert "provision_topics finished: success" in up.stdout
         for name in catalog.topic_names():
             assert re.search(rf"^  {re.escape(name)}\s+create$", up.stdout, re.M), name
@@ -242,10 +260,22 @@ def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_princip
         written = {conn_id: connection(conn_id) for conn_id in ["kafka_default", *map(app_conn_id, catalog.app_names())]}
         assert {c: w["extra_dejson"]["sasl.username"] for c, w in written.items()} == {
             "kafka_default": ADMIN_USER, **{app_conn_id(n): n for n in catalog.app_names()}}
-        with closing(sqlite3.connect(tmp_path / "run" / "airflow" / "airflow.db")) as db:
-            encrypted = dict(db.execute("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'kafka%'"))
-        assert encrypted == {conn_id: 1 for conn_id in written}  # Fernet, with the key the stack keeps (600)
-        assert "catalog environment cluster; Kafka: the secured cluster)" in run("status").stdout
+        assert connection("spark_default")["host"] == spark.master_url
+        assert not (tmp_path / "run" / "airflow" / "airflow.db").exists()  # the metadata is on PostgreSQL
+        db = psycopg2.connect(host="127.0.0.30", port=metadata.postgres_port, user="airflow",
+                              password=metadata.postgres.password, dbname="airflow")
+        try:
+            with db.cursor() as cursor:
+                cursor.execute("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'kafka%%'")
+                encrypted = dict(cursor.fetchall())
+        finally:
+            db.close()
+        assert encrypted == {conn_id: True for conn_id in written}  # Fernet, with the key the stack keeps (600)
+        status = run("status").stdout
+        assert "catalog environment cluster; Kafka: the secured cluster)" in status
+        assert "CeleryExecutor on PostgreSQL, workers worker-1@127.0.0.31, worker-2@127.0.0.32" in status
+        assert (f"Airflow metadata services: PostgreSQL running (pid {metadata.postgres.process.pid()}) on "
+                f"127.0.0.30:{metadata.postgres_port}") in status
 
         # bin/setup's `airflow init` and a second `up --cluster` keep (rewrite) the cluster's connections.
         init = run("airflow", "init")
@@ -263,10 +293,14 @@ def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_princip
                 "(environment local); stop it first (`streamops airflow stop`), then run this again") in local.stderr
         assert "Kafka broker: stopped" in run("broker", "status").stdout
     finally:
-        stopped = run("airflow", "stop")  # not `down`: the cluster is the session's
+        stopped = run("airflow", "stop")  # not `down`: the Kafka cluster is the session's
+        metadata.stop()
+        spark.stop()
     assert stopped.returncode == 0, stopped.stderr
+    assert "Airflow celery-worker-2 stopped" in stopped.stdout
 
     passwords = [p for p in secure_cluster.passwords().values() if p]
-    leaked = sorted(str(path) for path in (tmp_path / "run").rglob("*") if path.is_file()
-                    and any(p.encode() in path.read_bytes() for p in passwords))
-    assert leaked == []  # connection extras are encrypted in the metadata DB, logs carry none
+    leaked = sorted(str(path) for folder in (tmp_path / "run", metadata.state_dir) for path in folder.rglob("*")
+                    if path.is_file() and any(p.encode() in path.read_bytes() for p in passwords))
+    shutil.rmtree(metadata.state_dir, ignore_errors=True)
+    assert leaked == []  # connection extras are encrypted in the metadata DB (its files too), logs carry none

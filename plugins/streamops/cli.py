@@ -188,7 +188,8 @@ def up(
         if cluster:
             kafka_cluster, files = _cluster_for_airflow(catalog)
             bootstrap = kafka_cluster.bootstrap_servers
-            airflow = LocalAirflow.from_env(kafka_bootstrap=bootstrap, kafka_settings_files=files, environment=environment)
+            airflow = LocalAirflow.from_env(kafka_bootstrap=bootstrap, kafka_settings_files=files, environment=environment,
+                                            **_cluster_profile())
         else:
             broker = _broker()
             bootstrap = broker.bootstrap_servers
@@ -230,12 +231,23 @@ def up(
 
 @app.command()
 def down() -> None:
-    """Stop Airflow, then Kafka: the broker, and the secured cluster when `up --cluster` set the stack up for it."""
+    """Stop Airflow, then Kafka: the broker, and when `up --cluster` set the stack up for it, the
+    metadata services, the Spark cluster (unless apps run on it) and the secured Kafka cluster."""
     airflow = LocalAirflow.from_env()
     on_cluster = bool((airflow.record() or {}).get("kafka_settings_files"))
     typer.echo(airflow.stop())
+    if airflow.metadata is not None:
+        for line in airflow.metadata.stop():
+            typer.echo(line)
     typer.echo(_broker().stop())
     try:
+        if on_cluster:
+            spark = _spark_cluster()
+            if spark.is_running():
+                try:
+                    typer.echo(_stop_spark(spark, force=False))
+                except ServiceError as exc:  # apps run on it: they keep their executors
+                    typer.echo(f"left running: {exc}")
         kafka_cluster = _secure_cluster()
         if kafka_cluster.is_running():
             typer.echo(kafka_cluster.stop() if on_cluster else
@@ -268,6 +280,8 @@ def status() -> None:
     except ServiceError as exc:
         typer.echo(str(exc))
     typer.echo(airflow.status() + f" (catalog environment {airflow.environment}; Kafka: {airflow.target})")
+    if airflow.metadata is not None:
+        typer.echo(airflow.metadata.status())
 
 
 # --- the secured three-broker cluster -------------------------------------------------------------
@@ -294,6 +308,24 @@ def _cluster_ready(catalog) -> tuple:
     for user, path in files.items():
         typer.echo(f"client settings for {user}: {path}")
     return kafka_cluster, files
+
+
+def _cluster_profile() -> dict:
+    """The rest of the cluster profile, started (or found running): the Spark standalone cluster
+    with the client conf the Airflow workers launch apps with, PostgreSQL and Redis; LocalAirflow's
+    fields for the CeleryExecutor with two workers on their own addresses."""
+    from streamops.local_stack.airflow_stack import CELERY_WORKER_ADDRESSES, DEFAULT_CELERY_LOG_PORTS
+    from streamops.local_stack.metadata_services import MetadataServices
+    from streamops.local_stack.process import ports_from_env
+
+    spark = _spark_cluster()
+    _start(spark.start)
+    metadata = MetadataServices.from_env()
+    for line in metadata.start():
+        typer.echo(line)
+    log_ports = ports_from_env("STREAMOPS_CELERY_LOG_PORTS", tuple(CELERY_WORKER_ADDRESSES)) or dict(DEFAULT_CELERY_LOG_PORTS)
+    return {"metadata": metadata, "celery_workers": dict(CELERY_WORKER_ADDRESSES), "celery_log_ports": log_ports,
+            "spark_master": spark.master_url, "spark_conf_dir": spark.write_client_conf(cores=1)}
 
 
 def _cluster_for_airflow(catalog) -> tuple:

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from streamops.catalog import CATALOG_ENV_VAR, ENVIRONMENT_ENV_VAR, selected_environment
+from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
 from streamops.paths import PROJECT_ROOT, RUN_DIR
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -29,6 +30,9 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 _HEALTH_KEYS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 # What `streamops up` set the stack up for: catalog environment and Kafka target (connections).
 STACK_RECORD = "streamops-stack.json"
+# The cluster profile's Celery workers, each a "host" of its own.
+CELERY_WORKER_ADDRESSES = {"worker-1": "127.0.0.31", "worker-2": "127.0.0.32"}
+DEFAULT_CELERY_LOG_PORTS = {"worker-1": 18793, "worker-2": 18794}
 
 
 @dataclass
@@ -47,6 +51,8 @@ class LocalAirflow:
     # (SPARK_CONF_DIR) the workers launch apps with.
     database_url: str | None = None
     celery_broker_url: str | None = None
+    # PostgreSQL and Redis run by `up --cluster` (the URLs come from them; their place is recorded).
+    metadata: MetadataServices | None = None
     celery_workers: dict[str, str] = field(default_factory=dict)
     celery_log_ports: dict[str, int] = field(default_factory=dict)
     spark_master: str | None = None
@@ -55,9 +61,13 @@ class LocalAirflow:
 
     @classmethod
     def from_env(cls, port: int | None = None, kafka_bootstrap: str | None = None,
-                 kafka_settings_files: dict[str, Path] | None = None, environment: str | None = None) -> LocalAirflow:
+                 kafka_settings_files: dict[str, Path] | None = None, environment: str | None = None,
+                 **profile) -> LocalAirflow:
         """The stack of this run dir. Without a Kafka target given (`airflow init|start|stop`), the
-        one `streamops up` recorded: `airflow init` (bin/setup) keeps a cluster stack on the cluster."""
+        one `streamops up` recorded, with its executor profile: `airflow init` (bin/setup) keeps a
+        cluster stack on the cluster, and `airflow stop` stops its Celery workers too. `profile`:
+        the cluster profile's fields (metadata, celery_workers, celery_log_ports, spark_master,
+        spark_conf_dir) when `up --cluster` sets it up."""
         from streamops.local_stack.broker import LocalBroker
 
         port = port or int(os.environ.get("STREAMOPS_AIRFLOW_PORT", DEFAULT_PORT))
@@ -67,11 +77,15 @@ class LocalAirflow:
             kafka_bootstrap = record.get("kafka_bootstrap")
             kafka_settings_files = {k: Path(v) for k, v in (record.get("kafka_settings_files") or {}).items()}
             environment = environment or record.get("environment")
+            profile = profile or _profile_from_record(record.get("celery"))
         return cls(home=home, port=port, kafka_bootstrap=kafka_bootstrap or LocalBroker.from_env().bootstrap_servers,
-                   kafka_settings_files=kafka_settings_files or {}, environment=environment)
+                   kafka_settings_files=kafka_settings_files or {}, environment=environment, **profile)
 
     def __post_init__(self) -> None:
         self.home = Path(self.home)
+        if self.metadata is not None:
+            self.database_url = self.database_url or self.metadata.postgres.url()
+            self.celery_broker_url = self.celery_broker_url or self.metadata.redis.url
         if self.environment is None:  # as `streamops up` recorded it, else as this process selects it
             self.environment = (read_stack_record(self.home) or {}).get("environment") or selected_environment()
         self.processes = {
@@ -205,6 +219,10 @@ class LocalAirflow:
 
     def init(self) -> str:
         """Create or upgrade the metadata database and create/update the suite's connections."""
+        if self.metadata is not None and self.metadata.postgres.process.pid() is None:
+            # bin/setup runs this: not an error, the database is simply not up right now.
+            return (f"Airflow metadata DB not touched: this stack runs on PostgreSQL ({self.metadata.status()}); "
+                    "`streamops up --cluster` starts and migrates it")
         self.home.mkdir(parents=True, exist_ok=True)
         self.home.chmod(0o700)  # the DB, keys and logs are this user's
         self.airflow("db", "migrate")
@@ -230,12 +248,22 @@ class LocalAirflow:
         if result.returncode != 0:
             raise ServiceError(f"writing the Airflow connections failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
         record = {"environment": self.environment, "kafka_bootstrap": self.kafka_bootstrap,
-                  "kafka_settings_files": {k: str(v) for k, v in self.kafka_settings_files.items()}}
+                  "kafka_settings_files": {k: str(v) for k, v in self.kafka_settings_files.items()},
+                  "celery": self._profile_record()}
         tmp = self.home / f".stack.json.{secrets.token_hex(8)}"
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, self.home / STACK_RECORD)
         return (f"catalog environment {self.environment}, Kafka: {self.target}; "
                 f"connections {described} and spark_default ({self.spark_master or 'local[*]'})")
+
+    def _profile_record(self) -> dict | None:
+        """Where the cluster profile's pieces are (never a password: those stay in their 600 files)."""
+        if self.metadata is None:
+            return None
+        return {"metadata_dir": str(self.metadata.state_dir),
+                "metadata_ports": [self.metadata.postgres_port, self.metadata.redis_port],
+                "workers": self.celery_workers, "log_ports": self.celery_log_ports, "spark_master": self.spark_master,
+                "spark_conf_dir": str(self.spark_conf_dir) if self.spark_conf_dir else None}
 
     def _key_fingerprint(self) -> str:
         import hashlib
@@ -366,7 +394,13 @@ class LocalAirflow:
             return f"Airflow: stopped (would serve {self.url})"
         health = self.health() or {"api-server": "not answering"}
         parts = ", ".join(f"{k} {v}" for k, v in health.items())
-        return f"Airflow: running at {self.url} (pids: {_pids(pids)}); {parts}"
+        return f"Airflow: running at {self.url} ({self.describe_profile()}; pids: {_pids(pids)}); {parts}"
+
+    def describe_profile(self) -> str:
+        if not self.celery_broker_url:
+            return "LocalExecutor on SQLite"
+        workers = ", ".join(f"{name}@{address}" for name, address in self.celery_workers.items())
+        return f"CeleryExecutor on PostgreSQL, workers {workers}"
 
     def admin_password(self) -> str | None:
         """The password SimpleAuthManager generated for the admin user, once the API server ran."""
@@ -386,6 +420,17 @@ class LocalAirflow:
             f"--- last lines of {self.processes[name].log_file} ---\n{log_tail(self.processes[name].log_file, 25)}"
             for name in (names or self.components)
         )
+
+
+def _profile_from_record(celery: dict | None) -> dict:
+    """LocalAirflow's cluster-profile fields from the stack record ({} for the local default)."""
+    if not celery:
+        return {}
+    postgres_port, redis_port = celery["metadata_ports"]
+    return {"metadata": MetadataServices(Path(celery["metadata_dir"]), postgres_port, redis_port),
+            "celery_workers": dict(celery["workers"]), "celery_log_ports": {k: int(v) for k, v in celery["log_ports"].items()},
+            "spark_master": celery.get("spark_master"),
+            "spark_conf_dir": Path(celery["spark_conf_dir"]) if celery.get("spark_conf_dir") else None}
 
 
 def read_stack_record(home: Path) -> dict | None:

@@ -18,10 +18,13 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
+from streamops.paths import RUN_DIR
 from streamops.waiting import DeadlineExceeded, poll_until
 
 METADATA_ADDRESS = "127.0.0.30"
+DEFAULT_POSTGRES_PORT = 15432
+DEFAULT_REDIS_PORT = 16379
 POSTGRES_BIN = Path(os.environ.get("STREAMOPS_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
 DATABASE = "airflow"
 DB_USER = "airflow"
@@ -213,3 +216,54 @@ class RedisServer:
 
     def stop(self) -> str:
         return self.process.stop(timeout=30)
+
+
+@dataclass
+class MetadataServices:
+    """PostgreSQL and Redis of the cluster profile, started and stopped together."""
+
+    state_dir: Path
+    postgres_port: int = DEFAULT_POSTGRES_PORT
+    redis_port: int = DEFAULT_REDIS_PORT
+
+    @classmethod
+    def from_env(cls) -> MetadataServices:
+        """$STREAMOPS_METADATA_DIR (default <run dir>/cluster-metadata) and $STREAMOPS_METADATA_PORTS
+        ("postgres,redis", default 15432,16379), both on 127.0.0.30."""
+        ports = ports_from_env("STREAMOPS_METADATA_PORTS", ("postgres_port", "redis_port"))
+        return cls(state_dir=Path(os.environ.get("STREAMOPS_METADATA_DIR") or RUN_DIR / "cluster-metadata"), **ports)
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir)
+        self.postgres = PostgresServer(self.state_dir / "postgres", self.postgres_port)
+        self.redis = RedisServer(self.state_dir / "redis", self.redis_port)
+
+    def start(self) -> list[str]:
+        """Start both (a running one is reported, not restarted); stop what this call started if
+        the other fails."""
+        said, started = [], []
+        for service in (self.postgres, self.redis):
+            try:
+                said.append(service.start())
+                started.append(service)
+            except AlreadyRunning as exc:
+                said.append(str(exc))
+            except ServiceError:
+                for done in reversed(started):
+                    done.stop()
+                raise
+        return said
+
+    def stop(self) -> list[str]:
+        return [self.redis.stop(), self.postgres.stop()]
+
+    def is_running(self) -> bool:
+        return self.postgres.process.pid() is not None or self.redis.process.pid() is not None
+
+    def status(self) -> str:
+        def one(name: str, service, port: int) -> str:
+            pid = service.process.pid()
+            return f"{name} {'running (pid ' + str(pid) + ')' if pid else 'stopped'} on {METADATA_ADDRESS}:{port}"
+
+        return (f"Airflow metadata services: {one('PostgreSQL', self.postgres, self.postgres_port)}, "
+                f"{one('Redis', self.redis, self.redis_port)}")

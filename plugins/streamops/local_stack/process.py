@@ -22,6 +22,20 @@ class AlreadyRunning(ServiceError):
     pass
 
 
+def ports_from_env(variable: str, names: Sequence[str], error: type[Exception] = ServiceError) -> dict[str, int]:
+    """The ports a service's CLI manages, from `variable` ("p1,p2,...", one per name, in order):
+    {} when unset (the service's defaults), else each name -> port; `error` names the variable and
+    the expected order when the value is not that many ports."""
+    raw = os.environ.get(variable)
+    if not raw:
+        return {}
+    parts = [part.strip() for part in raw.split(",")]
+    if len(parts) != len(names) or not all(part.isdigit() and 0 < int(part) < 65536 for part in parts):
+        count = {2: "two", 3: "three", 4: "four"}.get(len(names), str(len(names)))
+        raise error(f"{variable} {raw!r} is not {count} ports: {','.join(n.removesuffix('_port').replace('_', '-') for n in names)}")
+    return dict(zip(names, map(int, parts)))
+
+
 def log_tail(path: Path, lines: int = 40) -> str:
     if not path.exists():
         return f"(no log at {path})"

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from streamops.kafka_client import KafkaClientConfig, _jaas_quote
 from streamops.local_stack.broker import _LOG4J2, _cluster_id, _require_jars
-from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
 from streamops.paths import KAFKA_BROKER_JARS, RUN_DIR
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -119,13 +119,7 @@ class SecureCluster:
     def from_env(cls) -> SecureCluster:
         """The cluster the CLI manages: $STREAMOPS_CLUSTER_DIR (default <run dir>/kafka-secure) and
         $STREAMOPS_CLUSTER_PORTS ("client,controller,internal", default 19092,19093,19094)."""
-        ports = os.environ.get("STREAMOPS_CLUSTER_PORTS")
-        numbers = {}
-        if ports:
-            parts = [part.strip() for part in ports.split(",")]
-            if len(parts) != 3 or not all(part.isdigit() for part in parts):
-                raise ClusterError(f"STREAMOPS_CLUSTER_PORTS {ports!r} is not three ports: client,controller,internal")
-            numbers = dict(zip(("client_port", "controller_port", "internal_port"), map(int, parts)))
+        numbers = ports_from_env("STREAMOPS_CLUSTER_PORTS", ("client_port", "controller_port", "internal_port"), ClusterError)
         return cls(state_dir=Path(os.environ.get("STREAMOPS_CLUSTER_DIR") or RUN_DIR / "kafka-secure"), **numbers)
 
     def is_running(self) -> bool:

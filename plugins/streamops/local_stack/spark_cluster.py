@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
 from streamops.paths import RUN_DIR
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -59,13 +59,8 @@ class SparkStandalone:
     def from_env(cls) -> SparkStandalone:
         """The cluster the CLI manages: $STREAMOPS_SPARK_DIR (default <run dir>/spark-standalone) and
         $STREAMOPS_SPARK_PORTS ("master,master-ui,worker,worker-ui", default 17077,18080,17078,18081)."""
-        ports = os.environ.get("STREAMOPS_SPARK_PORTS")
-        numbers = {}
-        if ports:
-            parts = [part.strip() for part in ports.split(",")]
-            if len(parts) != 4 or not all(part.isdigit() and 0 < int(part) < 65536 for part in parts):
-                raise SparkClusterError(f"STREAMOPS_SPARK_PORTS {ports!r} is not four ports: master,master-ui,worker,worker-ui")
-            numbers = dict(zip(("master_port", "master_ui_port", "worker_port", "worker_ui_port"), map(int, parts)))
+        numbers = ports_from_env("STREAMOPS_SPARK_PORTS", ("master_port", "master_ui_port", "worker_port", "worker_ui_port"),
+                                 SparkClusterError)
         return cls(state_dir=Path(os.environ.get("STREAMOPS_SPARK_DIR") or RUN_DIR / "spark-standalone"), **numbers)
 
     def __post_init__(self) -> None:
