@@ -132,6 +132,11 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
     try:
         poll_until(lambda: not runtime.is_running(), timeout=deadline_s + 60, what=f"{app.name} to stop", max_interval=1)
         record = runtime.driver() or {}
+        if record.get("pid") == pid and not record.get("stopped_at"):
+            # Its lease ran out without a recorded stop: paused or cut off where it runs. If it
+            # wakes up it finds its lease lapsed and stops without committing.
+            return (f"{app.name} did not record a stop, but its lease ran out (no heartbeat from driver pid {pid} on "
+                    f"{record.get('host')}): it is paused or cut off there, and stops without committing if it wakes")
         return f"{app.name} stopped (pid {pid}): {record.get('reason', '')}"
     except DeadlineExceeded:
         pass

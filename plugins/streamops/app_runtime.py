@@ -22,6 +22,7 @@ Imported by the Spark apps, so no Airflow here.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -35,6 +36,7 @@ from streamops.driver_lease import DriverLease, Holder, LeaseTaken
 
 
 DRIVER_LOGS_KEPT = 20
+log = logging.getLogger("streamops.runtime")
 
 
 class AlreadyRunningError(RuntimeError):
@@ -78,6 +80,7 @@ class AppRuntime:
         # driver.json is read and rewritten whole: the driver's threads (the query listener and
         # the main one) take turns.
         self._record_lock = threading.Lock()
+        self._own_record: dict[str, Any] | None = None  # what this driver last wrote to driver.json
 
     # --- the one-driver lease --------------------------------------------------------------------
 
@@ -97,8 +100,26 @@ class AppRuntime:
         # The process's start time with its pid: a pid the OS reuses later is never mistaken for it.
         record = {**info, "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "host": socket.gethostname(),
                   "started_at": now_iso(), "lease_epoch": epoch}
-        _write_atomic(self.driver_file, record)
+        with self._record_lock:
+            if self.fenced:  # taken over already (this driver stalled right after taking it)
+                raise AlreadyRunningError(self.refusal(info.get("app", "the app")))
+            self._write_record(record)
         self._append_history({"event": "started", **record})
+        # A driver that was paused between its check and its write may put back an old record:
+        # each heartbeat puts this driver's own record back in place.
+        self.lease.on_beat(self._keep_own_record)
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        _write_atomic(self.driver_file, record)
+        self._own_record = record
+
+    def _keep_own_record(self) -> None:
+        with self._record_lock:
+            current = self.driver() or {}
+            if self._own_record and current.get("lease_epoch") != self.lease.epoch and not self.fenced:
+                log.warning("driver.json named lease epoch %s, not this driver's %s (a stale driver wrote it): "
+                            "restored", current.get("lease_epoch"), self.lease.epoch)
+                _write_atomic(self.driver_file, self._own_record)
 
     def refusal(self, app: str, holder: Holder | None = None) -> str:
         holder = holder or self.lease.live_holder()
@@ -123,8 +144,8 @@ class AppRuntime:
         with self._record_lock:
             if self.fenced:
                 return  # driver.json is the new driver's now
-            record = {**(self.driver() or {}), **fields}
-            _write_atomic(self.driver_file, record)
+            record = {**(self._own_record or self.driver() or {}), **fields}
+            self._write_record(record)
 
     def release(self, outcome: str, reason: str = "") -> None:
         """Record how the driver ended, then end the lease. A driver fenced by a newer one records
@@ -136,8 +157,8 @@ class AppRuntime:
                                       "reason": self.lease.lost_reason()})
                 self.lease.end("fenced")
                 return
-            record = {**(self.driver() or {}), "stopped_at": now_iso(), "outcome": outcome, "reason": reason}
-            _write_atomic(self.driver_file, record)
+            record = {**(self._own_record or self.driver() or {}), "stopped_at": now_iso(), "outcome": outcome, "reason": reason}
+            self._write_record(record)
         self._append_history({"event": "stopped", **record})
         self.lease.end(outcome)
 

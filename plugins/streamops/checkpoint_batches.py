@@ -76,7 +76,13 @@ def error_gist(text: str, limit: int = 400) -> str:
     """The part of a query's error that says what went wrong: Spark wraps the cause in several
     layers on one line ("Query ... terminated with exception: Job aborted ...: <cause>"); keep
     the first line from its last Java exception class on, at most `limit` characters."""
-    first = next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+    text = str(text)
+    if "Return Message: Traceback" in text:
+        # The sink's Python function failed (foreachBatch): the cause is the exception line that
+        # ends the traceback (its frames are indented); the sink puts the Java error's gist in it.
+        body = text.split("Return Message: ", 1)[1].splitlines()[1:]
+        text = next((line for line in body if line.strip() and not line.startswith((" ", "\t"))), text)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     classes = list(_JAVA_EXCEPTION.finditer(first))
     if classes:
         first = first[classes[-1].start():]

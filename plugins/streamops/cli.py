@@ -236,9 +236,13 @@ def down() -> None:
     airflow = LocalAirflow.from_env()
     on_cluster = bool((airflow.record() or {}).get("kafka_settings_files"))
     typer.echo(airflow.stop())
-    if airflow.metadata is not None:
-        for line in airflow.metadata.stop():
-            typer.echo(line)
+    # The profile's services, also when the stack was switched back to the local default since.
+    from streamops.local_stack.metadata_services import MetadataServices
+
+    for metadata in {id(m): m for m in (airflow.metadata, MetadataServices.from_env()) if m is not None}.values():
+        if metadata.is_running():
+            for line in metadata.stop():
+                typer.echo(line)
     typer.echo(_broker().stop())
     try:
         if on_cluster:

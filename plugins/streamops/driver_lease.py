@@ -108,11 +108,23 @@ def _process_gone(record: dict[str, Any]) -> bool:
         return False
     try:
         process = psutil.Process(pid)
-        return abs(process.create_time() - created) >= 0.01 or process.status() == psutil.STATUS_ZOMBIE
+        # A whole second apart: another process with the recycled pid. (Start times move with a
+        # stepped clock by less than that; a false "gone" would let a second driver in.)
+        return abs(process.create_time() - created) >= 1.0 or process.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:
         return False
+
+
+def _alive(holder: Holder | None) -> Holder | None:
+    if holder is None or holder.ended is not None:
+        return None
+    if holder.silent_for_s() > float(holder.record.get("ttl_s", DEFAULT_TTL_S)):
+        return None
+    if _process_gone(holder.record):
+        return None
+    return holder
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -134,6 +146,10 @@ class DriverLease:
         self._lost_callbacks: list[Callable[[Holder | None], None]] = []
         self._lost: Holder | None = None
         self._lost_reported = False
+        self._lost_lock = threading.Lock()
+        self.ttl_s = DEFAULT_TTL_S
+        self._last_beat = 0.0
+        self._beat_callbacks: list[Callable[[], None]] = []
 
     def _epoch_file(self, epoch: int) -> Path:
         return self.dir / f"epoch-{epoch:010d}.json"
@@ -165,14 +181,7 @@ class DriverLease:
     def live_holder(self) -> Holder | None:
         """The latest epoch's holder while it holds the lease: not ended, heartbeat within its
         ttl, and not a vanished process of this host. None when the lease is free to take."""
-        holder = self.holder()
-        if holder is None or holder.ended is not None:
-            return None
-        if holder.silent_for_s() > float(holder.record.get("ttl_s", DEFAULT_TTL_S)):
-            return None
-        if _process_gone(holder.record):
-            return None
-        return holder
+        return _alive(self.holder())
 
     # --- the holder's side ---------------------------------------------------------------------
 
@@ -181,10 +190,13 @@ class DriverLease:
         the holder when a live driver holds it, or when another driver won the same epoch."""
         ttl = ttl_s if ttl_s is not None else lease_ttl_s()
         self.dir.mkdir(parents=True, exist_ok=True)
-        current = self.live_holder()
+        # The epoch judged is the one taken over: a driver that takes it meanwhile makes the
+        # link below fail, so a live holder is never replaced.
+        latest = self.latest_epoch()
+        current = _alive(self.holder(latest))
         if current is not None:
             raise LeaseTaken(f"the lease is held ({current.describe()})", current)
-        epoch = self.latest_epoch() + 1
+        epoch = latest + 1
         now = time.time()
         record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": os.environ.get("STREAMOPS_HOST_ADDRESS"), "pid": os.getpid(),
                   "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
@@ -202,6 +214,8 @@ class DriverLease:
         finally:
             staged.unlink(missing_ok=True)
         self.epoch = epoch
+        self.ttl_s = ttl
+        self._last_beat = time.monotonic()
         self._prune(epoch)
         self._stop_beating.clear()
         self._beater = threading.Thread(target=self._beat_loop, args=(ttl / 6,), name="streamops-lease", daemon=True)
@@ -213,13 +227,26 @@ class DriverLease:
         self._lost_callbacks.append(callback)
 
     def still_held(self) -> bool:
-        """True while no later epoch exists: checked before a batch is written and committed."""
+        """True while no later epoch exists and this holder's own heartbeats kept it alive:
+        checked before a batch is written and before it is committed. A holder whose last
+        heartbeat is older than 90% of its ttl (it was paused, or could not write) counts as
+        lost even before anyone takes over: others may call it dead any moment now."""
         if self.epoch is None:
             return False
-        if self._lost is not None or self._epoch_file(self.epoch + 1).exists():
+        if self._lost is not None or self._silent_too_long():
+            self._note_lost()
+            return False
+        try:
+            taken = self._epoch_file(self.epoch + 1).exists()
+        except OSError:  # the mount is not answering: we cannot know, so we must not write
+            return False
+        if taken:
             self._note_lost()
             return False
         return True
+
+    def _silent_too_long(self) -> bool:
+        return time.monotonic() - self._last_beat > 0.9 * self.ttl_s
 
     @property
     def lost_to(self) -> Holder | None:
@@ -228,9 +255,12 @@ class DriverLease:
 
     def lost_reason(self) -> str:
         taker = self._lost
-        who = f"driver pid {taker.pid} on {taker.where}" if taker else "another driver"
-        return (f"the lease of epoch {self.epoch} was taken over by {who} (epoch {self.epoch + 1 if self.epoch else '?'}) "
-                "while this driver was silent (paused or cut off); it stopped without committing")
+        if taker is None:
+            return (f"the lease of epoch {self.epoch} ran out: this driver wrote no heartbeat for more than its ttl "
+                    f"({self.ttl_s:g}s; paused, or its runtime folder did not answer), so another driver may take over; "
+                    "it stopped without committing")
+        return (f"the lease of epoch {self.epoch} was taken over by driver pid {taker.pid} on {taker.where} "
+                f"(epoch {taker.epoch}) while this driver was silent (paused or cut off); it stopped without committing")
 
     def end(self, outcome: str) -> None:
         """Record how the holder ended and stop heartbeating (the lease is then free to take)."""
@@ -241,25 +271,41 @@ class DriverLease:
             self._write(self._ended_file(self.epoch), {"outcome": outcome, "at_s": time.time(), "pid": os.getpid()})
 
     def _note_lost(self) -> None:
-        if self._lost is None:
-            self._lost = self.holder(self.epoch + 1) if self.epoch is not None else None
-        if not self._lost_reported:
+        with self._lost_lock:
+            if self._lost_reported:
+                return
             self._lost_reported = True
-            log.error("%s", self.lost_reason())
-            for callback in self._lost_callbacks:
-                try:
-                    callback(self._lost)
-                except Exception:  # noqa: BLE001 - one callback must not keep the others from running
-                    log.exception("a lease-lost callback failed")
+            try:
+                self._lost = self.holder(self.epoch + 1) if self.epoch is not None else None
+            except OSError:
+                self._lost = None
+        log.error("%s", self.lost_reason())
+        # In a thread of their own: the caller may be a micro-batch (the sink's check), and
+        # stopping a query from inside its own batch would wait for itself.
+        threading.Thread(target=self._run_lost_callbacks, name="streamops-lease-lost", daemon=True).start()
+
+    def _run_lost_callbacks(self) -> None:
+        for callback in self._lost_callbacks:
+            try:
+                callback(self._lost)
+            except Exception:  # noqa: BLE001 - one callback must not keep the others from running
+                log.exception("a lease-lost callback failed")
+
+    def on_beat(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` after each heartbeat, from the heartbeat thread, while the lease is held."""
+        self._beat_callbacks.append(callback)
 
     def _beat_loop(self, interval_s: float) -> None:
         while not self._stop_beating.wait(interval_s):
-            if not self.still_held():
-                return
             try:
+                if not self.still_held():
+                    return
                 self._write(self._beat_file(self.epoch), {"at_s": time.time(), "pid": os.getpid()})
-            except OSError as exc:  # a full or unreachable mount: the ttl runs out, as it should
-                log.warning("could not write the lease heartbeat: %s", exc)
+                self._last_beat = time.monotonic()
+                for callback in self._beat_callbacks:
+                    callback()
+            except Exception as exc:  # noqa: BLE001 - a full or unreachable mount: keep trying; the ttl decides
+                log.warning("could not renew the lease heartbeat: %s", exc)
 
     def _write(self, path: Path, payload: dict[str, Any]) -> None:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

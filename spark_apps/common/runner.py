@@ -125,6 +125,10 @@ class LeaseLost(RuntimeError):
     """Another driver took over this app's lease: this one must not write or commit."""
 
 
+class SinkWriteFailed(RuntimeError):
+    """Writing a micro-batch to Kafka failed; the message is the Java error's gist."""
+
+
 def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], bool] | None) -> Callable[[DataFrame, int], None]:
     """The sink of every query: write the micro-batch to Kafka (each row's `topic`), checking the
     driver's lease before the write and again before Spark commits the batch (it commits when
@@ -136,8 +140,15 @@ def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], b
             raise LeaseLost(f"batch {batch_id} not {when}: another driver has taken over this app's lease")
 
     def write(batch: DataFrame, batch_id: int) -> None:
+        from py4j.protocol import Py4JJavaError
+
         check(batch_id, "written")
-        batch.write.format("kafka").options(**sink_options).save()
+        try:
+            batch.write.format("kafka").options(**sink_options).save()
+        except Py4JJavaError as exc:
+            # Spark wraps this function's error in its own; the one line that names the cause
+            # (e.g. RecordTooLargeException) goes first, where status and recovery read it.
+            raise SinkWriteFailed(f"batch {batch_id}: {error_gist(str(exc.java_exception), limit=2000)}") from None
         check(batch_id, "committed")
 
     return write

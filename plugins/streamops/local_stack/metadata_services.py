@@ -14,6 +14,7 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +98,10 @@ class PostgresServer:
                 raise ServiceError(f"PostgreSQL runs as the `postgres` user, who cannot enter {closed[0]} (no x for others) "
                                    f"on the way to {self.state_dir}: keep the state folder under a path others can traverse")
         password_file = self.state_dir / ".initdb-password"
-        password_file.write_text(self.password)
+        password_file.unlink(missing_ok=True)
+        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(self.password)
         self._give_to_server_user(password_file)
         self.data_dir.mkdir(mode=0o700, exist_ok=True)
         self._give_to_server_user(self.data_dir)
@@ -157,8 +161,9 @@ class PostgresServer:
             conn.close()
 
     def stop(self) -> str:
-        # SIGTERM is PostgreSQL's "smart" shutdown: sessions end, then it checkpoints and exits.
-        return self.process.stop(timeout=60)
+        # SIGINT is PostgreSQL's "fast" shutdown: open sessions are ended (SIGTERM's "smart" one
+        # would wait for every client), then it checkpoints and exits.
+        return self.process.stop(timeout=60, sig=signal.SIGINT)
 
 
 @dataclass
@@ -187,6 +192,7 @@ class RedisServer:
         if binary is None:
             raise ServiceError("no redis-server: install Debian's redis-server (bin/setup does)")
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.state_dir.chmod(0o700)  # its append-only file holds Celery's messages
         config = self.state_dir / "redis.conf"
         # The password in a 600 config file, not on the command line; Celery's queue is durable
         # enough with the append-only file.

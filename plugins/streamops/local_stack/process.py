@@ -96,13 +96,13 @@ class ServiceProcess:
     def exited(self) -> bool:
         return self.pid() is None
 
-    def stop(self, timeout: float = 60.0) -> str:
-        """SIGTERM the process group, wait for it to exit, SIGKILL only past the deadline."""
+    def stop(self, timeout: float = 60.0, sig: int = signal.SIGTERM) -> str:
+        """`sig` (SIGTERM) to the process group, wait for it to exit, SIGKILL only past the deadline."""
         pid = self.pid()
         if pid is None:
             return f"{self.name} is not running"
         try:
-            os.killpg(pid, signal.SIGTERM)
+            os.killpg(pid, sig)
         except ProcessLookupError:
             pass
         try:
