@@ -85,6 +85,7 @@ def cluster_profile(broker, admin, tmp_path_factory):
                     os.killpg(runtime.driver()["process_group"], signal.SIGKILL)
             if airflow is not None:
                 airflow.stop()
+                assert airflow._task_processes() == []  # no task process outlives the stack
             spark.stop()
             redis.stop()
             postgres.stop()
@@ -131,6 +132,7 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
 
     # kill -9 of the Airflow worker that launched the driver: the driver is not its child any more.
     profile.airflow.kill_worker("worker-1")
+    assert profile.airflow._task_processes(host_address=AIRFLOW_WORKERS["worker-1"]) == []  # the whole "host" is gone
     assert runtime.is_running() and psutil.pid_exists(driver["pid"])
     profile.airflow.start_worker("worker-2")
     status_run = api.trigger("app_status", {"apps": ["oplog-router"]})

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 from streamops.catalog import CATALOG_ENV_VAR, ENVIRONMENT_ENV_VAR, selected_environment
 from streamops.local_stack.metadata_services import MetadataServices
@@ -330,7 +331,29 @@ class LocalAirflow:
         return f"Airflow up at {self.url} (pids: {_pids(self.running())})"
 
     def stop(self) -> str:
-        return "\n".join(proc.stop(timeout=60) for proc in reversed(self.processes.values()))
+        lines = [proc.stop(timeout=60) for proc in reversed(self.processes.values())]
+        strays = self._task_processes()
+        if strays:
+            lines.append(f"ended {len(strays)} task process(es) the stopped components left running: "
+                         f"{_end_processes(strays, grace_s=15)}")
+        return "\n".join(lines)
+
+    def _task_processes(self, host_address: str | None = None) -> list[psutil.Process]:
+        """Task processes of this stack (and the Spark JVMs they started), also those of a worker
+        that is gone: Airflow runs each task in a process group of its own, so stopping a
+        component's group misses them. Known by their AIRFLOW_HOME (and STREAMOPS_HOST_ADDRESS for
+        one worker's); the drivers they launch carry no AIRFLOW_* variable and are never among them."""
+        found = []
+        for process in psutil.process_iter(["pid"]):
+            if process.pid == os.getpid():
+                continue
+            try:
+                env = process.environ()
+            except (psutil.Error, OSError):
+                continue
+            if env.get("AIRFLOW_HOME") == str(self.home) and (host_address is None or env.get("STREAMOPS_HOST_ADDRESS") == host_address):
+                found.append(process)
+        return found
 
     # --- Celery workers (the cluster profile) ---------------------------------------------------
 
@@ -374,7 +397,9 @@ class LocalAirflow:
             raise ServiceError(f"Celery worker {name} is not running")
         os.killpg(pid, signal.SIGKILL)
         poll_until(process.exited, timeout=30, what=f"Celery worker {name} (pid {pid}) to die")
-        return f"Celery worker {name} killed (pid {pid})"
+        tasks = self._task_processes(host_address=self.celery_workers[name])
+        _end_processes(tasks, grace_s=0)
+        return f"Celery worker {name} killed (pid {pid}) with {len(tasks)} task process(es)"
 
     def health(self) -> dict[str, str]:
         """Status per component from the API server's health endpoint (empty if it is down)."""
@@ -420,6 +445,25 @@ class LocalAirflow:
             f"--- last lines of {self.processes[name].log_file} ---\n{log_tail(self.processes[name].log_file, 25)}"
             for name in (names or self.components)
         )
+
+
+def _end_processes(processes: list[psutil.Process], grace_s: float) -> str:
+    """SIGTERM (none with no grace), SIGKILL what is left after `grace_s`; 'pid name, ...'."""
+    said = []
+    for process in processes:
+        try:
+            said.append(f"{process.pid} {process.name()}")
+            process.send_signal(signal.SIGTERM if grace_s else signal.SIGKILL)
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(processes, timeout=grace_s or 5)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+    return ", ".join(said)
 
 
 def _profile_from_record(celery: dict | None) -> dict:
