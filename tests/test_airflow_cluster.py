@@ -2,8 +2,8 @@
 workers on their own loopback addresses, spark_default on a Spark standalone master. Deploy from
 one worker, kill -9 that worker (the driver goes on), status and stop from the other, and two
 deploys of one app at once: exactly one driver, the other run refused naming it and its host; then
-roll_restart_apps, recover_restart_app and a reprocess backfill run through Celery on the standalone
-cluster."""
+roll_restart_apps, recover_restart_app and a reprocess backfill with its cutover run through Celery
+on the standalone cluster."""
 
 from __future__ import annotations
 
@@ -207,16 +207,19 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     assert again["spark_master"] == profile.spark.master_url
     expected, got = wait_until_all_routed(kafka, router, timeout=300, what="the restarted router to route the load")
     print(f"\nroll + recover_restart through Celery: {len(expected)} routes, {len(got) - len(set(got))} duplicates")
-    runtime.request_stop(by="test")
-    poll_until(lambda: not runtime.is_running(), timeout=180, what="the router to stop")
 
-    # A backfill from earliest on a Celery worker, its Spark session on the standalone master.
+    # A backfill from earliest and a cutover, on a Celery worker: the backfill's Spark session on
+    # the standalone master, then the live router stopped and started again on the new topics.
     backfill = api.trigger("reprocess", {"app": "oplog-router", "start": "earliest", "end": "now", "target": "versioned",
-                                         "version": "v2", "dry_run": False})
+                                         "version": "v2", "dry_run": False, "cutover": True})
     assert api.wait_for_run("reprocess", backfill, timeout=900) == "success", api.task_log("reprocess", backfill, "run")
     assert {ti["task_id"]: ti["state"] for ti in api.task_instances("reprocess", backfill)} == {
-        "plan": "success", "run": "success", "validate": "success", "cut_over": "skipped"}
+        "plan": "success", "run": "success", "validate": "success", "cut_over": "success"}
     inputs = sum(high - low for low, high in end_offsets(kafka, router.inputs["operations"]).values())
     assert api.xcom("reprocess", backfill, "run")["records_in"] == inputs
-    for live in router.outputs.values():  # the same routed records (the live side may hold duplicates)
-        assert {(r.key, r.value) for r in read_all(kafka, f"{live}.v2")} == {(r.key, r.value) for r in read_all(kafka, live)}
+    cut = runtime.driver()
+    assert runtime.is_running() and cut["version"] == "1.1.0+v2" and cut["spark_master"] == profile.spark.master_url
+    for live in router.outputs.values():  # every routed record is on the new topics too (the old may hold duplicates)
+        assert {(r.key, r.value) for r in read_all(kafka, live)} <= {(r.key, r.value) for r in read_all(kafka, f"{live}.v2")}
+    runtime.request_stop(by="test")
+    poll_until(lambda: not runtime.is_running(), timeout=180, what="the router to stop")
