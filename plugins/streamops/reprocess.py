@@ -379,6 +379,7 @@ def cutover(
     *,
     requested_by: str,
     version: str,
+    spark_conf: dict[str, str] | None = None,
     stop_deadline_s: float = 60.0,
 ) -> dict:
     """Stop the live app gracefully, put the backfill's checkpoint in place of its own (the old
@@ -391,6 +392,6 @@ def cutover(
     Path(checkpoint).mkdir(parents=True, exist_ok=True)
     snapshot = backup_checkpoint(checkpoint, "before-cutover")
     restore_checkpoint(checkpoint, Path(result.checkpoint))
-    started = launch(live, command, checkpoint=checkpoint, launched_by=requested_by, version=version)
+    started = launch(live, command, checkpoint=checkpoint, launched_by=requested_by, version=version, spark_conf=spark_conf)
     return {"stopped": stopped, "backup": str(snapshot), "pid": started.pid, "version": version,
             "catalog_file": result.catalog_file, "driver_log": started.driver_log}

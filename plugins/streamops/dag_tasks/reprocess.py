@@ -139,7 +139,10 @@ def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spar
 
 def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -> dict:
     """Hand the live app over to the backfill's targets and checkpoint; say what to change next."""
+    from dataclasses import replace
+
     from streamops.app_ops import spark_submit_command
+    from streamops.dag_tasks.recovery import last_launch
     from streamops.reprocess import ReprocessResult, cutover as hand_over
     from streamops.spark_submit import submit_spec
 
@@ -151,16 +154,19 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     catalog_file = work_dir / "catalog.yaml"
     catalog_file.write_text(target_catalog(catalog, the_plan.app, the_plan.targets).to_yaml())
     targeted = load_catalog(catalog_file).app(the_plan.app)
-    # Semantic-version build metadata names the topics' version (a '+' only once).
-    version = checked_version(f"{live.version}{'.' if '+' in live.version else '+'}{the_plan.request['version']}")
-    command = spark_submit_command(submit_spec(
+    # The app goes on as it last ran (version and Spark conf from its launch record, checked like a
+    # trigger's), with semantic-version build metadata naming the topics' version (one '+').
+    running, spark_conf = last_launch(the_plan.app)
+    version = checked_version(f"{running}{'.' if '+' in running else '+'}{the_plan.request['version']}")
+    spec = submit_spec(
         # The live app's driver connects as the app's own principal.
         targeted, kafka=app_connection(the_plan.app), catalog=catalog_file,
         checkpoint=live.checkpoint_location(), version=version,
-    ))
+    )
+    command = spark_submit_command(replace(spec, conf={**spec.conf, **spark_conf}))
     result = ReprocessResult(the_plan.app, ran["records_in"], ran["records_out"], ran["dead_letters"], ran["seconds"],
                              str(work_dir / "checkpoint"), str(catalog_file))
-    outcome = hand_over(live, result, command, requested_by=run_id, version=version)
+    outcome = hand_over(live, result, command, requested_by=run_id, version=version, spark_conf=spark_conf)
     old = list(the_plan.targets)
     log.info(
         "Cutover done: %s (%s) now runs as version %s (pid %s) from the backfill's checkpoint, writing to %s.\n"
