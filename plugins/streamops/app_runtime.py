@@ -137,7 +137,7 @@ class AppRuntime:
 
     @property
     def fenced(self) -> bool:
-        """True in a driver whose lease another driver has taken over: it must not write."""
+        """True in a driver whose lease is lost (taken over, or run out): it must not write."""
         return self.lease.epoch is not None and not self.lease.still_held()
 
     def update(self, **fields: Any) -> None:

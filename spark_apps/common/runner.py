@@ -137,7 +137,7 @@ def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], b
 
     def check(batch_id: int, when: str) -> None:
         if still_held is not None and not still_held():
-            raise LeaseLost(f"batch {batch_id} not {when}: another driver has taken over this app's lease")
+            raise LeaseLost(f"batch {batch_id} not {when}: this driver's lease is lost (taken over, or run out)")
 
     def write(batch: DataFrame, batch_id: int) -> None:
         from py4j.protocol import Py4JJavaError
@@ -183,7 +183,7 @@ def start_app(
         if options.trigger == AVAILABLE_NOW:
             query.awaitTermination()
             if still_held is not None and not still_held():
-                raise LeaseLost(f"query {query.name} stopped: another driver has taken over this app's lease")
+                raise LeaseLost(f"query {query.name} stopped: this driver's lease is lost (taken over, or run out)")
             if query.exception():
                 raise RuntimeError(f"query {query.name} failed: {query.exception()}")
         started.append(query)

@@ -19,9 +19,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, ports_from_env
 from streamops.paths import RUN_DIR
-from streamops.waiting import DeadlineExceeded, poll_until
 
 METADATA_ADDRESS = "127.0.0.30"
 DEFAULT_POSTGRES_PORT = 15432
@@ -130,15 +129,7 @@ class PostgresServer:
         argv = [str(POSTGRES_BIN / "postgres"), "-D", str(self.data_dir), "-h", self.address, "-p", str(self.port)]
         self.process.spawn(argv, env={"PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"}, cwd=self.state_dir,
                            **self._as_server_user())
-        try:
-            poll_until(lambda: self.process.exited() or self._ready(), timeout=timeout,
-                       what=f"PostgreSQL on {self.address}:{self.port} to accept connections")
-        except DeadlineExceeded:
-            pass
-        if not self._ready():
-            tail = log_tail(log, 30)
-            self.process.stop(timeout=30)
-            raise ServiceError(f"PostgreSQL did not start on {self.address}:{self.port}; last lines of {log}:\n{tail}")
+        self.process.await_ready(self._ready, timeout, f"PostgreSQL on {self.address}:{self.port} to accept connections")
         self._create_database()
         return f"PostgreSQL up on {self.address}:{self.port} (pid {self.process.pid()}), data {self.data_dir}"
 
@@ -201,15 +192,7 @@ class RedisServer:
             out.write(f"bind {self.address}\nport {self.port}\nrequirepass {self.password}\ndir {self.state_dir}\n"
                       "appendonly yes\nsave \"\"\nprotected-mode yes\n")
         self.process.spawn([binary, str(config)], env={"PATH": os.environ.get("PATH", "")}, cwd=self.state_dir)
-        try:
-            poll_until(lambda: self.process.exited() or self._ready(), timeout=timeout,
-                       what=f"Redis on {self.address}:{self.port} to answer")
-        except DeadlineExceeded:
-            pass
-        if not self._ready():
-            tail = log_tail(self.process.log_file, 30)
-            self.process.stop(timeout=30)
-            raise ServiceError(f"Redis did not start on {self.address}:{self.port}; last lines of {self.process.log_file}:\n{tail}")
+        self.process.await_ready(self._ready, timeout, f"Redis on {self.address}:{self.port} to answer")
         return f"Redis up on {self.address}:{self.port} (pid {self.process.pid()})"
 
     def _ready(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +95,18 @@ class ServiceProcess:
 
     def exited(self) -> bool:
         return self.pid() is None
+
+    def await_ready(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        """Wait until `ready()` or the process exits; if it is not ready then, stop it and raise
+        ServiceError naming `what` with the last lines of its log."""
+        try:
+            poll_until(lambda: self.exited() or ready(), timeout=timeout, what=what)
+        except DeadlineExceeded:
+            pass
+        if not ready():
+            tail = log_tail(self.log_file, 30)
+            self.stop(timeout=30)
+            raise ServiceError(f"{what} did not happen within {timeout:g}s; last lines of {self.log_file}:\n{tail}")
 
     def stop(self, timeout: float = 60.0, sig: int = signal.SIGTERM) -> str:
         """`sig` (SIGTERM) to the process group, wait for it to exit, SIGKILL only past the deadline."""
