@@ -1,5 +1,7 @@
-"""The streaming apps: PySpark Structured Streaming programs, one per catalog `program`.
+"""The shipped streaming apps, and (in `common`) the runtime every program shares.
 
-Each program module exposes `queries(sources, spec)`, the transformation shared by streaming
-runs and backfills, and `main()`, the spark-submit entry point. No Airflow import here.
+Each program module holds a `program`: a `streamops.program_contract.StreamingProgram` whose
+`queries()` build the transformation shared by streaming runs, backfills and reconciliations.
+Drivers start through `streamops.entrypoints.driver` (spark-submit), never a program file.
+No Airflow import here.
 """

@@ -19,7 +19,6 @@ joined: with 5 s windows every 2 s, a late record counts 2 or 3), not silently.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 
 import pandas as pd
@@ -30,18 +29,28 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from spark_apps.common import records
 from spark_apps.common.records import iso_ms
 from spark_apps.common.runner import OutputQuery
-from streamops.catalog import AppSpec, BrowserActivitySettings
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-# The app's streaming queries, in start order (each has a checkpoint folder of this name).
-QUERIES = ("challenge", "window-count")
+from streamops.catalog import AppSpec, Duration
+from streamops.program_contract import StreamingProgram, WindowCountOutput
+
+
+class BrowserActivitySettings(BaseModel):
+    """The captcha logger, the challenge threshold and the windows."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    captcha_logger: str = Field(min_length=1)
+    challenge_threshold: StrictInt = Field(default=5, gt=0)
+    window: Duration = "5 seconds"
+    slide: Duration = "2 seconds"
+    watermark: Duration = "10 seconds"
 
 FIELDS = [
     records.Field("@timestamp", "timestamp", "event_time"),
     records.Field("logger_name", "string", "logger_name"),
     records.Field("browserHash", "string", "fingerprint"),
 ]
-# Input role -> the fields its records must have (dead-letter replay re-checks with these).
-INPUT_FIELDS = {"logs": FIELDS}
 
 OUTPUT_SCHEMA = "key string, value string, topic string"
 STATE_SCHEMA = "actions bigint, verified boolean, challenged_at bigint"
@@ -127,8 +136,8 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
     )
     dead = records.dead_letters(parsed, spec, version)
     return [
-        OutputQuery(QUERIES[0], challenges.unionByName(dead)),
-        OutputQuery(QUERIES[1], window_counts(spec, source), "update"),
+        OutputQuery("challenge", challenges.unionByName(dead)),
+        OutputQuery("window-count", window_counts(spec, source), "update"),
     ]
 
 
@@ -146,11 +155,23 @@ def window_counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> Da
     )
 
 
-def main() -> int:
-    from spark_apps.common.runner import main as run
+class BrowserActivity(StreamingProgram):
+    """The captcha app of the module doc: `challenge` (per-fingerprint state), `window-count`."""
 
-    return run(sys.argv[1:], "browser_activity")
+    name = "browser_activity"
+    input_roles = ("logs",)
+    output_roles = ("challenges", "activity_counts")
+    Settings = BrowserActivitySettings
+    input_fields = {"logs": FIELDS}
+    query_names = ("challenge", "window-count")
+    stateful_operators = {
+        "challenge": ("groupBy(fingerprint).applyInPandasWithState: actions and captcha verification per browser",),
+        "window-count": ("windowed count per fingerprint with a watermark",),
+    }
+    window_counts = {"activity_counts": WindowCountOutput("window-count", "fingerprint")}
+
+    def queries(self, app: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
+        return queries(app, version, source)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+program = BrowserActivity()

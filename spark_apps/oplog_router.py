@@ -13,18 +13,26 @@ byte for byte.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
+from typing import Annotated
 
+from pydantic import BaseModel, ConfigDict, Field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_apps.common import records
 from spark_apps.common.runner import OutputQuery
-from streamops.catalog import AppSpec, RouterSettings
+from streamops.catalog import AppSpec
+from streamops.program_contract import LineageOutput, StreamingProgram
 
-# The app's streaming queries, in start order (each has a checkpoint folder of this name).
-QUERIES = ("route",)
+
+class RouterSettings(BaseModel):
+    """Which op types go to which category (each category is an output role)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    categories: dict[str, Annotated[list[str], Field(min_length=1)]] = Field(min_length=1)
+
 
 FIELDS = [
     records.Field("seq", "bigint", "seq"),
@@ -32,19 +40,40 @@ FIELDS = [
     records.Field("op_type", "string", "op_type"),
     records.Field("event_time", "timestamp", "event_time"),
 ]
-# Input role -> the fields its records must have (dead-letter replay re-checks with these).
-INPUT_FIELDS = {"operations": FIELDS}
 
 
 def routes(spec: AppSpec) -> dict[str, list[tuple[str, str]]]:
     """op type -> [(category, topic), ...], from the catalog's category map."""
-    settings = spec.settings
-    assert isinstance(settings, RouterSettings)
+    settings = program.bind(spec).settings
     table: dict[str, list[tuple[str, str]]] = {}
     for category, op_types in settings.categories.items():
         for op_type in op_types:
             table.setdefault(op_type, []).append((category, spec.outputs[category]))
     return table
+
+
+class OplogRouter(StreamingProgram):
+    """The router of the module doc: one stateless query, `route`."""
+
+    name = "oplog_router"
+    input_roles = ("operations",)
+    output_roles = None  # one per category of the settings (check)
+    Settings = RouterSettings
+    input_fields = {"operations": FIELDS}
+    query_names = ("route",)
+    # Every routed record names its source record (event_id): the quality reconciliation checks
+    # that each input record of a range reached every category it belongs to.
+    lineage_outputs = {"*": LineageOutput("route", "operations")}
+
+    def check(self, app: AppSpec) -> list[str]:
+        categories = set(app.settings.categories)
+        if categories != set(app.outputs):
+            return [f"settings.categories and outputs must name the same categories: categories {sorted(categories)}, "
+                    f"outputs {sorted(app.outputs)}"]
+        return []
+
+    def queries(self, app: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
+        return queries(app, version, source)
 
 
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
@@ -104,14 +133,7 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
     outputs = F.when(F.col("error").isNotNull(), F.array(records.dead_letter_record(spec, version))).otherwise(
         F.transform(F.element_at(route_map, F.col("op_type")), routed)
     )
-    return [OutputQuery(QUERIES[0], parsed.select(F.explode(outputs).alias("out")).select("out.*"))]
+    return [OutputQuery("route", parsed.select(F.explode(outputs).alias("out")).select("out.*"))]
 
 
-def main() -> int:
-    from spark_apps.common.runner import main as run
-
-    return run(sys.argv[1:], "oplog_router")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+program = OplogRouter()

@@ -16,7 +16,6 @@ hopping every `count_slide`, on event time with a watermark, emitted as updates.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterator
 
 import pandas as pd
@@ -27,12 +26,22 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 from spark_apps.common import records
 from spark_apps.common.records import iso_ms
 from spark_apps.common.runner import OutputQuery
-from streamops.catalog import AppSpec, PresenceSettings, duration_ms
+from pydantic import BaseModel, ConfigDict, Field
 
-# The app's streaming queries, in start order (each has a checkpoint folder of this name).
-QUERIES = ("notify", "count")
-# Output roles the app reads back (the count query counts the notifications it wrote).
-READS_OUTPUTS = ("notifications",)
+from streamops.catalog import AppSpec, Duration, duration_ms
+from streamops.program_contract import StreamingProgram, WindowCountOutput
+
+
+class PresenceSettings(BaseModel):
+    """The notification text, the count windows and how late data may be."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    message: str = Field(default="You are not currently viewing Facebook.", min_length=1)
+    count_window: Duration = "10 minutes"
+    count_slide: Duration = "1 minute"
+    # How far behind the newest event time data may arrive and still be counted.
+    watermark: Duration = "1 minute"
 
 EVENT_FIELDS = [
     records.Field("seq", "bigint", "seq"),
@@ -45,8 +54,6 @@ TICK_FIELDS = [
     records.Field("user_id", "string", "user_id"),
     records.Field("event_time", "timestamp", "event_time"),
 ]
-# Input role -> the fields its records must have (dead-letter replay re-checks with these).
-INPUT_FIELDS = {"events": EVENT_FIELDS, "ticks": TICK_FIELDS}
 
 OUTPUT_SCHEMA = "key string, value string, topic string"
 # The history as JSON text: Spark 4.0 cannot hand array-typed state back to Python
@@ -156,8 +163,8 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         records.dead_letters(ticks, spec, version)
     )
     return [
-        OutputQuery(QUERIES[0], notified.unionByName(dead)),
-        OutputQuery(QUERIES[1], counts(spec, source), "update"),
+        OutputQuery("notify", notified.unionByName(dead)),
+        OutputQuery("count", counts(spec, source), "update"),
     ]
 
 
@@ -186,11 +193,25 @@ def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame
     )
 
 
-def main() -> int:
-    from spark_apps.common.runner import main as run
+class PresenceNotifier(StreamingProgram):
+    """The notifier of the module doc: `notify` (per-user state) and `count` (windows)."""
 
-    return run(sys.argv[1:], "presence_notifier")
+    name = "presence_notifier"
+    input_roles = ("events", "ticks")
+    output_roles = ("notifications", "latest_state", "notification_counts")
+    Settings = PresenceSettings
+    input_fields = {"events": EVENT_FIELDS, "ticks": TICK_FIELDS}
+    # The count query counts the notifications the app wrote.
+    reads_outputs = ("notifications",)
+    query_names = ("notify", "count")
+    stateful_operators = {
+        "notify": ("groupBy(user_id).applyInPandasWithState: each user's latest presence and pending ticks",),
+        "count": ("windowed count per user_id with a watermark",),
+    }
+    window_counts = {"notification_counts": WindowCountOutput("count", "user_id")}
+
+    def queries(self, app: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
+        return queries(app, version, source)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+program = PresenceNotifier()

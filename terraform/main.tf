@@ -19,21 +19,15 @@ locals {
   ) }
   apps = { for app in try(local.catalog.apps, []) : app.name => app }
 
-  # Output roles a program reads back (presence-notifier counts the notifications it wrote).
-  # Mirrors READS_OUTPUTS in spark_apps/<program>.py; a test keeps the two equal.
-  program_reads_outputs = {
-    oplog_router      = []
-    presence_notifier = ["notifications"]
-    browser_activity  = []
-  }
 
-  # One entry per (app, resource, operation): read inputs (and outputs read back), write outputs
+  # One entry per (app, resource, operation): read inputs (and the outputs the app reads back: its
+  # catalog entry's reads_outputs, which the catalog checks against the program), write outputs
   # and the dead-letter topic, use consumer groups under the app's own prefix; nothing else,
   # and no Create anywhere (topics are created here, not by the apps).
   # distinct: an output the app reads back is Described once.
   acl_entries = distinct(flatten([
     for name, app in local.apps : concat(
-      [for pair in setproduct(distinct(concat(values(app.inputs), [for role in local.program_reads_outputs[app.program] : app.outputs[role]])), ["Read", "Describe"]) :
+      [for pair in setproduct(distinct(concat(values(app.inputs), [for role in try(app.reads_outputs, []) : app.outputs[role]])), ["Read", "Describe"]) :
       { app = name, type = "Topic", pattern = "Literal", resource = pair[0], operation = pair[1] }],
       [for pair in setproduct(distinct(concat(values(app.outputs), [app.dead_letter_topic])), ["Write", "Describe"]) :
       { app = name, type = "Topic", pattern = "Literal", resource = pair[0], operation = pair[1] }],

@@ -224,12 +224,11 @@ def app_catalog(admin, prefix):
 
 def run_available_now(spark, catalog, app_name, broker, checkpoint, **options):
     """Run every query of the app over what its inputs hold now, then stop; return the queries."""
-    import importlib
-
     from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, start_app
+    from streamops.programs import load_program
 
     spec = catalog.app(app_name)
-    program = importlib.import_module(f"spark_apps.{spec.program}")
+    program = load_program(spec)
     return start_app(
         spark,
         spec,

@@ -56,14 +56,14 @@ def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, ap
     load = LoadSpec(count=6000, keys=50, rate=400, seed=7)  # 15 s of load
     producer = threading.Thread(target=run_load, args=(spec, load, broker.client_config))
 
-    (query,) = start_app(spark, spec, oplog_router, options)
+    (query,) = start_app(spark, spec, oplog_router.program, options)
     poll_until(lambda: query.recentProgress, timeout=120, what="the router's first micro-batch")
     producer.start()
     poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=60, what="the router's first rows")
     query.stop()  # mid-stream: the producer is still writing
     assert producer.is_alive(), "the load finished before the stop: the test would not stop mid-stream"
 
-    (query,) = start_app(spark, spec, oplog_router, options)
+    (query,) = start_app(spark, spec, oplog_router.program, options)
     try:
         producer.join(timeout=120)
         expected, duplicates = wait_until_all_routed(broker, spec)

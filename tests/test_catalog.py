@@ -180,7 +180,7 @@ def test_topic_prefix_renames_topics_and_every_app_reference():
 APP = """\
 apps:
   - name: router
-    program: oplog_router
+    program: spark_apps.oplog_router
     version: 1.0.0
     owner: shop
     description: Routes orders.
@@ -197,7 +197,7 @@ TOPICS = "version: 1\ntopics:\n" + GOOD_TOPIC + "".join(
 
 def test_a_good_app_loads_with_program_settings(tmp_path):
     app = load_catalog(write(tmp_path, TOPICS + APP)).app("router")
-    assert app.settings.categories == {"big": ["LARGE_ORDER"]}
+    assert app.settings == {"categories": {"big": ["LARGE_ORDER"]}}  # validated by the router's own model
     assert app.topics() == ["orders.placed", "orders.big", "orders.dead"]
 
 
@@ -211,7 +211,8 @@ def test_app_referencing_an_undeclared_topic_is_refused(tmp_path):
 def test_app_roles_must_fit_the_program(tmp_path):
     path = write(tmp_path, TOPICS + APP.replace("inputs: {operations: orders.placed}", "inputs: {ops: orders.placed}"))
     assert problems(path) == [
-        "apps[0] 'router' (line 19): inputs: program oplog_router reads the roles ['operations'], the catalog gives ['ops']"
+        "apps[0] 'router' (line 24), field 'inputs': program spark_apps.oplog_router reads the roles ['operations'], "
+        "the catalog gives ['ops']"
     ]
 
 
@@ -226,22 +227,36 @@ def test_router_categories_must_match_its_outputs(tmp_path):
 def test_app_settings_are_validated_with_their_line(tmp_path):
     path = write(
         tmp_path,
-        TOPICS + APP.replace("program: oplog_router", "program: browser_activity").replace(
+        TOPICS + APP.replace("program: spark_apps.oplog_router", "program: spark_apps.browser_activity").replace(
             "categories: {big: [LARGE_ORDER]}", "captcha_logger: x\n      window: 5 secs"
         ),
     )
     assert problems(path) == [
+        "apps[0] 'router' (line 24), field 'inputs': program spark_apps.browser_activity reads the roles ['logs'], "
+        "the catalog gives ['operations']",
+        "apps[0] 'router' (line 25), field 'outputs': program spark_apps.browser_activity writes the roles "
+        "['activity_counts', 'challenges'], the catalog gives ['big']",
         "apps[0] 'router' (line 29), field 'settings.window': '5 secs' does not have the expected form "
-        "(a Spark interval such as '10 seconds' or '5 minutes')"
+        "(a Spark interval such as '10 seconds' or '5 minutes') (program spark_apps.browser_activity)"
     ]
 
 
 def test_unknown_program_is_refused(tmp_path):
-    path = write(tmp_path, TOPICS + APP.replace("program: oplog_router", "program: oplog_routr"))
-    assert problems(path)[0] == (
-        "apps[0] 'router' (line 20), field 'program': must be one of "
-        "'oplog_router', 'presence_notifier' or 'browser_activity' (got 'oplog_routr')"
-    )
+    path = write(tmp_path, TOPICS + APP.replace("program: spark_apps.oplog_router", "program: spark_apps.oplog_routr"))
+    assert problems(path) == [
+        "apps[0] 'router' (line 20), field 'program': program 'spark_apps.oplog_routr': no module "
+        "'spark_apps.oplog_routr' here (a typo, or a package not installed: name an artifact instead)"
+    ]
+    path = write(tmp_path, TOPICS + APP.replace("program: spark_apps.oplog_router", "program: 'oplog router'"))
+    assert problems(path) == [
+        "apps[0] 'router' (line 20), field 'program': 'oplog router' does not have the expected form (an importable "
+        "reference such as 'my_pipelines.dedup' or 'my_pipelines.dedup:program')"
+    ]
+    path = write(tmp_path, TOPICS + APP.replace("program: spark_apps.oplog_router", "program: spark_apps.common.records:Field"))
+    assert problems(path) == [
+        "apps[0] 'router' (line 20), field 'program': spark_apps.common.records:Field is a type, not a streaming "
+        "program (an instance of streamops.program_contract.StreamingProgram)"
+    ]
 
 
 def test_two_apps_writing_one_topic_is_refused(tmp_path):
@@ -265,7 +280,8 @@ def test_every_output_topic_has_a_suite_that_loads_with_its_catalog_parameters()
     outputs = {t for app in catalog.apps for t in [*app.outputs.values(), app.dead_letter_topic]}
     assert set(catalog.validated_topics()) == outputs
     contacts = load_suite(catalog, "oplog.category.contacts")
-    assert contacts.parameters["op_types"] == catalog.app("oplog-router").settings.categories["contacts"]
+    assert contacts.parameters["categories"] == catalog.app("oplog-router").settings["categories"]["contacts"]
+    assert contacts.parameters["role"] == ["contacts"]
     assert contacts.reconciliation == "router"
     counts = load_suite(catalog, "presence.notification-counts")
     window_check = next(e for e in counts.record_expectations if "window size" in e["description"])
@@ -305,7 +321,7 @@ def test_a_suite_parameter_the_catalog_does_not_provide_is_refused(tmp_path):
         load_suite(catalog.model_copy(update={"topics": topics}), "oplog.category.contacts")
     assert str(caught.value) == (
         f"suite file {suite_file}, expectations[0], kwargs.value_set: parameter 'op_typo' is not provided by the "
-        "catalog (available: category, op_types)"
+        "catalog (available: app, categories, role)"
     )
 
 

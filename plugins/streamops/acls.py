@@ -9,7 +9,6 @@ equal); `apply_acls` applies it where the suite manages the cluster itself (`str
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 from confluent_kafka.admin import (
@@ -43,8 +42,8 @@ def app_acls(catalog: Catalog, principals: dict[str, str] | None = None) -> set[
     wanted: set[AppAcl] = set()
     for app in catalog.apps:
         principal = principal_of(app, principals)
-        program = importlib.import_module(f"spark_apps.{app.program}")
-        reads_back = [app.outputs[role] for role in getattr(program, "READS_OUTPUTS", ())]
+        # The catalog's reads_outputs is the program's own declaration (checked when it loads).
+        reads_back = [app.outputs[role] for role in app.reads_outputs]
         for topic in {*app.inputs.values(), *reads_back}:
             wanted |= {AppAcl(principal, "Topic", "Literal", topic, op) for op in ("Read", "Describe")}
         for topic in {*app.outputs.values(), app.dead_letter_topic}:

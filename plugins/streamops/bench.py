@@ -54,9 +54,9 @@ def _fresh_topics(admin: AdminClient, prefix: str) -> Catalog:
 
 def spark_router(app: AppSpec, kafka: KafkaClientConfig, checkpoint: Path, label: str) -> Result:
     """One AvailableNow run of the router over the whole backlog, from a fresh checkpoint."""
-    from spark_apps import oplog_router
     from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, observed_totals, start_app
     from spark_apps.common.session import build_session
+    from streamops.programs import load_program
 
     spark = build_session("streamops-bench", master="local[*]", extra_conf={"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
@@ -67,7 +67,7 @@ def spark_router(app: AppSpec, kafka: KafkaClientConfig, checkpoint: Path, label
 
     before = written()
     began = time.monotonic()
-    queries = start_app(spark, app, oplog_router, RunOptions(kafka, str(checkpoint), trigger=AVAILABLE_NOW))
+    queries = start_app(spark, app, load_program(app), RunOptions(kafka, str(checkpoint), trigger=AVAILABLE_NOW))
     seconds = time.monotonic() - began
     totals = observed_totals(queries)
     batches = [p for q in queries for p in q.recentProgress if p.numInputRows]
@@ -76,11 +76,18 @@ def spark_router(app: AppSpec, kafka: KafkaClientConfig, checkpoint: Path, label
     return Result(f"Spark router, {label}", totals.get("records_in", 0), written() - before, seconds, note)
 
 
+def routes(app: AppSpec) -> dict[str, list[tuple[str, str]]]:
+    """op type -> [(category, topic)], from the router app's settings (as the router reads them)."""
+    table: dict[str, list[tuple[str, str]]] = {}
+    for category, op_types in app.settings["categories"].items():
+        for op_type in op_types:
+            table.setdefault(op_type, []).append((category, app.outputs[category]))
+    return table
+
+
 def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, expected: int) -> Result:
     """The same routing as spark_apps/oplog_router.py in a consume-route-produce loop (its checks
     are the main rules of the input contract, not all of them: json.loads is more lenient)."""
-    from spark_apps.oplog_router import routes
-
     table = {op: [(category, target.outputs[category]) for category, _ in targets] for op, targets in routes(source).items()}
     topic = source.inputs["operations"]
     consumer = kafka.consumer(f"bench-{uuid.uuid4().hex}")
@@ -130,14 +137,12 @@ def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, ex
 
 def reprocess_backfill(catalog: Catalog, admin: AdminClient, kafka: KafkaClientConfig, workdir: Path) -> Result:
     """The reprocess DAG's job (plan from earliest, scratch targets) over the same backlog."""
-    from spark_apps.common.session import build_session
     from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 
-    spark = build_session("streamops-bench", master="local[*]", extra_conf={"spark.ui.enabled": "false"})
     plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app="oplog-router", target="scratch", tag="bench"))
-    result = run_reprocess(spark, kafka, admin, catalog, plan, workdir)
+    result = run_reprocess(kafka, admin, catalog, plan, workdir, spark_master="local[*]", launched_by="bench")
     written = sum(result.records_out.values()) + result.dead_letters
-    return Result("Backfill from earliest (reprocess, warm JVM)", result.records_in, written, result.seconds,
+    return Result("Backfill from earliest (reprocess, its own driver)", result.records_in, written, result.seconds,
                   "targets " + ", ".join(sorted(plan.targets.values()))[:60] + "...")
 
 
@@ -246,8 +251,6 @@ def roll_restart_benchmark(rate: float = 300.0, kafka: KafkaClientConfig | None 
                 app, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"), new_version="1.1.0",
                 kafka=kafka, run_id="bench", log=lambda line: None,
             )
-        from spark_apps.oplog_router import routes
-
         table = routes(app)
         expected = set()
         for record in read_all(kafka, app.inputs["operations"]):
@@ -289,22 +292,22 @@ def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplo
     """Parse speed alone: `records.parse` over N loadgen records (1% malformed) held in memory,
     no Kafka, on one Spark session with the app's SQL conf. Each repeat counts good and bad
     records (a full pass over every column `parse` adds); the best repeat is the figure."""
-    import importlib
-
     from pyspark.sql import functions as F
 
     from spark_apps.common import records
     from spark_apps.common.session import apply_app_conf, build_session
     from streamops.loadgen import events as load_events
+    from streamops.programs import program_info
 
     app = load_catalog().app(app_name)
-    module = importlib.import_module(f"spark_apps.{app.program}")
+    declared = program_info(app).input_fields
     spark = build_session("streamops-bench", master="local[*]", extra_conf={"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     apply_app_conf(spark, app)
     results: list[Result] = []
     loaded_at = datetime.now(timezone.utc)
-    for role, fields in module.INPUT_FIELDS.items():
+    for role, described in declared.items():
+        fields = [records.Field(f["path"], f["type"], f["column"], tuple(f["allowed"])) for f in described]
         topic = app.inputs[role]
         rows = [
             (key.encode(), value.encode(), topic, 0, offset, loaded_at)

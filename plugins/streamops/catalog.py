@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic import StringConstraints
 
 from streamops.paths import PROJECT_ROOT
+from streamops.programs import REFERENCE_PATTERN
 
 DEFAULT_CATALOG_PATH = PROJECT_ROOT / "catalog" / "pipelines.yaml"
 CATALOG_ENV_VAR = "STREAMOPS_CATALOG"
@@ -194,9 +195,8 @@ def _kafka_string(value: ConfigValue) -> str:
 # Apps
 
 # Spark interval strings ("10 minutes", "2 seconds"): used for triggers, windows and watermarks.
-Duration = Annotated[
-    str, StringConstraints(pattern=r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
-]
+DURATION_PATTERN = r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$"
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
 _DURATION_UNITS_MS = {"millisecond": 1, "second": 1_000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
 
 
@@ -204,35 +204,6 @@ def duration_ms(value: str) -> int:
     """'10 minutes' -> 600000."""
     amount, unit = value.split()
     return int(amount) * _DURATION_UNITS_MS[unit.rstrip("s")]
-
-
-class RouterSettings(_Strict):
-    """Operation-log router: which op types go to which category (an output role)."""
-
-    kind: Literal["oplog_router"]
-    categories: dict[str, Annotated[list[str], Field(min_length=1)]] = Field(min_length=1)
-
-
-class PresenceSettings(_Strict):
-    """Presence notifier: the notification text, the count windows and how late data may be."""
-
-    kind: Literal["presence_notifier"]
-    message: str = "You are not currently viewing Facebook."
-    count_window: Duration = "10 minutes"
-    count_slide: Duration = "1 minute"
-    # How far behind the newest event time data may arrive and still be counted.
-    watermark: Duration = "1 minute"
-
-
-class BrowserActivitySettings(_Strict):
-    """Browser activity: the captcha logger, the challenge threshold and the windows."""
-
-    kind: Literal["browser_activity"]
-    captcha_logger: str = Field(min_length=1)
-    challenge_threshold: StrictInt = Field(default=5, gt=0)
-    window: Duration = "5 seconds"
-    slide: Duration = "2 seconds"
-    watermark: Duration = "10 seconds"
 
 
 # Kafka's default for a topic's max.message.bytes (the broker's message.max.bytes), used when
@@ -277,21 +248,6 @@ class ProducerSettings(BaseModel):
         return settings
 
 
-AppSettings = Annotated[
-    Union[RouterSettings, PresenceSettings, BrowserActivitySettings], Field(discriminator="kind")
-]
-
-# The input and output roles each program needs (None: any roles, checked by its settings).
-PROGRAM_ROLES: dict[str, tuple[frozenset[str], frozenset[str] | None]] = {
-    "oplog_router": (frozenset({"operations"}), None),
-    "presence_notifier": (
-        frozenset({"events", "ticks"}),
-        frozenset({"notifications", "latest_state", "notification_counts"}),
-    ),
-    "browser_activity": (frozenset({"logs"}), frozenset({"challenges", "activity_counts"})),
-}
-
-
 # A semantic version (semver.org): X.Y.Z, a pre-release and build metadata of dot-separated,
 # non-empty identifiers. Labels reach argv and folder names, so nothing else is allowed.
 _IDENTIFIERS = r"[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*"
@@ -302,7 +258,11 @@ class AppSpec(_Strict):
     """One long-running Spark Structured Streaming app."""
 
     name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{1,62}$")]
-    program: Literal["oplog_router", "presence_notifier", "browser_activity"]
+    # The program (streamops.program_contract): an importable reference, `package.module` (its
+    # `program`) or `package.module:attribute`; with `artifact`, the code of `version` comes from
+    # that artifact in the store (streamops.artifacts), else from this environment.
+    program: Annotated[str, StringConstraints(pattern=REFERENCE_PATTERN)]
+    artifact: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{1,62}$")] | None = None
     version: Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
     owner: str = Field(min_length=1)
     description: str = Field(min_length=1)
@@ -313,6 +273,9 @@ class AppSpec(_Strict):
         default_factory=dict
     )
     outputs: dict[str, str] = Field(min_length=1)  # role -> topic
+    # Output roles the program reads back, as it declares them (checked): Terraform, which cannot
+    # ask the program, grants Read on exactly these.
+    reads_outputs: list[str] = Field(default_factory=list)
     dead_letter_topic: str
     # Relative: under $STREAMOPS_CHECKPOINT_ROOT (default .run/checkpoints); or an absolute path/URI.
     checkpoint: str | None = None
@@ -321,38 +284,16 @@ class AppSpec(_Strict):
     spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
     # The Kafka sink's producer settings (outputs and dead letters).
     producer: ProducerSettings = Field(default_factory=ProducerSettings)
-    settings: AppSettings
-
-    @model_validator(mode="before")
-    @classmethod
-    def _settings_kind_from_program(cls, data: Any) -> Any:
-        # The program names the settings' shape; authors do not repeat it inside `settings`.
-        if isinstance(data, dict) and isinstance(data.get("settings"), dict) and "kind" not in data["settings"]:
-            data = {**data, "settings": {**data["settings"], "kind": data.get("program")}}
-        return data
+    # Validated with the program's own settings model when the catalog loads (programs.py); a
+    # program's code sees them as that model (StreamingProgram.bind).
+    settings: Any = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _roles_fit_the_program(self) -> AppSpec:
-        needed_inputs, needed_outputs = PROGRAM_ROLES[self.program]
+    def _input_keys_name_inputs(self) -> AppSpec:
         unknown_key_roles = sorted(set(self.input_keys) - set(self.inputs))
         if unknown_key_roles:
             raise ValueError(
                 f"input_keys: {unknown_key_roles} are not input roles of this app (inputs: {sorted(self.inputs)})"
-            )
-        if set(self.inputs) != needed_inputs:
-            raise ValueError(
-                f"inputs: program {self.program} reads the roles {sorted(needed_inputs)}, "
-                f"the catalog gives {sorted(self.inputs)}"
-            )
-        if needed_outputs is not None and set(self.outputs) != needed_outputs:
-            raise ValueError(
-                f"outputs: program {self.program} writes the roles {sorted(needed_outputs)}, "
-                f"the catalog gives {sorted(self.outputs)}"
-            )
-        if isinstance(self.settings, RouterSettings) and set(self.settings.categories) != set(self.outputs):
-            raise ValueError(
-                f"settings.categories and outputs must name the same categories: categories "
-                f"{sorted(self.settings.categories)}, outputs {sorted(self.outputs)}"
             )
         return self
 
@@ -553,6 +494,8 @@ def load_catalog(path: str | os.PathLike[str] | None = None, environment: str | 
     problems += list(_cross_app_problems(catalog, data, root_node))
     catalog, suite_problems = _resolve_suite_paths(catalog, path.parent, data, root_node)
     problems += suite_problems
+    catalog, program_problems = _resolve_programs(catalog, data, root_node)
+    problems += program_problems
     if problems:
         raise CatalogError(path, problems)
     return catalog
@@ -657,6 +600,52 @@ def _resolve_suite_paths(catalog: Catalog, base: Path, data: dict, root_node: ya
     return catalog.model_copy(update={"topics": topics}), problems
 
 
+def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tuple[Catalog, list[str]]:
+    """Each app checked against its program's declarations (roles, settings, the program's own
+    checks); its settings validated with the program's model (defaults filled in)."""
+    from streamops.programs import ProgramError, import_program, program_info
+
+    apps, problems = [], []
+    for index, app in enumerate(catalog.apps):
+        def where(*path: object) -> str:
+            return _where(("apps", index), data, root_node, field_path=("apps", index, *path))
+
+        try:
+            info = program_info(app)
+        except ProgramError as exc:
+            field = "artifact" if app.artifact else "program"
+            problems.append(f"{where(field)}, field '{field}': {exc}")
+            apps.append(app)
+            continue
+        for field, message in info.role_problems(set(app.inputs), set(app.outputs), set(app.reads_outputs)):
+            problems.append(f"{where(field)}, field '{field}': {message}")
+        if not isinstance(app.settings, dict):
+            problems.append(f"{where('settings')}, field 'settings': must be a mapping (got {type(app.settings).__name__})")
+            apps.append(app)
+            continue
+        if info.artifact is not None:  # the version's code is not imported here: its recorded schema
+            settings, errors = info.validated_settings(app.settings)
+            for loc, message in errors:
+                label = ".".join(map(str, ("settings", *loc)))
+                problems.append(f"{where('settings', *loc)}, field '{label}': {message} (program {app.program}, "
+                                f"artifact {info.artifact.short()})")
+        else:
+            program = import_program(app.program)
+            try:
+                model = program.Settings.model_validate(app.settings)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    label = ".".join(map(str, ("settings", *err["loc"])))
+                    problems.append(f"{where('settings', *err['loc'])}, field '{label}': {_friendly_message(err)} "
+                                    f"(program {app.program})")
+                apps.append(app)
+                continue
+            settings = model.model_dump(mode="json")
+            problems += [f"{where()}: {problem}" for problem in program.check(program.bind(app.model_copy(update={"settings": model})))]
+        apps.append(app.model_copy(update={"settings": settings}))
+    return catalog.model_copy(update={"apps": apps}), problems
+
+
 def _cross_topic_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> Iterator[str]:
     first_by_name: dict[str, int] = {}
     separator_owner: tuple[str, int, str] | None = None  # (separator, index, name)
@@ -723,7 +712,7 @@ def _cross_app_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> I
 def _describe_error(err: dict[str, Any], data: dict, root_node: yaml.Node) -> str:
     loc = tuple(err["loc"])
     # Pydantic adds union members and discriminator tags to the location: drop them.
-    noise = {"int", "bool", "str", "oplog_router", "presence_notifier", "browser_activity"}
+    noise = {"int", "bool", "str"}
     loc = tuple(part for part in loc if part not in noise) or loc
     entry_loc = loc[:2] if len(loc) >= 2 and loc[0] in ("topics", "apps") else loc[:1]
     field = ".".join(str(p) for p in loc[len(entry_loc):])
@@ -759,8 +748,6 @@ def _friendly_message(err: dict[str, Any]) -> str:
         return f"must be one of {err['ctx']['expected']} (got {raw!r})"
     if kind == "string_pattern_mismatch":
         return f"{raw!r} does not have the expected form ({_PATTERN_HINTS.get(err['ctx']['pattern'], err['ctx']['pattern'])})"
-    if kind in {"union_tag_invalid", "union_tag_not_found"}:
-        return "cannot be checked until 'program' names a known program"
     return err["msg"]
 
 
@@ -768,6 +755,7 @@ _PATTERN_HINTS = {
     Duration.__metadata__[0].pattern: "a Spark interval such as '10 seconds' or '5 minutes'",
     AppSpec.model_fields["name"].metadata[0].pattern: "lowercase letters, digits and '-', starting with a letter",
     AppSpec.model_fields["version"].metadata[0].pattern: "a semantic version such as '1.2.0'",
+    REFERENCE_PATTERN: "an importable reference such as 'my_pipelines.dedup' or 'my_pipelines.dedup:program'",
 }
 
 

@@ -26,7 +26,7 @@ from streamops.app_status import last_committed_batch
 from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.batches import read_decoded
 from streamops.quality.ranges import whole_topics
-from streamops.quality.reconcile import WINDOW_COUNTS
+from streamops.programs import program_info
 from streamops.kafka_client import KafkaClientConfig
 
 EXAMPLES = 5
@@ -68,7 +68,7 @@ class WindowComparison:
 
 def window_outputs(catalog: Catalog) -> list[tuple[AppSpec, str]]:
     """(app, output role) of every windowed count the catalog's apps write."""
-    return [(app, role) for app in catalog.apps for role in app.outputs if (app.program, role) in WINDOW_COUNTS]
+    return [(app, role) for app in catalog.apps for role in app.outputs if role in program_info(app).window_counts]
 
 
 def live_watermark_ms(checkpoint: str, query: str) -> int | None:
@@ -100,7 +100,8 @@ def compare_windows(
     scratch_topic: str,
     scratch_catalog: Catalog,
 ) -> WindowComparison:
-    query, key = WINDOW_COUNTS[(app.program, role)]
+    counted = program_info(app).window_counts[role]
+    query, key = counted.query, counted.key_column
     live_topic = app.outputs[role]
     live = _final_counts(spark, kafka, admin, catalog, live_topic, key, "live_count")
     recomputed = _final_counts(spark, kafka, admin, scratch_catalog, scratch_topic, key, "recomputed_count").persist()
@@ -108,7 +109,7 @@ def compare_windows(
     closed_by = "live watermark"
     if bound_ms is None:
         newest = recomputed.agg(F.max("window_start")).first()[0]
-        bound_ms = int(newest.timestamp() * 1000) - duration_ms(app.settings.watermark) if newest else 0
+        bound_ms = int(newest.timestamp() * 1000) - duration_ms(app.settings[counted.watermark_setting]) if newest else 0
         closed_by = "recomputed watermark (no committed live batch)"
     window = [key, "window_start", "window_end"]
     lined_up = live.join(recomputed, window, "full_outer").persist()

@@ -1,15 +1,16 @@
-"""Start an app's queries, and the spark-submit command line every program shares.
+"""Start an app's queries, and the driver command line every program shares.
 
-    spark-submit --jars <connector jars> spark_apps/oplog_router.py --app oplog-router \\
+    spark-submit --jars <connector jars> [--py-files <artifact.zip>] \\
+        plugins/streamops/entrypoints/driver.py --app oplog-router --program spark_apps.oplog_router \\
+        [--artifact <artifact.zip> --artifact-digest sha256:...] \\
         [--catalog FILE] [--kafka-config FILE | --bootstrap-servers HOST:PORT] [--checkpoint DIR] \\
-        [--trigger "2 seconds" | --trigger available-now] [--starting-offsets earliest|latest] \\
-        [--version X.Y.Z]
+        [--trigger "2 seconds" | --trigger available-now] [--starting-offsets earliest|latest|JSON] \\
+        [--ending-offsets JSON] [--skip-records-of CHECKPOINT] [--version X.Y.Z]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -20,7 +21,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -32,6 +32,7 @@ from spark_apps.common.session import apply_app_conf, build_session
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import AppSpec, catalog_path, load_catalog
 from streamops.checkpoint_batches import error_gist
+from streamops.program_contract import StreamingProgram
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -67,8 +68,9 @@ class RunOptions:
 
 
 
-def build_outputs(spark: SparkSession, spec: AppSpec, program: ModuleType, options: RunOptions) -> list[OutputQuery]:
+def build_outputs(spark: SparkSession, spec: AppSpec, program: StreamingProgram, options: RunOptions) -> list[OutputQuery]:
     """The app's queries as DataFrames, not started."""
+    spec = program.bind(spec)
     apply_app_conf(spark, spec)
     # Read once at start: recover_skip_records writes the list while the app is stopped.
     skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
@@ -157,7 +159,7 @@ def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], b
 def start_app(
     spark: SparkSession,
     spec: AppSpec,
-    program: ModuleType,
+    program: StreamingProgram,
     options: RunOptions,
     outputs: list[OutputQuery] | None = None,
     still_held: Callable[[], bool] | None = None,
@@ -207,6 +209,15 @@ def plan_fingerprint(outputs: list[OutputQuery]) -> dict[str, list[str]]:
             if any(node in line for node in _STATEFUL) or ("window" in line and "Expand" in line)
         ]
         fingerprint[output.name] = lines
+    return fingerprint
+
+
+def stateful_fingerprint(program: StreamingProgram, outputs: list[OutputQuery]) -> dict[str, list[str]]:
+    """`plan_fingerprint`, with the operators the program declares stateful (program contract)
+    first: a changed declaration is a changed state layout even where the plan text looks alike."""
+    fingerprint = plan_fingerprint(outputs)
+    for query, operators in program.stateful_operators.items():
+        fingerprint[query] = [f"declared: {op}" for op in operators] + fingerprint.get(query, [])
     return fingerprint
 
 
@@ -376,9 +387,12 @@ def record_failed_batches(runtime: AppRuntime, failed: list[StreamingQuery]) -> 
         log.warning("could not record the failed batches %s: %s", found, exc)
 
 
-def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=program_name, description=f"Run the {program_name} streaming app.")
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="streamops-driver", description="Run one streaming app of the catalog.")
     parser.add_argument("--app", required=True, help="app name in the catalog")
+    parser.add_argument("--program", required=True, help="the app's program reference, as the catalog names it")
+    parser.add_argument("--artifact", default=None, help="the artifact zip the program's code comes from (checked by the launcher)")
+    parser.add_argument("--artifact-digest", default=None, help="its sha256 digest")
     parser.add_argument("--catalog", default=None, help="catalog file (default: $STREAMOPS_CATALOG or catalog/pipelines.yaml)")
     connection = parser.add_mutually_exclusive_group()
     connection.add_argument(
@@ -397,7 +411,15 @@ def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
         "--starting-offsets", default="earliest",
         help="earliest, latest, or a JSON of offsets per topic and partition (new checkpoints only)",
     )
-    parser.add_argument("--version", default=None, help="version label written into dead letters")
+    parser.add_argument(
+        "--ending-offsets", default=None,
+        help="a JSON of offsets per topic and partition: records at or past them are not read (bounded backfills)",
+    )
+    parser.add_argument(
+        "--skip-records-of", default=None,
+        help="skip the records an operator skipped in the app on this checkpoint (a backfill of a live app)",
+    )
+    parser.add_argument("--version", default=None, help="the version that runs (written into dead letters)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument(
         "--plan-fingerprint", action="store_true",
@@ -406,16 +428,52 @@ def parse_args(argv: list[str], program_name: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str], program_name: str) -> int:
-    """The spark-submit entry point of every program (spark_apps/<program_name>.py)."""
+def code_record(program: StreamingProgram, args: argparse.Namespace) -> dict:
+    """Which code runs: the artifact (path, digest) or the installed module (its file's digest)."""
+    from streamops.artifacts import file_digest
+
+    if args.artifact:
+        return {"artifact": args.artifact, "digest": args.artifact_digest}
+    module_file = sys.modules[type(program).__module__].__file__
+    return {"installed": module_file, "digest": file_digest(module_file)}
+
+
+def app_problems(spec: AppSpec, program: StreamingProgram) -> list[str]:
+    """How the catalog's app does not fit this version of its program (roles, settings, checks):
+    the catalog checked another version, or the installed code, when it loaded."""
+    from pydantic import ValidationError
+
+    from streamops.program_contract import describe
+    from streamops.programs import ProgramInfo
+
+    info = ProgramInfo.from_description(spec.program, describe(program))
+    problems = [f"{field}: {message}" for field, message in
+                info.role_problems(set(spec.inputs), set(spec.outputs), set(spec.reads_outputs))]
+    try:
+        bound = program.bind(spec)
+    except ValidationError as exc:
+        return problems + [f"settings.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
+    return problems + program.check(bound)
+
+
+def main(argv: list[str]) -> int:
+    """The driver of every app (spark-submit runs streamops/entrypoints/driver.py, which checks
+    the artifact and calls this)."""
+    from streamops.programs import ProgramError, import_program
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
-    # Import by package name: run as a script, the program's own module is `__main__`.
-    program = importlib.import_module(f"spark_apps.{program_name}")
-    args = parse_args(argv, program_name)
+    args = parse_args(argv)
     catalog = load_catalog(args.catalog)
     spec = catalog.app(args.app)
-    if spec.program != program_name:
-        raise SystemExit(f"app {spec.name!r} is a {spec.program} app, not {program_name}; run spark_apps/{spec.program}.py")
+    if spec.program != args.program:
+        raise SystemExit(f"app {spec.name!r} runs program {spec.program}, not {args.program}")
+    try:
+        program = import_program(args.program)
+    except ProgramError as exc:
+        raise SystemExit(f"cannot run {spec.name}: {exc}") from None
+    problems = app_problems(spec, program)
+    if problems:
+        raise SystemExit(f"cannot run {spec.name} with this version of {spec.program}: " + "; ".join(problems))
     try:
         kafka = (KafkaClientConfig.read_file(args.kafka_config, private=True) if args.kafka_config
                  else KafkaClientConfig.plaintext(args.bootstrap_servers, source="--bootstrap-servers"))
@@ -428,11 +486,14 @@ def main(argv: list[str], program_name: str) -> int:
         starting_offsets=args.starting_offsets,
         version=args.version,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
+        ending_offsets=json.loads(args.ending_offsets) if args.ending_offsets else None,
+        skip_records=AppRuntime(args.skip_records_of).skip_records() if args.skip_records_of else None,
     )
     if args.plan_fingerprint:
         spark = build_session(f"streamops-{spec.name}-plan")
         spark.sparkContext.setLogLevel("ERROR")
-        print("PLAN-FINGERPRINT " + json.dumps(plan_fingerprint(build_outputs(spark, spec, program, options)), sort_keys=True))
+        fingerprint = stateful_fingerprint(program, build_outputs(spark, spec, program, options))
+        print("PLAN-FINGERPRINT " + json.dumps(fingerprint, sort_keys=True))
         return 0
     log.info("app %s (%s %s) from %s: %s", spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
     runtime = AppRuntime(options.checkpoint)
@@ -444,6 +505,7 @@ def main(argv: list[str], program_name: str) -> int:
                 "app": spec.name,
                 "program": spec.program,
                 "version": options.version or spec.version,
+                "code": code_record(program, args),
                 "trigger": options.trigger,
                 "spark_conf": {k: str(v) for k, v in spec.spark_conf.items()},
                 "catalog": str(catalog_path(args.catalog)),
@@ -479,7 +541,7 @@ def main(argv: list[str], program_name: str) -> int:
         publisher = ProgressPublisher(runtime, f"streamops.{spec.name}", options.kafka)
         spark.streams.addListener(publisher)
         outputs = build_outputs(spark, spec, program, options)
-        runtime.update(plan_fingerprint=plan_fingerprint(outputs))
+        runtime.update(plan_fingerprint=stateful_fingerprint(program, outputs))
         running = options.trigger == AVAILABLE_NOW
         queries = start_app(spark, spec, program, options, outputs, still_held=runtime.lease.still_held)
         running = True

@@ -5,14 +5,16 @@ expectations validate like any other batch (so their failures list the exact row
 Both recomputations run the app's own transformation code (its `queries()`), fed by bounded
 batch reads instead of streams; nothing here re-implements an app.
 
-router (category topics): the range's output records name their source (event_id =
+Which outputs support which check is the writing program's declaration (program contract):
+
+router (its `lineage_outputs`, e.g. the router's category topics): the range's output records name their source (event_id =
   topic/partition/offset). Per input partition, the covered range is [lowest, highest] source
   offset seen. The router is re-run over exactly that input range; its records for this topic
   are the expected set. The actual set is every record of the topic written since the first
   input record of the range (so records outside the chosen output range still count).
   Rows: event_id, source_partition, source_offset, op_type, expected, copies.
 
-window_counts (windowed count topics): for every window in the range, the last (largest)
+window_counts (its `window_counts`): for every window in the range, the last (largest)
   count the app emitted for it, from the range's start to the topic's end, against the count
   recomputed from the app's whole retained input. Only windows the watermark has closed are
   compared (the newest window start seen, minus the watermark): open ones can still change.
@@ -22,7 +24,6 @@ window_counts (windowed count topics): for every window in the range, the last (
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
@@ -33,16 +34,13 @@ from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.batches import read_decoded, read_range
 from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks, whole_topics
 from streamops.kafka_client import KafkaClientConfig
+from streamops.program_contract import LineageOutput, WindowCountOutput
+from streamops.programs import load_program, program_info
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
 _EVENT_ID = r"^(.*)/([0-9]+)/([0-9]+)$"
 
-# (program, output role) -> (the program's query that writes it, the column windows are per)
-WINDOW_COUNTS = {
-    ("presence_notifier", "notification_counts"): ("count", "user_id"),
-    ("browser_activity", "activity_counts"): ("window-count", "fingerprint"),
-}
 
 
 @dataclass
@@ -67,10 +65,12 @@ def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batc
     if writer is None:
         raise ValueError(f"topic {topic!r}: its suite asks for a '{kind}' reconciliation but no app writes it")
     app, role = writer
-    if kind == "router" and app.program == "oplog_router" and role in app.outputs:
-        return _router(sources, app, topic, batch)
-    if kind == "window_counts" and (app.program, role) in WINDOW_COUNTS:
-        return _window_counts(sources, app, role, topic, topic_range, batch)
+    declared = program_info(app)
+    lineage = declared.lineage_outputs.get(role) or declared.lineage_outputs.get("*")
+    if kind == "router" and role in app.outputs and lineage is not None:
+        return _router(sources, app, lineage, topic, batch)
+    if kind == "window_counts" and role in declared.window_counts:
+        return _window_counts(sources, app, declared.window_counts[role], topic, topic_range, batch)
     raise ValueError(f"topic {topic!r}: its suite asks for a '{kind}' reconciliation, which {app.program} ({role}) does not support")
 
 
@@ -78,9 +78,9 @@ def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
     """The frame of one of the app's own queries, built over `source` (a batch reader)."""
     from spark_apps.common.session import apply_app_conf
 
-    program = importlib.import_module(f"spark_apps.{app.program}")
+    program = load_program(app)
     apply_app_conf(sources.spark, app)
-    for output in program.queries(app, app.version, source):
+    for output in program.queries(program.bind(app), app.version, source):
         if output.name == name:
             return output.frame
     raise ValueError(f"app {app.name}: program {app.program} has no query {name!r}")
@@ -95,8 +95,8 @@ def _with_source(frame: DataFrame) -> DataFrame:
     )
 
 
-def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Reconciliation:
-    input_topic = app.inputs["operations"]
+def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, batch: DataFrame) -> Reconciliation:
+    input_topic = app.inputs[lineage.input_role]
     covered = (
         _with_source(batch.where(F.col("event_id").isNotNull()))
         .where(F.col("source_topic") == input_topic)
@@ -114,7 +114,7 @@ def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Rec
         assert topics == [input_topic], topics
         return read_range(spark, kafka, input_range)
 
-    routed = _app_query(sources, app, "route", source).where(F.col("topic") == topic)
+    routed = _app_query(sources, app, lineage.query, source).where(F.col("topic") == topic)
     expected = routed.select(
         F.from_json(F.col("value").cast("string"), "event_id STRING, op_type STRING").alias("v")
     ).select(F.col("v.event_id").alias("event_id"), F.col("v.op_type").alias("op_type"), F.lit(True).alias("expected"))
@@ -163,9 +163,9 @@ def _router(sources: Sources, app: AppSpec, topic: str, batch: DataFrame) -> Rec
 
 
 def _window_counts(
-    sources: Sources, app: AppSpec, role: str, topic: str, topic_range: TopicRange, batch: DataFrame
+    sources: Sources, app: AppSpec, counted: WindowCountOutput, topic: str, topic_range: TopicRange, batch: DataFrame
 ) -> Reconciliation:
-    query, key_column = WINDOW_COUNTS[(app.program, role)]
+    query, key_column = counted.query, counted.key_column
     window = [key_column, "window_start", "window_end"]
     windows = batch.where(F.col(key_column).isNotNull() & F.col("window_start").isNotNull()).select(*window).distinct()
     spark, kafka, spec = sources.spark, sources.kafka, sources.catalog.topic(topic)
@@ -193,7 +193,7 @@ def _window_counts(
         F.col("v.count").alias("recomputed_count"),
     ).persist()
     newest_start = recounted.agg(F.max("window_start")).first()[0]
-    watermark_ms = duration_ms(app.settings.watermark)
+    watermark_ms = duration_ms(app.settings[counted.watermark_setting])
     lined_up = (
         windows.join(emitted, window, "left")
         .join(recounted, window, "left")

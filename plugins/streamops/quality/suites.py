@@ -4,8 +4,11 @@ A suite is a GX 1.x ExpectationSuite document. Values that the catalog already s
 category's op types, a window size, the notification text) are not repeated in the suite: it
 names them as parameters, filled in from the catalog entry of the app that writes the topic:
 
-- in an expectation's kwargs, GX's own form: `"value_set": {"$PARAMETER": "op_types"}`;
+- in an expectation's kwargs, GX's own form: `"value_set": {"$PARAMETER": "categories"}`;
 - inside an `unexpected_rows_query` (SQL, where GX has no parameters): `${window_ms}`.
+
+Which parameters exist follows from the writing app's settings alone (`suite_parameters`), so a
+suite for a program the suite has never seen needs no code here.
 
 Expectations with `"meta": {"reconciliation": ...}` are cross-record checks: they run on a
 reconciliation batch built from the app's input (see reconcile.py), not on the topic's records.
@@ -20,12 +23,11 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamops.programs import settings_dict
 from streamops.catalog import (
+    DURATION_PATTERN,
     AppSpec,
-    BrowserActivitySettings,
     Catalog,
-    PresenceSettings,
-    RouterSettings,
     TopicSpec,
     duration_ms,
 )
@@ -50,31 +52,33 @@ class TopicSuite:
 
 
 def suite_parameters(catalog: Catalog, topic: str) -> dict:
-    """The parameters a topic's suite may use, from the app that writes the topic."""
+    """The parameters a topic's suite may use, from the catalog entry of the app that writes it
+    (no program code: the same rule for every program):
+
+    - `app` (a one-value set), `role` (the output role of the topic, a one-value set);
+    - every setting by its name: a mapping keyed by the app's output roles gives this topic's
+      entry (the router's `categories` -> this category's op types), any other value itself;
+    - a Spark interval setting also as milliseconds, `<name>_ms`; a single value also as a
+      one-value set, `<name>_values` (for `value_set`);
+    - for the dead-letter topic: `app` and `source_topics` (the app's inputs)."""
     writer = catalog.writer(topic)
     if writer is None:
         return {}
     app, role = writer
     if role == "dead_letters":
         return {"app": [app.name], "source_topics": sorted(app.inputs.values())}
-    settings = app.settings
-    if isinstance(settings, RouterSettings):
-        return {"op_types": list(settings.categories[role]), "category": [role]}
-    if isinstance(settings, PresenceSettings):
-        return {
-            "messages": [settings.message],
-            "window_ms": duration_ms(settings.count_window),
-            "slide_ms": duration_ms(settings.count_slide),
-            "watermark_ms": duration_ms(settings.watermark),
-        }
-    if isinstance(settings, BrowserActivitySettings):
-        return {
-            "threshold": settings.challenge_threshold,
-            "window_ms": duration_ms(settings.window),
-            "slide_ms": duration_ms(settings.slide),
-            "watermark_ms": duration_ms(settings.watermark),
-        }
-    return {}
+    parameters: dict = {"app": [app.name], "role": [role]}
+    for name, value in settings_dict(app).items():
+        if isinstance(value, dict):
+            if set(value) == set(app.outputs):
+                parameters[name] = value[role]
+            continue
+        parameters[name] = value
+        if not isinstance(value, list):
+            parameters[f"{name}_values"] = [value]
+        if isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value):
+            parameters[f"{name}_ms"] = duration_ms(value)
+    return parameters
 
 
 # How each value_schema type looks in JSON (Spark's schema_of_variant names), and in words.

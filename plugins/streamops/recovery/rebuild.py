@@ -11,7 +11,6 @@ Two ways, both starting from a backup:
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import asdict, dataclass, field
 
 from confluent_kafka.admin import AdminClient
@@ -64,7 +63,7 @@ def plan_rebuild(admin: AdminClient, catalog: Catalog, app_name: str, target: st
         problems.append(f"target {target!r} must be one of: {', '.join(TARGETS)}")
     if app is None or problems:
         raise RecoveryRefused(problems)
-    read_back = [app.outputs[role] for role in getattr(importlib.import_module(f"spark_apps.{app.program}"), "READS_OUTPUTS", ())]
+    read_back = [app.outputs[role] for role in app.reads_outputs]
     if target == "live" and read_back:
         raise RecoveryRefused([
             f"{app.name} reads its own output {', '.join(read_back)}: rebuilt into the live topics it would read the old "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -196,11 +195,13 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
     from pyspark.sql import functions as F
 
     from spark_apps.common import records
+    from streamops.programs import program_info, running_version
 
-    program = importlib.import_module(f"spark_apps.{app.program}")
+    # The input fields of the version that runs (its artifact's declarations), not the catalog's.
+    declared = program_info(app, running_version(app)).input_fields
     verdicts: dict[int, str | None] = {}
     for role, topic in app.inputs.items():
-        fields = program.INPUT_FIELDS[role]
+        fields = [records.Field(f["path"], f["type"], f["column"], tuple(f["allowed"])) for f in declared[role]]
         rows = [(i, d.key, d.value, topic, d.source_partition, 0, None) for i, d in enumerate(letters) if d.source_topic == topic]
         if not rows:
             continue

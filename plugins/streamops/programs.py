@@ -1,0 +1,238 @@
+"""The one loader of streaming programs: from the catalog's reference to what the program declares
+(`ProgramInfo`) or to the program itself (`load_program`).
+
+An app names its program by an importable reference (`package.module` or
+`package.module:attribute`) and, optionally, an `artifact`: then the code of the app's version
+is that artifact's (streamops.artifacts), and its declarations come from the artifact's manifest
+(recorded when it was built), so the control plane checks a version without importing its code.
+Program code itself runs in the drivers, which get exactly one artifact on their path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from streamops.program_contract import LineageOutput, StreamingProgram, WindowCountOutput, contract_problems, describe
+
+if TYPE_CHECKING:
+    from streamops.artifacts import Artifact
+    from streamops.catalog import AppSpec
+
+REFERENCE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$"
+DEFAULT_ATTRIBUTE = "program"
+
+
+class ProgramError(ValueError):
+    """A program that cannot be found or does not keep the contract."""
+
+
+@dataclass(frozen=True)
+class ProgramInfo:
+    """What a program declares (program_contract), as data."""
+
+    reference: str
+    name: str
+    input_roles: tuple[str, ...]
+    output_roles: tuple[str, ...] | None
+    settings_schema: dict
+    input_fields: dict[str, list[dict]]
+    reads_outputs: tuple[str, ...]
+    query_names: tuple[str, ...]
+    stateful_operators: dict[str, list[str]] = field(default_factory=dict)
+    window_counts: dict[str, WindowCountOutput] = field(default_factory=dict)
+    lineage_outputs: dict[str, LineageOutput] = field(default_factory=dict)
+    # Where the code comes from: the artifact (name, version, digest), or None: installed here.
+    artifact: Artifact | None = None
+
+    @classmethod
+    def from_description(cls, reference: str, data: dict, artifact: Artifact | None = None) -> ProgramInfo:
+        return cls(
+            reference=reference,
+            name=data["name"],
+            input_roles=tuple(data["input_roles"]),
+            output_roles=None if data["output_roles"] is None else tuple(data["output_roles"]),
+            settings_schema=data["settings_schema"],
+            input_fields=data["input_fields"],
+            reads_outputs=tuple(data["reads_outputs"]),
+            query_names=tuple(data["query_names"]),
+            stateful_operators=data.get("stateful_operators") or {},
+            window_counts={role: WindowCountOutput(**w) for role, w in (data.get("window_counts") or {}).items()},
+            lineage_outputs={role: LineageOutput(**w) for role, w in (data.get("lineage_outputs") or {}).items()},
+            artifact=artifact,
+        )
+
+    def role_problems(self, inputs: set[str], outputs: set[str], reads_outputs: set[str]) -> list[str]:
+        """How an app's roles differ from the program's (field, then the difference)."""
+        problems = []
+        if inputs != set(self.input_roles):
+            problems.append(("inputs", f"program {self.reference} reads the roles {sorted(self.input_roles)}, the catalog "
+                                       f"gives {sorted(inputs)}"))
+        if self.output_roles is not None and outputs != set(self.output_roles):
+            problems.append(("outputs", f"program {self.reference} writes the roles {sorted(self.output_roles)}, the "
+                                        f"catalog gives {sorted(outputs)}"))
+        if reads_outputs != set(self.reads_outputs):
+            problems.append(("reads_outputs", f"program {self.reference} reads back the output roles "
+                                              f"{sorted(self.reads_outputs)}; the catalog says {sorted(reads_outputs)} "
+                                              "(Terraform grants Read on exactly these)"))
+        return problems
+
+    def validated_settings(self, settings: dict) -> tuple[dict, list[tuple[tuple, str]]]:
+        """The app's settings with the schema's defaults, or the problems as (path, message)."""
+        import jsonschema
+
+        validator = jsonschema.Draft202012Validator(self.settings_schema)
+        problems = []
+        for error in sorted(validator.iter_errors(settings), key=lambda e: list(e.absolute_path)):
+            message = error.message
+            if error.validator == "additionalProperties":
+                message = "unknown key (not a setting of this program; check the spelling)"
+            elif error.validator == "pattern":
+                from streamops.catalog import _PATTERN_HINTS
+
+                hint = _PATTERN_HINTS.get(error.validator_value, f"the pattern {error.validator_value}")
+                message = f"{error.instance!r} does not have the expected form ({hint})"
+            elif error.validator == "required":
+                message = error.message.replace("is a required property", "is required but missing")
+            problems.append((tuple(error.absolute_path), message))
+        filled = dict(settings)
+        for name, prop in (self.settings_schema.get("properties") or {}).items():
+            if name not in filled and "default" in prop:
+                filled[name] = prop["default"]
+        return filled, problems
+
+
+def parse_reference(reference: str) -> tuple[str, str]:
+    if not re.fullmatch(REFERENCE_PATTERN, reference or ""):
+        raise ProgramError(f"{reference!r} is not an importable reference such as 'my_pipelines.dedup' or "
+                           "'my_pipelines.dedup:program'")
+    module, _, attribute = reference.partition(":")
+    return module, attribute or DEFAULT_ATTRIBUTE
+
+
+def import_program(reference: str) -> StreamingProgram:
+    """The program object of `reference`, imported in this process."""
+    module_name, attribute = parse_reference(reference)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise ProgramError(f"program {reference!r}: no module {exc.name!r} here (a typo, or a package not "
+                               "installed: name an artifact instead)") from None
+        raise ProgramError(f"program {reference!r} does not import: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a program's import error is the user's to read
+        raise ProgramError(f"program {reference!r} does not import: {type(exc).__name__}: {exc}") from None
+    if not hasattr(module, attribute):
+        raise ProgramError(f"program {reference!r}: module {module_name} has no {attribute!r}")
+    program = getattr(module, attribute)
+    problems = contract_problems(program, reference)
+    if problems:
+        raise ProgramError("; ".join(problems))
+    return program
+
+
+_INFO_CACHE: dict[tuple, ProgramInfo] = {}
+
+
+def program_info(app: AppSpec, version: str | None = None, expected_digest: str | None = None) -> ProgramInfo:
+    """What the app's program declares, at `version` (default: the catalog's). For an artifact
+    app, from that version's manifest (its digest checked); else by importing the program."""
+    version = version or app.version
+    if app.artifact:
+        artifact = resolve_artifact(app, version, expected_digest)
+        return ProgramInfo.from_description(app.program, artifact.manifest["description"], artifact)
+    key = (app.program, None)
+    if key not in _INFO_CACHE:
+        _INFO_CACHE[key] = ProgramInfo.from_description(app.program, describe(import_program(app.program)))
+    return _INFO_CACHE[key]
+
+
+def running_version(app: AppSpec) -> str:
+    """The version the app's driver last ran (its driver record), else the catalog's."""
+    from streamops.app_runtime import AppRuntime
+
+    record = AppRuntime(app.checkpoint_location()).driver() or {}
+    return str((record.get("launch") or {}).get("version") or record.get("version") or app.version)
+
+
+def ran_digest(app: AppSpec, version: str) -> str | None:
+    """The artifact digest the app's last driver ran `version` with (None: it did not run it):
+    a version that ran is pinned to those bytes."""
+    from streamops.app_runtime import AppRuntime
+
+    record = AppRuntime(app.checkpoint_location()).driver() or {}
+    code = record.get("code") or {}
+    ran = (record.get("launch") or {}).get("version") or record.get("version")
+    return code.get("digest") if code.get("artifact") and ran == version else None
+
+
+def resolve_artifact(app: AppSpec, version: str, expected_digest: str | None = None) -> Artifact:
+    from streamops.artifacts import ArtifactError, ArtifactStore
+
+    try:
+        store = ArtifactStore()
+        # Build metadata (1.0.0+v2: a cutover's topic version) does not name other code (semver).
+        if "+" in version and not (store.folder(app.artifact, version) / "manifest.json").is_file():
+            version = version.split("+", 1)[0]
+        artifact = store.resolve(app.artifact, version, expected_digest,
+                                 build_hint=f"streamops artifact build --app {app.name} --version {version} [--source DIR]")
+    except ArtifactError as exc:
+        raise ProgramError(str(exc)) from None
+    if artifact.program != app.program:
+        raise ProgramError(f"artifact {artifact.short()} holds program {artifact.program!r}, the catalog names "
+                           f"{app.program!r} for {app.name}")
+    return artifact
+
+
+def load_program(app: AppSpec) -> StreamingProgram:
+    """The app's program object in this process (for work that runs its code here: building a
+    reconciliation's recomputation). An artifact's code is put first on the path, once per
+    process: a process that already imported the package from elsewhere is refused, since two
+    versions of one package cannot share a Python process."""
+    if app.artifact:
+        artifact = resolve_artifact(app, app.version)
+        package = artifact.manifest.get("package") or parse_reference(app.program)[0].split(".")[0]
+        loaded = sys.modules.get(package)
+        origin = str(artifact.path)
+        if loaded is not None and not str(getattr(loaded, "__file__", "") or "").startswith(origin):
+            raise ProgramError(
+                f"{app.name}: this process already imported package {package!r} from {getattr(loaded, '__file__', '?')}; "
+                f"the code of {artifact.short()} must run in a process of its own (a driver)"
+            )
+        if origin not in sys.path:
+            sys.path.insert(0, origin)
+    return import_program(app.program)
+
+
+def settings_dict(app: AppSpec) -> dict[str, Any]:
+    """The app's settings as a mapping, however they are held (a dict, or a program's model)."""
+    settings = app.settings
+    return settings.model_dump() if hasattr(settings, "model_dump") else dict(settings or {})
+
+
+def _describe_command(reference: str) -> int:
+    """`python -m streamops.programs describe REF`: the declarations as one JSON line (used by the
+    artifact build, in a Python whose path starts with the built zip)."""
+    try:
+        program = import_program(reference)
+    except ProgramError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    print(json.dumps(describe(program), sort_keys=True))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2 or argv[0] != "describe":
+        print("usage: python -m streamops.programs describe <module[:attribute]>", file=sys.stderr)
+        return 2
+    return _describe_command(argv[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
