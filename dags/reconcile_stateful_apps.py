@@ -11,6 +11,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import reconcile_apps as steps
+from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
@@ -46,6 +47,10 @@ dropped as late show up as mismatches (the live query's progress counts them).
                       uniqueItems=True, examples=STATEFUL, title="Apps", description="Stateful apps to reconcile."),
         "max_mismatch_ratio": Param(0.0, type="number", minimum=0, maximum=1, title="Max mismatch ratio",
                                     description="Share of compared windows that may differ before the run fails."),
+        "program_version": Param(None, type=["null", "string"], pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH,
+                                 title="Code version",
+                                 description="The version of the apps' code that recomputes (an artifact app runs exactly "
+                                             "that version's artifact). Empty: each app's version running live."),
     },
 )
 def reconcile_stateful_apps():
@@ -61,7 +66,7 @@ def reconcile_stateful_apps():
     def reconcile(app_name: str) -> dict:
         context = get_current_context()
         return steps.reconcile_app(app_name, context["run_id"], kafka_connection(), admin_client(), spark_master(),
-                                   context["params"]["max_mismatch_ratio"])
+                                   context["params"]["max_mismatch_ratio"], context["params"].get("program_version"))
 
     reconcile.expand(app_name=chosen())
 

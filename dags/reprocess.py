@@ -15,6 +15,7 @@ from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
+from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.reprocess import TAG_PATTERN, VERSION_SUFFIX_PATTERN
 
 APP_NAMES = load_catalog().app_names()
@@ -65,6 +66,10 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
                                         "scratch": "Scratch topics (scratch.<tag>.<topic>)"}),
         "version": Param("v2", type="string", pattern=VERSION_SUFFIX_PATTERN, title="Version suffix",
                          description="For versioned targets."),
+        "program_version": Param(None, type=["null", "string"], pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH,
+                                 title="Code version",
+                                 description="The version of the app's code to run (an artifact app runs exactly that "
+                                             "version's artifact). Empty: the version running live."),
         "tag": Param(None, type=["null", "string"], pattern=TAG_PATTERN, maxLength=40, title="Tag",
                      description="Names scratch targets and the run's folder. Empty: a timestamp."),
         "dry_run": Param(True, type="boolean", title="Dry run", description="Only show the plan; create and write nothing."),

@@ -55,8 +55,9 @@ The XCom of each app has the downtime (seconds without a driver) and the backup 
         "version": Param(
             "1.0.0", type="string", pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH, title="New version label",
             description="The version the chosen apps run as after the roll, a semantic version such as 1.4.0 (at most "
-                        "64 characters). Shown by app_status, recorded in the launch record and in dead letters; a "
-                        "rollback returns to the running version.",
+                        "64 characters). An app with an artifact runs that version's artifact (streamops artifact build); "
+                        "others run the installed code under this label. Shown by app_status, recorded in the launch "
+                        "record and in dead letters; a rollback returns to the running version and its code.",
         ),
         "spark_conf": Param({}, **spark_conf_schema()),
         "gate_deadline_s": Param(180, type="integer", minimum=steps.GATE_DEADLINE_S[0], maximum=steps.GATE_DEADLINE_S[1],

@@ -48,6 +48,7 @@ def spark_submit_command(spec: SubmitSpec, conn_id: str = "spark_default") -> li
         conn_id=conn_id,
         conf=spec.conf,
         jars=",".join(spec.jars),
+        py_files=",".join(spec.py_files) or None,
         name=spec.name,
         application_args=spec.application_args,
     )
@@ -86,8 +87,11 @@ def launch(
                 STREAMOPS_LAUNCH=json.dumps({"version": version, "spark_conf": spark_conf or {}}),
             ),
             start_new_session=True,  # the driver outlives the Airflow task that started it
+            # Not the project folder: Spark's Python workers put their working folder first on the
+            # path, where an installed copy of a package would hide the artifact's.
+            cwd=runtime.dir,
         )
-    expected_queries = _query_names(app)
+    expected_queries = _query_names(app, version)
 
     def started() -> bool:
         if process.poll() is not None:
@@ -114,10 +118,10 @@ def launch(
     return Launch(app.name, int(record["pid"]), version, record.get("application_id"), str(driver_log), command)
 
 
-def _query_names(app: AppSpec) -> set[str]:
-    import importlib
+def _query_names(app: AppSpec, version: str) -> set[str]:
+    from streamops.programs import program_info
 
-    return set(importlib.import_module(f"spark_apps.{app.program}").QUERIES)
+    return set(program_info(app, version).query_names)
 
 
 def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float = 60.0) -> str:

@@ -38,6 +38,8 @@ class AppStatus:
     app: str
     state: str  # running | stopped | failed | crashed | never started
     version: str | None = None
+    # The code that runs: its artifact's digest (sha256:...), or "installed" (the code on the host).
+    code: str | None = None
     pid: int | None = None
     application_id: str | None = None
     # Where it runs: Spark master, driver host, the driver's UI and the hosts of its live executors.
@@ -65,6 +67,12 @@ class AppStatus:
     def max_time_lag_s(self) -> float | None:
         ages = [p.time_lag_s for p in self.lags if p.time_lag_s is not None]
         return max(ages) if ages else None
+
+    def code_short(self) -> str:
+        """'(sha256:1a2b3c4d)' for an artifact, '(installed)' for the host's code, '' if unknown."""
+        if not self.code:
+            return ""
+        return f"({self.code[:15]})" if self.code.startswith("sha256:") else f"({self.code})"
 
     def to_dict(self) -> dict:
         return {**asdict(self), "total_lag": self.total_lag, "max_time_lag_s": self.max_time_lag_s}
@@ -126,6 +134,7 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         app=spec.name,
         state=runtime.state(),
         version=record.get("version"),
+        code=code_label(record.get("code")),
         pid=record.get("pid"),
         application_id=record.get("application_id"),
         spark_master=record.get("spark_master"),
@@ -207,12 +216,18 @@ def executor_hosts(spark_ui: str, application_id: str) -> list[str] | None:
                    and isinstance(e.get("hostPort"), str)})
 
 
+def code_label(code: dict | None) -> str | None:
+    if not code:
+        return None
+    return code.get("digest") if code.get("artifact") else "installed"
+
+
 def status_table(statuses: list[AppStatus]) -> str:
     from tabulate import tabulate
 
     rows = [
         [
-            s.app, _state(s), s.version or "-", s.pid or "-",
+            s.app, _state(s), f"{s.version or '-'} {s.code_short()}".strip(), s.pid or "-",
             f"{s.progress_age_s:.0f}s ago" if s.progress_age_s is not None else "-",
             ", ".join(f"{q} #{b}" for q, b in sorted(s.batches.items())) or "-",
             s.total_lag, f"{s.max_time_lag_s:.0f}s" if s.max_time_lag_s is not None else "0s",

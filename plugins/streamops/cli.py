@@ -8,6 +8,8 @@
     streamops broker start|stop|status
     streamops airflow init|start|stop|status|cli ARGS...
     streamops catalog check [FILE]
+    streamops artifact build --app APP --version V       package a program version (immutable)
+    streamops artifact list [NAME]
     streamops app run APP [--trigger available-now]    a streaming app in the foreground
     streamops loadgen APP --count N [--rate R] ...       realistic input for an app
     streamops quality results [--topic T] [--failed]     kept results of validate_topic_quality
@@ -50,6 +52,11 @@ app.add_typer(airflow_app, name="airflow")
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(quality_app, name="quality")
 app.add_typer(cluster_app, name="cluster")
+artifact_app = typer.Typer(
+    help="Versioned program artifacts: build once per version, deploy and roll back to exactly that code.",
+    no_args_is_help=True,
+)
+app.add_typer(artifact_app, name="artifact")
 spark_app = typer.Typer(
     help="A Spark standalone cluster on this host: master on 127.0.0.21, two workers on 127.0.0.22-23.",
     no_args_is_help=True,
@@ -436,6 +443,61 @@ def catalog_check(path: Annotated[Optional[Path], typer.Argument(help="Catalog f
     typer.echo(f"{catalog_path(path)}: valid, {len(catalog.topics)} topics, {len(catalog.apps)} apps")
 
 
+# --- artifacts -----------------------------------------------------------------------------------
+
+
+@artifact_app.command("build")
+def artifact_build(
+    version: Annotated[str, typer.Option(help="The version this code is, a semantic version such as 1.2.0.")],
+    app_name: Annotated[Optional[str], typer.Option("--app", help="Take the artifact name and program from this catalog app.")] = None,
+    name: Annotated[Optional[str], typer.Option(help="Artifact name (default: the app's `artifact`).")] = None,
+    program: Annotated[Optional[str], typer.Option(help="Program reference, module[:attribute] (default: the app's).")] = None,
+    source: Annotated[Optional[Path], typer.Option(help="Folder holding the program's top-level package (default: where "
+                                                        "this environment imports it from).")] = None,
+    requirements: Annotated[Optional[Path], typer.Option(help="requirements.txt of the program's own dependencies, "
+                                                              "installed into the artifact (not pyspark or streamops: "
+                                                              "the runtime brings those).")] = None,
+) -> None:
+    """Package a program (and its dependencies) as an immutable artifact of one version."""
+    from streamops.artifacts import ArtifactError, ArtifactStore, build
+
+    if app_name:
+        app_spec = _app_spec(app_name)
+        name, program = name or app_spec.artifact, program or app_spec.program
+        if not name:
+            raise _fail(f"app {app_name} names no artifact in the catalog: give --name, and add `artifact: <name>` to the app")
+    if not name or not program:
+        raise _fail("give --app, or --name and --program")
+    try:
+        artifact, new = build(name, version, program, source=source, requirements=requirements, store=ArtifactStore())
+    except ArtifactError as exc:
+        raise _fail(str(exc)) from None
+    said = "built" if new else "already in the store with these exact bytes (nothing written)"
+    typer.echo(f"{artifact.name} {artifact.version}: {said}\n  {artifact.path}\n  {artifact.digest}\n  program {artifact.program}, "
+               f"{artifact.manifest['files']} files")
+
+
+@artifact_app.command("list")
+def artifact_list(name: Annotated[Optional[str], typer.Argument(help="One artifact name (default: all).")] = None) -> None:
+    """The artifacts in the store, with version, digest and when and from what each was built."""
+    from tabulate import tabulate
+
+    from streamops.artifacts import ArtifactError, ArtifactStore
+
+    store = ArtifactStore()
+    names = [name] if name else sorted(p.name for p in store.root.iterdir() if p.is_dir()) if store.root.is_dir() else []
+    rows = []
+    for each in names:
+        for version in store.versions(each):
+            try:
+                artifact = store.resolve(each, version)
+                rows.append([each, version, artifact.digest[:23], artifact.program, artifact.manifest.get("built_at")])
+            except ArtifactError as exc:
+                rows.append([each, version, "REFUSED", str(exc)[:80], ""])
+    typer.echo(tabulate(rows, headers=["artifact", "version", "digest", "program", "built at"]) if rows
+               else f"No artifacts in {store.root}.")
+
+
 # --- apps ----------------------------------------------------------------------------------------
 
 BootstrapOpt = Annotated[
@@ -487,7 +549,8 @@ def app_run(
     bootstrap_servers: BootstrapOpt = None,
     kafka_config: KafkaConfigOpt = None,
     checkpoint: Annotated[Optional[str], typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
-    version: Annotated[Optional[str], typer.Option(help="Version label (default: the catalog's).")] = None,
+    version: Annotated[Optional[str], typer.Option(
+        help="Version (default: the catalog's); an artifact app runs that version's artifact.")] = None,
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
     print_only: Annotated[bool, typer.Option("--print", help="Print the spark-submit command; run nothing.")] = False,
 ) -> None:
@@ -504,8 +567,13 @@ def app_run(
         settings_file = _print_settings_file(kafka)
     else:
         settings_file = kafka_config if print_only else None
-    spec = submit_spec(app_spec, kafka=kafka, trigger=trigger, checkpoint=checkpoint, version=version,
-                       settings_file=settings_file)
+    from streamops.programs import ProgramError
+
+    try:
+        spec = submit_spec(app_spec, kafka=kafka, trigger=trigger, checkpoint=checkpoint, version=version,
+                           settings_file=settings_file)
+    except ProgramError as exc:
+        raise _fail(str(exc)) from None
     argv = spec.argv(master=master)
     typer.echo(shlex.join(argv), err=not print_only)
     if not print_only:
@@ -524,8 +592,11 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
     from streamops.spark_submit import driver_env
 
     runtime = AppRuntime(checkpoint)
+    runtime.dir.mkdir(parents=True, exist_ok=True)
     me = f"streamops app run (pid {os.getpid()})"
-    process = subprocess.Popen(argv, env=driver_env(STREAMOPS_LAUNCHED_BY=me), process_group=0)  # noqa: S603
+    # Not this folder: Spark's Python workers put their working folder first on the path.
+    process = subprocess.Popen(argv, env=driver_env(STREAMOPS_LAUNCHED_BY=me), process_group=0,  # noqa: S603
+                               cwd=runtime.dir)
     signals: list[int] = []
 
     def on_signal(signum, _frame):

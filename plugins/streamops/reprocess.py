@@ -1,9 +1,11 @@
 """Reprocessing: recompute an app's outputs from its retained input, as a bounded job.
 
 Kafka keeps the log, so an app can be re-run over any retained range: after a code fix, for a
-new derived topic, or to check live output. The job runs the app's own `queries()` (the live
-code, not a copy) with Trigger.AvailableNow on a fresh checkpoint: it starts at the planned
-offsets and drops records at or past the planned end, so the run is exactly the planned range.
+new derived topic, or to check live output. The job is a driver like the live app's (spark-submit,
+the same entry point), running the code of a chosen version (default: the version running live;
+for an artifact app, exactly that version's artifact) with Trigger.AvailableNow on a fresh
+checkpoint: it starts at the planned offsets and drops records at or past the planned end, so
+the run is exactly the planned range.
 
 Targets are never the live topics: *versioned* topics (`<topic>.<version>`, e.g.
 `oplog.category.contacts.v2`) or *scratch* topics (`scratch.<tag>.<topic>`), created from the
@@ -11,14 +13,14 @@ catalog's definitions of the live ones (partitions, configs, value schema, suite
 
     plan = plan_reprocess(admin, catalog, ReprocessRequest(app="oplog-router", start="6 hours"))
     print(plan.table())                  # per input partition: offsets, records, estimate, warnings
-    result = run_reprocess(spark, kafka, admin, catalog, plan)
+    result = run_reprocess(kafka, admin, catalog, plan, work_dir, spark_master="local[2]")
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -28,8 +30,8 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime
-from streamops.catalog import AppSpec, Catalog, TopicSpec
+from streamops.programs import ProgramError, program_info, running_version
+from streamops.catalog import VERSION_PATTERN, AppSpec, Catalog, TopicSpec
 from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
 from streamops.kafka_client import KafkaClientConfig
 
@@ -61,6 +63,8 @@ class ReprocessRequest:
     # After the run, hand the live app over to the targets: it continues from the backfill's
     # checkpoint (so the run is not cut at the planned end: it reads what is there when it starts).
     cutover: bool = False
+    # The version of the app's code to run ("": the version running live, else the catalog's).
+    program_version: str = ""
 
 
 @dataclass
@@ -87,6 +91,8 @@ class ReprocessPlan:
     rate_measured: bool
     warnings: list[str] = field(default_factory=list)
     planned_at: str = ""
+    program_version: str = ""  # the code that runs: this version of the app's program
+    program_digest: str | None = None  # its artifact's digest (None: the code installed here)
 
     @property
     def records(self) -> int:
@@ -112,8 +118,9 @@ class ReprocessPlan:
         head = tabulate(rows, headers=["input topic", "partition", "start offset", "end offset", "records", "first record written"])
         basis = "measured" if self.rate_measured else "assumed (no run of this app measured yet)"
         targets = "\n".join(f"  {live} -> {target}" for live, target in self.targets.items())
+        code = f"artifact {self.program_digest}" if self.program_digest else "the code installed here"
         lines = [head, f"{self.records} record(s); estimated run time {self.estimate_s:.0f} s at {self.rate:,.0f} records/s ({basis})",
-                 f"targets:\n{targets}"]
+                 f"code: version {self.program_version} ({code})", f"targets:\n{targets}"]
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 
@@ -239,6 +246,16 @@ def plan_reprocess(
         problems.append("cutover needs target 'versioned' and end 'now' (the live app continues where the backfill ends)")
     if request.target == "versioned" and not _VERSION.fullmatch(request.version or ""):
         problems.append(f"version {request.version!r} must look like v2 (it becomes the topic suffix)")
+    program_version = request.program_version or running_version(app)
+    program_digest = None
+    if not re.fullmatch(VERSION_PATTERN, program_version):
+        problems.append(f"program version {program_version!r} is not a semantic version such as 1.2.0")
+    else:
+        try:
+            declared = program_info(app, program_version)
+            program_digest = declared.artifact.digest if declared.artifact else None
+        except ProgramError as exc:
+            problems.append(str(exc))
     tag = request.tag or now.strftime("%Y%m%dt%H%M%S")
     if not re.fullmatch(TAG_PATTERN, tag):
         problems.append(f"tag {tag!r} must be 1-40 lowercase letters, digits or '-'")
@@ -300,20 +317,30 @@ def plan_reprocess(
         rate_measured=measured_rate is not None,
         warnings=warnings,
         planned_at=now.isoformat(timespec="seconds"),
+        program_version=program_version,
+        program_digest=program_digest,
     )
 
 
+class ReprocessFailed(RuntimeError):
+    """The backfill's driver failed; the message has its log's last lines."""
+
+
 def run_reprocess(
-    spark,
     kafka: KafkaClientConfig,
     admin: AdminClient,
     catalog: Catalog,
     plan: ReprocessPlan,
     work_dir: Path,
+    *,
+    spark_master: str,
+    launched_by: str = "reprocess",
 ) -> ReprocessResult:
-    """Create the targets, run the app's queries over exactly the planned range, count the output."""
-    from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, start_app
+    """Create the targets, run the planned version of the app over exactly the planned range (a
+    driver of its own: spark-submit, as the live app runs), count the output."""
+    from streamops.app_ops import readable_tail
     from streamops.provisioning import ensure_topics
+    from streamops.spark_submit import driver_env, submit_spec
 
     # A run's folder is never reused: its checkpoint would resume instead of starting at the plan.
     try:
@@ -325,25 +352,27 @@ def run_reprocess(
     catalog_file = work_dir / "catalog.yaml"
     catalog_file.write_text(targeted.to_yaml())
     app = targeted.app(plan.app)
-    program = importlib.import_module(f"spark_apps.{app.program}")
     checkpoint = work_dir / "checkpoint"
-    started = time.monotonic()
-    start_app(
-        spark,
-        app,
-        program,
-        RunOptions(
-            kafka=kafka,
-            checkpoint=str(checkpoint),
-            trigger=AVAILABLE_NOW,
-            starting_offsets=json.dumps(plan.starting_offsets()),
-            # A cutover continues from this checkpoint: cutting at the planned end would drop
-            # what arrived since the plan. Otherwise the run is exactly the planned range.
-            ending_offsets=None if plan.request.get("cutover") else plan.ending_offsets(),
-            # Records an operator skipped in the live app are skipped here too (same input).
-            skip_records=AppRuntime(catalog.app(plan.app).checkpoint_location()).skip_records(),
-        ),
+    # A cutover continues from this checkpoint: cutting at the planned end would drop what
+    # arrived since the plan. Otherwise the run is exactly the planned range.
+    bounds = [] if plan.request.get("cutover") else ["--ending-offsets", json.dumps(plan.ending_offsets())]
+    spec = submit_spec(
+        app, kafka=kafka, catalog=catalog_file, trigger="available-now", checkpoint=str(checkpoint),
+        version=plan.program_version or None, starting_offsets=json.dumps(plan.starting_offsets()),
+        expected_digest=plan.program_digest,
+        # Records an operator skipped in the live app are skipped here too (same input).
+        extra_args=[*bounds, "--skip-records-of", catalog.app(plan.app).checkpoint_location()],
     )
+    driver_log = work_dir / "driver.log"
+    started = time.monotonic()
+    with driver_log.open("ab") as log_file:
+        finished = subprocess.run(  # noqa: S603 - argv from the catalog and the checked plan
+            spec.argv(master=spark_master), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=work_dir, env=driver_env(STREAMOPS_LAUNCHED_BY=launched_by, STREAMOPS_DRIVER_LOG=str(driver_log)),
+        )
+    if finished.returncode:
+        raise ReprocessFailed(f"the backfill of {plan.app} (version {spec.version}) failed with exit code "
+                              f"{finished.returncode}; last lines of {driver_log}:\n{readable_tail(driver_log, 40)}")
     seconds = time.monotonic() - started
     written = {}
     for target in plan.targets.values():

@@ -74,6 +74,7 @@ def backup_checkpoint(checkpoint: str, label: str) -> Path:
         "taken_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
         "version": driver.get("version"),
         "launch": driver.get("launch") or {},
+        "code": driver.get("code"),  # the artifact (digest) that wrote it
     }
     (target / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
     return target

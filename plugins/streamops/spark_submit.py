@@ -11,23 +11,30 @@ from pathlib import Path
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, catalog_path
 from streamops.kafka_client import KafkaClientConfig
-from streamops.paths import PROJECT_ROOT
 from streamops.toolchain import connector_jars
 
 DEFAULT_MASTER = "local[*]"
+# spark-submit's primary file for every app (alone in its folder: Python puts the folder first on the path).
+DRIVER_ENTRYPOINT = Path(__file__).resolve().parent / "entrypoints" / "driver.py"
 
 
 @dataclass(frozen=True)
 class SubmitSpec:
     name: str
-    application: str  # the program file
+    application: str  # the driver's entry point (entrypoints/driver.py)
     application_args: list[str]
     jars: list[str]
     conf: dict[str, str] = field(default_factory=dict)
+    # The program's artifact (one zip), shipped to the driver and the executors; none: installed code.
+    py_files: list[str] = field(default_factory=list)
+    version: str = ""  # the version that runs
+    digest: str | None = None  # the artifact's digest (None: installed code)
 
     def argv(self, master: str = DEFAULT_MASTER, spark_submit: str | None = None) -> list[str]:
         binary = spark_submit or str(Path(sys.executable).parent / "spark-submit")
         argv = [binary, "--master", master, "--name", self.name, "--jars", ",".join(self.jars)]
+        if self.py_files:
+            argv += ["--py-files", ",".join(self.py_files)]
         for key, value in sorted(self.conf.items()):
             argv += ["--conf", f"{key}={value}"]
         return [*argv, self.application, *self.application_args]
@@ -62,9 +69,19 @@ def submit_spec(
     version: str | None = None,
     starting_offsets: str | None = None,
     settings_file: str | os.PathLike[str] | None = None,
+    expected_digest: str | None = None,
+    extra_args: list[str] | None = None,
 ) -> SubmitSpec:
-    """The spark-submit of an app. `settings_file`: the driver reads the connection from this
-    existing file (mode 600; a command printed for a person to run later), nothing is written."""
+    """The spark-submit of an app at `version` (default: the catalog's). An artifact app ships
+    that version's artifact, its digest checked (and equal to `expected_digest` when given: a
+    rollback restarts exactly the code that ran). `settings_file`: the driver reads the connection
+    from this existing file (mode 600; a command printed for a person to run later)."""
+    from streamops.programs import ran_digest, resolve_artifact
+
+    version = version or app.version
+    artifact = None
+    if app.artifact:
+        artifact = resolve_artifact(app, version, expected_digest or ran_digest(app, version))
     if settings_file is not None:
         connection = ["--kafka-config", str(Path(settings_file).resolve())]
     else:
@@ -72,7 +89,9 @@ def submit_spec(
         # beside the checkpoint it runs on; the command line names the file, never a secret.
         written = kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / "kafka-client.json")
         connection = ["--kafka-config", str(written)]
-    args = ["--app", app.name, "--catalog", str(catalog_path(catalog)), *connection]
+    args = ["--app", app.name, "--program", app.program, "--catalog", str(catalog_path(catalog)), *connection]
+    if artifact is not None:
+        args += ["--artifact", str(artifact.path), "--artifact-digest", artifact.digest]
     for flag, value in (
         ("--trigger", trigger),
         ("--checkpoint", checkpoint),
@@ -81,6 +100,7 @@ def submit_spec(
     ):
         if value:
             args += [flag, value]
+    args += extra_args or []
     python = sys.executable
     conf = {
         # Driver and executors run this environment's Python (pandas, pyarrow, streamops).
@@ -90,8 +110,11 @@ def submit_spec(
     }
     return SubmitSpec(
         name=f"streamops-{app.name}",
-        application=str(PROJECT_ROOT / "spark_apps" / f"{app.program}.py"),
+        application=str(DRIVER_ENTRYPOINT),
         application_args=args,
         jars=[str(jar) for jar in connector_jars()],
         conf=conf,
+        py_files=[str(artifact.path)] if artifact is not None else [],
+        version=version,
+        digest=artifact.digest if artifact is not None else None,
     )

@@ -13,6 +13,7 @@ from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, airflow_connection, app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
+from streamops.programs import ProgramError
 from streamops.spark_submit import submit_spec
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,13 @@ def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
     return [name for name in catalog.app_names() if name in set(names)]
 
 
-def command_for(app_name: str, version: str | None, spark_conf: dict | None, starting_offsets: str | None = None) -> list[str]:
+def command_for(app_name: str, version: str | None, spark_conf: dict | None, starting_offsets: str | None = None,
+                expected_digest: str | None = None) -> list[str]:
     """The spark-submit command for an app at a version with extra Spark conf, via spark_default
     (`starting_offsets`: where a new checkpoint starts; an existing one ignores it). Every launch
-    passes here, so the version and conf are checked here too (LaunchOverrideRefused)."""
+    passes here, so the version and conf are checked here too (LaunchOverrideRefused). An artifact
+    app runs that version's artifact (ProgramError if there is none, or if its digest is not
+    `expected_digest`, or not the one this version ran with before)."""
     from dataclasses import replace
 
     version = checked_version(version)
@@ -48,7 +52,7 @@ def command_for(app_name: str, version: str | None, spark_conf: dict | None, sta
     # The checkpoint is passed explicitly so the driver and the DAGs agree on it. The driver
     # connects as the app's own principal (kafka_app_<app>, else kafka_default).
     spec = submit_spec(app, kafka=app_connection(app.name), version=version, checkpoint=app.checkpoint_location(),
-                       starting_offsets=starting_offsets)
+                       starting_offsets=starting_offsets, expected_digest=expected_digest)
     spec = replace(spec, conf={**spec.conf, **overrides})
     return spark_submit_command(spec)
 
@@ -75,7 +79,7 @@ def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) ->
             app, command_for(app_name, version, spark_conf), checkpoint=app.checkpoint_location(),
             launched_by=run_id, version=version or app.version, spark_conf=spark_conf,
         )
-    except AlreadyRunningError as exc:
+    except (AlreadyRunningError, ProgramError) as exc:
         # A refusal is an answer, not a transient failure: no retries.
         raise AirflowFailException(f"refused: {exc}") from None
     log.info(
@@ -107,12 +111,19 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
 
     def previous_command(previous: dict) -> list[str]:
         launched = previous.get("launch") or {}
-        return command_for(app_name, launched.get("version") or previous.get("version"), launched.get("spark_conf"))
+        # Exactly the code that ran: an artifact whose digest changed since is refused.
+        return command_for(app_name, launched.get("version") or previous.get("version"), launched.get("spark_conf"),
+                           expected_digest=(previous.get("code") or {}).get("digest") if app.artifact else None)
 
+    try:
+        new_command = command_for(app_name, version, spark_conf)
+        previous_command(previous)  # the rollback's code must be there, unchanged, before anything stops
+    except ProgramError as exc:  # no artifact for a version, or not the bytes it was built with (or ran)
+        raise AirflowFailException(f"refused: {exc}; nothing was stopped") from None
     try:
         return roll_restart(
             app,
-            new_command=command_for(app_name, version, spark_conf),
+            new_command=new_command,
             previous_command=previous_command,
             new_version=version,
             new_spark_conf=spark_conf,

@@ -23,23 +23,33 @@ def stateful_app_names(catalog: Catalog) -> list[str]:
     return names
 
 
-def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str, max_mismatch_ratio: float) -> dict:
+def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str, max_mismatch_ratio: float,
+                  program_version: str | None = None) -> dict:
     """Recompute from earliest into scratch topics, compare, clean up; fail above the threshold."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from spark_apps.common.session import build_session
     from streamops.dag_tasks import checked_number
 
+    from streamops.launch_overrides import LaunchOverrideRefused, checked_version
+
     checked_number(max_mismatch_ratio, "max_mismatch_ratio", 0, 1, whole=False)
+    try:
+        program_version = checked_version(program_version, "program_version")
+    except LaunchOverrideRefused as exc:
+        raise AirflowFailException(f"refused: {exc}") from None
     catalog = load_catalog()
     app = catalog.app(app_name)
     tag = "recon-" + datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")
-    plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app=app_name, target="scratch", tag=tag))
+    # The version running live is recomputed (ReprocessRequest's default): its output is compared.
+    plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app=app_name, target="scratch", tag=tag,
+                                                                  program_version=program_version or ""))
     log.info("Recomputing %s from the earliest offsets into scratch topics:\n%s", app_name, plan.table())
     comparisons = []
     try:
         spark = build_session("streamops-reconcile", master=spark_master)
-        result = run_reprocess(spark, kafka, admin, catalog, plan, work_root() / app_name / tag)
+        result = run_reprocess(kafka, admin, catalog, plan, work_root() / app_name / tag, spark_master=spark_master,
+                               launched_by=run_id)
         log.info("Recomputed %s", result.summary())
         scratch = target_catalog(catalog, app_name, plan.targets)
         for _app, role in [(a, r) for a, r in window_outputs(catalog) if a.name == app_name]:

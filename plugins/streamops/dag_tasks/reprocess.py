@@ -9,7 +9,7 @@ from pathlib import Path
 
 from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.catalog import load_catalog
-from streamops.launch_overrides import checked_version
+from streamops.launch_overrides import LaunchOverrideRefused, checked_version
 from streamops.paths import RUN_DIR
 from streamops.reprocess import (
     TAG_PATTERN,
@@ -53,6 +53,7 @@ def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
     request = ReprocessRequest(
         app=params["app"], start=params["start"], end=params["end"], target=params["target"],
         version=params.get("version") or "v2", tag=params.get("tag") or "", cutover=params.get("cutover") is True,
+        program_version=_checked_program_version(params.get("program_version")),
     )
     try:
         the_plan = plan_reprocess(admin, kafka, load_catalog(), request, measured_rate=measured_rate(request.app))
@@ -70,6 +71,15 @@ def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
         raise AirflowFailException(str(ReprocessRefused(problems)))
     log.info("Reprocessing plan for %s:\n%s", the_plan.app, the_plan.table())
     return the_plan.to_json()
+
+
+def _checked_program_version(version: object) -> str:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        return checked_version(version, "program_version") or ""
+    except LaunchOverrideRefused as exc:
+        raise AirflowFailException(f"refused: {exc}") from None
 
 
 def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
@@ -91,6 +101,10 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
         problems.append(f"target {request.get('target')!r} is not versioned or scratch")
     if request.get("target") == "versioned" and not re.fullmatch(VERSION_SUFFIX_PATTERN, str(request.get("version"))):
         problems.append(f"version {request.get('version')!r} does not look like v2")
+    try:
+        checked_version(the_plan.program_version or None, "program version")
+    except LaunchOverrideRefused as exc:
+        problems.append(str(exc))
     if not problems and the_plan.targets != target_topics(app, request["target"], request["version"], request["tag"]):
         problems.append("its targets are not the topics its request names")
     if problems:
@@ -99,13 +113,19 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
 
 
 def run(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str) -> dict:
-    from spark_apps.common.session import build_session
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.reprocess import ReprocessFailed
 
     the_plan, work_dir = checked_plan(plan_json)
     if the_plan.records == 0:
         log.warning("The planned range holds no records: the targets are created empty.")
-    spark = build_session("streamops-reprocess", master=spark_master)
-    result = run_reprocess(spark, kafka, admin, load_catalog(), the_plan, work_dir)
+    log.info("Running version %s of %s (%s); driver log %s", the_plan.program_version, the_plan.app,
+             the_plan.program_digest or "installed code", work_dir / "driver.log")
+    try:
+        result = run_reprocess(kafka, admin, load_catalog(), the_plan, work_dir, spark_master=spark_master, launched_by=run_id)
+    except ReprocessFailed as exc:
+        raise AirflowFailException(str(exc)) from None
     log.info("Reprocessed %s", result.summary())
     ledger = work_root() / "runs.jsonl"
     with ledger.open("a") as out:
@@ -129,7 +149,9 @@ def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spar
     topics = [t for t in the_plan.targets.values() if catalog.topic(t).expectation_suite]
     ranges = whole_topics(admin, topics)
     spark = build_session("streamops-reprocess", master=spark_master)
-    outcomes = validate_topics(spark, kafka, admin, catalog, ranges, run_id)
+    code = f"sha256 {the_plan.program_digest.removeprefix('sha256:')[:12]}" if the_plan.program_digest else "installed"
+    outcomes = validate_topics(spark, kafka, admin, catalog, ranges, run_id,
+                               written_by={the_plan.app: f"{the_plan.program_version} {code} (backfill)"})
     try:
         raise_on_failures(outcomes)
     except QualityCheckFailed as exc:

@@ -33,10 +33,13 @@ CREATE TABLE IF NOT EXISTS validation_results (
     failed_expectations TEXT NOT NULL,    -- JSON list
     warnings TEXT NOT NULL,               -- JSON list (failed expectations of severity warning/info)
     reconciliation TEXT,                  -- JSON summary, or null
-    docs_url TEXT
+    docs_url TEXT,
+    written_by TEXT                       -- the writing app's version and code (artifact digest)
 );
 CREATE INDEX IF NOT EXISTS validation_results_topic ON validation_results (topic, validated_at);
 """
+# Columns added after the first release: ALTER TABLE adds them to an existing file.
+_ADDED_COLUMNS = {"written_by": "TEXT"}
 _JSON_COLUMNS = ("range_offsets", "failed_expectations", "warnings", "reconciliation")
 
 
@@ -53,6 +56,10 @@ def _connect(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     connection = sqlite3.connect(path, timeout=30)
     connection.executescript(_SCHEMA)
+    columns = {row[1] for row in connection.execute("PRAGMA table_info(validation_results)")}
+    for column, kind in _ADDED_COLUMNS.items():
+        if column not in columns:  # a results file from before the column existed
+            connection.execute(f"ALTER TABLE validation_results ADD COLUMN {column} {kind}")
     return connection
 
 

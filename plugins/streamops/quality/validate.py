@@ -68,6 +68,7 @@ class TopicResult:
     warnings: list[FailedExpectation]
     reconciliation: dict | None
     docs_urls: list[str]
+    written_by: str | None = None  # the code that wrote the topic (writer_code)
 
     @property
     def success(self) -> bool:
@@ -78,7 +79,7 @@ class TopicResult:
         status = "PASSED" if self.success else "FAILED"
         lines = [
             f"{status} {self.topic}: {self.records} record(s), {self.range.description} ({self.range.spans()}), "
-            f"suite {self.suite} ({self.suite_file})"
+            f"suite {self.suite} ({self.suite_file})" + (f", written by {self.written_by}" if self.written_by else "")
         ]
         if self.records == 0:
             lines.append("  the range holds no records: nothing was checked")
@@ -109,6 +110,7 @@ class TopicResult:
             "failed_expectations": [f.headline() for f in self.failures],
             "warnings": [w.headline() for w in self.warnings],
             "reconciliation": self.reconciliation,
+            "written_by": self.written_by,
             "data_docs": self.docs_urls,
             "data_docs_ui": [link for link in self.docs_links() if link],
         }
@@ -132,16 +134,21 @@ def validate_topics(
     ranges: list[TopicRange],
     run_name: str,
     root: Path | None = None,
+    written_by: dict[str, str] | None = None,
 ) -> list[TopicResult]:
     """Validate every range; record and return one result per topic (never raises for a
-    failed expectation: see `raise_on_failures`)."""
+    failed expectation: see `raise_on_failures`). Each result, and its Data Docs run name, names
+    the code that wrote the topic: `written_by` (app -> "version (digest)", e.g. a backfill's),
+    else what the writing app's driver runs."""
     root = root or results.quality_root()
     context = gx_context(root)
     sources = reconcile.Sources(spark, kafka, admin, catalog)
     outcomes = []
     for topic_range in ranges:
         suite = load_suite(catalog, topic_range.topic)
-        outcome = _validate_topic(context, sources, suite, topic_range, run_name)
+        writer = writer_code(catalog, topic_range.topic, written_by)
+        outcome = _validate_topic(context, sources, suite, topic_range, f"{run_name} [{writer}]" if writer else run_name)
+        outcome.written_by = writer
         log.info("%s", outcome.report())
         results.record(
             {
@@ -157,12 +164,32 @@ def validate_topics(
                 "failed_expectations": [f.headline() for f in outcome.failures],
                 "warnings": [w.headline() for w in outcome.warnings],
                 "reconciliation": outcome.reconciliation,
+                "written_by": writer,
                 "docs_url": outcome.docs_urls[0] if outcome.docs_urls else None,
             },
             root,
         )
         outcomes.append(outcome)
     return outcomes
+
+
+def writer_code(catalog: Catalog, topic: str, written_by: dict[str, str] | None = None) -> str | None:
+    """'oplog-router 1.2.0 sha256 1a2b3c4d5e6f' (an artifact) or '... installed': the code of the
+    app that writes the topic (as given, else its driver's record); None: no app writes it."""
+    from streamops.app_runtime import AppRuntime
+
+    writer = catalog.writer(topic)
+    if writer is None:
+        return None
+    app = writer[0]
+    if written_by and app.name in written_by:
+        return f"{app.name} {written_by[app.name]}"
+    record = AppRuntime(app.checkpoint_location()).driver() or {}
+    code = record.get("code") or {}
+    digest = code.get("digest") or ""
+    # No ':' or '/': the run name becomes part of a Data Docs path.
+    said = f"sha256 {digest.removeprefix('sha256:')[:12]}" if code.get("artifact") else ("installed" if code else "not run yet")
+    return f"{app.name} {record.get('version') or app.version} {said}"
 
 
 def raise_on_failures(outcomes: list[TopicResult]) -> None:

@@ -34,7 +34,8 @@ class AuditTrail:
     def write(self, step: str, outcome: str, **details: Any) -> dict[str, Any]:
         entry = {
             "at": now_iso(), "dag_id": self.dag_id, "run_id": self.run_id, "user": self.user,
-            "app": self.params.get("app"), "step": step, "outcome": outcome, "params": self.params, **details,
+            "app": self.params.get("app"), "step": step, "outcome": outcome, "params": self.params,
+            "code": app_code(self.params.get("app")), **details,
         }
         path = audit_file()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -42,6 +43,21 @@ class AuditTrail:
         with open(path, "a", encoding="utf-8") as out:
             out.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
         return entry
+
+
+def app_code(app_name: Any) -> dict[str, Any] | None:
+    """The version and code (artifact digest, or installed) the app's driver last ran: what the
+    step acted on."""
+    if not isinstance(app_name, str):
+        return None
+    from streamops.app_runtime import AppRuntime
+    from streamops.catalog import CatalogError, load_catalog
+
+    try:
+        record = AppRuntime(load_catalog().app(app_name).checkpoint_location()).driver() or {}
+    except (CatalogError, KeyError, OSError, ValueError):
+        return None
+    return {"version": record.get("version"), **(record.get("code") or {})} if record else None
 
 
 def read_audit(app: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:

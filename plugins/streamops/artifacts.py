@@ -1,0 +1,253 @@
+"""Versioned program artifacts: a program's code, built once per version, never changed after.
+
+An artifact is a zip of the program's top-level package (and the pure-Python packages its
+requirements install), built reproducibly (sorted entries, fixed timestamps: the same source
+gives the same bytes) and named by its content digest (sha256). The store keeps one folder per
+artifact name and version:
+
+    <store>/<name>/<version>/artifact.zip     what spark-submit ships (--py-files) to the driver
+                                              and the executors
+    <store>/<name>/<version>/manifest.json    digest, program reference, who built it from what,
+                                              and the program's declarations (program_contract)
+
+A version is written once: publishing different bytes under an existing version is refused (a
+version pins code), publishing the same bytes again is a no-op. Every use checks the file's
+digest against the manifest, and a rollback also against the digest its driver ran.
+
+The store is a folder ($STREAMOPS_ARTIFACT_STORE, default .run/artifacts); on a cluster, a folder
+every host mounts (NFS). Object-store URLs are refused for now (README "Bring your own app").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from streamops.paths import RUN_DIR
+
+STORE_ENV_VAR = "STREAMOPS_ARTIFACT_STORE"
+ARTIFACT_FILE = "artifact.zip"
+MANIFEST_FILE = "manifest.json"
+_NAME = re.compile(r"^[a-z][a-z0-9-]{1,62}$")
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+_SKIPPED = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache"}
+
+
+class ArtifactError(RuntimeError):
+    """An artifact that cannot be built, found or trusted; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    version: str
+    path: Path  # the zip
+    digest: str  # "sha256:<hex>"
+    manifest: dict
+
+    @property
+    def program(self) -> str:
+        return self.manifest["program"]
+
+    def short(self) -> str:
+        return f"{self.name} {self.version} ({self.digest[:19]})"
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return f"sha256:{sha.hexdigest()}"
+
+
+def store_location() -> str:
+    return os.environ.get(STORE_ENV_VAR) or str(RUN_DIR / "artifacts")
+
+
+class ArtifactStore:
+    """The folder of every artifact (see the module doc)."""
+
+    def __init__(self, location: str | os.PathLike[str] | None = None):
+        location = str(location or store_location())
+        if location.startswith("file://"):
+            location = location.removeprefix("file://")
+        elif "://" in location:
+            raise ArtifactError(
+                f"artifact store {location}: object-store URLs are not supported yet; use a folder every host mounts "
+                f"(${STORE_ENV_VAR})"
+            )
+        self.root = Path(location)
+
+    def folder(self, name: str, version: str) -> Path:
+        return self.root / name / version
+
+    def versions(self, name: str) -> list[str]:
+        folder = self.root / name
+        return sorted(p.name for p in folder.iterdir() if (p / MANIFEST_FILE).is_file()) if folder.is_dir() else []
+
+    def resolve(self, name: str, version: str, expected_digest: str | None = None, build_hint: str | None = None) -> Artifact:
+        """The artifact `name` at `version`, its zip checked against its manifest's digest (and
+        against `expected_digest`, e.g. the digest a driver ran, when given)."""
+        folder = self.folder(name, version)
+        manifest_file = folder / MANIFEST_FILE
+        if not manifest_file.is_file():
+            built = self.versions(name)
+            raise ArtifactError(
+                f"no artifact {name} {version} in the store {self.root} (built versions: {', '.join(built) or 'none'}); "
+                "build it with: " + (build_hint or f"streamops artifact build --name {name} --version {version} --program <module>")
+            )
+        manifest = json.loads(manifest_file.read_text())
+        zip_path = folder / ARTIFACT_FILE
+        if not zip_path.is_file():
+            raise ArtifactError(f"artifact {name} {version}: {zip_path} is missing (the manifest is there)")
+        actual = file_digest(zip_path)
+        if actual != manifest["digest"]:
+            raise ArtifactError(
+                f"artifact {name} {version} refused: {zip_path} has digest {actual}, its manifest says {manifest['digest']} "
+                "(changed after it was built): rebuild it under a new version"
+            )
+        if expected_digest and actual != expected_digest:
+            raise ArtifactError(
+                f"artifact {name} {version} refused: its digest is {actual}, but {expected_digest} was expected (the "
+                "digest this version ran with): the store's copy was replaced; restore it or roll to a new version"
+            )
+        return Artifact(name, version, zip_path, actual, manifest)
+
+    def publish(self, name: str, version: str, built_zip: Path, manifest: dict) -> tuple[Artifact, bool]:
+        """Store a built zip under name/version; (artifact, True) if new, (existing, False) if the
+        same bytes were there already. Different bytes under an existing version are refused."""
+        if not _NAME.fullmatch(name):
+            raise ArtifactError(f"artifact name {name!r}: lowercase letters, digits and '-', starting with a letter")
+        from streamops.catalog import VERSION_PATTERN
+
+        if not re.fullmatch(VERSION_PATTERN, version):
+            raise ArtifactError(f"artifact version {version!r} is not a semantic version such as 1.2.0")
+        digest = file_digest(built_zip)
+        folder = self.folder(name, version)
+        if (folder / MANIFEST_FILE).is_file():
+            existing = self.resolve(name, version)
+            if existing.digest == digest:
+                return existing, False
+            raise ArtifactError(
+                f"artifact {name} {version} exists with digest {existing.digest}; this build is {digest}: a version "
+                "is never rebuilt with other code, give the change a new version"
+            )
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=folder.parent))
+        shutil.copyfile(built_zip, staging / ARTIFACT_FILE)
+        (staging / MANIFEST_FILE).write_text(json.dumps({**manifest, "digest": digest}, indent=2, sort_keys=True) + "\n")
+        for written in staging.iterdir():
+            written.chmod(0o444)
+        try:
+            staging.rename(folder)  # atomic: a reader sees no artifact or a whole one
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            return self.publish(name, version, built_zip, manifest)  # a racing build published first
+        return self.resolve(name, version), True
+
+
+def top_package(reference: str) -> str:
+    return reference.split(":", 1)[0].split(".", 1)[0]
+
+
+def package_source(reference: str, source: str | os.PathLike[str] | None) -> Path:
+    """The folder of the reference's top-level package: under `source` when given, else where
+    this environment imports it from."""
+    package = top_package(reference)
+    if source is not None:
+        folder = Path(source) / package
+        if not (folder / "__init__.py").is_file():
+            raise ArtifactError(f"{source} has no package {package!r} (no {folder}/__init__.py) for program {reference}")
+        return folder
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ArtifactError(f"package {package!r} of program {reference} is not importable here; pass --source DIR")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _zip_tree(archive: zipfile.ZipFile, folder: Path, prefix: str) -> int:
+    count = 0
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if path.is_dir() or any(part in _SKIPPED for part in relative.parts) or path.suffix in {".pyc", ".pyo"}:
+            continue
+        info = zipfile.ZipInfo(f"{prefix}{relative.as_posix()}", date_time=_ZIP_TIME)
+        info.external_attr = 0o644 << 16
+        info.compress_type = zipfile.ZIP_DEFLATED
+        archive.writestr(info, path.read_bytes())
+        count += 1
+    return count
+
+
+def build(
+    name: str,
+    version: str,
+    program: str,
+    *,
+    source: str | os.PathLike[str] | None = None,
+    requirements: str | os.PathLike[str] | None = None,
+    store: ArtifactStore | None = None,
+    built_by: str = "",
+) -> tuple[Artifact, bool]:
+    """Package `program`'s top-level package (from `source`, else from this environment) and
+    the packages `requirements` installs, check it against the contract in a separate Python,
+    and publish it as name/version. Returns (artifact, newly published)."""
+    store = store or ArtifactStore()
+    package_dir = package_source(program, source)
+    with tempfile.TemporaryDirectory(prefix="streamops-build-") as work:
+        work_dir = Path(work)
+        built = work_dir / ARTIFACT_FILE
+        with zipfile.ZipFile(built, "w") as archive:
+            files = _zip_tree(archive, package_dir, f"{package_dir.name}/")
+            if requirements:
+                deps = work_dir / "deps"
+                result = subprocess.run(  # noqa: S603 - pip of this environment, a file the builder names
+                    [sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--disable-pip-version-check",
+                     "--target", str(deps), "-r", str(requirements)],
+                    capture_output=True, text=True,
+                )
+                if result.returncode:
+                    raise ArtifactError(f"installing {requirements} failed:\n{result.stderr[-3000:]}")
+                files += _zip_tree(archive, deps, "")
+        description = describe_in_subprocess(built, program)
+        manifest = {
+            "name": name,
+            "version": version,
+            "program": program,
+            "package": package_dir.name,
+            "files": files,
+            "requirements": Path(requirements).read_text().splitlines() if requirements else [],
+            "built_from": str(package_dir.resolve()),
+            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "built_by": built_by or os.environ.get("USER", ""),
+            "description": description,
+        }
+        return store.publish(name, version, built, manifest)
+
+
+def describe_in_subprocess(zip_path: Path, program: str) -> dict:
+    """The program's declarations, read by importing it from the zip in a fresh Python (so this
+    process's imports neither hide nor pollute it), checked against the contract."""
+    with tempfile.TemporaryDirectory() as cwd:  # not the project folder: nothing imported from there
+        result = subprocess.run(  # noqa: S603
+            [sys.executable, "-m", "streamops.programs", "describe", program],
+            capture_output=True, text=True, cwd=cwd,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(zip_path), os.environ.get("PYTHONPATH", "")])},
+        )
+    if result.returncode:
+        raise ArtifactError(f"program {program} in the build does not load as a streaming program:\n"
+                            f"{(result.stderr or result.stdout)[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
