@@ -57,20 +57,14 @@ class OplogRouter(StreamingProgram):
 
     name = "oplog_router"
     input_roles = ("operations",)
-    output_roles = None  # one per category of the settings (check)
+    output_roles = None
+    output_roles_setting = "categories"  # one output role per category
     Settings = RouterSettings
     input_fields = {"operations": FIELDS}
     query_names = ("route",)
     # Every routed record names its source record (event_id): the quality reconciliation checks
     # that each input record of a range reached every category it belongs to.
     lineage_outputs = {"*": LineageOutput("route", "operations")}
-
-    def check(self, app: AppSpec) -> list[str]:
-        categories = set(app.settings.categories)
-        if categories != set(app.outputs):
-            return [f"settings.categories and outputs must name the same categories: categories {sorted(categories)}, "
-                    f"outputs {sorted(app.outputs)}"]
-        return []
 
     def queries(self, app: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
         return queries(app, version, source)

@@ -219,8 +219,8 @@ def test_app_roles_must_fit_the_program(tmp_path):
 def test_router_categories_must_match_its_outputs(tmp_path):
     path = write(tmp_path, TOPICS + APP.replace("categories: {big: [LARGE_ORDER]}", "categories: {huge: [LARGE_ORDER]}"))
     assert problems(path) == [
-        "apps[0] 'router' (line 19): settings.categories and outputs must name the same categories: "
-        "categories ['huge'], outputs ['big']"
+        "apps[0] 'router' (line 25), field 'outputs': program spark_apps.oplog_router writes one output role per key of "
+        "settings.categories (['huge']), the catalog gives ['big']"
     ]
 
 

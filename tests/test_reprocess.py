@@ -73,7 +73,7 @@ def test_backfill_of_a_stateful_app_reproduces_its_state_driven_output(spark, br
 
     plan = plan_reprocess(admin, broker.client_config, app_catalog,
                           ReprocessRequest(app="presence-notifier", target="scratch", tag="stateful"))
-    result = run_reprocess(spark, broker.client_config, admin, app_catalog, plan, tmp_path / "work")
+    result = run_reprocess(broker.client_config, admin, app_catalog, plan, tmp_path / "work", spark_master="local[2]")
 
     assert result.records_in == 900
     for live, target in plan.targets.items():
@@ -100,7 +100,7 @@ def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(s
     plan = plan_reprocess(admin, broker.client_config, app_catalog,
                           ReprocessRequest(app="oplog-router", start=cut_time.isoformat(), target="scratch", tag="since"))
     assert plan.records == len(after) == 300
-    run_reprocess(spark, broker.client_config, admin, app_catalog, plan, tmp_path / "work")
+    run_reprocess(broker.client_config, admin, app_catalog, plan, tmp_path / "work", spark_master="local[2]")
 
     sources = set()
     for live in router.outputs.values():

@@ -455,9 +455,12 @@ def catalog_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.environ.get(CATALOG_ENV_VAR) or DEFAULT_CATALOG_PATH)
 
 
-def load_catalog(path: str | os.PathLike[str] | None = None, environment: str | None = None) -> Catalog:
+def load_catalog(path: str | os.PathLike[str] | None = None, environment: str | None = None,
+                 check_programs: bool = True) -> Catalog:
     """Read and validate a catalog file for an environment (`selected_environment`); raise
-    `CatalogError` naming every problem. A catalog without `environments` is the same in all."""
+    `CatalogError` naming every problem. A catalog without `environments` is the same in all.
+    `check_programs=False` leaves the apps' programs unchecked (and settings unvalidated): for
+    building the artifact the catalog names, before it exists."""
     path = catalog_path(path)
     environment = selected_environment(environment)
     try:
@@ -494,8 +497,9 @@ def load_catalog(path: str | os.PathLike[str] | None = None, environment: str | 
     problems += list(_cross_app_problems(catalog, data, root_node))
     catalog, suite_problems = _resolve_suite_paths(catalog, path.parent, data, root_node)
     problems += suite_problems
-    catalog, program_problems = _resolve_programs(catalog, data, root_node)
-    problems += program_problems
+    if check_programs:
+        catalog, program_problems = _resolve_programs(catalog, data, root_node)
+        problems += program_problems
     if problems:
         raise CatalogError(path, problems)
     return catalog
@@ -617,7 +621,7 @@ def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tup
             problems.append(f"{where(field)}, field '{field}': {exc}")
             apps.append(app)
             continue
-        for field, message in info.role_problems(set(app.inputs), set(app.outputs), set(app.reads_outputs)):
+        for field, message in info.role_problems(set(app.inputs), set(app.outputs), set(app.reads_outputs), app.settings):
             problems.append(f"{where(field)}, field '{field}': {message}")
         if not isinstance(app.settings, dict):
             problems.append(f"{where('settings')}, field 'settings': must be a mapping (got {type(app.settings).__name__})")

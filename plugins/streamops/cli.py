@@ -462,7 +462,10 @@ def artifact_build(
     from streamops.artifacts import ArtifactError, ArtifactStore, build
 
     if app_name:
-        app_spec = _app_spec(app_name)
+        try:  # the catalog may name this very version, not built yet: its programs are not checked here
+            app_spec = load_catalog(check_programs=False).app(app_name)
+        except (CatalogError, KeyError) as exc:
+            raise _fail(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)) from None
         name, program = name or app_spec.artifact, program or app_spec.program
         if not name:
             raise _fail(f"app {app_name} names no artifact in the catalog: give --name, and add `artifact: <name>` to the app")

@@ -11,8 +11,9 @@ Declarations (class attributes), checked when the catalog loads:
 
 - `input_roles`: the roles an app of this program reads (`inputs:` in the catalog maps each
   to a topic). Exactly these roles must be mapped.
-- `output_roles`: the roles it writes (`outputs:`), or None when its settings name them (the
-  router's categories); `check()` then says whether the outputs fit.
+- `output_roles`: the roles it writes (`outputs:`), or None when its settings name them:
+  `output_roles_setting` then names the mapping setting whose keys are the output roles (the
+  router's `categories`), checked without importing the program.
 - `Settings`: a pydantic model of the app's `settings:`. The catalog validates an app's settings
   with it (a wrong field is named with its file, entry and line); the program receives the
   validated model as `app.settings` (see `bind`).
@@ -87,6 +88,7 @@ class StreamingProgram:
     name: ClassVar[str]
     input_roles: ClassVar[tuple[str, ...]]
     output_roles: ClassVar[tuple[str, ...] | None]
+    output_roles_setting: ClassVar[str | None] = None
     Settings: ClassVar[type[BaseModel]] = NoSettings
     input_fields: ClassVar[Mapping[str, list[Any]]]
     reads_outputs: ClassVar[tuple[str, ...]] = ()
@@ -152,6 +154,7 @@ def describe(program: StreamingProgram) -> dict:
         },
         "reads_outputs": list(program.reads_outputs),
         "query_names": list(program.query_names),
+        "output_roles_setting": program.output_roles_setting,
         "stateful_operators": {query: list(ops) for query, ops in program.stateful_operators.items()},
         "window_counts": {role: vars(w) for role, w in program.window_counts.items()},
         "lineage_outputs": {role: vars(w) for role, w in program.lineage_outputs.items()},

@@ -43,6 +43,7 @@ class ProgramInfo:
     input_fields: dict[str, list[dict]]
     reads_outputs: tuple[str, ...]
     query_names: tuple[str, ...]
+    output_roles_setting: str | None = None
     stateful_operators: dict[str, list[str]] = field(default_factory=dict)
     window_counts: dict[str, WindowCountOutput] = field(default_factory=dict)
     lineage_outputs: dict[str, LineageOutput] = field(default_factory=dict)
@@ -60,15 +61,22 @@ class ProgramInfo:
             input_fields=data["input_fields"],
             reads_outputs=tuple(data["reads_outputs"]),
             query_names=tuple(data["query_names"]),
+            output_roles_setting=data.get("output_roles_setting"),
             stateful_operators=data.get("stateful_operators") or {},
             window_counts={role: WindowCountOutput(**w) for role, w in (data.get("window_counts") or {}).items()},
             lineage_outputs={role: LineageOutput(**w) for role, w in (data.get("lineage_outputs") or {}).items()},
             artifact=artifact,
         )
 
-    def role_problems(self, inputs: set[str], outputs: set[str], reads_outputs: set[str]) -> list[str]:
+    def role_problems(self, inputs: set[str], outputs: set[str], reads_outputs: set[str], settings: Any = None) -> list[tuple[str, str]]:
         """How an app's roles differ from the program's (field, then the difference)."""
         problems = []
+        if self.output_roles_setting:
+            named = settings.get(self.output_roles_setting) if isinstance(settings, dict) else None
+            if isinstance(named, dict) and set(named) != outputs:
+                problems.append(("outputs", f"program {self.reference} writes one output role per key of "
+                                            f"settings.{self.output_roles_setting} ({sorted(named)}), the catalog gives "
+                                            f"{sorted(outputs)}"))
         if inputs != set(self.input_roles):
             problems.append(("inputs", f"program {self.reference} reads the roles {sorted(self.input_roles)}, the catalog "
                                        f"gives {sorted(inputs)}"))
@@ -89,8 +97,12 @@ class ProgramInfo:
         problems = []
         for error in sorted(validator.iter_errors(settings), key=lambda e: list(e.absolute_path)):
             message = error.message
+            path = tuple(error.absolute_path)
             if error.validator == "additionalProperties":
-                message = "unknown key (not a setting of this program; check the spelling)"
+                known = set((error.schema or {}).get("properties") or {})
+                for key in sorted(set(error.instance) - known):
+                    problems.append(((*path, key), "unknown key (not a setting of this program; check the spelling)"))
+                continue
             elif error.validator == "pattern":
                 from streamops.catalog import _PATTERN_HINTS
 
@@ -98,7 +110,7 @@ class ProgramInfo:
                 message = f"{error.instance!r} does not have the expected form ({hint})"
             elif error.validator == "required":
                 message = error.message.replace("is a required property", "is required but missing")
-            problems.append((tuple(error.absolute_path), message))
+            problems.append((path, message))
         filled = dict(settings)
         for name, prop in (self.settings_schema.get("properties") or {}).items():
             if name not in filled and "default" in prop:
@@ -188,13 +200,13 @@ def resolve_artifact(app: AppSpec, version: str, expected_digest: str | None = N
     return artifact
 
 
-def load_program(app: AppSpec) -> StreamingProgram:
+def load_program(app: AppSpec, version: str | None = None) -> StreamingProgram:
     """The app's program object in this process (for work that runs its code here: building a
     reconciliation's recomputation). An artifact's code is put first on the path, once per
     process: a process that already imported the package from elsewhere is refused, since two
     versions of one package cannot share a Python process."""
     if app.artifact:
-        artifact = resolve_artifact(app, app.version)
+        artifact = resolve_artifact(app, version or app.version)
         package = artifact.manifest.get("package") or parse_reference(app.program)[0].split(".")[0]
         loaded = sys.modules.get(package)
         origin = str(artifact.path)

@@ -246,8 +246,12 @@ def plan_reprocess(
         problems.append("cutover needs target 'versioned' and end 'now' (the live app continues where the backfill ends)")
     if request.target == "versioned" and not _VERSION.fullmatch(request.version or ""):
         problems.append(f"version {request.version!r} must look like v2 (it becomes the topic suffix)")
-    program_version = request.program_version or running_version(app)
+    running = running_version(app)
+    program_version = request.program_version or running
     program_digest = None
+    if request.cutover and program_version != running:
+        problems.append(f"cutover continues {app.name} with the version it runs ({running}) from the backfill's checkpoint: "
+                        f"that backfill must run the same code; leave the code version empty or choose {running}")
     if not re.fullmatch(VERSION_PATTERN, program_version):
         problems.append(f"program version {program_version!r} is not a semantic version such as 1.2.0")
     else:
@@ -361,7 +365,8 @@ def run_reprocess(
         version=plan.program_version or None, starting_offsets=json.dumps(plan.starting_offsets()),
         expected_digest=plan.program_digest,
         # Records an operator skipped in the live app are skipped here too (same input).
-        extra_args=[*bounds, "--skip-records-of", catalog.app(plan.app).checkpoint_location()],
+        # Its progress stays out of the consumer group: streamops.<app> shows the live app's lag.
+        extra_args=[*bounds, "--skip-records-of", catalog.app(plan.app).checkpoint_location(), "--no-consumer-group"],
     )
     driver_log = work_dir / "driver.log"
     started = time.monotonic()

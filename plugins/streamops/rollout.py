@@ -130,6 +130,10 @@ def plan_fingerprint(command: list[str]) -> dict[str, list[str]]:
 
 
 def incompatibilities(running: dict[str, list[str]], new: dict[str, list[str]]) -> list[str]:
+    # A driver from before programs declared their stateful operators recorded the plan alone:
+    # compare like with like.
+    if not any(line.startswith("declared: ") for lines in running.values() for line in lines):
+        new = {query: [line for line in lines if not line.startswith("declared: ")] for query, lines in new.items()}
     problems = []
     for query in sorted(set(running) | set(new)):
         if query not in new:

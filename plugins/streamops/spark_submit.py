@@ -106,6 +106,9 @@ def submit_spec(
         # Driver and executors run this environment's Python (pandas, pyarrow, streamops).
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
+        # Python workers put their working folder first on the path, where a copy of a package
+        # would hide the artifact's: not with this (Python 3.11+).
+        "spark.executorEnv.PYTHONSAFEPATH": "1",
         **{key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in app.spark_conf.items()},
     }
     return SubmitSpec(

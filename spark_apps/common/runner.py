@@ -419,6 +419,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--skip-records-of", default=None,
         help="skip the records an operator skipped in the app on this checkpoint (a backfill of a live app)",
     )
+    parser.add_argument(
+        "--no-consumer-group", action="store_true",
+        help="do not commit progress to the consumer group streamops.<app> (a backfill: the group is the live app's)",
+    )
     parser.add_argument("--version", default=None, help="the version that runs (written into dead letters)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument(
@@ -448,7 +452,7 @@ def app_problems(spec: AppSpec, program: StreamingProgram) -> list[str]:
 
     info = ProgramInfo.from_description(spec.program, describe(program))
     problems = [f"{field}: {message}" for field, message in
-                info.role_problems(set(spec.inputs), set(spec.outputs), set(spec.reads_outputs))]
+                info.role_problems(set(spec.inputs), set(spec.outputs), set(spec.reads_outputs), spec.settings)]
     try:
         bound = program.bind(spec)
     except ValidationError as exc:
@@ -538,7 +542,7 @@ def main(argv: list[str]) -> int:
         # Where it runs: the driver's host, its master and its UI (status lists executors from it).
         runtime.update(application_id=context.applicationId, spark_master=context.master, spark_ui=context.uiWebUrl,
                        driver_host=context.getConf().get("spark.driver.host", None) or socket.gethostname())
-        publisher = ProgressPublisher(runtime, f"streamops.{spec.name}", options.kafka)
+        publisher = ProgressPublisher(runtime, None if args.no_consumer_group else f"streamops.{spec.name}", options.kafka)
         spark.streams.addListener(publisher)
         outputs = build_outputs(spark, spec, program, options)
         runtime.update(plan_fingerprint=stateful_fingerprint(program, outputs))

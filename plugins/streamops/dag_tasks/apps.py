@@ -57,6 +57,12 @@ def command_for(app_name: str, version: str | None, spark_conf: dict | None, sta
     return spark_submit_command(spec)
 
 
+def ran_artifact_digest(record: dict) -> str | None:
+    """The artifact digest a driver record ran (None: installed code, or a record from before artifacts)."""
+    code = record.get("code") or {}
+    return code.get("digest") if code.get("artifact") else None
+
+
 def checked_overrides(version: object, spark_conf: object, where: str = "") -> tuple[str | None, dict[str, str]]:
     """The trigger's version and Spark conf, checked and normalised, or a task failure (no retries)
     naming what is not allowed, raised before anything is built or started."""
@@ -113,7 +119,7 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
         launched = previous.get("launch") or {}
         # Exactly the code that ran: an artifact whose digest changed since is refused.
         return command_for(app_name, launched.get("version") or previous.get("version"), launched.get("spark_conf"),
-                           expected_digest=(previous.get("code") or {}).get("digest") if app.artifact else None)
+                           expected_digest=ran_artifact_digest(previous))
 
     try:
         new_command = command_for(app_name, version, spark_conf)

@@ -47,10 +47,11 @@ def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, s
     log.info("Recomputing %s from the earliest offsets into scratch topics:\n%s", app_name, plan.table())
     comparisons = []
     try:
-        spark = build_session("streamops-reconcile", master=spark_master)
+        # The backfill's driver first: a session held here would hold cores it may need.
         result = run_reprocess(kafka, admin, catalog, plan, work_root() / app_name / tag, spark_master=spark_master,
                                launched_by=run_id)
         log.info("Recomputed %s", result.summary())
+        spark = build_session("streamops-reconcile", master=spark_master)
         scratch = target_catalog(catalog, app_name, plan.targets)
         for _app, role in [(a, r) for a, r in window_outputs(catalog) if a.name == app_name]:
             comparison = compare_windows(spark, kafka, admin, catalog, app, role, plan.targets[app.outputs[role]], scratch)

@@ -184,6 +184,8 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
         # The live app's driver connects as the app's own principal.
         targeted, kafka=app_connection(the_plan.app), catalog=catalog_file,
         checkpoint=live.checkpoint_location(), version=version,
+        # The code that wrote the backfill's checkpoint (the plan refuses a cutover of another version).
+        expected_digest=the_plan.program_digest,
     )
     command = spark_submit_command(replace(spec, conf={**spec.conf, **spark_conf}))
     result = ReprocessResult(the_plan.app, ran["records_in"], ran["records_out"], ran["dead_letters"], ran["seconds"],

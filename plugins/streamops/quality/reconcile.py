@@ -35,7 +35,7 @@ from streamops.quality.batches import read_decoded, read_range
 from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks, whole_topics
 from streamops.kafka_client import KafkaClientConfig
 from streamops.program_contract import LineageOutput, WindowCountOutput
-from streamops.programs import load_program, program_info
+from streamops.programs import load_program, program_info, running_version
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
@@ -65,7 +65,7 @@ def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batc
     if writer is None:
         raise ValueError(f"topic {topic!r}: its suite asks for a '{kind}' reconciliation but no app writes it")
     app, role = writer
-    declared = program_info(app)
+    declared = program_info(app, running_version(app))  # what the code that wrote it declares
     lineage = declared.lineage_outputs.get(role) or declared.lineage_outputs.get("*")
     if kind == "router" and role in app.outputs and lineage is not None:
         return _router(sources, app, lineage, topic, batch)
@@ -76,11 +76,11 @@ def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batc
 
 def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
     """The frame of one of the app's own queries, built over `source` (a batch reader)."""
+    program = load_program(app, running_version(app))  # before the runtime's own import: it may be the artifact's
     from spark_apps.common.session import apply_app_conf
 
-    program = load_program(app)
     apply_app_conf(sources.spark, app)
-    for output in program.queries(program.bind(app), app.version, source):
+    for output in program.queries(program.bind(app), running_version(app), source):
         if output.name == name:
             return output.frame
     raise ValueError(f"app {app.name}: program {app.program} has no query {name!r}")

@@ -1,7 +1,8 @@
 """Replay dead letters: records that now pass the app's parsing go back to their input topic.
 
 A dead letter keeps the original key and value byte for byte (base64) and the source
-coordinates. The replay re-runs the app's *current* parsing (its `INPUT_FIELDS` and the
+coordinates. The replay re-runs the parsing of the version the app runs (its program's declared
+`input_fields` and the
 catalog's `max_record_bytes`, through `records.parse` on Spark, the code the app runs) over the
 chosen range; records that pass are produced to the input topic's original partition with
 headers naming where they came from; the rest stay where they are.
