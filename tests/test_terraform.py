@@ -116,6 +116,31 @@ def test_the_plan_grants_each_app_least_privilege_acls(initialised, broker, tmp_
     assert all(c["change"]["after"]["acl_permission_type"] == "Allow" for c in shown["resource_changes"] if c["type"] == "kafka_acl")
 
 
+def test_an_app_the_suite_never_saw_gets_its_acls_from_the_catalog_alone(initialised, broker, tmp_path, monkeypatch):
+    """A program from outside spark_apps (tests/fixtures/byo_apps), reading back its own output:
+    Terraform grants what the suite derives, with no edit to terraform/."""
+    from streamops.artifacts import ArtifactStore, build
+
+    fixture = Path(__file__).parent / "fixtures" / "byo_apps"
+    monkeypatch.setenv("STREAMOPS_ARTIFACT_STORE", str(tmp_path / "artifacts"))
+    build("acme-dedup", "1.0.0", "acme_pipelines.dedup", source=fixture, store=ArtifactStore())
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text((fixture / "catalog.yaml").read_text().replace("expectations/", f"{fixture}/expectations/"))
+    plan_file = tmp_path / "acls.plan"
+    tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'none.state'}", f"-out={plan_file}",
+         *variables(catalog_file, broker.bootstrap_servers))
+    shown = json.loads(tofu(initialised, "show", "-json", str(plan_file)).stdout)
+    acls = {
+        (c["change"]["after"]["acl_principal"], c["change"]["after"]["resource_type"], c["change"]["after"]["resource_pattern_type_filter"],
+         c["change"]["after"]["resource_name"], c["change"]["after"]["acl_operation"])
+        for c in shown["resource_changes"] if c["type"] == "kafka_acl"
+    }
+    assert acls == expected_acls(load_catalog(catalog_file))
+    assert ("User:acme-dedup", "Topic", "Literal", "acme.payments", "Read") in acls
+    assert ("User:acme-dedup", "Topic", "Literal", "acme.unique-payments", "Write") in acls
+    assert ("User:acme-dedup", "Topic", "Literal", "acme.unique-payments", "Read") not in acls  # it reads back nothing
+
+
 @pytest.mark.parametrize("environment", ["local", "cluster"])
 def test_the_plan_resolves_an_environment_exactly_as_the_suite_does(initialised, broker, tmp_path, environment):
     catalog_file = PROJECT_ROOT / "catalog" / "pipelines.yaml"
