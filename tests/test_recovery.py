@@ -335,7 +335,7 @@ def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
     # Ignores SIGTERM, like a JVM stuck in shutdown: only SIGKILL ends it.
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                               "print('ready', flush=True); time.sleep(600)", "org.apache.spark.deploy.SparkSubmit",
-                              "spark_apps/oplog_router.py", "--app", "oplog-router"],
+                              "plugins/streamops/entrypoints/driver.py", "--app", "oplog-router"],
                              start_new_session=True, stdout=subprocess.PIPE)
     assert stuck.stdout.readline() == b"ready\n"
     unrelated = subprocess.Popen(["sleep", "600"], start_new_session=True)
