@@ -13,7 +13,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param
 
-APP_NAMES = load_catalog().app_names()
+APP_NAMES = load_catalog(check_programs=False).app_names()
 
 DOC = """
 ### Streaming app status and lag

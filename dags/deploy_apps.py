@@ -15,7 +15,7 @@ from streamops.dag_tasks import apps_param
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 
-APP_NAMES = load_catalog().app_names()
+APP_NAMES = load_catalog(check_programs=False).app_names()
 
 DOC = """
 ### Deploy streaming apps

@@ -16,7 +16,7 @@ from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 
-STATEFUL = steps.stateful_app_names(load_catalog())
+STATEFUL = steps.stateful_app_names(load_catalog(check_programs=False))
 
 DOC = """
 ### Nightly reconciliation of stateful apps

@@ -50,7 +50,7 @@ To undo a live rebuild: `recover_restore_checkpoint` with the `before-rebuild` s
     tags=["recovery", "on-call", "spark", "apps", "reprocessing"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "app": app_param(load_catalog().app_names()),
+        "app": app_param(load_catalog(check_programs=False).app_names()),
         "target": Param("live", type="string", enum=["live", "versioned"], title="Target",
                         values_display={"live": "The live topics (reprocess in place)",
                                         "versioned": "New versioned topics, then cut over"}),

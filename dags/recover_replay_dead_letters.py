@@ -47,7 +47,7 @@ The dead-letter topic is never changed. Audited (`streamops audit`).
     tags=["recovery", "on-call", "dead-letters"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "app": app_param(load_catalog().app_names()),
+        "app": app_param(load_catalog(check_programs=False).app_names()),
         "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back such as '6 hours'."),
         "end": range_end_param("now, or an ISO-8601 time with timezone."),
         "reason_contains": Param("", type="string", maxLength=200, title="Reason contains",

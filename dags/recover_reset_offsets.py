@@ -50,7 +50,7 @@ To undo: `recover_restore_checkpoint` with the `before-reset` snapshot. Audited 
     tags=["recovery", "on-call", "spark", "apps"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "app": app_param(load_catalog().app_names()),
+        "app": app_param(load_catalog(check_programs=False).app_names()),
         "mode": Param("earliest", type="string", enum=["earliest", "latest", "datetime", "duration", "shift", "offsets"],
                       title="Mode", values_display={
                           "earliest": "Earliest retained record", "latest": "Latest (skip everything waiting)",

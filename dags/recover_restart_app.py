@@ -47,7 +47,7 @@ Every step is written to the recovery audit log (`streamops audit`).
     max_active_runs=1,
     tags=["recovery", "on-call", "spark", "apps"],
     default_args={"owner": "data-platform", "retries": 0},
-    params={"app": app_param(load_catalog().app_names()), "dry_run": dry_run_param(), "verify_deadline_s": verify_deadline_param()},
+    params={"app": app_param(load_catalog(check_programs=False).app_names()), "dry_run": dry_run_param(), "verify_deadline_s": verify_deadline_param()},
 )
 def recover_restart_app():
     @task

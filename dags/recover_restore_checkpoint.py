@@ -45,7 +45,7 @@ Audited (`streamops audit`).
     tags=["recovery", "on-call", "spark", "apps"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "app": app_param(load_catalog().app_names()),
+        "app": app_param(load_catalog(check_programs=False).app_names()),
         "snapshot": Param("latest", type="string", pattern=NAME_PATTERN, title="Snapshot",
                           description="latest, or a snapshot name from the plan's history."),
         "stop_if_running": Param(False, type="boolean", title="Stop if running",

@@ -53,7 +53,7 @@ fixed. Every step is written to the recovery audit log (`streamops audit`).
     tags=["recovery", "on-call", "spark", "apps"],
     default_args={"owner": "data-platform", "retries": 0},
     params={
-        "app": app_param(load_catalog().app_names()),
+        "app": app_param(load_catalog(check_programs=False).app_names()),
         "records": Param([], type="array", minItems=1, maxItems=MAX_SPECS,
                          items={"type": "string", "pattern": RECORD_PATTERN, "maxLength": 300},
                          title="Records", description="topic:partition:offset or topic:partition:first-last, one per "

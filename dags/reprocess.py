@@ -18,7 +18,7 @@ from streamops.dag_tasks.recovery_params import range_end_param, range_start_par
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.reprocess import TAG_PATTERN, VERSION_SUFFIX_PATTERN
 
-APP_NAMES = load_catalog().app_names()
+APP_NAMES = load_catalog(check_programs=False).app_names()
 
 DOC = """
 ### Reprocess an app (backfill)

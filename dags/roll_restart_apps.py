@@ -14,7 +14,7 @@ from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 from streamops.rollout import dependency_order
 
-CATALOG = load_catalog()
+CATALOG = load_catalog(check_programs=False)
 APP_NAMES = CATALOG.app_names()
 
 DOC = """

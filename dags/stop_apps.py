@@ -11,7 +11,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param
 
-APP_NAMES = load_catalog().app_names()
+APP_NAMES = load_catalog(check_programs=False).app_names()
 
 DOC = """
 ### Stop streaming apps gracefully
@@ -42,7 +42,7 @@ SIGTERM, then killed, and the task says which happened; one on another host is n
 def stop_apps():
     @task
     def chosen_apps() -> list[str]:
-        return steps.selected(load_catalog(), get_current_context()["params"]["apps"])
+        return steps.selected(load_catalog(check_programs=False), get_current_context()["params"]["apps"])
 
     @task(map_index_template="{{ task.op_kwargs['app_name'] }}")
     def stop(app_name: str) -> str:

@@ -17,7 +17,7 @@ from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.quality.ranges import MAX_LAST_RECORDS, MAX_OFFSET, MODES, TIME_PATTERN
 
-CATALOG = load_catalog()
+CATALOG = load_catalog(check_programs=False)
 
 DOC = """
 ### Validate output topic quality

@@ -109,6 +109,32 @@ def test_the_catalog_refuses_apps_that_do_not_fit_their_program(store, tmp_path)
     ]
 
 
+def test_what_reaches_a_store_path_or_the_driver_path_is_only_a_name_and_a_version(store, tmp_path, monkeypatch):
+    from streamops.programs import running_version
+
+    build("acme-dedup", "1.0.0", "acme_pipelines.dedup", source=FIXTURE, store=store)
+    with pytest.raises(ArtifactError, match=r"'acme-dedup' '\.\./\.\./x': not an artifact name and a semantic version"):
+        store.resolve("acme-dedup", "../../x")
+    # driver.json lives on the shared checkpoint volume: a version there that is not a version is ignored.
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    app = load_catalog(FIXTURE / "catalog.yaml").app("acme-dedup")
+    runtime = Path(app.checkpoint_location()) / "_runtime"
+    runtime.mkdir(parents=True)
+    (runtime / "driver.json").write_text(json.dumps({"version": "../../../tmp/x", "launch": {"version": "1.0.0/../../y"}}))
+    assert running_version(app) == "1.0.0"
+    # A package the runtime (or Python) provides never comes from an artifact: it would come first.
+    shadow = tmp_path / "shadow" / "pydantic"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("program = None\n")
+    with pytest.raises(ArtifactError, match=r"would carry pydantic: the runtime \(or Python itself\) provides it"):
+        build("shadow", "1.0.0", "pydantic:program", source=tmp_path / "shadow", store=store)
+    # The schema is as strict as the model: a final newline after an interval is not an interval.
+    text = (FIXTURE / "catalog.yaml").read_text().replace("watermark: 10 minutes", 'watermark: "10 minutes\\n"')
+    (tmp_path / "catalog.yaml").write_text(text.replace("expectations/", f"{FIXTURE}/expectations/"))
+    with pytest.raises(CatalogError, match=r"field 'settings.watermark': '10 minutes\\n' does not have the expected form"):
+        load_catalog(tmp_path / "catalog.yaml")
+
+
 # --- the fourth app, end to end ------------------------------------------------------------------
 
 

@@ -117,8 +117,8 @@ def test_the_plan_grants_each_app_least_privilege_acls(initialised, broker, tmp_
 
 
 def test_an_app_the_suite_never_saw_gets_its_acls_from_the_catalog_alone(initialised, broker, tmp_path, monkeypatch):
-    """A program from outside spark_apps (tests/fixtures/byo_apps), reading back its own output:
-    Terraform grants what the suite derives, with no edit to terraform/."""
+    """A program from outside spark_apps (tests/fixtures/byo_apps): Terraform grants what the
+    suite derives from the catalog and the program, with no edit to terraform/."""
     from streamops.artifacts import ArtifactStore, build
 
     fixture = Path(__file__).parent / "fixtures" / "byo_apps"

@@ -41,6 +41,10 @@ MANIFEST_FILE = "manifest.json"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{1,62}$")
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _SKIPPED = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache"}
+# What the runtime brings to every driver: an artifact carrying one of these would replace the
+# platform's copy (a zip comes first on the path), the digest check included.
+RUNTIME_PACKAGES = frozenset({"streamops", "pyspark", "py4j", "pydantic", "pydantic_core", "pandas", "pyarrow", "numpy",
+                              "confluent_kafka", "airflow", "great_expectations"})
 
 
 class ArtifactError(RuntimeError):
@@ -90,6 +94,11 @@ class ArtifactStore:
         self.root = Path(location)
 
     def folder(self, name: str, version: str) -> Path:
+        from streamops.catalog import VERSION_PATTERN
+
+        # Both become path parts: only a name and a semantic version, never '..' or '/'.
+        if not _NAME.fullmatch(name or "") or not re.fullmatch(VERSION_PATTERN, version or "") or len(version) > 64:
+            raise ArtifactError(f"artifact {name!r} {version!r}: not an artifact name and a semantic version")
         return self.root / name / version
 
     def versions(self, name: str) -> list[str]:
@@ -145,15 +154,18 @@ class ArtifactStore:
             )
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=folder.parent))
+        staging.chmod(0o755)  # mkdtemp makes it private; every host's drivers read the store
         shutil.copyfile(built_zip, staging / ARTIFACT_FILE)
         (staging / MANIFEST_FILE).write_text(json.dumps({**manifest, "digest": digest}, indent=2, sort_keys=True) + "\n")
         for written in staging.iterdir():
             written.chmod(0o444)
         try:
             staging.rename(folder)  # atomic: a reader sees no artifact or a whole one
-        except OSError:
+        except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
-            return self.publish(name, version, built_zip, manifest)  # a racing build published first
+            if (folder / MANIFEST_FILE).is_file():  # a racing build published first
+                return self.publish(name, version, built_zip, manifest)
+            raise ArtifactError(f"cannot publish artifact {name} {version} at {folder}: {exc.strerror or exc}") from None
         return self.resolve(name, version), True
 
 
@@ -222,6 +234,16 @@ def build(
                 if result.returncode:
                     raise ArtifactError(f"installing {requirements} failed:\n{result.stderr[-3000:]}")
                 files += _zip_tree(archive, deps, "")
+        with zipfile.ZipFile(built) as archive:
+            tops = {entry.split("/", 1)[0] for entry in archive.namelist()}
+        names = {top.removesuffix(".py") for top in tops}
+        shadowing = sorted(names & (RUNTIME_PACKAGES | sys.stdlib_module_names))
+        if shadowing:
+            raise ArtifactError(
+                f"the build of {name} {version} would carry {', '.join(shadowing)}: the runtime (or Python itself) "
+                f"provides {'them' if len(shadowing) > 1 else 'it'}, and an artifact comes first on the driver's path; "
+                "rename the package, or drop it from the requirements"
+            )
         description = describe_in_subprocess(built, program)
         manifest = {
             "name": name,

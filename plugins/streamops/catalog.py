@@ -628,8 +628,8 @@ def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tup
             apps.append(app)
             continue
         if info.artifact is not None:  # the version's code is not imported here: its recorded schema
-            settings, errors = info.validated_settings(app.settings)
-            for loc, message in errors:
+            settings = app.settings  # as written: defaults follow the version that runs (settings_dict)
+            for loc, message in info.settings_problems(app.settings):
                 label = ".".join(map(str, ("settings", *loc)))
                 problems.append(f"{where('settings', *loc)}, field '{label}': {message} (program {app.program}, "
                                 f"artifact {info.artifact.short()})")

@@ -570,12 +570,14 @@ def app_run(
         settings_file = _print_settings_file(kafka)
     else:
         settings_file = kafka_config if print_only else None
+    from streamops.launch_overrides import LaunchOverrideRefused, checked_version
     from streamops.programs import ProgramError
 
     try:
+        version = checked_version(version, "--version")
         spec = submit_spec(app_spec, kafka=kafka, trigger=trigger, checkpoint=checkpoint, version=version,
                            settings_file=settings_file)
-    except ProgramError as exc:
+    except (ProgramError, LaunchOverrideRefused) as exc:
         raise _fail(str(exc)) from None
     argv = spec.argv(master=master)
     typer.echo(shlex.join(argv), err=not print_only)

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta, timezone
 from confluent_kafka import KafkaException
 
 from streamops.catalog import AppSpec
-from streamops.programs import program_info
+from streamops.programs import program_info, settings_dict
 from streamops.kafka_records import producer
 from streamops.kafka_client import KafkaClientConfig
 
@@ -94,7 +94,8 @@ def events(app: AppSpec, load: LoadSpec) -> Iterator[tuple[str, str, str, bool, 
     kind = program_info(app).name
     if kind not in ("oplog_router", "presence_notifier", "browser_activity"):
         raise ValueError(f"{app.name}: the load generator makes records for the shipped programs only, not {app.program}")
-    categories = app.settings.get("categories", {}) if kind == "oplog_router" else {}
+    settings = settings_dict(app)
+    categories = settings.get("categories", {}) if kind == "oplog_router" else {}
     op_types = sorted({op for ops in categories.values() for op in ops})
     presence_state: dict[str, str] = {}
     for i in range(load.count):
@@ -123,7 +124,7 @@ def events(app: AppSpec, load: LoadSpec) -> Iterator[tuple[str, str, str, bool, 
             key = user
         else:
             browser = f"browser-{key_index:05d}"
-            logger = app.settings["captcha_logger"] if rng.random() < 0.03 else rng.choice(ACTION_LOGGERS)
+            logger = settings["captcha_logger"] if rng.random() < 0.03 else rng.choice(ACTION_LOGGERS)
             topic, key = app.inputs["logs"], f"http-nio-{rng.randrange(8)}"
             value = {"seq": seq, "@timestamp": stamp, "level": "INFO", "logger_name": logger,
                      "thread_name": key, "message": "request handled", "browserHash": browser}

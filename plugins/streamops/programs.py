@@ -89,11 +89,11 @@ class ProgramInfo:
                                               "(Terraform grants Read on exactly these)"))
         return problems
 
-    def validated_settings(self, settings: dict) -> tuple[dict, list[tuple[tuple, str]]]:
-        """The app's settings with the schema's defaults, or the problems as (path, message)."""
-        import jsonschema
-
-        validator = jsonschema.Draft202012Validator(self.settings_schema)
+    def settings_problems(self, settings: dict) -> list[tuple[tuple, str]]:
+        """What the settings schema refuses in the app's settings, as (path, message). As strict as
+        the program's pydantic model where the schema can say it: an integer is not 5.0, and a
+        pattern's '$' is the end of the text (not before a final newline)."""
+        validator = _strict_validator(self.settings_schema)
         problems = []
         for error in sorted(validator.iter_errors(settings), key=lambda e: list(e.absolute_path)):
             message = error.message
@@ -111,11 +111,32 @@ class ProgramInfo:
             elif error.validator == "required":
                 message = error.message.replace("is a required property", "is required but missing")
             problems.append((path, message))
+        return problems
+
+    def with_defaults(self, settings: dict) -> dict:
+        """The settings with the schema's defaults for what the app leaves out."""
         filled = dict(settings)
         for name, prop in (self.settings_schema.get("properties") or {}).items():
             if name not in filled and "default" in prop:
                 filled[name] = prop["default"]
-        return filled, problems
+        return filled
+
+
+def _strict_validator(schema: dict):
+    import jsonschema
+
+    def is_integer(_checker, value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def pattern(validator, regex, instance, _schema):
+        if isinstance(instance, str) and (not re.search(regex, instance) or (regex.endswith("$") and instance.endswith("\n"))):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {regex!r}")
+
+    base = jsonschema.Draft202012Validator
+    strict = jsonschema.validators.extend(
+        base, validators={"pattern": pattern}, type_checker=base.TYPE_CHECKER.redefine("integer", is_integer)
+    )
+    return strict(schema)
 
 
 def parse_reference(reference: str) -> tuple[str, str]:
@@ -167,8 +188,14 @@ def running_version(app: AppSpec) -> str:
     """The version the app's driver last ran (its driver record), else the catalog's."""
     from streamops.app_runtime import AppRuntime
 
+    from streamops.catalog import VERSION_PATTERN
+
     record = AppRuntime(app.checkpoint_location()).driver() or {}
-    return str((record.get("launch") or {}).get("version") or record.get("version") or app.version)
+    version = (record.get("launch") or {}).get("version") or record.get("version")
+    # driver.json is a file on the shared checkpoint volume: its version becomes a store path.
+    if not isinstance(version, str) or len(version) > 64 or not re.fullmatch(VERSION_PATTERN, version):
+        return app.version
+    return version
 
 
 def ran_digest(app: AppSpec, version: str) -> str | None:
@@ -178,8 +205,10 @@ def ran_digest(app: AppSpec, version: str) -> str | None:
 
     record = AppRuntime(app.checkpoint_location()).driver() or {}
     code = record.get("code") or {}
-    ran = (record.get("launch") or {}).get("version") or record.get("version")
-    return code.get("digest") if code.get("artifact") and ran == version else None
+    ran = str((record.get("launch") or {}).get("version") or record.get("version") or "")
+    # Build metadata (a cutover's 1.0.0+v2) names the same code.
+    same = ran.split("+", 1)[0] == version.split("+", 1)[0]
+    return code.get("digest") if code.get("artifact") and same else None
 
 
 def resolve_artifact(app: AppSpec, version: str, expected_digest: str | None = None) -> Artifact:
@@ -221,9 +250,15 @@ def load_program(app: AppSpec, version: str | None = None) -> StreamingProgram:
 
 
 def settings_dict(app: AppSpec) -> dict[str, Any]:
-    """The app's settings as a mapping, however they are held (a dict, or a program's model)."""
+    """The app's settings as a mapping with the program's defaults, however they are held (a
+    dict, or a program's model). An artifact app's catalog entry keeps what its author wrote (a
+    later version may drop a setting); its defaults come from the version it runs."""
     settings = app.settings
-    return settings.model_dump() if hasattr(settings, "model_dump") else dict(settings or {})
+    if hasattr(settings, "model_dump"):
+        return settings.model_dump(mode="json")
+    if app.artifact:
+        return program_info(app, running_version(app)).with_defaults(dict(settings or {}))
+    return dict(settings or {})
 
 
 def _describe_command(reference: str) -> int:

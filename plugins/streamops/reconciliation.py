@@ -14,6 +14,7 @@ The scratch topics are deleted afterwards: they were created by this run and hol
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,10 +27,12 @@ from streamops.app_status import last_committed_batch
 from streamops.catalog import AppSpec, Catalog, duration_ms
 from streamops.quality.batches import read_decoded
 from streamops.quality.ranges import whole_topics
-from streamops.programs import program_info
+from streamops.programs import ProgramError, program_info, settings_dict
 from streamops.kafka_client import KafkaClientConfig
 
 EXAMPLES = 5
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,7 +71,15 @@ class WindowComparison:
 
 def window_outputs(catalog: Catalog) -> list[tuple[AppSpec, str]]:
     """(app, output role) of every windowed count the catalog's apps write."""
-    return [(app, role) for app in catalog.apps for role in app.outputs if role in program_info(app).window_counts]
+    found = []
+    for app in catalog.apps:
+        try:
+            counted = program_info(app).window_counts
+        except ProgramError as exc:  # named where the app is used; a DAG form still lists the others
+            log.warning("%s: %s", app.name, exc)
+            continue
+        found += [(app, role) for role in app.outputs if role in counted]
+    return found
 
 
 def live_watermark_ms(checkpoint: str, query: str) -> int | None:
@@ -109,7 +120,7 @@ def compare_windows(
     closed_by = "live watermark"
     if bound_ms is None:
         newest = recomputed.agg(F.max("window_start")).first()[0]
-        bound_ms = int(newest.timestamp() * 1000) - duration_ms(app.settings[counted.watermark_setting]) if newest else 0
+        bound_ms = int(newest.timestamp() * 1000) - duration_ms(settings_dict(app)[counted.watermark_setting]) if newest else 0
         closed_by = "recomputed watermark (no committed live batch)"
     window = [key, "window_start", "window_end"]
     lined_up = live.join(recomputed, window, "full_outer").persist()

@@ -30,7 +30,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.programs import ProgramError, program_info, running_version
+from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.catalog import VERSION_PATTERN, AppSpec, Catalog, TopicSpec
 from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
 from streamops.kafka_client import KafkaClientConfig
@@ -256,7 +256,8 @@ def plan_reprocess(
         problems.append(f"program version {program_version!r} is not a semantic version such as 1.2.0")
     else:
         try:
-            declared = program_info(app, program_version)
+            # A version the app ran is pinned to the bytes it ran (a replaced store copy is refused).
+            declared = program_info(app, program_version, ran_digest(app, program_version))
             program_digest = declared.artifact.digest if declared.artifact else None
         except ProgramError as exc:
             problems.append(str(exc))

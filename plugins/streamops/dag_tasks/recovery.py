@@ -109,19 +109,22 @@ def last_launch(app_name: str) -> tuple[str, dict]:
     return trusted_launch(app_name, launched.get("version") or driver.get("version") or app.version, launched.get("spark_conf") or {})
 
 
-def _launch(app_name: str, run_id: str, version: str, spark_conf: dict, starting_offsets: str | None = None):
+def _launch(app_name: str, run_id: str, version: str, spark_conf: dict, starting_offsets: str | None = None,
+            expected_digest: str | None = None):
     from streamops.app_ops import launch
     from streamops.dag_tasks.apps import command_for
 
     version, spark_conf = trusted_launch(app_name, version, spark_conf)
     app = load_catalog().app(app_name)
-    return launch(app, command_for(app_name, version, spark_conf, starting_offsets), checkpoint=app.checkpoint_location(),
+    command = command_for(app_name, version, spark_conf, starting_offsets, expected_digest=expected_digest)
+    return launch(app, command, checkpoint=app.checkpoint_location(),
                   launched_by=run_id, version=version, spark_conf=spark_conf)
 
 
 def start_version(app_name: str, run_id: str):
     """start(version, spark_conf): launch the app detached via spark_default from its checkpoint."""
-    return lambda version, spark_conf: _launch(app_name, run_id, version, spark_conf)
+    return lambda version, spark_conf, expected_digest=None: _launch(app_name, run_id, version, spark_conf,
+                                                                     expected_digest=expected_digest)
 
 
 def start_on_new_checkpoint(app_name: str, run_id: str):

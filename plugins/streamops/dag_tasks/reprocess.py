@@ -105,6 +105,8 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
         checked_version(the_plan.program_version or None, "program version")
     except LaunchOverrideRefused as exc:
         problems.append(str(exc))
+    if the_plan.program_digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", str(the_plan.program_digest)):
+        problems.append(f"program digest {the_plan.program_digest!r} is not a sha256 digest")
     if not problems and the_plan.targets != target_topics(app, request["target"], request["version"], request["tag"]):
         problems.append("its targets are not the topics its request names")
     if problems:

@@ -35,7 +35,7 @@ from streamops.quality.batches import read_decoded, read_range
 from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks, whole_topics
 from streamops.kafka_client import KafkaClientConfig
 from streamops.program_contract import LineageOutput, WindowCountOutput
-from streamops.programs import load_program, program_info, running_version
+from streamops.programs import load_program, program_info, running_version, settings_dict
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
@@ -193,7 +193,7 @@ def _window_counts(
         F.col("v.count").alias("recomputed_count"),
     ).persist()
     newest_start = recounted.agg(F.max("window_start")).first()[0]
-    watermark_ms = duration_ms(app.settings[counted.watermark_setting])
+    watermark_ms = duration_ms(settings_dict(app)[counted.watermark_setting])
     lined_up = (
         windows.join(emitted, window, "left")
         .join(recounted, window, "left")

@@ -21,6 +21,7 @@ class Snapshot:
     version: str | None
     batches: dict[str, int | None]
     launch: dict = field(default_factory=dict)  # version and Spark conf of the driver that wrote it
+    code: dict | None = None  # the code that driver ran (artifact and digest), when recorded
 
     @classmethod
     def of(cls, path: Path) -> Snapshot:
@@ -28,7 +29,7 @@ class Snapshot:
 
         info = backup_info(path)
         return cls(path.name, info.get("label", "?"), info.get("taken_at"), info.get("version"), batch_marks(path),
-                   info.get("launch") or {})
+                   info.get("launch") or {}, info.get("code"))
 
 
 def snapshots(app: AppSpec) -> list[Snapshot]:
@@ -137,7 +138,10 @@ def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
         raise RecoveryRefused([f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"])
     replaced = restore_checkpoint(checkpoint, backups_dir(checkpoint) / plan.snapshot)
     restored = batch_marks(checkpoint)
-    started = start(plan.version, plan.spark_conf)
+    # The code that wrote the snapshot, read from the snapshot itself (not from the plan's XCom).
+    code = Snapshot.of(backups_dir(checkpoint) / plan.snapshot).code or {}
+    pinned = code.get("digest") if code.get("artifact") else None
+    started = start(plan.version, plan.spark_conf, pinned)
     return {"stopped": stopped, "replaced_snapshot": str(replaced), "restored_batches": restored, "pid": started.pid,
             "driver_log": started.driver_log,
             "summary": f"restored {plan.snapshot} (batches {restored}); the checkpoint it replaced is kept as "
