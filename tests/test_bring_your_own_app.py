@@ -135,6 +135,30 @@ def test_what_reaches_a_store_path_or_the_driver_path_is_only_a_name_and_a_versi
         load_catalog(tmp_path / "catalog.yaml")
 
 
+def test_a_version_that_ran_is_pinned_to_the_bytes_it_ran(store, tmp_path, monkeypatch):
+    """A launch of a version the app ran (restart, rollback, backfill of the running version)
+    refuses a store copy replaced since, before anything is started or stopped."""
+    from streamops.kafka_client import KafkaClientConfig
+    from streamops.programs import ProgramError
+    from streamops.spark_submit import submit_spec
+
+    artifact, _ = build("acme-dedup", "1.0.0", "acme_pipelines.dedup", source=FIXTURE, store=store)
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    app = load_catalog(FIXTURE / "catalog.yaml").app("acme-dedup")
+    kafka = KafkaClientConfig.plaintext("127.0.0.1:9", source="test")
+    spec = submit_spec(app, kafka=kafka)
+    assert spec.py_files == [str(artifact.path)] and spec.digest == artifact.digest
+    assert spec.application_args[spec.application_args.index("--artifact-digest") + 1] == artifact.digest
+
+    runtime = Path(app.checkpoint_location()) / "_runtime"
+    ran = "sha256:" + "0" * 64  # what the driver ran: not what the store holds now
+    (runtime / "driver.json").write_text(json.dumps({"version": "1.0.0", "code": {"artifact": "x", "digest": ran}}))
+    with pytest.raises(ProgramError, match=rf"its digest is {artifact.digest}, but {ran} was expected .* the store's copy was replaced"):
+        submit_spec(app, kafka=kafka)
+    with pytest.raises(ProgramError, match="the store's copy was replaced"):
+        submit_spec(app, kafka=kafka, version="1.0.0+v2")  # a cutover's label names the same code
+
+
 # --- the fourth app, end to end ------------------------------------------------------------------
 
 
