@@ -99,17 +99,24 @@ def expected_acls(catalog) -> set[tuple[str, str, str, str, str]]:
     return {astuple(acl) for acl in app_acls(catalog)}
 
 
-def test_the_plan_grants_each_app_least_privilege_acls(initialised, broker, tmp_path):
-    catalog_file = PROJECT_ROOT / "catalog" / "pipelines.yaml"
+def planned_acls(initialised: Path, tmp_path: Path, catalog_file: Path, bootstrap: str, **extra) -> tuple[set[tuple], dict]:
+    """(principal, resource type, pattern, resource, operation) of every ACL the plan creates, and the plan."""
     plan_file = tmp_path / "acls.plan"
     tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'none.state'}", f"-out={plan_file}",
-         *variables(catalog_file, broker.bootstrap_servers, app_principals={"oplog-router": "User:router-svc"}))
+         *variables(catalog_file, bootstrap, **extra))
     shown = json.loads(tofu(initialised, "show", "-json", str(plan_file)).stdout)
     acls = {
         (c["change"]["after"]["acl_principal"], c["change"]["after"]["resource_type"], c["change"]["after"]["resource_pattern_type_filter"],
          c["change"]["after"]["resource_name"], c["change"]["after"]["acl_operation"])
         for c in shown["resource_changes"] if c["type"] == "kafka_acl"
     }
+    return acls, shown
+
+
+def test_the_plan_grants_each_app_least_privilege_acls(initialised, broker, tmp_path):
+    catalog_file = PROJECT_ROOT / "catalog" / "pipelines.yaml"
+    acls, shown = planned_acls(initialised, tmp_path, catalog_file, broker.bootstrap_servers,
+                               app_principals={"oplog-router": "User:router-svc"})
     expected = {(("User:router-svc" if p == "User:oplog-router" else p), *rest) for p, *rest in expected_acls(load_catalog(catalog_file))}
     assert acls == expected
     assert not any(op in ("Create", "All", "Alter", "Delete") for *_, op in acls)
@@ -126,15 +133,7 @@ def test_an_app_the_suite_never_saw_gets_its_acls_from_the_catalog_alone(initial
     build("acme-dedup", "1.0.0", "acme_pipelines.dedup", source=fixture, store=ArtifactStore())
     catalog_file = tmp_path / "catalog.yaml"
     catalog_file.write_text((fixture / "catalog.yaml").read_text().replace("expectations/", f"{fixture}/expectations/"))
-    plan_file = tmp_path / "acls.plan"
-    tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'none.state'}", f"-out={plan_file}",
-         *variables(catalog_file, broker.bootstrap_servers))
-    shown = json.loads(tofu(initialised, "show", "-json", str(plan_file)).stdout)
-    acls = {
-        (c["change"]["after"]["acl_principal"], c["change"]["after"]["resource_type"], c["change"]["after"]["resource_pattern_type_filter"],
-         c["change"]["after"]["resource_name"], c["change"]["after"]["acl_operation"])
-        for c in shown["resource_changes"] if c["type"] == "kafka_acl"
-    }
+    acls, _ = planned_acls(initialised, tmp_path, catalog_file, broker.bootstrap_servers)
     assert acls == expected_acls(load_catalog(catalog_file))
     assert ("User:acme-dedup", "Topic", "Literal", "acme.payments", "Read") in acls
     assert ("User:acme-dedup", "Topic", "Literal", "acme.unique-payments", "Write") in acls
