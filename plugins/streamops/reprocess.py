@@ -345,7 +345,8 @@ def run_reprocess(
     driver of its own: spark-submit, as the live app runs), count the output."""
     from streamops.app_ops import readable_tail
     from streamops.provisioning import ensure_topics
-    from streamops.spark_submit import driver_env, submit_spec
+    from streamops.app_runtime import AppRuntime
+    from streamops.spark_submit import KAFKA_CLIENT_FILE, driver_env, submit_spec
 
     # A run's folder is never reused: its checkpoint would resume instead of starting at the plan.
     try:
@@ -371,11 +372,16 @@ def run_reprocess(
     )
     driver_log = work_dir / "driver.log"
     started = time.monotonic()
-    with driver_log.open("ab") as log_file:
-        finished = subprocess.run(  # noqa: S603 - argv from the catalog and the checked plan
-            spec.argv(master=spark_master), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=work_dir, env=driver_env(STREAMOPS_LAUNCHED_BY=launched_by, STREAMOPS_DRIVER_LOG=str(driver_log)),
-        )
+    try:
+        with driver_log.open("ab") as log_file:
+            finished = subprocess.run(  # noqa: S603 - argv from the catalog and the checked plan
+                spec.argv(master=spark_master), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=work_dir, env=driver_env(STREAMOPS_LAUNCHED_BY=launched_by, STREAMOPS_DRIVER_LOG=str(driver_log)),
+            )
+    finally:
+        # The connection's secrets stay on disk only while the driver that reads them runs (a live
+        # app's file stays: its restarts read it); the run folder is kept for review.
+        (AppRuntime(str(checkpoint)).dir / KAFKA_CLIENT_FILE).unlink(missing_ok=True)
     if finished.returncode:
         raise ReprocessFailed(f"the backfill of {plan.app} (version {spec.version}) failed with exit code "
                               f"{finished.returncode}; last lines of {driver_log}:\n{readable_tail(driver_log, 40)}")

@@ -14,6 +14,8 @@ from streamops.kafka_client import KafkaClientConfig
 from streamops.toolchain import connector_jars
 
 DEFAULT_MASTER = "local[*]"
+# The driver's connection file, secrets included (mode 600), in the runtime folder of its checkpoint.
+KAFKA_CLIENT_FILE = "kafka-client.json"
 # spark-submit's primary file for every app (alone in its folder: Python puts the folder first on the path).
 DRIVER_ENTRYPOINT = Path(__file__).resolve().parent / "entrypoints" / "driver.py"
 
@@ -87,7 +89,7 @@ def submit_spec(
     else:
         # The connection (with its secrets) goes to the driver in a file only this user can read,
         # beside the checkpoint it runs on; the command line names the file, never a secret.
-        written = kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / "kafka-client.json")
+        written = kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / KAFKA_CLIENT_FILE)
         connection = ["--kafka-config", str(written)]
     args = ["--app", app.name, "--program", app.program, "--catalog", str(catalog_path(catalog)), *connection]
     if artifact is not None:
