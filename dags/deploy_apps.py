@@ -11,7 +11,7 @@ from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param
+from streamops.dag_tasks import apps_param, audited_step
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 
@@ -66,7 +66,8 @@ def deploy_apps():
     def launch(app_name: str) -> dict:
         context = get_current_context()
         params = context["params"]
-        started = steps.deploy(app_name, params["version"], params["spark_conf"], context["run_id"])
+        started = audited_step(context, "deploy", lambda: steps.deploy(
+            app_name, params["version"], params["spark_conf"], context["run_id"]), app=app_name)
         context["outlet_events"][Asset(APP_DEPLOYMENTS_ASSET)].extra = {"apps": [app_name], "version": started["version"]}
         return started
 

@@ -11,7 +11,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import is_dry_run
+from streamops.dag_tasks import audited_step, is_dry_run
 from streamops.dag_tasks import provision_topics as steps
 
 # Parsing the catalog here means a broken catalog shows as this DAG's import error in the UI,
@@ -68,19 +68,25 @@ def provision_topics():
     # One XCom per task (the whole dict), not one per key: easier to read in the UI.
     @task(multiple_outputs=False)
     def plan() -> dict:
-        params = get_current_context()["params"]
-        return steps.plan(steps.admin_client(), params["topics"])
+        context = get_current_context()
+        return audited_step(context, "plan", lambda: steps.plan(steps.admin_client(), context["params"]["topics"]))
 
     @task(multiple_outputs=False)
     def apply(plan_xcom: dict) -> dict:
-        if is_dry_run(get_current_context()["params"]):
-            raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log.")
-        return steps.apply(steps.admin_client(), plan_xcom)
+        context = get_current_context()
+
+        def apply_plan() -> dict:
+            if is_dry_run(context["params"]):
+                raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log.")
+            return steps.apply(steps.admin_client(), plan_xcom)
+
+        return audited_step(context, "apply", apply_plan)
 
     # verify polls the broker with its own deadline; retrying it would only repeat that wait.
     @task(retries=0, multiple_outputs=False)
     def verify() -> dict:
-        return steps.check(steps.admin_client(), get_current_context()["params"]["topics"])
+        context = get_current_context()
+        return audited_step(context, "verify", lambda: steps.check(steps.admin_client(), context["params"]["topics"]))
 
     apply(plan()) >> verify()
 

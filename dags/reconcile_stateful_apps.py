@@ -10,6 +10,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from streamops.catalog import load_catalog
+from streamops.dag_tasks import audited_step
 from streamops.dag_tasks import reconcile_apps as steps
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.dag_tasks.apps import kafka_connection
@@ -65,8 +66,9 @@ def reconcile_stateful_apps():
     @task(multiple_outputs=False, map_index_template="{{ task.op_kwargs['app_name'] }}")
     def reconcile(app_name: str) -> dict:
         context = get_current_context()
-        return steps.reconcile_app(app_name, context["run_id"], kafka_connection(), admin_client(), spark_master(),
-                                   context["params"]["max_mismatch_ratio"], context["params"].get("program_version"))
+        return audited_step(context, "reconcile", lambda: steps.reconcile_app(
+            app_name, context["run_id"], kafka_connection(), admin_client(), spark_master(),
+            context["params"]["max_mismatch_ratio"], context["params"].get("program_version")), app=app_name)
 
     reconcile.expand(app_name=chosen())
 

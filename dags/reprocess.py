@@ -9,7 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import is_dry_run
+from streamops.dag_tasks import audited_step, is_dry_run
 from streamops.dag_tasks import reprocess as steps
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
@@ -82,25 +82,36 @@ def reprocess():
     # A refused request is an answer: no retries.
     @task(retries=0, multiple_outputs=False)
     def plan() -> dict:
-        return steps.plan(admin_client(), kafka_connection(), get_current_context()["params"])
+        context = get_current_context()
+        return audited_step(context, "plan", lambda: steps.plan(admin_client(), kafka_connection(), context["params"]))
 
     @task(multiple_outputs=False)
     def run(planned: dict) -> dict:
         context = get_current_context()
-        if is_dry_run(context["params"]):
-            raise AirflowSkipException("Dry run: nothing was created or written. The plan is in the 'plan' task's log.")
-        return steps.run(planned, context["run_id"], kafka_connection(), admin_client(), spark_master())
+
+        def backfill() -> dict:
+            if is_dry_run(context["params"]):
+                raise AirflowSkipException("Dry run: nothing was created or written. The plan is in the 'plan' task's log.")
+            return steps.run(planned, context["run_id"], kafka_connection(), admin_client(), spark_master())
+
+        return audited_step(context, "backfill", backfill)
 
     @task(multiple_outputs=False)
     def validate(planned: dict, _ran: dict) -> list[dict]:
-        return steps.validate(planned, get_current_context()["run_id"], kafka_connection(), admin_client(), spark_master())
+        context = get_current_context()
+        return audited_step(context, "validate", lambda: steps.validate(
+            planned, context["run_id"], kafka_connection(), admin_client(), spark_master()))
 
     @task(multiple_outputs=False)
     def cut_over(planned: dict, ran: dict, _validated: list[dict]) -> dict:
         context = get_current_context()
-        if context["params"].get("cutover") is not True:
-            raise AirflowSkipException("No cutover asked for: the live app was not touched.")
-        return steps.cutover(planned, ran, context["run_id"], kafka_connection())
+
+        def cutover() -> dict:
+            if context["params"].get("cutover") is not True:
+                raise AirflowSkipException("No cutover asked for: the live app was not touched.")
+            return steps.cutover(planned, ran, context["run_id"], kafka_connection())
+
+        return audited_step(context, "cutover", cutover, app=context["params"].get("app"), operation=True)
 
     planned = plan()
     ran = run(planned)

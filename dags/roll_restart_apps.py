@@ -9,7 +9,7 @@ from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param
+from streamops.dag_tasks import apps_param, audited_step
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 from streamops.rollout import dependency_order
@@ -78,7 +78,9 @@ def roll_restart_apps():
         context = get_current_context()
         p = context["params"]
         rolled = [
-            steps.roll(app, p["version"], p["spark_conf"], p["gate_deadline_s"], p["max_dead_letter_rate"], context["run_id"])
+            audited_step(context, "roll", lambda app=app: steps.roll(
+                app, p["version"], p["spark_conf"], p["gate_deadline_s"], p["max_dead_letter_rate"], context["run_id"]),
+                app=app, operation=True)
             for app in apps
         ]
         context["outlet_events"][Asset(APP_DEPLOYMENTS_ASSET)].extra = {"apps": list(apps), "version": p["version"]}

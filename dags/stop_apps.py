@@ -9,7 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param
+from streamops.dag_tasks import apps_param, audited_step
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
 
@@ -47,7 +47,8 @@ def stop_apps():
     @task(map_index_template="{{ task.op_kwargs['app_name'] }}")
     def stop(app_name: str) -> str:
         context = get_current_context()
-        return steps.stop_app(app_name, context["params"]["deadline_s"], context["run_id"])
+        return audited_step(context, "stop", lambda: steps.stop_app(
+            app_name, context["params"]["deadline_s"], context["run_id"]), app=app_name)
 
     stop.expand(app_name=chosen_apps())
 

@@ -165,6 +165,8 @@ def run_dag(airflow_db, monkeypatch):
         from airflow.dag_processing.dagbag import DagBag
 
         monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog))
+        if not os.environ.get("STREAMOPS_CHECKPOINT_ROOT"):  # the audit log is under it: never the project's own
+            monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(_SESSION_DIR / "checkpoints"))
         bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
         assert not bag.import_errors, bag.import_errors
         result = DagRunResult(bag.get_dag(dag_id).test(run_conf=conf))

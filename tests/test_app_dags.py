@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from streamops.audit import read_audit
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
@@ -22,6 +23,10 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     assert deployed.xcoms["launch"]["pid"] == driver["pid"]
     assert driver["version"] == "1.0.1" and driver["launched_by"].startswith("manual__")
     assert runtime.state() == "running"  # the driver outlived the task
+    (audited,) = read_audit(run_id=deployed.run_id)
+    assert (audited["step"], audited["outcome"], audited["app"], audited["user"]) == ("deploy", "done", "oplog-router", "dag_test")
+    assert audited["result"]["pid"] == driver["pid"] and audited["code"]["version"] == "1.0.1"
+    assert runtime.desired()["state"] == "running" and runtime.desired()["run_id"] == deployed.run_id
 
     capfd.readouterr()
     again = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])
@@ -48,8 +53,12 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     assert stopped.state == "success"
     assert stopped.xcoms["stop"].startswith(f"oplog-router stopped (pid {driver['pid']}): stop requested by {stopped.run_id};")
     assert runtime.state() == "stopped"
+    assert [(e["step"], e["outcome"], e["app"]) for e in read_audit(run_id=stopped.run_id)] == [("stop", "done", "oplog-router")]
     after = run_dag("app_status", catalog_file, apps=["oplog-router"])
+    assert after.state == "success"  # stopped on purpose: nothing to page about, nothing restarted
     assert after.xcoms["status"]["oplog-router"]["state"] == "stopped"
+    assert after.xcoms["status"]["oplog-router"]["health"]["state"] == "stopped"
+    assert after.xcoms["status"]["oplog-router"]["health"]["evidence"].startswith(f"stopped on purpose by dag_test (run {stopped.run_id})")
 
 
 def _status(spec, broker):

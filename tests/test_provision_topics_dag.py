@@ -6,6 +6,7 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from conftest import topic_entry, write_catalog
+from streamops.audit import read_audit
 from streamops.provisioning import describe_broker
 
 
@@ -38,6 +39,10 @@ def test_creates_every_topic_then_a_rerun_is_all_no_change(run_dag, admin, prefi
     assert first.task_states == {"plan": "success", "apply": "success", "verify": "success"}
     assert actions(first) == {name: ["create"] for name in names}
     assert first.xcoms["apply"]["applied"] == {name: ["created"] for name in names}
+    audited = read_audit(run_id=first.run_id)
+    assert [(e["step"], e["outcome"], e["user"]) for e in audited] == [
+        ("plan", "planned", "dag_test"), ("apply", "done", "dag_test"), ("verify", "done", "dag_test")]
+    assert audited[1]["result"]["applied"] == {name: ["created"] for name in names} and audited[1]["params"]["dry_run"] is False
     assert broker_state(admin, names) == {
         names[0]: (3, 1, {"cleanup.policy": "delete", "retention.ms": "3600000"}),
         names[1]: (2, 1, {"cleanup.policy": "compact", "min.insync.replicas": "1"}),

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import run_available_now
 from streamops import loadgen
+from streamops.audit import read_audit
 from streamops.kafka_records import read_all
 
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'
@@ -216,6 +217,8 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
     targets = dict(zip(handed_over["old_topics"], handed_over["new_topics"]))
     assert handed_over["old_topics"] == [*spec.outputs.values(), spec.dead_letter_topic]
     assert runtime.state() == "running" and runtime.driver()["version"] == "1.0.0+v2"
+    assert [(e["step"], e["outcome"]) for e in read_audit(run_id=result.run_id)] == [
+        ("plan", "planned"), ("backfill", "done"), ("validate", "done"), ("cutover", "done")]
 
     new_app = target_catalog(app_catalog, "oplog-router", targets).app("oplog-router")
     expected, duplicates = wait_until_all_routed(broker, new_app)  # zero loss; nothing no input explains

@@ -7,6 +7,7 @@ from __future__ import annotations
 import yaml
 
 from streamops.app_runtime import AppRuntime
+from streamops.audit import read_audit
 from streamops.catalog import load_catalog
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
@@ -52,6 +53,8 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     (summary,) = rolled.xcoms["roll"]
     assert summary["version"] == "1.1.0" and summary["previous_version"] == "1.0.0"
     assert runtime.driver()["version"] == "1.1.0" and runtime.driver()["pid"] != first_pid
+    (audited,) = read_audit(run_id=rolled.run_id)
+    assert (audited["step"], audited["outcome"], audited["app"]) == ("roll", "done", "oplog-router")
     assert under_load, "the load ended before the roll: it was not a restart under load"
     print(f"roll-restart downtime: {summary['downtime_s']} s")
     expected, duplicates = wait_until_all_routed(broker, spec)
@@ -77,6 +80,8 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert "oplog-router: version 1.2.0 failed its health gate (the new version did not start:" in out, out[-3000:]
     assert "minBatchesToRetain has to be positive" in out
     assert "rolled back to version 1.1.0 on the checkpoint backup" in out
+    (audited,) = read_audit(run_id=broken.run_id)
+    assert (audited["step"], audited["outcome"]) == ("roll", "failed") and "rolled back to version 1.1.0" in audited["error"]
     record = runtime.driver()
     assert runtime.state() == "running" and record["version"] == "1.1.0" and record["pid"] != good_pid
     backups = list_backups(spec.checkpoint_location())

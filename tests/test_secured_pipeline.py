@@ -153,7 +153,7 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     connection_file = runtime.dir / "kafka-client.json"
     assert stat.S_IMODE(connection_file.stat().st_mode) == 0o600
     assert any(p in connection_file.read_text() for p in passwords)
-    assert "recover_reset_offsets" in (tmp_path / "checkpoints" / "_audit" / "recovery.jsonl").read_text()  # grepped below
+    assert "recover_reset_offsets" in (tmp_path / "checkpoints" / "_audit" / "audit.jsonl").read_text()  # grepped below
     printed = capfd.readouterr()
     texts = {"task logs": printed.out + printed.err, "driver argv and environment": "\n".join(argv),
              "xcom": json.dumps([provisioned.xcoms, deployed.xcoms, status.xcoms, again.xcoms, quality.xcoms, reset.xcoms],

@@ -208,7 +208,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
 
     from streamops.dag_tasks import apps as steps
     from streamops.dag_tasks import recovery as recovery_steps
-    from streamops.recovery.audit import read_audit
+    from streamops.audit import read_audit
     from streamops.recovery.common import RecoveryRefused
     from streamops.rollout import list_backups
 
@@ -345,7 +345,7 @@ def test_a_reset_with_out_of_range_params_fails_with_one_clear_line(run_dag, app
     but the code bounds fails the plan task with the reason, and nothing else runs."""
     from airflow.sdk.definitions.param import ParamValidationError
 
-    from streamops.recovery.audit import read_audit
+    from streamops.audit import read_audit
 
     catalog_file, _ = app_env
     with pytest.raises(ParamValidationError) as refused:

@@ -64,13 +64,21 @@ def launch(
     version: str,
     spark_conf: dict[str, str] | None = None,
     wait_for_start_s: float = 240.0,
+    desired_by: str | None = None,
+    record_desired: bool = True,
 ) -> Launch:
     """Start the driver detached, then wait until it holds its lease and has started every query;
     on failure, raise with the driver log's tail. (Progress is the health gate's business: an
-    idle query reports none.)"""
+    idle query reports none.) Records that the app should run (asked for by `desired_by` in run
+    `launched_by`), before it starts, so a start that fails shows as a crash; the supervisor's own
+    restarts do not (`record_desired=False`), so they count against its crash-loop guard."""
     runtime = AppRuntime(checkpoint)
     if runtime.is_running():
         raise AlreadyRunningError(runtime.refusal(app.name))
+    if record_desired:
+        from streamops.audit import acting_user
+
+        runtime.set_desired("running", run_id=launched_by, by=desired_by or acting_user(), version=version)
     driver_log = runtime.new_driver_log()
     with open(driver_log, "ab") as log:
         log.write(f"\n===== launch by {launched_by}: {' '.join(command)}\n".encode())

@@ -12,6 +12,11 @@
                                            DRIVER_LOGS_KEPT are kept); driver.json names its own
     <checkpoint>/_runtime/skip-records.json  input records an operator chose to skip
                                            (recover_skip_records); read by the driver at start
+    <checkpoint>/_runtime/desired.json     what the app should be doing: running (a deploy, roll or
+                                           restart asked for it) or stopped (stop_apps), by whom, when
+    <checkpoint>/_runtime/operation.json   a DAG run that is changing the app now (stop, change,
+                                           start): the supervisor leaves the app alone meanwhile
+    <checkpoint>/_runtime/restarts.jsonl   the supervisor's restarts (streamops.supervision)
 
 The lease and files need a POSIX filesystem the drivers and the DAGs share (local mode, or a
 shared mount on every host); a checkpoint on an object store keeps its runtime folder on such a
@@ -26,6 +31,8 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -36,6 +43,9 @@ from streamops.driver_lease import DriverLease, Holder, LeaseTaken
 
 
 DRIVER_LOGS_KEPT = 20
+# An operation recorded from another host counts as in progress for at most this long (its
+# process cannot be checked from here); on this host, while its process lives.
+OPERATION_MAX_S = 6 * 3600
 log = logging.getLogger("streamops.runtime")
 
 
@@ -77,6 +87,9 @@ class AppRuntime:
         self.progress_dir = self.dir / "progress"
         self.skip_file = self.dir / "skip-records.json"
         self.logs_dir = self.dir / "logs"
+        self.desired_file = self.dir / "desired.json"
+        self.operation_file = self.dir / "operation.json"
+        self.restarts_file = self.dir / "restarts.jsonl"
         # driver.json is read and rewritten whole: the driver's threads (the query listener and
         # the main one) take turns.
         self._record_lock = threading.Lock()
@@ -258,3 +271,62 @@ class AppRuntime:
         meanwhile reads the old list or the new one, never half of one)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.skip_file, {"entries": [*self.skip_records(), *entries]})
+
+    # --- desired state, operations in progress, the supervisor's restarts --------------------------
+
+    def desired(self) -> dict[str, Any] | None:
+        """{state: running | stopped, by, run_id, at, version} as last asked for (None: never)."""
+        return _read_json(self.desired_file)
+
+    def set_desired(self, state: str, *, run_id: str, by: str | None = None, version: str | None = None) -> None:
+        if state not in ("running", "stopped"):
+            raise ValueError(f"desired state must be running or stopped, not {state!r}")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.desired_file, {"state": state, "run_id": run_id, "by": by, "at": now_iso(), "version": version})
+
+    def operation(self) -> dict[str, Any] | None:
+        """The DAG run changing the app now, if its process is alive (or, on another host, if it
+        began less than OPERATION_MAX_S ago); None otherwise."""
+        record = _read_json(self.operation_file)
+        if not record:
+            return None
+        if record.get("host") == socket.gethostname():
+            try:
+                process = psutil.Process(int(record["pid"]))
+                alive = abs(process.create_time() - float(record["pid_created"])) < 0.01
+            except (psutil.Error, KeyError, TypeError, ValueError):
+                alive = False
+            return record if alive else None
+        started = datetime.fromisoformat(str(record.get("started_at", "")).replace("Z", "+00:00")) \
+            if record.get("started_at") else None
+        if started is None or (datetime.now(timezone.utc) - started).total_seconds() > OPERATION_MAX_S:
+            return None
+        return record
+
+    def begin_operation(self, run_id: str, what: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.operation_file, {"run_id": run_id, "what": what, "started_at": now_iso(), "host": socket.gethostname(),
+                                            "pid": os.getpid(), "pid_created": psutil.Process().create_time()})
+
+    def end_operation(self, run_id: str) -> None:
+        if (_read_json(self.operation_file) or {}).get("run_id") == run_id:
+            self.operation_file.unlink(missing_ok=True)
+
+    @contextmanager
+    def operating(self, run_id: str, what: str) -> Iterator[None]:
+        """begin_operation ... end_operation around a block."""
+        self.begin_operation(run_id, what)
+        try:
+            yield
+        finally:
+            self.end_operation(run_id)
+
+    def restarts(self) -> list[dict[str, Any]]:
+        if not self.restarts_file.exists():
+            return []
+        return [json.loads(line) for line in self.restarts_file.read_text().splitlines() if line.strip()]
+
+    def record_restart(self, entry: dict[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.restarts_file, "a", encoding="utf-8") as restarts:
+            restarts.write(json.dumps(entry, sort_keys=True) + "\n")

@@ -57,6 +57,10 @@ class AppStatus:
     progress_age_s: float | None = None
     batches: dict[str, int] = field(default_factory=dict)
     dead_letters_last_batch: int = 0
+    input_rows_last_batch: int = 0
+    # Per query, its latest batch: input_rows, input/processed rows per second, batch_duration_ms,
+    # state_rows, dead_letters (what the metrics endpoint exports).
+    queries: dict[str, dict] = field(default_factory=dict)
     lags: list[PartitionLag] = field(default_factory=list)
 
     @property
@@ -165,9 +169,15 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         status.last_progress_at = latest or None
         status.progress_age_s = _age_seconds(latest)
         status.batches = {name: p["batch_id"] for name, p in progress.items()}
-        status.dead_letters_last_batch = sum(
-            int(metrics.get("dead_letters") or 0) for p in progress.values() for metrics in (p.get("observed") or {}).values()
-        )
+        status.queries = {name: {
+            "batch_id": p.get("batch_id"), "input_rows": int(p.get("input_rows") or 0),
+            "input_rows_per_second": float(p.get("input_rows_per_second") or 0.0),
+            "processed_rows_per_second": float(p.get("processed_rows_per_second") or 0.0),
+            "batch_duration_ms": int(p.get("batch_duration_ms") or 0), "state_rows": int(p.get("state_rows") or 0),
+            "dead_letters": sum(int(m.get("dead_letters") or 0) for m in (p.get("observed") or {}).values()),
+        } for name, p in progress.items()}
+        status.dead_letters_last_batch = sum(q["dead_letters"] for q in status.queries.values())
+        status.input_rows_last_batch = sum(q["input_rows"] for q in status.queries.values())
 
     ends_cache: dict[str, dict[int, tuple[int, int]]] = {}
     behind: list[TopicPartition] = []

@@ -248,6 +248,36 @@ class ProducerSettings(BaseModel):
         return settings
 
 
+class SupervisionSpec(_Strict):
+    """How the supervisor (the app_status DAG, streamops.supervision) watches and restarts one app."""
+
+    # never: a crash is reported, an operator restarts. on-failure: the supervisor restarts it from
+    # its checkpoint with the version and Spark conf it last ran.
+    restart: Literal["never", "on-failure"] = "on-failure"
+    # The first restart is at once; restart n waits backoff_initial * 2^(n-2), at most backoff_max,
+    # after the one before it.
+    backoff_initial: Duration = "30 seconds"
+    backoff_max: Duration = "10 minutes"
+    # Crash-loop guard: after this many restarts within restart_window the app stays down, and
+    # the status run fails saying so, until an operator deploys or restarts it.
+    max_restarts: StrictInt = Field(default=3, ge=1, le=100)
+    restart_window: Duration = "30 minutes"
+    # Stalled: running, records waiting, and no completed batch for this many trigger intervals
+    # (at least stall_min).
+    stall_after_triggers: StrictInt = Field(default=10, ge=2, le=10_000)
+    stall_min: Duration = "1 minute"
+    # Lagging: the oldest unprocessed record is older than this.
+    max_time_lag: Duration = "5 minutes"
+    # Degraded: more than this share of the last batch's input went to the dead-letter topic.
+    max_dead_letter_rate: float = Field(default=0.05, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _backoff_in_order(self) -> SupervisionSpec:
+        if duration_ms(self.backoff_max) < duration_ms(self.backoff_initial):
+            raise ValueError(f"backoff_max ({self.backoff_max}) is shorter than backoff_initial ({self.backoff_initial})")
+        return self
+
+
 # A semantic version (semver.org): X.Y.Z, a pre-release and build metadata of dot-separated,
 # non-empty identifiers. Labels reach argv and folder names, so nothing else is allowed.
 _IDENTIFIERS = r"[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*"
@@ -287,6 +317,8 @@ class AppSpec(_Strict):
     # Validated with the program's own settings model when the catalog loads (programs.py); a
     # program's code sees them as that model (StreamingProgram.bind).
     settings: Any = Field(default_factory=dict)
+    # Restart policy, crash-loop guard and health thresholds (README "Supervision").
+    supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
 
     @model_validator(mode="after")
     def _input_keys_name_inputs(self) -> AppSpec:
@@ -321,6 +353,8 @@ class AppSettingsOverride(_Strict):
 
     trigger: Duration | None = None
     spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
+    # Fields of the app's supervision this environment sets (e.g. restart: never in dev).
+    supervision: dict[str, Any] = Field(default_factory=dict)
 
 
 class EnvironmentSpec(_Strict):
@@ -559,6 +593,9 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
             app = {**app, "spark_conf": {**conf, **override.spark_conf}}
             if override.trigger:
                 app["trigger"] = override.trigger
+            if override.supervision:
+                own = app.get("supervision") if isinstance(app.get("supervision"), dict) else {}
+                app["supervision"] = {**own, **override.supervision}
         resolved_apps.append(app)
     resolved = {**data, "topics": resolved_topics, "environment": environment}
     if "apps" in data:

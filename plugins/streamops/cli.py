@@ -13,7 +13,7 @@
     streamops app run APP [--trigger available-now]    a streaming app in the foreground
     streamops loadgen APP --count N [--rate R] ...       realistic input for an app
     streamops quality results [--topic T] [--failed]     kept results of validate_topic_quality
-    streamops audit [--app APP] [--run RUN_ID]           the recovery DAGs' audit log
+    streamops audit [--app APP] [--run RUN_ID] [--dag D] the audit log of every mutating DAG
 """
 
 from __future__ import annotations
@@ -159,6 +159,7 @@ def airflow_status(port: PortOpt = None) -> None:
 def _print_login(airflow: LocalAirflow) -> None:
     password = airflow.admin_password()
     typer.echo(f"Airflow UI: {airflow.url}  (user {ADMIN_USER!r}, password {password!r})")
+    typer.echo(f"Metrics: {airflow.url}/streamops/metrics  (Prometheus bearer token in {airflow.metrics_token_file()})")
 
 
 # --- the whole suite ---------------------------------------------------------------------------
@@ -629,6 +630,8 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
         if signals and not asked and runtime.is_running() and (runtime.driver() or {}).get("launched_by") == me:
             said = {signal.SIGINT: f"Ctrl-C at the terminal ({me})", signal.SIGHUP: f"the terminal of {me} closing"}
             runtime.request_stop(by=said.get(signals[0], f"SIGTERM to {me}"))
+            # Stopped on purpose: the supervisor must not take it for a crash and restart it.
+            runtime.set_desired("stopped", run_id=me, by=os.environ.get("USER") or "a terminal")
             asked = True
 
 
@@ -731,18 +734,20 @@ def quality_results(
 def audit(
     app_name: Annotated[Optional[str], typer.Option("--app", help="Only this app.")] = None,
     run_id: Annotated[Optional[str], typer.Option("--run", help="Only this DAG run.")] = None,
+    dag_id: Annotated[Optional[str], typer.Option("--dag", help="Only this DAG (e.g. app_status: the supervisor's restarts).")] = None,
     limit: Annotated[int, typer.Option(help="How many steps, newest last.")] = 30,
     as_json: Annotated[bool, typer.Option("--json", help="Every field as JSON lines.")] = False,
 ) -> None:
-    """The recovery audit log: who ran which recovery DAG, with which params, and what changed."""
-    from streamops.recovery.audit import audit_file, audit_table, read_audit
+    """The audit log: every change made through a DAG (provision, deploy, stop, roll, reprocess,
+    recovery, the supervisor's restarts): who, which run, params, outcome, what changed."""
+    from streamops.audit import audit_file, audit_table, read_audit
 
-    entries = read_audit(app=app_name, run_id=run_id)[-limit:]
+    entries = [e for e in read_audit(app=app_name, run_id=run_id) if dag_id is None or e.get("dag_id") == dag_id][-limit:]
     if as_json:
         for entry in entries:
             typer.echo(json.dumps(entry, sort_keys=True))
     elif not entries:
-        typer.echo(f"No recovery steps recorded in {audit_file()}.")
+        typer.echo(f"No audited steps recorded in {audit_file()}.")
     else:
         typer.echo(audit_table(entries))
 

@@ -41,3 +41,69 @@ def checked_number(value: object, what: str, low: float, high: float, *, whole: 
 def is_dry_run(params: dict) -> bool:
     """Fail safe: anything but an explicit False (a form's switch turned off) is a dry run."""
     return params.get("dry_run", True) is not False
+
+
+def trail(context):
+    """The audit trail of the running DAG run: its DAG, run, triggering user and params."""
+    from streamops.audit import AuditTrail
+
+    dag_run = context["dag_run"]
+    user = getattr(dag_run, "triggering_user_name", None) or "unknown"
+    return AuditTrail(dag_run.dag_id, dag_run.run_id, user, dict(context["params"]))
+
+
+def operating_on(app_name: object, run_id: str, what: str):
+    """A context in which the app is marked as being changed by this run (_runtime/operation.json):
+    the supervisor does not restart an app a roll or a recovery has stopped on purpose."""
+    from contextlib import nullcontext
+
+    from streamops.app_runtime import AppRuntime
+    from streamops.catalog import load_catalog
+
+    catalog = load_catalog(check_programs=False)
+    if not isinstance(app_name, str) or app_name not in catalog.app_names():
+        return nullcontext()
+    return AppRuntime(catalog.app(app_name).checkpoint_location()).operating(run_id, what)
+
+
+def audited_step(context, step: str, action, *, app: str | None = None, operation: bool = False):
+    """Run one step of a mutating DAG and write its outcome to the audit log, whatever it is:
+    planned / done (with what changed), skipped (a dry run's apply), refused, failed. The
+    exception goes on unchanged, so the task fails as it would have. With `operation`, the app
+    is marked as being changed meanwhile (operating_on)."""
+    from contextlib import nullcontext
+
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from streamops.audit import acting_as
+
+    audit = trail(context)
+    try:
+        marked = operating_on(app, audit.run_id, f"{audit.dag_id} {step}") if operation else nullcontext()
+        with acting_as(audit.user, audit.run_id), marked:
+            result = action()
+    except AirflowSkipException as exc:
+        audit.write(step, "skipped", app=app, summary=str(exc))
+        raise
+    except AirflowFailException as exc:
+        audit.write(step, "refused" if str(exc).startswith("refused") else "failed", app=app, error=str(exc))
+        raise
+    except Exception as exc:
+        audit.write(step, "failed", app=app, error=f"{type(exc).__name__}: {exc}")
+        raise
+    outcome = "planned (dry run: nothing changed)" if step == "plan" and is_dry_run(context["params"]) else \
+        "planned" if step == "plan" else "done"
+    audit.write(step, outcome, app=app, summary=_summary_of(result), result=result)
+    return result
+
+
+def _summary_of(result) -> str:
+    """What changed, in a line: the result's own summary, a text result, or its JSON cut short."""
+    import json
+
+    if isinstance(result, str):
+        return result
+    if isinstance(result, dict) and isinstance(result.get("summary"), str):
+        return result["summary"]
+    text = json.dumps(result, sort_keys=True, default=str)
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -143,23 +143,93 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
         raise AirflowFailException(f"{type(exc).__name__.replace('Rollout', 'rolling restart ').lower()}: {exc}") from None
 
 
-def status(names: Sequence[str] | None) -> dict:
+def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed: bool = True) -> dict:
+    """Every chosen app's status and health; as the supervisor, restart crashed apps whose policy
+    and crash-loop guard allow it (streamops.supervision). Never fails on an app's health: that
+    is `check_health`'s, after this task has recorded every app's figures."""
+    from streamops.app_runtime import AppRuntime
+    from streamops.supervision import evaluate, health_table, restart
+
     # Status and stop never need an app's code: one app's missing artifact must not blind them.
     catalog = load_catalog(check_programs=False)
     kafka = kafka_connection()
-    statuses = [app_status(catalog.app(name), kafka) for name in selected(catalog, names)]
+    statuses, healths = [], []
+    for name in selected(catalog, names):
+        spec = catalog.app(name)
+        runtime = AppRuntime(spec.checkpoint_location())
+        current = app_status(spec, kafka)
+        health = evaluate(spec, current, runtime)
+        if restart_crashed and health.state == "crashed":
+            restart(spec, health, runtime, run_id=run_id, start=_supervisor_start(name, run_id),
+                    audit=_supervisor_audit(run_id), log=log.info)
+            if health.action and health.action.startswith("restarted"):
+                current = app_status(spec, kafka)
+        statuses.append(current)
+        healths.append(health)
     log.info("Streaming apps:\n%s", status_table(statuses))
+    log.info("Health (catalog thresholds per app, README \"Supervision\"):\n%s", health_table(healths))
     for item in statuses:
         if item.lags:
             log.info("%s lag per partition:\n%s", item.app, lag_table(item))
-        if item.state in ("crashed", "failed"):
-            log.warning("%s is %s: %s", item.app, item.state.upper(), item.reason or "the driver died without recording a stop")
-    return {item.app: json.loads(json.dumps(item.to_dict())) for item in statuses}
+    for health in healths:
+        if health.needs_someone:
+            log.warning("%s", health.line())
+    return {item.app: json.loads(json.dumps({**item.to_dict(), "health": health.to_dict()}, default=str))
+            for item, health in zip(statuses, healths)}
+
+
+def check_health(statuses: dict) -> str:
+    """Fail (no retries) naming every app that is crashed, in a crash loop, stalled, lagging or
+    degraded, with its evidence: Airflow's failure callbacks and notifiers then page someone."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.supervision import NEEDS_SOMEONE
+
+    needing = [s["health"] for s in statuses.values() if s["health"]["state"] in NEEDS_SOMEONE]
+    if needing:
+        lines = [f"- {h['app']}: {h['state'].upper()}: {h['evidence']}" + (f" Supervisor: {h['action']}." if h["action"] else "")
+                 for h in needing]
+        raise AirflowFailException(f"{len(needing)} streaming app(s) need attention: "
+                                   + ", ".join(f"{h['app']} ({h['state']})" for h in needing) + "\n" + "\n".join(lines))
+    summary = ", ".join(f"{app} {s['health']['state']}" for app, s in statuses.items()) or "no apps"
+    log.info("Every app is as it should be: %s", summary)
+    return summary
+
+
+def _supervisor_start(app_name: str, run_id: str):
+    """start(version, spark_conf, expected digest) for the supervisor's restarts: exactly the code
+    the app last ran, launched like a restart by recover_restart_app, except that it leaves the
+    desired state alone (the restarts count against the crash-loop guard)."""
+    def start(version: str, spark_conf: dict, expected_digest: str | None):
+        from streamops.dag_tasks.recovery import trusted_launch
+
+        version, spark_conf = trusted_launch(app_name, version, spark_conf)
+        app = load_catalog().app(app_name)
+        command = command_for(app_name, version, spark_conf, expected_digest=expected_digest)
+        return launch(app, command, checkpoint=app.checkpoint_location(), launched_by=run_id, version=version,
+                      spark_conf=spark_conf, record_desired=False)
+
+    return start
+
+
+def _supervisor_audit(run_id: str):
+    from streamops.audit import AuditTrail
+
+    def write(app_name: str, outcome: str, **details) -> None:
+        AuditTrail("app_status", run_id, "supervisor", {"app": app_name}).write("restart", outcome, **details)
+
+    return write
 
 
 def stop_app(app_name: str, deadline_s: float, run_id: str) -> str:
+    """Stop one app on purpose: recorded as its desired state first, so neither the status run
+    nor the supervisor takes the stop for a crash."""
+    from streamops.app_runtime import AppRuntime
+    from streamops.audit import acting_user
+
     checked_number(deadline_s, "deadline_s", *STOP_DEADLINE_S)
     app = load_catalog(check_programs=False).app(app_name)
+    AppRuntime(app.checkpoint_location()).set_desired("stopped", run_id=run_id, by=acting_user())
     outcome = stop(app, checkpoint=app.checkpoint_location(), requested_by=run_id, deadline_s=deadline_s)
     log.info(outcome)
     return outcome

@@ -14,17 +14,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from streamops.catalog import load_catalog
-from streamops.recovery.audit import AuditTrail, audit_file
+from streamops.audit import acting_as, audit_file
+from streamops.dag_tasks import trail
 from streamops.recovery.common import RecoveryRefused
 from streamops.kafka_client import KafkaClientConfig
 
 log = logging.getLogger(__name__)
-
-
-def trail(context) -> AuditTrail:
-    dag_run = context["dag_run"]
-    user = getattr(dag_run, "triggering_user_name", None) or "unknown"
-    return AuditTrail(dag_run.dag_id, dag_run.run_id, user, dict(context["params"]))
 
 
 def _snapshots(app_name: object) -> set[str]:
@@ -50,7 +45,13 @@ def audited(context, step: str, action: Callable[[], dict[str, Any]]) -> dict[st
         problems = shared_param_problems(audit.params) if step == "plan" else []
         if problems:
             raise RecoveryRefused(problems)
-        result = action()
+        from contextlib import nullcontext
+
+        from streamops.dag_tasks import operating_on
+
+        marked = operating_on(audit.params.get("app"), audit.run_id, f"{audit.dag_id} {step}") if step == "apply" else nullcontext()
+        with acting_as(audit.user, audit.run_id), marked:
+            result = action()
     except RecoveryRefused as exc:
         audit.write(step, "refused", error=str(exc))
         raise AirflowFailException(f"{context['dag_run'].dag_id}: {exc}") from None

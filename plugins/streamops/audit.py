@@ -1,15 +1,20 @@
-"""The recovery audit log: who ran which recovery, with which params, and what it changed.
+"""The audit log: who changed what, through which DAG run, with which params, and the outcome.
 
-One JSON line per step (plan, apply, verify) of every recovery run, refusals and failures
-included, appended to $STREAMOPS_AUDIT_LOG or <checkpoint root>/_audit/recovery.jsonl: the
+One JSON line per step of every mutating DAG run (provision, deploy, stop, roll, reprocess and
+cutover, the recovery DAGs' plan/apply/verify, the supervisor's restarts), refusals and failures
+included, appended to $STREAMOPS_AUDIT_LOG or <checkpoint root>/_audit/audit.jsonl: the
 checkpoint root is the filesystem the drivers and the DAGs already share, so every worker
-writes the same log. `streamops audit` prints it.
+writes the same log. Every line has the same fields: at, dag_id, run_id, user, app, step,
+outcome, params, code, and summary (what changed) or error. `streamops audit` prints it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,24 +23,44 @@ from streamops.app_runtime import now_iso
 from streamops.catalog import checkpoint_root
 
 
+_ACTING: ContextVar[tuple[str, str] | None] = ContextVar("streamops_acting", default=None)
+
+
+@contextmanager
+def acting_as(user: str, run_id: str) -> Iterator[None]:
+    """Who is acting, for the records the step writes beyond the audit line (an app's desired
+    state names the user who asked for it)."""
+    token = _ACTING.set((user, run_id))
+    try:
+        yield
+    finally:
+        _ACTING.reset(token)
+
+
+def acting_user() -> str | None:
+    acting = _ACTING.get()
+    return acting[0] if acting else None
+
+
 def audit_file() -> Path:
-    return Path(os.environ.get("STREAMOPS_AUDIT_LOG") or checkpoint_root() / "_audit" / "recovery.jsonl")
+    return Path(os.environ.get("STREAMOPS_AUDIT_LOG") or checkpoint_root() / "_audit" / "audit.jsonl")
 
 
 @dataclass
 class AuditTrail:
-    """The audit of one recovery run."""
+    """The audit of one DAG run."""
 
     dag_id: str
     run_id: str
     user: str
     params: dict[str, Any] = field(default_factory=dict)
 
-    def write(self, step: str, outcome: str, **details: Any) -> dict[str, Any]:
+    def write(self, step: str, outcome: str, *, app: str | None = None, **details: Any) -> dict[str, Any]:
+        app = app or self.params.get("app")
         entry = {
             "at": now_iso(), "dag_id": self.dag_id, "run_id": self.run_id, "user": self.user,
-            "app": self.params.get("app"), "step": step, "outcome": outcome, "params": self.params,
-            "code": app_code(self.params.get("app")), **details,
+            "app": app, "step": step, "outcome": outcome, "params": self.params,
+            "code": app_code(app), **details,
         }
         path = audit_file()
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,297 @@
+"""Supervision: what each app should be doing, whether it needs someone, and the restarts.
+
+The desired state (`AppRuntime.desired`: running after a deploy, roll or restart; stopped after
+stop_apps) beside what the app does (`app_status`) and its catalog `supervision` thresholds gives
+one health state per app:
+
+    healthy       running, within its thresholds
+    stopped       stopped by an operator (who and when are in the evidence)
+    not deployed  never started here
+    in operation  a DAG run is changing it right now (a roll, a reset ...): left alone
+    crashed       should run and does not: died unrecorded (kill -9, lost host), its query
+                  failed, or it ended on its own
+    crash-loop    crashed, and the crash-loop guard's limit of restarts is reached: it stays down
+    stalled       running, records waiting, and no completed batch for several trigger intervals
+    lagging       the oldest unprocessed record is older than the app's max_time_lag
+    degraded      more of the last batch went to dead letters than max_dead_letter_rate
+
+The supervisor is the scheduled app_status DAG (not a deferrable trigger): a restart is a
+spark-submit launch with the app's connection and artifact checks, which is task work, not
+triggerer event-loop work; every decision is then a task log line and an audit record in the UI.
+
+Imported by the DAG tasks and the metrics endpoint; no Airflow here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_status import AppStatus
+from streamops.catalog import AppSpec, SupervisionSpec, duration_ms
+
+NEEDS_SOMEONE = ("crash-loop", "crashed", "stalled", "lagging", "degraded")
+# The state as a number for Prometheus (streamops_app_state): higher is worse.
+STATE_NUMBERS = {"healthy": 0, "stopped": 1, "not deployed": 2, "in operation": 3, "degraded": 4, "lagging": 5,
+                 "stalled": 6, "crashed": 7, "crash-loop": 8}
+WAY_OUT = ("If a record fails the query, skip it with recover_skip_records, or move past it with recover_reset_offsets "
+           "(and, once fixed, re-deliver it with recover_replay_dead_letters); then start the app with "
+           "recover_restart_app or deploy_apps, which resets the guard.")
+
+
+def _parse(moment: str | None) -> datetime | None:
+    if not moment:
+        return None
+    try:
+        return datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _words(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    action: str  # restart | wait | give up | none
+    attempt: int  # the restart this would be, counted within the guard's window
+    reason: str
+    backoff_s: float = 0.0
+    not_before: str | None = None
+
+
+def restart_decision(policy: SupervisionSpec, restarts: list[dict[str, Any]], since: str | None, now: datetime) -> RestartDecision:
+    """Whether a crashed app is restarted now. `restarts`: the supervisor's earlier restarts (each
+    with `at`); only those after `since` (the operator's last deploy/restart/stop) and within the
+    window count, so an operator's action resets the guard."""
+    if policy.restart == "never":
+        return RestartDecision("none", 0, "its restart policy is never: an operator restarts it (recover_restart_app)")
+    window_s = duration_ms(policy.restart_window) / 1000
+    floor = _parse(since)
+    counted = sorted(
+        (at for at in (_parse(r.get("at")) for r in restarts) if at is not None
+         and (floor is None or at > floor) and (now - at).total_seconds() <= window_s)
+    )
+    if len(counted) >= policy.max_restarts:
+        return RestartDecision(
+            "give up", len(counted) + 1,
+            f"crash loop: restarted {len(counted)} time(s) within {policy.restart_window} (the guard's limit is "
+            f"{policy.max_restarts}; the last at {_iso(counted[-1])}): it stays down until an operator acts")
+    attempt = len(counted) + 1
+    if not counted:
+        return RestartDecision("restart", attempt, f"restart {attempt} of at most {policy.max_restarts} within {policy.restart_window}")
+    backoff_s = min(duration_ms(policy.backoff_initial) / 1000 * 2 ** (attempt - 2), duration_ms(policy.backoff_max) / 1000)
+    not_before = counted[-1] + timedelta(seconds=backoff_s)
+    if now < not_before:
+        return RestartDecision("wait", attempt, f"restart {attempt} waits for its backoff of {backoff_s:g}s: not before "
+                               f"{_iso(not_before)}", backoff_s, _iso(not_before))
+    return RestartDecision("restart", attempt, f"restart {attempt} of at most {policy.max_restarts} within "
+                           f"{policy.restart_window}, after a backoff of {backoff_s:g}s", backoff_s, _iso(not_before))
+
+
+@dataclass
+class Health:
+    app: str
+    state: str
+    evidence: str
+    desired: dict[str, Any] | None = None
+    restarts_in_window: int = 0
+    restarts_total: int = 0
+    dead_letter_rate: float | None = None
+    decision: RestartDecision | None = None
+    action: str | None = None  # what the supervisor did this run
+    status: AppStatus | None = field(default=None, repr=False)
+
+    @property
+    def needs_someone(self) -> bool:
+        return self.state in NEEDS_SOMEONE
+
+    @property
+    def state_number(self) -> int:
+        return STATE_NUMBERS[self.state]
+
+    def line(self) -> str:
+        return f"{self.app}: {self.state.upper()}: {self.evidence}" + (f" Supervisor: {self.action}." if self.action else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"app": self.app, "state": self.state, "evidence": self.evidence, "desired": self.desired,
+                "restarts_in_window": self.restarts_in_window, "restarts_total": self.restarts_total,
+                "dead_letter_rate": self.dead_letter_rate, "action": self.action,
+                "decision": asdict(self.decision) if self.decision else None}
+
+
+def desired_state(runtime: AppRuntime) -> dict[str, Any] | None:
+    """The recorded desired state; for an app deployed before it was recorded, inferred from its
+    last driver (a recorded graceful stop: stopped; anything else: running)."""
+    desired = runtime.desired()
+    if desired:
+        return desired
+    record = runtime.driver()
+    if not record:
+        return None
+    stopped = record.get("stopped_at") and record.get("outcome") == "stopped"
+    return {"state": "stopped" if stopped else "running", "by": None, "run_id": record.get("launched_by"),
+            "at": record.get("started_at"), "version": record.get("version"), "inferred": True}
+
+
+def _who(desired: dict[str, Any]) -> str:
+    by = desired.get("by") or "unknown"
+    return f"{by} (run {desired.get('run_id') or '?'}) at {desired.get('at') or '?'}"
+
+
+def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetime | None = None) -> Health:
+    """The app's health state with its evidence (what an on-call engineer reads first)."""
+    now = now or datetime.now(timezone.utc)
+    policy = spec.supervision
+    desired = desired_state(runtime)
+    restarts = runtime.restarts()
+    started = [r for r in restarts if r.get("outcome") == "started"]
+    health = Health(spec.name, "healthy", "", desired=desired, restarts_total=len(started), status=status)
+    operation = runtime.operation()
+    if status.state != "running" and operation:
+        health.state = "in operation"
+        health.evidence = f"{operation.get('what')} by run {operation.get('run_id')} since {operation.get('started_at')}"
+        return health
+    if desired is None or status.state == "never started":
+        health.state, health.evidence = "not deployed", "never started here"
+        return health
+    if status.state != "running":
+        if desired.get("state") == "stopped":
+            health.state = "stopped"
+            health.evidence = f"stopped on purpose by {_who(desired)}"
+            return health
+        decision = restart_decision(policy, restarts, None if desired.get("inferred") else desired.get("at"), now)
+        health.decision = decision
+        health.restarts_in_window = max(decision.attempt - 1, 0)
+        ended = status.reason or ("the driver died without recording a stop" if status.state == "crashed" else status.state)
+        when = status.stopped_at or (f"heartbeat lost {status.heartbeat_age_s:.0f}s ago" if status.heartbeat_age_s else "unrecorded")
+        evidence = (f"should be running (version {desired.get('version') or status.version}, asked for by {_who(desired)}) but "
+                    f"its driver is {status.state} (pid {status.pid}, ended {when}): {ended}.")
+        if decision.action == "give up":
+            health.state = "crash-loop"
+            health.evidence = f"{evidence} {decision.reason}. {WAY_OUT}"
+        else:
+            health.state = "crashed"
+            health.evidence = f"{evidence} {decision.reason}."
+        return health
+    problems = _running_problems(spec, status, now)
+    if status.input_rows_last_batch:
+        health.dead_letter_rate = round(status.dead_letters_last_batch / status.input_rows_last_batch, 4)
+    if problems:
+        health.state = problems[0][0]
+        health.evidence = " ".join(text for _, text in problems)
+    else:
+        health.evidence = (f"version {status.version}, last batch {_words(status.progress_age_s)} ago"
+                           if status.progress_age_s is not None else f"version {status.version}, no batch yet")
+    return health
+
+
+def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[tuple[str, str]]:
+    policy = spec.supervision
+    problems: list[tuple[str, str]] = []
+    waiting = status.total_lag
+    last = _parse(status.last_progress_at) or _parse(status.started_at)
+    quiet_s = (now - last).total_seconds() if last else None
+    trigger_s = duration_ms(spec.trigger) / 1000
+    stall_s = max(policy.stall_after_triggers * trigger_s, duration_ms(policy.stall_min) / 1000)
+    # Records that arrived after a long idle spell are not a stall: they must have waited that long too.
+    if waiting and status.max_time_lag_s is not None and quiet_s is not None:
+        quiet_s = min(quiet_s, status.max_time_lag_s)
+    if waiting and quiet_s is not None and quiet_s > stall_s:
+        since = "no completed batch" if status.last_progress_at else "no batch since it started"
+        beat = (f"; its driver's last heartbeat was {status.heartbeat_age_s:.0f}s ago (lease ttl {status.lease_ttl_s:.0f}s)"
+                if status.heartbeat_age_s is not None and status.lease_ttl_s else "")
+        batches = ", ".join(f"{q} #{b}" for q, b in sorted(status.batches.items())) or "none"
+        problems.append(("stalled", f"{since} for {_words(quiet_s)} (stalled after {_words(stall_s)}: {policy.stall_after_triggers} "
+                                    f"trigger intervals of {spec.trigger}, at least {policy.stall_min}) while {waiting} "
+                                    f"record(s) wait; last batches {batches}{beat} (driver pid {status.pid} on "
+                                    f"{status.driver_host or '?'})."))
+    oldest = status.max_time_lag_s
+    limit_s = duration_ms(policy.max_time_lag) / 1000
+    if oldest is not None and oldest > limit_s:
+        worst = max((p for p in status.lags if p.time_lag_s is not None), key=lambda p: p.time_lag_s or 0)
+        problems.append(("lagging", f"the oldest unprocessed record is {_words(oldest)} old (limit {policy.max_time_lag}), on "
+                                    f"{worst.topic} partition {worst.partition} at offset {worst.processed_to}; {waiting} "
+                                    "record(s) wait."))
+    rows = status.input_rows_last_batch
+    if rows and status.dead_letters_last_batch / rows > policy.max_dead_letter_rate:
+        problems.append(("degraded", f"{status.dead_letters_last_batch} of the last batch's {rows} input record(s) went to the "
+                                     f"dead-letter topic {spec.dead_letter_topic} ({status.dead_letters_last_batch / rows:.1%}, "
+                                     f"limit {policy.max_dead_letter_rate:.1%})."))
+    return problems
+
+
+# --- acting ---------------------------------------------------------------------------------------
+
+Start = Callable[[str, dict, "str | None"], Any]  # (version, spark_conf, expected digest) -> Launch
+
+
+def restart(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, start: Start,
+            audit: Callable[..., Any] | None = None, log: Callable[[str], None] = print) -> None:
+    """Restart a crashed app when its decision says so: from its checkpoint, with the version,
+    Spark conf and code it last ran; record the restart (it counts for the guard even when the
+    start fails) and audit it. Sets health.action."""
+    from streamops.recovery.restart import restart_from_checkpoint
+
+    decision = health.decision
+    if health.state != "crashed" or decision is None:
+        return
+    if decision.action != "restart":
+        health.action = decision.reason if decision.action == "wait" else None
+        return
+    record = runtime.driver() or {}
+    launched = record.get("launch") or {}
+    version = launched.get("version") or record.get("version") or spec.version
+    spark_conf = launched.get("spark_conf") or {}
+    code = record.get("code") or {}
+    digest = code.get("digest") if code.get("artifact") else None
+    entry = {"at": now_iso(), "run_id": run_id, "attempt": decision.attempt, "backoff_s": decision.backoff_s,
+             "not_before": decision.not_before, "version": version, "after": health.status.reason if health.status else None}
+    runtime.begin_operation(run_id, "supervisor restart")
+    try:
+        result = restart_from_checkpoint(spec, version, spark_conf, lambda v, c: start(v, c, digest),
+                                         label="before-supervisor-restart")
+    except Exception as exc:  # noqa: BLE001 - recorded, audited and reported; the next run decides again
+        runtime.record_restart({**entry, "outcome": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        health.action = f"restart {decision.attempt} failed: {type(exc).__name__}: {str(exc)[:500]}"
+        if audit:
+            audit(spec.name, "failed", error=health.action, restart=entry)
+        log(f"{spec.name}: {health.action}")
+        return
+    finally:
+        runtime.end_operation(run_id)
+    runtime.record_restart({**entry, "outcome": "started", "pid": result["pid"], "backup": result.get("backup")})
+    health.restarts_total += 1
+    health.action = (f"restarted it ({decision.reason}): driver pid {result['pid']}, version {version}"
+                     + (f", checkpoint backed up to {result['backup']}" if result.get("backup") else ""))
+    if audit:
+        audit(spec.name, "done", summary=health.action, restart=entry, result=result)
+    log(f"{spec.name}: {health.action}")
+
+
+def failure_message(healths: list[Health]) -> str:
+    """The status run's failure: one paragraph per app that needs someone."""
+    needing = [h for h in healths if h.needs_someone]
+    head = f"{len(needing)} streaming app(s) need attention: " + ", ".join(f"{h.app} ({h.state})" for h in needing)
+    return "\n".join([head, *(f"- {h.line()}" for h in needing)])
+
+
+def health_table(healths: list[Health]) -> str:
+    from tabulate import tabulate
+
+    rows = [[h.app, h.state, h.restarts_total, (h.evidence[:160] + "...") if len(h.evidence) > 160 else h.evidence]
+            for h in healths]
+    return tabulate(rows, headers=["app", "health", "restarts", "evidence"])
