@@ -123,6 +123,22 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, p
         page = httpx.get(f"http://127.0.0.1:{airflow_port}/streamops/data-docs/validations/a%20page.html", timeout=30)
         assert (page.status_code, page.text) == (200, "<html>suite oplog.category.contacts</html>")
 
+        # The apps' metrics (the other plugin): refused without credentials, served to the scrape
+        # token that `up` made and printed, and to an Airflow login.
+        metrics_url = f"http://127.0.0.1:{airflow_port}/streamops/metrics"
+        token_file = re.search(r"^Metrics: \S+/streamops/metrics  \(Prometheus bearer token in (\S+)\)$", first.stdout, re.M)
+        assert token_file, first.stdout
+        assert oct(os.stat(token_file[1]).st_mode & 0o777) == "0o600"
+        refused = httpx.get(metrics_url, timeout=30)
+        assert refused.status_code == 401 and "send the scrape token" in refused.json()["detail"]
+        assert httpx.get(metrics_url, headers={"Authorization": "Bearer not-the-token"}, timeout=30).status_code == 403
+        scraped = httpx.get(metrics_url, headers={"Authorization": f"Bearer {Path(token_file[1]).read_text().strip()}"}, timeout=60)
+        assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=")
+        assert "# TYPE streamops_app_state gauge" in scraped.text and "# TYPE streamops_app_offset_lag gauge" in scraped.text
+        jwt = httpx.post(f"http://127.0.0.1:{airflow_port}/auth/token", json={"username": "admin", "password": login[1]},
+                         timeout=30).json()["access_token"]
+        assert httpx.get(metrics_url, headers={"Authorization": f"Bearer {jwt}"}, timeout=60).status_code == 200
+
         second = streamops("up")
         assert second.returncode == 0, second.stdout + second.stderr
         assert "Kafka broker is already running" in second.stdout

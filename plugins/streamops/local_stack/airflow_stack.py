@@ -136,6 +136,8 @@ class LocalAirflow:
                 ENVIRONMENT_ENV_VAR: self.environment,
                 # Connection extras (the secured cluster's passwords) encrypted in the metadata DB.
                 "AIRFLOW__CORE__FERNET_KEY": self._fernet_key(),
+                # The bearer token Prometheus scrapes /streamops/metrics with (streamops.metrics).
+                "STREAMOPS_METRICS_TOKEN_FILE": str(self.metrics_token_file()),
             }
         )
         if self.database_url:
@@ -191,6 +193,17 @@ class LocalAirflow:
             raise ServiceError(f"{path} does not hold a Fernet key: connection extras cannot be encrypted. It must be "
                                "the key the metadata DB was written with; restore it, or re-create the DB") from None
         return key
+
+    def metrics_token_file(self) -> Path:
+        """The scrape token of /streamops/metrics, made once (mode 600): Prometheus reads the file
+        (`authorization: {credentials_file: ...}`), so the token is never on a command line."""
+        path = self.home / "metrics_token"
+        if not path.exists():
+            self.home.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(32))
+        return path
 
     def _jwt_secret(self) -> str:
         path = self.home / "jwt_secret"

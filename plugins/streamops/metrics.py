@@ -1,0 +1,160 @@
+"""Every app's figures in Prometheus' text format, served by the Airflow API server at
+/streamops/metrics (plugins/streamops_metrics.py), behind a scrape token or the UI's login.
+
+Computed on each scrape from what the supervisor reads (checkpoints, the driver's progress
+files, the broker's end offsets), so a scrape is as fresh as the app's last batch. Rendered with
+prometheus_client (the reference client): names, types and escaping follow its conventions.
+
+    streamops_app_state{app}                                  health as a number (STATE_NUMBERS)
+    streamops_app_needs_attention{app}                        1 when crashed/crash-loop/stalled/lagging/degraded
+    streamops_app_health_info{app,state,version}              1, the state in words
+    streamops_app_offset_lag{app,query,topic,partition}       records waiting
+    streamops_app_time_lag_seconds{app,query,topic,partition} age of the oldest waiting record
+    streamops_app_input_rows_per_second{app,query}            of the last batch
+    streamops_app_processed_rows_per_second{app,query}
+    streamops_app_batch_duration_seconds{app,query}
+    streamops_app_state_rows{app,query}                       rows in the query's state store
+    streamops_app_dead_letters_last_batch{app,query}
+    streamops_app_dead_letters_total{app,topic}               records in the app's dead-letter topic
+    streamops_app_last_batch_age_seconds{app}
+    streamops_app_restarts_total{app}                         the supervisor's restarts
+    streamops_app_up{app}                                     1 while a driver holds the lease
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from pathlib import Path
+
+from streamops.app_runtime import AppRuntime
+from streamops.app_status import app_status
+from streamops.catalog import Catalog
+from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_records import end_offsets
+from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, evaluate
+
+log = logging.getLogger(__name__)
+URL_PREFIX = "/streamops"
+TOKEN_FILE_ENV = "STREAMOPS_METRICS_TOKEN_FILE"
+
+
+def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
+    """The exposition text for every catalog app."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=labels)
+
+    state = gauge("streamops_app_state", "Health as a number: " + ", ".join(f"{n}={s}" for s, n in STATE_NUMBERS.items()), ["app"])
+    attention = gauge("streamops_app_needs_attention", "1 when the app is " + ", ".join(NEEDS_SOMEONE), ["app"])
+    info = gauge("streamops_app_health_info", "Health state in words (value 1)", ["app", "state", "version"])
+    up = gauge("streamops_app_up", "1 while a driver holds the app's lease", ["app"])
+    lag = gauge("streamops_app_offset_lag", "Records after the query's last committed batch", ["app", "query", "topic", "partition"])
+    time_lag = gauge("streamops_app_time_lag_seconds", "Age of the oldest record the query has not processed (0: none waits)",
+                     ["app", "query", "topic", "partition"])
+    input_rate = gauge("streamops_app_input_rows_per_second", "Input rate of the query's last batch", ["app", "query"])
+    processed_rate = gauge("streamops_app_processed_rows_per_second", "Processing rate of the query's last batch", ["app", "query"])
+    duration = gauge("streamops_app_batch_duration_seconds", "Duration of the query's last batch", ["app", "query"])
+    state_rows = gauge("streamops_app_state_rows", "Rows in the query's state store after its last batch", ["app", "query"])
+    letters = gauge("streamops_app_dead_letters_last_batch", "Dead letters of the query's last batch", ["app", "query"])
+    letters_total = CounterMetricFamily("streamops_app_dead_letters", "Records in the app's dead-letter topic", labels=["app", "topic"])
+    batch_age = gauge("streamops_app_last_batch_age_seconds", "Seconds since the app's last completed batch", ["app"])
+    restarts = CounterMetricFamily("streamops_app_restarts", "Restarts by the supervisor", labels=["app"])
+    failures = CounterMetricFamily("streamops_scrape_errors", "Apps whose figures could not be read in this scrape", labels=["app"])
+
+    for name in catalog.app_names():
+        spec = catalog.app(name)
+        try:
+            runtime = AppRuntime(spec.checkpoint_location())
+            current = app_status(spec, kafka)
+            health = evaluate(spec, current, runtime)
+            dead_letter_ends = end_offsets(kafka, spec.dead_letter_topic)
+        except Exception as exc:  # noqa: BLE001 - one app's unreadable figures must not hide the others'
+            log.warning("metrics: %s could not be read: %s", name, exc)
+            failures.add_metric([name], 1)
+            continue
+        state.add_metric([name], health.state_number)
+        attention.add_metric([name], 1 if health.needs_someone else 0)
+        info.add_metric([name, health.state, current.version or ""], 1)
+        up.add_metric([name], 1 if current.state == "running" else 0)
+        for partition in current.lags:
+            labels = [name, partition.query, partition.topic, str(partition.partition)]
+            lag.add_metric(labels, partition.lag)
+            time_lag.add_metric(labels, partition.time_lag_s or 0.0)
+        for query, figures in sorted(current.queries.items()):
+            input_rate.add_metric([name, query], figures["input_rows_per_second"])
+            processed_rate.add_metric([name, query], figures["processed_rows_per_second"])
+            duration.add_metric([name, query], figures["batch_duration_ms"] / 1000)
+            state_rows.add_metric([name, query], figures["state_rows"])
+            letters.add_metric([name, query], figures["dead_letters"])
+        letters_total.add_metric([name, spec.dead_letter_topic], sum(high - low for low, high in dead_letter_ends.values()))
+        if current.progress_age_s is not None:
+            batch_age.add_metric([name], current.progress_age_s)
+        restarts.add_metric([name], health.restarts_total)
+
+    families = [state, attention, info, up, lag, time_lag, input_rate, processed_rate, duration, state_rows, letters,
+                letters_total, batch_age, restarts, failures]
+
+    class Snapshot:
+        def collect(self):
+            return families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Snapshot())
+    return generate_latest(registry)
+
+
+def scrape_token() -> str | None:
+    """The bearer token Prometheus sends (its `authorization.credentials_file`), read from the
+    file $STREAMOPS_METRICS_TOKEN_FILE names (None: only the UI's login is accepted)."""
+    path = os.environ.get(TOKEN_FILE_ENV)
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        log.warning("metrics: the scrape token file %s cannot be read (%s): only the UI's login is accepted", path, exc)
+        return None
+    return token or None
+
+
+def metrics_app():
+    """The FastAPI app the plugin mounts at URL_PREFIX: GET /metrics."""
+    from fastapi import Depends, FastAPI, HTTPException, Request
+    from fastapi.responses import Response
+
+    app = FastAPI(title="streamops metrics")
+
+    async def authorised(request: Request) -> str:
+        """The scrape token as a bearer token, or the Airflow UI's own login (its JWT as a bearer
+        token or its cookie). Airflow does not authenticate a plugin's app itself."""
+        from airflow.api_fastapi.core_api.security import resolve_user_from_token
+        from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+        header = request.headers.get("authorization", "")
+        bearer = header[7:].strip() if header[:7].lower() == "bearer " else None
+        token = scrape_token()
+        if bearer and token and hmac.compare_digest(bearer.encode(), token.encode()):
+            return "scrape token"
+        credential = bearer or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+        if not credential:
+            raise HTTPException(status_code=401, detail="Not authenticated: send the scrape token or an Airflow login token "
+                                                        "as 'Authorization: Bearer <token>'",
+                                headers={"WWW-Authenticate": "Bearer"})
+        user = await resolve_user_from_token(credential)
+        return f"user {user.get_name()}"
+
+    @app.get("/metrics")
+    def metrics(_who: str = Depends(authorised)) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        from streamops.catalog import load_catalog
+        from streamops.kafka_client import airflow_connection
+
+        body = render(load_catalog(check_programs=False), airflow_connection())
+        return Response(content=body, media_type=CONTENT_TYPE_LATEST)
+
+    return app
