@@ -16,7 +16,9 @@ DOC = """
 ### Restart a crashed app (on-call)
 
 **Symptom**: `app_status` shows the app **CRASHED** or **FAILED** (or it was stopped), its lag grows,
-its output topics go quiet.
+its output topics go quiet. The supervisor (`app_status`) restarts crashed apps itself when their
+policy is `on-failure`; this DAG is for the rest: policy `never`, a **CRASH-LOOP** once the record
+that fails it is skipped (this start resets the guard), or a restart by hand.
 
 **Params**: *App*; *Dry run* on first, to read the plan.
 

@@ -189,6 +189,9 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
     assert f"fingerprint '{first['fingerprint']}' window {first['window_start'][:19]}Z..{first['window_end'][:19]}Z" in text
     assert f"live {final + 7}, recomputed {final}" in text
     assert "over the 0.00% threshold" in text
+    assert [(e["step"], e["outcome"], e["app"]) for e in read_audit(run_id=clean.run_id)] == [("reconcile", "done", "browser-activity")]
+    (audited,) = read_audit(run_id=broken.run_id)
+    assert (audited["step"], audited["outcome"]) == ("reconcile", "failed") and "1 differ" in audited["error"]
     assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
 
 

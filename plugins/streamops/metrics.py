@@ -21,8 +21,8 @@ prometheus_client (the reference client): names, types and escaping follow its c
     streamops_app_up{app}                                     1 while a driver holds the lease
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI reads the endpoint's parameter types at
+# runtime, and those are imported inside metrics_app().
 import hmac
 import logging
 import os
