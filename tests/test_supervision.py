@@ -31,26 +31,30 @@ def at(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
+def restarted(seconds: float, outcome: str = "started") -> dict:
+    return {"at": at(seconds), "outcome": outcome}
+
+
 # --- the decisions, as pure functions ----------------------------------------------------------------
 
 
 def test_first_restart_is_at_once_later_ones_back_off_exponentially_up_to_the_cap():
     policy = SupervisionSpec(backoff_initial="10 seconds", backoff_max="25 seconds", max_restarts=5)
     assert restart_decision(policy, [], None, T0).action == "restart"
-    one = [{"at": at(0)}]
+    one = [restarted(0)]
     waiting = restart_decision(policy, one, None, T0 + timedelta(seconds=9))
     assert (waiting.action, waiting.attempt, waiting.backoff_s, waiting.not_before) == ("wait", 2, 10, at(10))
     assert waiting.reason == f"restart 2 waits for its backoff of 10s: not before {at(10)}"
     assert restart_decision(policy, one, None, T0 + timedelta(seconds=10)).action == "restart"
-    two = [*one, {"at": at(10)}]
+    two = [*one, restarted(10)]
     assert restart_decision(policy, two, None, T0 + timedelta(seconds=29)).not_before == at(30)  # 20 s after the 2nd
-    three = [*two, {"at": at(30)}]
+    three = [*two, restarted(30)]
     assert restart_decision(policy, three, None, T0 + timedelta(seconds=31)).backoff_s == 25  # 40 s, capped
 
 
 def test_the_guard_gives_up_at_its_limit_within_the_window_and_an_operator_action_resets_it():
     policy = SupervisionSpec(backoff_initial="1 second", max_restarts=2, restart_window="10 minutes")
-    two = [{"at": at(0)}, {"at": at(60)}]
+    two = [restarted(0), restarted(60, "failed")]  # a failed start counts too
     gave_up = restart_decision(policy, two, None, T0 + timedelta(seconds=120))
     assert gave_up.action == "give up"
     assert gave_up.reason == (f"crash loop: restarted 2 time(s) within 10 minutes (the guard's limit is 2; the last at "
@@ -59,16 +63,22 @@ def test_the_guard_gives_up_at_its_limit_within_the_window_and_an_operator_actio
     assert restart_decision(policy, two, None, T0 + timedelta(seconds=601)).action == "restart"
     assert restart_decision(policy, two, at(90), T0 + timedelta(seconds=120)).attempt == 1
     assert restart_decision(SupervisionSpec(restart="never"), [], None, T0).action == "none"
+    # Once the guard gave up, the app stays down however old the restarts get, until an operator acts.
+    tripped = [*two, {"at": at(120), "outcome": "gave up", "restarts": 2}]
+    later = restart_decision(policy, tripped, None, T0 + timedelta(days=2))
+    assert later.action == "give up" and later.reason.startswith(f"crash loop: the guard gave up at {at(120)} after 2 restart(s)")
+    assert restart_decision(policy, tripped, at(200), T0 + timedelta(days=2)).action == "restart"
 
 
 def test_the_catalog_refuses_a_backoff_cap_below_its_start(tmp_path):
-    with pytest.raises(ValueError, match=r"backoff_max \(1 second\) is shorter than backoff_initial \(30 seconds\)"):
+    with pytest.raises(ValueError, match=r"backoff_max \(1 second\) is shorter than backoff_initial \(2 minutes\)"):
         SupervisionSpec(backoff_max="1 second")
 
 
 def _status(**fields) -> AppStatus:
     base = {"app": "router", "state": "running", "version": "1.0.0", "pid": 4242, "driver_host": "host-a",
-            "started_at": at(0), "last_progress_at": at(100), "batches": {"route": 7}}
+            "started_at": at(0), "last_progress_at": at(100), "batches": {"route": 7},
+            "queries": {"route": {"published_at": at(100)}}}
     return AppStatus(**{**base, **fields})
 
 
@@ -96,6 +106,39 @@ def test_health_tells_a_stop_from_a_crash_and_names_the_evidence(router):
     assert evaluate(spec, _status(state="stopped"), runtime, T0).state == "in operation"
     runtime.end_operation("manual__3")
     assert evaluate(spec, _status(state="stopped"), runtime, T0).state == "crashed"
+    # A run that failed while changing the app holds it: nobody restarts a half-changed checkpoint.
+    runtime.begin_operation("manual__4", "recover_reset_offsets apply")
+    runtime.fail_operation("manual__4", "LaunchError: the driver exited")
+    held = evaluate(spec, _status(state="stopped"), runtime, T0)
+    assert held.state == "held" and held.needs_someone and held.decision is None
+    assert held.evidence.startswith("recover_reset_offsets apply (run manual__4) failed at ")
+    assert "while changing it, and left it stopped: LaunchError: the driver exited." in held.evidence
+    runtime.set_desired("running", run_id="manual__5", by="dave")  # an operator's start clears it
+    assert runtime.operation() is None
+
+
+def test_a_failed_start_is_a_crash_and_an_app_started_before_supervision_is_not_restarted_by_guesswork(router, tmp_path):
+    spec, runtime = router
+    never = evaluate(spec, _status(state="never started", pid=None), runtime, T0)
+    assert never.state == "crashed" and never.decision.action == "restart"
+    assert "but no driver of it ever started: its start failed (see that run's log)." in never.evidence
+    legacy = AppRuntime(tmp_path / "legacy")
+    legacy.dir.mkdir(parents=True)
+    legacy.driver_file.write_text('{"app": "router", "version": "1.0.0", "launched_by": "manual__0", "started_at": "x"}')
+    guessed = evaluate(spec, _status(state="crashed"), legacy, T0)
+    assert guessed.state == "crashed" and guessed.decision.action == "none"
+    assert "its desired state was never recorded (it was started before supervision)" in guessed.evidence
+
+
+def test_one_run_at_a_time_changes_an_app(router):
+    from streamops.app_runtime import OperationInProgress
+
+    _, runtime = router
+    runtime.begin_operation("manual__roll", "roll_restart_apps roll")
+    with pytest.raises(OperationInProgress, match=r"is being changed by another run: roll_restart_apps roll \(run manual__roll, since "):
+        runtime.begin_operation("scheduled__status", "supervisor restart")
+    runtime.end_operation("manual__roll")
+    runtime.begin_operation("scheduled__status", "supervisor restart")
 
 
 def test_stalled_lagging_and_degraded_are_told_apart(router):
@@ -103,23 +146,31 @@ def test_stalled_lagging_and_degraded_are_told_apart(router):
     waiting = [PartitionLag("route", "ops", 0, 10, 110, 100, 90.0)]
     stalled = evaluate(spec, _status(lags=waiting, heartbeat_age_s=80.0, lease_ttl_s=30.0), runtime, T0 + timedelta(seconds=190))
     assert stalled.state == "stalled"
-    assert stalled.evidence.startswith("no completed batch for 90s (stalled after 60s: 10 trigger intervals of 2 seconds, "
-                                       "at least 1 minute) while 100 record(s) wait; last batches route #7; its driver's last "
-                                       "heartbeat was 80s ago (lease ttl 30s) (driver pid 4242 on host-a).")
-    # Records that arrived after a long idle spell: waiting 5 s is not a stall.
+    assert stalled.evidence.startswith("query route: no completed batch for 90s while 100 record(s) wait (stalled after 60s: "
+                                       "10 trigger intervals of 2 seconds, at least 1 minute); last batches route #7; its "
+                                       "driver's last heartbeat was 80s ago (lease ttl 30s) (driver pid 4242 on host-a).")
+    # Records that arrived after a long idle spell: waiting 5 s is not a stall; nor, when their age
+    # cannot be read, after a recent "nothing to read" from Spark.
     fresh = [PartitionLag("route", "ops", 0, 10, 110, 100, 5.0)]
     assert evaluate(spec, _status(lags=fresh), runtime, T0 + timedelta(seconds=3600)).state == "healthy"
+    unread = [PartitionLag("route", "ops", 0, 10, 110, 100, None)]
+    assert evaluate(spec, _status(lags=unread, last_idle_at=at(3590)), runtime, T0 + timedelta(seconds=3600)).state == "healthy"
+    assert evaluate(spec, _status(lags=unread, last_idle_at=at(3000)), runtime, T0 + timedelta(seconds=3600)).state == "stalled"
     old = [PartitionLag("route", "ops", 3, 10, 110, 100, 400.0)]
-    lagging = evaluate(spec, _status(lags=old, last_progress_at=at(399)), runtime, T0 + timedelta(seconds=400))
+    lagging = evaluate(spec, _status(lags=old, last_progress_at=at(399), queries={"route": {"published_at": at(399)}}), runtime, T0 + timedelta(seconds=400))
     assert lagging.state == "lagging"
     assert lagging.evidence == ("the oldest unprocessed record is 6m40s old (limit 5 minutes), on ops partition 3 at offset "
                                 "10; 100 record(s) wait.")
-    degraded = evaluate(spec, _status(dead_letters_last_batch=30, input_rows_last_batch=100), runtime, T0 + timedelta(seconds=101))
+    degraded = evaluate(spec, _status(dead_letters_last_batch=30, input_rows_last_batch=100, progress_age_s=1.0), runtime,
+                        T0 + timedelta(seconds=101))
     assert degraded.state == "degraded" and degraded.dead_letter_rate == 0.3
     assert degraded.evidence == (f"30 of the last batch's 100 input record(s) went to the dead-letter topic "
                                  f"{spec.dead_letter_topic} (30.0%, limit 5.0%).")
     assert evaluate(spec, _status(dead_letters_last_batch=3, input_rows_last_batch=100), runtime,
                     T0 + timedelta(seconds=101)).state == "healthy"
+    # A rate is judged while the batch is recent: one bad batch before a quiet night is history.
+    assert evaluate(spec, _status(dead_letters_last_batch=30, input_rows_last_batch=100, progress_age_s=3600.0), runtime,
+                    T0 + timedelta(seconds=3700)).state == "healthy"
 
 
 # --- on real components ---------------------------------------------------------------------------------
@@ -181,7 +232,7 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     assert f"- oplog-router: CRASHED: should be running (version 1.0.7, asked for by dag_test (run {deployed.run_id})" in said
     assert f"but its driver is crashed (pid {killed['pid']}," in said
     health = _health(first)
-    assert health["action"].startswith("restarted it (restart 1 of at most 3 within 30 minutes): driver pid ")
+    assert health["action"].startswith("restarted it (restart 1 of at most 3 within 1 hour): driver pid ")
     restarted = runtime.driver()
     assert runtime.state() == "running" and restarted["pid"] != killed["pid"]
     assert restarted["launched_by"] == first.run_id and restarted["version"] == "1.0.7"  # what it last ran
@@ -222,9 +273,14 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     assert "1 streaming app(s) need attention: oplog-router (crash-loop)" in said
     failed = runtime.driver()["failed_batches"][0]
     assert f"query route failed on batch {failed['batch']} ({source} partition {POISON_PARTITION} offsets" in said
-    assert "crash loop: restarted 2 time(s) within 30 minutes (the guard's limit is 2;" in said
+    assert "crash loop: restarted 2 time(s) within 1 hour (the guard's limit is 2;" in said
     assert "it stays down until an operator acts" in said and "recover_skip_records" in said and "recover_reset_offsets" in said
-    assert [r["attempt"] for r in runtime.restarts()] == [1, 2]
+    assert [r.get("attempt") for r in runtime.restarts()] == [1, 2, None]  # and the guard's "gave up"
+    assert [(e["step"], e["outcome"]) for e in read_audit(run_id=looped.run_id)] == [("crash-loop guard", "gave up")]
+    # It stays down: even with a roomier policy, nothing restarts it until an operator acts.
+    _with_policy(catalog, catalog_file, backoff_initial="1 second", max_restarts=5, max_dead_letter_rate=1)
+    still = run_dag("app_status", catalog_file, apps=["oplog-router"])
+    assert _health(still)["state"] == "crash-loop" and runtime.state() == "failed" and len(runtime.restarts()) == 3
     text = render(load_catalog(catalog_file), kafka).decode()
     assert 'streamops_app_state{app="oplog-router"} 8.0' in text and 'streamops_app_restarts_total{app="oplog-router"} 2.0' in text
     assert 'streamops_app_needs_attention{app="oplog-router"} 1.0' in text
@@ -268,8 +324,9 @@ def test_a_driver_frozen_with_sigstop_is_reported_stalled(run_dag, app_env, app_
         assert result.state == "failed" and runtime.is_running()  # the lease is held: not a crash, no restart
         assert "1 streaming app(s) need attention: oplog-router (stalled)" in said
         evidence = _health(result)["evidence"]
-        assert re.match(r"no completed batch for \d+s \(stalled after 4s: 2 trigger intervals of 2 seconds, at least 1 second\) "
-                        r"while \d+ record\(s\) wait; last batches route #\d+; its driver's last heartbeat was \d+s ago", evidence), evidence
+        assert re.match(r"query route: no completed batch for \d+s while \d+ record\(s\) wait \(stalled after 4s: 2 trigger "
+                        r"intervals of 2 seconds, at least 1 second\); last batches route #\d+; its driver's last heartbeat was "
+                        r"\d+s ago", evidence), evidence
         assert runtime.restarts() == []
     finally:
         os.killpg(group, signal.SIGCONT)

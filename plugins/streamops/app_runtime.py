@@ -53,6 +53,10 @@ class AlreadyRunningError(RuntimeError):
     """Another driver holds the app's lease; the message names it and its host."""
 
 
+class OperationInProgress(RuntimeError):
+    """Another run (a DAG, or the supervisor) is changing the app now; the message names it."""
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
@@ -279,17 +283,25 @@ class AppRuntime:
         return _read_json(self.desired_file)
 
     def set_desired(self, state: str, *, run_id: str, by: str | None = None, version: str | None = None) -> None:
+        """Record what an operator asked for. It supersedes a failed operation's marker: starting or
+        stopping the app is the operator's answer to it."""
         if state not in ("running", "stopped"):
             raise ValueError(f"desired state must be running or stopped, not {state!r}")
         self.dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.desired_file, {"state": state, "run_id": run_id, "by": by, "at": now_iso(), "version": version})
+        if (_read_json(self.operation_file) or {}).get("failed_at"):
+            self.operation_file.unlink(missing_ok=True)
 
     def operation(self) -> dict[str, Any] | None:
-        """The DAG run changing the app now, if its process is alive (or, on another host, if it
-        began less than OPERATION_MAX_S ago); None otherwise."""
+        """The DAG run changing the app now, or the one that FAILED while changing it (`failed_at`
+        set: kept until an operator starts or stops the app, so nobody restarts a half-changed
+        app); None otherwise. One in progress counts while its process lives (on this host), or
+        for OPERATION_MAX_S after it began (recorded on another host: not checkable from here)."""
         record = _read_json(self.operation_file)
         if not record:
             return None
+        if record.get("failed_at"):
+            return record
         if record.get("host") == socket.gethostname():
             try:
                 process = psutil.Process(int(record["pid"]))
@@ -304,22 +316,43 @@ class AppRuntime:
         return record
 
     def begin_operation(self, run_id: str, what: str) -> None:
+        """Mark the app as being changed by `run_id`; OperationInProgress if another run is
+        changing it now (checked and written under a lock: two runs never both go ahead)."""
+        import fcntl
+
         self.dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.operation_file, {"run_id": run_id, "what": what, "started_at": now_iso(), "host": socket.gethostname(),
-                                            "pid": os.getpid(), "pid_created": psutil.Process().create_time()})
+        with open(self.dir / "operation.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = self.operation()
+            if current and not current.get("failed_at") and current.get("run_id") != run_id:
+                raise OperationInProgress(
+                    f"{self.checkpoint.name} is being changed by another run: {current.get('what')} (run {current.get('run_id')}, "
+                    f"since {current.get('started_at')}, pid {current.get('pid')} on {current.get('host')}); try again when it "
+                    "has finished")
+            _write_atomic(self.operation_file, {"run_id": run_id, "what": what, "started_at": now_iso(),
+                                                "host": socket.gethostname(), "pid": os.getpid(),
+                                                "pid_created": psutil.Process().create_time()})
 
     def end_operation(self, run_id: str) -> None:
         if (_read_json(self.operation_file) or {}).get("run_id") == run_id:
             self.operation_file.unlink(missing_ok=True)
 
+    def fail_operation(self, run_id: str, error: str) -> None:
+        """Keep this run's operation marker, marked failed with the error."""
+        record = _read_json(self.operation_file) or {}
+        if record.get("run_id") == run_id:
+            _write_atomic(self.operation_file, {**record, "failed_at": now_iso(), "error": error[:1000]})
+
     @contextmanager
     def operating(self, run_id: str, what: str) -> Iterator[None]:
-        """begin_operation ... end_operation around a block."""
+        """begin_operation ... end_operation around a block (fail_operation if it raises)."""
         self.begin_operation(run_id, what)
         try:
             yield
-        finally:
-            self.end_operation(run_id)
+        except BaseException as exc:
+            self.fail_operation(run_id, f"{type(exc).__name__}: {exc}")
+            raise
+        self.end_operation(run_id)
 
     def restarts(self) -> list[dict[str, Any]]:
         if not self.restarts_file.exists():

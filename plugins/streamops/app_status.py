@@ -54,6 +54,7 @@ class AppStatus:
     stopped_at: str | None = None
     reason: str | None = None
     last_progress_at: str | None = None
+    last_idle_at: str | None = None  # the driver's latest "nothing to read" from Spark (onQueryIdle)
     progress_age_s: float | None = None
     batches: dict[str, int] = field(default_factory=dict)
     dead_letters_last_batch: int = 0
@@ -147,6 +148,7 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         started_at=record.get("started_at"),
         stopped_at=record.get("stopped_at"),
         reason=record.get("reason"),
+        last_idle_at=record.get("last_idle_at"),
     )
     holder = runtime.lease.holder()
     if holder is not None and holder.epoch == record.get("lease_epoch"):
@@ -170,7 +172,7 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         status.progress_age_s = _age_seconds(latest)
         status.batches = {name: p["batch_id"] for name, p in progress.items()}
         status.queries = {name: {
-            "batch_id": p.get("batch_id"), "input_rows": int(p.get("input_rows") or 0),
+            "batch_id": p.get("batch_id"), "published_at": p.get("published_at"), "input_rows": int(p.get("input_rows") or 0),
             "input_rows_per_second": float(p.get("input_rows_per_second") or 0.0),
             "processed_rows_per_second": float(p.get("processed_rows_per_second") or 0.0),
             "batch_duration_ms": int(p.get("batch_duration_ms") or 0), "state_rows": int(p.get("state_rows") or 0),

@@ -23,6 +23,7 @@ from streamops.app_runtime import now_iso
 from streamops.catalog import checkpoint_root
 
 
+ERROR_CHARS = 2000
 _ACTING: ContextVar[tuple[str, str] | None] = ContextVar("streamops_acting", default=None)
 
 
@@ -57,6 +58,9 @@ class AuditTrail:
 
     def write(self, step: str, outcome: str, *, app: str | None = None, **details: Any) -> dict[str, Any]:
         app = app or self.params.get("app")
+        if isinstance(details.get("error"), str) and len(details["error"]) > ERROR_CHARS:
+            # A failure may quote a driver log's tail: the line keeps its start; the task log has it all.
+            details["error"] = details["error"][:ERROR_CHARS] + " ... (cut; the whole text is in the task log)"
         entry = {
             "at": now_iso(), "dag_id": self.dag_id, "run_id": self.run_id, "user": self.user,
             "app": app, "step": step, "outcome": outcome, "params": self.params,
@@ -86,10 +90,14 @@ def app_code(app_name: Any) -> dict[str, Any] | None:
 
 
 def read_audit(app: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Every audited step, oldest first (the recovery DAGs' log of before it was shared,
+    _audit/recovery.jsonl beside it, included)."""
     path = audit_file()
-    if not path.exists():
-        return []
-    entries = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    legacy = path.with_name("recovery.jsonl")
+    entries: list[dict[str, Any]] = []
+    for log_file in ([legacy] if legacy != path else []) + [path]:
+        if log_file.exists():
+            entries += [json.loads(line) for line in log_file.read_text(encoding="utf-8").splitlines() if line.strip()]
     return [e for e in entries if (app is None or e.get("app") == app) and (run_id is None or e.get("run_id") == run_id)]
 
 

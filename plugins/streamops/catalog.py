@@ -255,13 +255,13 @@ class SupervisionSpec(_Strict):
     # its checkpoint with the version and Spark conf it last ran.
     restart: Literal["never", "on-failure"] = "on-failure"
     # The first restart is at once; restart n waits backoff_initial * 2^(n-2), at most backoff_max,
-    # after the one before it.
-    backoff_initial: Duration = "30 seconds"
-    backoff_max: Duration = "10 minutes"
+    # after the one before it (the supervisor runs every 2 minutes: shorter waits end at its next run).
+    backoff_initial: Duration = "2 minutes"
+    backoff_max: Duration = "30 minutes"
     # Crash-loop guard: after this many restarts within restart_window the app stays down, and
-    # the status run fails saying so, until an operator deploys or restarts it.
+    # the status run fails saying so, until an operator deploys, restarts or stops it.
     max_restarts: StrictInt = Field(default=3, ge=1, le=100)
-    restart_window: Duration = "30 minutes"
+    restart_window: Duration = "1 hour"
     # Stalled: running, records waiting, and no completed batch for this many trigger intervals
     # (at least stall_min).
     stall_after_triggers: StrictInt = Field(default=10, ge=2, le=10_000)

@@ -6,16 +6,17 @@ files, the broker's end offsets), so a scrape is as fresh as the app's last batc
 prometheus_client (the reference client): names, types and escaping follow its conventions.
 
     streamops_app_state{app}                                  health as a number (STATE_NUMBERS)
-    streamops_app_needs_attention{app}                        1 when crashed/crash-loop/stalled/lagging/degraded
+    streamops_app_needs_attention{app}                        1 when its health needs someone (supervision.NEEDS_SOMEONE)
+    streamops_app_scrape_error{app}                           1 when its figures could not be read in this scrape
     streamops_app_health_info{app,state,version}              1, the state in words
     streamops_app_offset_lag{app,query,topic,partition}       records waiting
-    streamops_app_time_lag_seconds{app,query,topic,partition} age of the oldest waiting record
+    streamops_app_time_lag_seconds{app,query,topic,partition} age of the oldest waiting record (absent: not readable)
     streamops_app_input_rows_per_second{app,query}            of the last batch
     streamops_app_processed_rows_per_second{app,query}
     streamops_app_batch_duration_seconds{app,query}
     streamops_app_state_rows{app,query}                       rows in the query's state store
     streamops_app_dead_letters_last_batch{app,query}
-    streamops_app_dead_letters_total{app,topic}               records in the app's dead-letter topic
+    streamops_app_dead_letters_total{app,topic}               records ever written to its dead-letter topic (end offsets)
     streamops_app_last_batch_age_seconds{app}
     streamops_app_restarts_total{app}                         the supervisor's restarts
     streamops_app_up{app}                                     1 while a driver holds the lease
@@ -33,7 +34,7 @@ from streamops.app_status import app_status
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_records import end_offsets
-from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, evaluate
+from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, evaluate, unreadable
 
 log = logging.getLogger(__name__)
 URL_PREFIX = "/streamops"
@@ -60,10 +61,12 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
     duration = gauge("streamops_app_batch_duration_seconds", "Duration of the query's last batch", ["app", "query"])
     state_rows = gauge("streamops_app_state_rows", "Rows in the query's state store after its last batch", ["app", "query"])
     letters = gauge("streamops_app_dead_letters_last_batch", "Dead letters of the query's last batch", ["app", "query"])
-    letters_total = CounterMetricFamily("streamops_app_dead_letters", "Records in the app's dead-letter topic", labels=["app", "topic"])
+    # End offsets, not records kept: retention deleting old dead letters is not a counter reset.
+    letters_total = CounterMetricFamily("streamops_app_dead_letters", "Records ever written to the app's dead-letter topic",
+                                        labels=["app", "topic"])
     batch_age = gauge("streamops_app_last_batch_age_seconds", "Seconds since the app's last completed batch", ["app"])
     restarts = CounterMetricFamily("streamops_app_restarts", "Restarts by the supervisor", labels=["app"])
-    failures = CounterMetricFamily("streamops_scrape_errors", "Apps whose figures could not be read in this scrape", labels=["app"])
+    failures = gauge("streamops_app_scrape_error", "1 when the app's figures could not be read in this scrape", ["app"])
 
     for name in catalog.app_names():
         spec = catalog.app(name)
@@ -74,8 +77,12 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
             dead_letter_ends = end_offsets(kafka, spec.dead_letter_topic)
         except Exception as exc:  # noqa: BLE001 - one app's unreadable figures must not hide the others'
             log.warning("metrics: %s could not be read: %s", name, exc)
+            health = unreadable(name, exc)
             failures.add_metric([name], 1)
+            state.add_metric([name], health.state_number)
+            attention.add_metric([name], 1)
             continue
+        failures.add_metric([name], 0)
         state.add_metric([name], health.state_number)
         attention.add_metric([name], 1 if health.needs_someone else 0)
         info.add_metric([name, health.state, current.version or ""], 1)
@@ -83,14 +90,15 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
         for partition in current.lags:
             labels = [name, partition.query, partition.topic, str(partition.partition)]
             lag.add_metric(labels, partition.lag)
-            time_lag.add_metric(labels, partition.time_lag_s or 0.0)
+            if partition.lag == 0 or partition.time_lag_s is not None:  # nothing waits: 0; waiting, unread: absent
+                time_lag.add_metric(labels, partition.time_lag_s or 0.0)
         for query, figures in sorted(current.queries.items()):
             input_rate.add_metric([name, query], figures["input_rows_per_second"])
             processed_rate.add_metric([name, query], figures["processed_rows_per_second"])
             duration.add_metric([name, query], figures["batch_duration_ms"] / 1000)
             state_rows.add_metric([name, query], figures["state_rows"])
             letters.add_metric([name, query], figures["dead_letters"])
-        letters_total.add_metric([name, spec.dead_letter_topic], sum(high - low for low, high in dead_letter_ends.values()))
+        letters_total.add_metric([name, spec.dead_letter_topic], sum(high for _, high in dead_letter_ends.values()))
         if current.progress_age_s is not None:
             batch_age.add_metric([name], current.progress_age_s)
         restarts.add_metric([name], health.restarts_total)

@@ -9,8 +9,12 @@ one health state per app:
     not deployed  never started here
     in operation  a DAG run is changing it right now (a roll, a reset ...): left alone
     crashed       should run and does not: died unrecorded (kill -9, lost host), its query
-                  failed, or it ended on its own
+                  failed, it ended on its own, or its start failed
     crash-loop    crashed, and the crash-loop guard's limit of restarts is reached: it stays down
+                  until an operator starts or stops it
+    held          down after a DAG run failed while changing it (a reset, restore, roll ...): its
+                  checkpoint may be half-changed, so nothing restarts it; an operator decides
+    unreadable    its status could not be read (the error is the evidence)
     stalled       running, records waiting, and no completed batch for several trigger intervals
     lagging       the oldest unprocessed record is older than the app's max_time_lag
     degraded      more of the last batch went to dead letters than max_dead_letter_rate
@@ -33,10 +37,13 @@ from streamops.app_runtime import AppRuntime, now_iso
 from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, SupervisionSpec, duration_ms
 
-NEEDS_SOMEONE = ("crash-loop", "crashed", "stalled", "lagging", "degraded")
+NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "lagging", "degraded")
 # The state as a number for Prometheus (streamops_app_state): higher is worse.
 STATE_NUMBERS = {"healthy": 0, "stopped": 1, "not deployed": 2, "in operation": 3, "degraded": 4, "lagging": 5,
-                 "stalled": 6, "crashed": 7, "crash-loop": 8}
+                 "stalled": 6, "crashed": 7, "crash-loop": 8, "held": 9, "unreadable": 10}
+# A dead-letter rate is judged on the last batch while it is this recent (then it is history).
+DEGRADED_RECENT_S = 900
+RESTARTS = ("started", "failed")  # outcomes in restarts.jsonl of a restart attempt (others: "gave up")
 WAY_OUT = ("If a record fails the query, skip it with recover_skip_records, or move past it with recover_reset_offsets "
            "(and, once fixed, re-deliver it with recover_replay_dead_letters); then start the app with "
            "recover_restart_app or deploy_apps, which resets the guard.")
@@ -81,9 +88,19 @@ def restart_decision(policy: SupervisionSpec, restarts: list[dict[str, Any]], si
         return RestartDecision("none", 0, "its restart policy is never: an operator restarts it (recover_restart_app)")
     window_s = duration_ms(policy.restart_window) / 1000
     floor = _parse(since)
+
+    def since_operator(entry: dict[str, Any]) -> datetime | None:
+        moment = _parse(entry.get("at"))
+        return moment if moment is not None and (floor is None or moment > floor) else None
+
+    gave_up = [e for e in restarts if e.get("outcome") == "gave up" and since_operator(e)]
+    if gave_up:  # the guard tripped: down until an operator acts, however long ago that was
+        return RestartDecision("give up", 0, f"crash loop: the guard gave up at {gave_up[-1]['at']} after "
+                               f"{gave_up[-1].get('restarts', '?')} restart(s) within {policy.restart_window} (its limit "
+                               f"is {policy.max_restarts}): it stays down until an operator acts")
     counted = sorted(
-        (at for at in (_parse(r.get("at")) for r in restarts) if at is not None
-         and (floor is None or at > floor) and (now - at).total_seconds() <= window_s)
+        (at for at in (since_operator(r) for r in restarts if r.get("outcome") in RESTARTS) if at is not None
+         and (now - at).total_seconds() <= window_s)
     )
     if len(counted) >= policy.max_restarts:
         return RestartDecision(
@@ -162,10 +179,18 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
     health = Health(spec.name, "healthy", "", desired=desired, restarts_total=len(started), status=status)
     operation = runtime.operation()
     if status.state != "running" and operation:
-        health.state = "in operation"
-        health.evidence = f"{operation.get('what')} by run {operation.get('run_id')} since {operation.get('started_at')}"
+        if operation.get("failed_at"):
+            health.state = "held"
+            health.evidence = (f"{operation.get('what')} (run {operation.get('run_id')}) failed at {operation.get('failed_at')} "
+                               f"while changing it, and left it {status.state}: {operation.get('error')}. Its checkpoint may be "
+                               "half-changed, so the supervisor does not restart it: read that run's log; "
+                               "recover_restore_checkpoint puts back the backup it took; starting (deploy_apps, "
+                               "recover_restart_app) or stopping (stop_apps) the app clears this.")
+        else:
+            health.state = "in operation"
+            health.evidence = f"{operation.get('what')} by run {operation.get('run_id')} since {operation.get('started_at')}"
         return health
-    if desired is None or status.state == "never started":
+    if desired is None:
         health.state, health.evidence = "not deployed", "never started here"
         return health
     if status.state != "running":
@@ -173,13 +198,22 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
             health.state = "stopped"
             health.evidence = f"stopped on purpose by {_who(desired)}"
             return health
-        decision = restart_decision(policy, restarts, None if desired.get("inferred") else desired.get("at"), now)
+        if desired.get("inferred"):
+            decision = RestartDecision("none", 0, "its desired state was never recorded (it was started before supervision): "
+                                                  "the supervisor restarts it once deploy_apps or recover_restart_app has "
+                                                  "started it, or stop it with stop_apps")
+        else:
+            decision = restart_decision(policy, restarts, desired.get("at"), now)
         health.decision = decision
         health.restarts_in_window = max(decision.attempt - 1, 0)
-        ended = status.reason or ("the driver died without recording a stop" if status.state == "crashed" else status.state)
-        when = status.stopped_at or (f"heartbeat lost {status.heartbeat_age_s:.0f}s ago" if status.heartbeat_age_s else "unrecorded")
-        evidence = (f"should be running (version {desired.get('version') or status.version}, asked for by {_who(desired)}) but "
-                    f"its driver is {status.state} (pid {status.pid}, ended {when}): {ended}.")
+        if status.state == "never started":
+            evidence = (f"should be running (version {desired.get('version') or spec.version}, asked for by {_who(desired)}) "
+                        "but no driver of it ever started: its start failed (see that run's log).")
+        else:
+            ended = status.reason or ("the driver died without recording a stop" if status.state == "crashed" else status.state)
+            when = status.stopped_at or (f"heartbeat lost {status.heartbeat_age_s:.0f}s ago" if status.heartbeat_age_s else "unrecorded")
+            evidence = (f"should be running (version {desired.get('version') or status.version}, asked for by {_who(desired)}) "
+                        f"but its driver is {status.state} (pid {status.pid}, ended {when}): {ended}.")
         if decision.action == "give up":
             health.state = "crash-loop"
             health.evidence = f"{evidence} {decision.reason}. {WAY_OUT}"
@@ -196,42 +230,64 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
     else:
         health.evidence = (f"version {status.version}, last batch {_words(status.progress_age_s)} ago"
                            if status.progress_age_s is not None else f"version {status.version}, no batch yet")
+        if desired.get("state") == "stopped":
+            health.evidence += f"; NOTE: running although stopped was asked for by {_who(desired)}"
     return health
 
 
 def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[tuple[str, str]]:
     policy = spec.supervision
     problems: list[tuple[str, str]] = []
-    waiting = status.total_lag
-    last = _parse(status.last_progress_at) or _parse(status.started_at)
-    quiet_s = (now - last).total_seconds() if last else None
     trigger_s = duration_ms(spec.trigger) / 1000
     stall_s = max(policy.stall_after_triggers * trigger_s, duration_ms(policy.stall_min) / 1000)
-    # Records that arrived after a long idle spell are not a stall: they must have waited that long too.
-    if waiting and status.max_time_lag_s is not None and quiet_s is not None:
-        quiet_s = min(quiet_s, status.max_time_lag_s)
-    if waiting and quiet_s is not None and quiet_s > stall_s:
-        since = "no completed batch" if status.last_progress_at else "no batch since it started"
+    # Per query: records waiting longer than the stall limit, and no batch of it (nor a report from
+    # Spark that it had nothing to read) for that long. Records that arrived after an idle spell are
+    # not a stall: they must have waited that long too (when their age could not be read, the
+    # driver's last idle report or the query's last batch bounds it).
+    stalled = []
+    for query in sorted({p.query for p in status.lags}):
+        waiting = sum(p.lag for p in status.lags if p.query == query)
+        if not waiting:
+            continue
+        ages = [p.time_lag_s for p in status.lags if p.query == query and p.lag and p.time_lag_s is not None]
+        marks = [m for m in (_parse((status.queries.get(query) or {}).get("published_at")), _parse(status.last_idle_at),
+                             _parse(status.started_at)) if m is not None]
+        if not marks:
+            continue
+        quiet_s = (now - max(marks)).total_seconds()
+        if ages:
+            quiet_s = min(quiet_s, max(ages))
+        if quiet_s > stall_s:
+            stalled.append((query, waiting, quiet_s, bool((status.queries.get(query) or {}).get("published_at"))))
+    if stalled:
         beat = (f"; its driver's last heartbeat was {status.heartbeat_age_s:.0f}s ago (lease ttl {status.lease_ttl_s:.0f}s)"
                 if status.heartbeat_age_s is not None and status.lease_ttl_s else "")
         batches = ", ".join(f"{q} #{b}" for q, b in sorted(status.batches.items())) or "none"
-        problems.append(("stalled", f"{since} for {_words(quiet_s)} (stalled after {_words(stall_s)}: {policy.stall_after_triggers} "
-                                    f"trigger intervals of {spec.trigger}, at least {policy.stall_min}) while {waiting} "
-                                    f"record(s) wait; last batches {batches}{beat} (driver pid {status.pid} on "
-                                    f"{status.driver_host or '?'})."))
+        which = "; ".join(f"query {q}: {'no completed batch' if had else 'no batch since it started'} for {_words(quiet)} "
+                          f"while {waiting} record(s) wait" for q, waiting, quiet, had in stalled)
+        problems.append(("stalled", f"{which} (stalled after {_words(stall_s)}: {policy.stall_after_triggers} trigger "
+                                    f"intervals of {spec.trigger}, at least {policy.stall_min}); last batches {batches}{beat} "
+                                    f"(driver pid {status.pid} on {status.driver_host or '?'})."))
     oldest = status.max_time_lag_s
     limit_s = duration_ms(policy.max_time_lag) / 1000
     if oldest is not None and oldest > limit_s:
         worst = max((p for p in status.lags if p.time_lag_s is not None), key=lambda p: p.time_lag_s or 0)
         problems.append(("lagging", f"the oldest unprocessed record is {_words(oldest)} old (limit {policy.max_time_lag}), on "
-                                    f"{worst.topic} partition {worst.partition} at offset {worst.processed_to}; {waiting} "
+                                    f"{worst.topic} partition {worst.partition} at offset {worst.processed_to}; {status.total_lag} "
                                     "record(s) wait."))
     rows = status.input_rows_last_batch
-    if rows and status.dead_letters_last_batch / rows > policy.max_dead_letter_rate:
+    recent = status.progress_age_s is not None and status.progress_age_s <= DEGRADED_RECENT_S
+    if rows and recent and status.dead_letters_last_batch / rows > policy.max_dead_letter_rate:
         problems.append(("degraded", f"{status.dead_letters_last_batch} of the last batch's {rows} input record(s) went to the "
                                      f"dead-letter topic {spec.dead_letter_topic} ({status.dead_letters_last_batch / rows:.1%}, "
                                      f"limit {policy.max_dead_letter_rate:.1%})."))
     return problems
+
+
+def unreadable(app: str, error: BaseException) -> Health:
+    """The health of an app whose status could not be read: it needs someone, and says why."""
+    return Health(app, "unreadable", f"its status could not be read: {type(error).__name__}: {str(error)[:500]}",
+                  status=AppStatus(app=app, state="unknown"))
 
 
 # --- acting ---------------------------------------------------------------------------------------
@@ -239,28 +295,48 @@ def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[t
 Start = Callable[[str, dict, "str | None"], Any]  # (version, spark_conf, expected digest) -> Launch
 
 
-def restart(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, start: Start,
-            audit: Callable[..., Any] | None = None, log: Callable[[str], None] = print) -> None:
-    """Restart a crashed app when its decision says so: from its checkpoint, with the version,
-    Spark conf and code it last ran; record the restart (it counts for the guard even when the
-    start fails) and audit it. Sets health.action."""
+def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, start: Start, restarts_on: bool = True,
+        audit: Callable[..., Any] | None = None, log: Callable[[str], None] = print) -> None:
+    """The supervisor's part for one app: restart it when it is crashed and its decision says so
+    (from its checkpoint, with the version, Spark conf and code it last ran; each attempt is
+    recorded, a failed start too, and counts for the guard), or record once that the guard gave
+    up. Audits what it did and sets health.action."""
+    from streamops.app_runtime import OperationInProgress
     from streamops.recovery.restart import restart_from_checkpoint
 
     decision = health.decision
-    if health.state != "crashed" or decision is None:
+    if decision is None:
         return
-    if decision.action != "restart":
-        health.action = decision.reason if decision.action == "wait" else None
+    if health.state == "crash-loop":
+        if decision.attempt:  # the limit was reached just now: it stays down from here on
+            runtime.record_restart({"at": now_iso(), "run_id": run_id, "outcome": "gave up",
+                                    "restarts": decision.attempt - 1, "after": health.status.reason if health.status else None})
+            health.action = "left it down (crash-loop guard)"
+            if audit:
+                audit(spec.name, "gave up", summary=decision.reason)
+            log(f"{spec.name}: {health.action}: {decision.reason}")
+        return
+    if health.state != "crashed" or decision.action in ("none", "give up"):
+        return
+    if not restarts_on:
+        health.action = "restarts are off for this run (the run's 'Restart crashed apps' switch)"
+        return
+    if decision.action == "wait":
+        health.action = decision.reason
         return
     record = runtime.driver() or {}
     launched = record.get("launch") or {}
-    version = launched.get("version") or record.get("version") or spec.version
+    version = launched.get("version") or record.get("version") or (health.desired or {}).get("version") or spec.version
     spark_conf = launched.get("spark_conf") or {}
     code = record.get("code") or {}
     digest = code.get("digest") if code.get("artifact") else None
     entry = {"at": now_iso(), "run_id": run_id, "attempt": decision.attempt, "backoff_s": decision.backoff_s,
              "not_before": decision.not_before, "version": version, "after": health.status.reason if health.status else None}
-    runtime.begin_operation(run_id, "supervisor restart")
+    try:
+        runtime.begin_operation(run_id, "supervisor restart")
+    except OperationInProgress as exc:  # a DAG run began changing it since the status was read
+        health.action = f"not restarted: {exc}"
+        return
     try:
         result = restart_from_checkpoint(spec, version, spark_conf, lambda v, c: start(v, c, digest),
                                          label="before-supervisor-restart")

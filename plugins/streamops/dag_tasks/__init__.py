@@ -4,6 +4,8 @@ These functions run inside Airflow tasks, so they take what they need (hooks, pa
 arguments and return JSON-friendly dicts for XCom; they never touch the metadata database.
 """
 
+from contextlib import contextmanager
+
 
 def apps_param(names: list[str], *, required: bool, description: str):
     """The "Apps" multi-select of a trigger form, its choices taken from the catalog."""
@@ -52,18 +54,48 @@ def trail(context):
     return AuditTrail(dag_run.dag_id, dag_run.run_id, user, dict(context["params"]))
 
 
-def operating_on(app_name: object, run_id: str, what: str):
-    """A context in which the app is marked as being changed by this run (_runtime/operation.json):
-    the supervisor does not restart an app a roll or a recovery has stopped on purpose."""
-    from contextlib import nullcontext
+def is_refusal(exc: BaseException) -> bool:
+    """A refusal (nothing was changed) rather than a failure: RecoveryRefused, or a task failure
+    whose message says "refused" before its first colon ("refused: ...", "rolling restart refused: ...")."""
+    from streamops.recovery.common import RecoveryRefused
 
-    from streamops.app_runtime import AppRuntime
+    return isinstance(exc, RecoveryRefused) or "refused" in str(exc).split(":", 1)[0]
+
+
+@contextmanager
+def operating_on(app_name: object, run_id: str, what: str):
+    """A block in which the app is marked as being changed by this run (_runtime/operation.json):
+    the supervisor does not restart an app a roll or a recovery has stopped on purpose, and two
+    runs never change one app at once (the second is refused). If the block fails (not a refusal,
+    not a dry run's skip) the marker stays, marked failed, until an operator starts or stops the
+    app: the supervisor must not restart a half-changed app."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from streamops.app_runtime import AppRuntime, OperationInProgress
     from streamops.catalog import load_catalog
+    from streamops.recovery.common import RecoveryRefused
 
     catalog = load_catalog(check_programs=False)
     if not isinstance(app_name, str) or app_name not in catalog.app_names():
-        return nullcontext()
-    return AppRuntime(catalog.app(app_name).checkpoint_location()).operating(run_id, what)
+        yield
+        return
+    runtime = AppRuntime(catalog.app(app_name).checkpoint_location())
+    try:
+        runtime.begin_operation(run_id, what)
+    except OperationInProgress as exc:
+        raise RecoveryRefused([str(exc)]) from None
+    try:
+        yield
+    except AirflowSkipException:
+        runtime.end_operation(run_id)
+        raise
+    except BaseException as exc:
+        if is_refusal(exc):
+            runtime.end_operation(run_id)
+        else:
+            runtime.fail_operation(run_id, f"{type(exc).__name__}: {exc}")
+        raise
+    runtime.end_operation(run_id)
 
 
 def audited_step(context, step: str, action, *, app: str | None = None, operation: bool = False):
@@ -76,6 +108,7 @@ def audited_step(context, step: str, action, *, app: str | None = None, operatio
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from streamops.audit import acting_as
+    from streamops.recovery.common import RecoveryRefused
 
     audit = trail(context)
     try:
@@ -85,8 +118,11 @@ def audited_step(context, step: str, action, *, app: str | None = None, operatio
     except AirflowSkipException as exc:
         audit.write(step, "skipped", app=app, summary=str(exc))
         raise
+    except RecoveryRefused as exc:  # another run is changing the app
+        audit.write(step, "refused", app=app, error=str(exc))
+        raise AirflowFailException(f"{audit.dag_id}: {exc}") from None
     except AirflowFailException as exc:
-        audit.write(step, "refused" if str(exc).startswith("refused") else "failed", app=app, error=str(exc))
+        audit.write(step, "refused" if is_refusal(exc) else "failed", app=app, error=str(exc))
         raise
     except Exception as exc:
         audit.write(step, "failed", app=app, error=f"{type(exc).__name__}: {exc}")

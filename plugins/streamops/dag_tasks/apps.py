@@ -148,7 +148,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     and crash-loop guard allow it (streamops.supervision). Never fails on an app's health: that
     is `check_health`'s, after this task has recorded every app's figures."""
     from streamops.app_runtime import AppRuntime
-    from streamops.supervision import evaluate, health_table, restart
+    from streamops.supervision import act, evaluate, health_table, unreadable
 
     # Status and stop never need an app's code: one app's missing artifact must not blind them.
     catalog = load_catalog(check_programs=False)
@@ -157,13 +157,19 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     for name in selected(catalog, names):
         spec = catalog.app(name)
         runtime = AppRuntime(spec.checkpoint_location())
-        current = app_status(spec, kafka)
-        health = evaluate(spec, current, runtime)
-        if restart_crashed and health.state == "crashed":
-            restart(spec, health, runtime, run_id=run_id, start=_supervisor_start(name, run_id),
-                    audit=_supervisor_audit(run_id), log=log.info)
-            if health.action and health.action.startswith("restarted"):
-                current = app_status(spec, kafka)
+        try:
+            current = app_status(spec, kafka)
+            health = evaluate(spec, current, runtime)
+        except Exception as exc:  # noqa: BLE001 - one app's unreadable status must not blind the others'
+            log.exception("%s: its status could not be read", name)
+            health = unreadable(name, exc)
+            statuses.append(health.status)
+            healths.append(health)
+            continue
+        act(spec, health, runtime, run_id=run_id, start=_supervisor_start(name, run_id), restarts_on=restart_crashed,
+            audit=_supervisor_audit(run_id), log=log.info)
+        if health.action and health.action.startswith("restarted"):
+            current = app_status(spec, kafka)
         statuses.append(current)
         healths.append(health)
     log.info("Streaming apps:\n%s", status_table(statuses))
@@ -216,7 +222,8 @@ def _supervisor_audit(run_id: str):
     from streamops.audit import AuditTrail
 
     def write(app_name: str, outcome: str, **details) -> None:
-        AuditTrail("app_status", run_id, "supervisor", {"app": app_name}).write("restart", outcome, **details)
+        step = "crash-loop guard" if outcome == "gave up" else "restart"
+        AuditTrail("app_status", run_id, "supervisor", {"app": app_name}).write(step, outcome, **details)
 
     return write
 
