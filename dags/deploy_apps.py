@@ -67,7 +67,8 @@ def deploy_apps():
         context = get_current_context()
         params = context["params"]
         started = audited_step(context, "deploy", lambda: steps.deploy(
-            app_name, params["version"], params["spark_conf"], context["run_id"]), app=app_name)
+            app_name, params["version"], params["spark_conf"], context["run_id"]), app=app_name, operation=True,
+            hold_on_failure=False)
         context["outlet_events"][Asset(APP_DEPLOYMENTS_ASSET)].extra = {"apps": [app_name], "version": started["version"]}
         return started
 

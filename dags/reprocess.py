@@ -111,7 +111,8 @@ def reprocess():
                 raise AirflowSkipException("No cutover asked for: the live app was not touched.")
             return steps.cutover(planned, ran, context["run_id"], kafka_connection())
 
-        return audited_step(context, "cutover", cutover, app=context["params"].get("app"), operation=True)
+        return audited_step(context, "cutover", cutover, app=context["params"].get("app"),
+                            operation=context["params"].get("cutover") is True)
 
     planned = plan()
     ran = run(planned)

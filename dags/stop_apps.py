@@ -48,7 +48,8 @@ def stop_apps():
     def stop(app_name: str) -> str:
         context = get_current_context()
         return audited_step(context, "stop", lambda: steps.stop_app(
-            app_name, context["params"]["deadline_s"], context["run_id"]), app=app_name)
+            app_name, context["params"]["deadline_s"], context["run_id"]), app=app_name, operation=True,
+            hold_on_failure=False)
 
     stop.expand(app_name=chosen_apps())
 

@@ -8,9 +8,11 @@ down and the status names the batch and offsets; a driver frozen with SIGSTOP ->
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import socket
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -112,7 +114,8 @@ def test_health_tells_a_stop_from_a_crash_and_names_the_evidence(router):
     held = evaluate(spec, _status(state="stopped"), runtime, T0)
     assert held.state == "held" and held.needs_someone and held.decision is None
     assert held.evidence.startswith("recover_reset_offsets apply (run manual__4) failed at ")
-    assert "while changing it, and left it stopped: LaunchError: the driver exited." in held.evidence
+    assert ("while changing it: LaunchError: the driver exited. It is stopped now, and its checkpoint may be half-changed, "
+            "so the supervisor does not restart it. Read that run's log; it took no checkpoint backup;") in held.evidence
     runtime.set_desired("running", run_id="manual__5", by="dave")  # an operator's start clears it
     assert runtime.operation() is None
 
@@ -121,24 +124,47 @@ def test_a_failed_start_is_a_crash_and_an_app_started_before_supervision_is_not_
     spec, runtime = router
     never = evaluate(spec, _status(state="never started", pid=None), runtime, T0)
     assert never.state == "crashed" and never.decision.action == "restart"
-    assert "but no driver of it ever started: its start failed (see that run's log)." in never.evidence
+    assert "but no driver of it ever started: its start failed (see the log of run manual__1)." in never.evidence
     legacy = AppRuntime(tmp_path / "legacy")
     legacy.dir.mkdir(parents=True)
     legacy.driver_file.write_text('{"app": "router", "version": "1.0.0", "launched_by": "manual__0", "started_at": "x"}')
     guessed = evaluate(spec, _status(state="crashed"), legacy, T0)
     assert guessed.state == "crashed" and guessed.decision.action == "none"
     assert "its desired state was never recorded (it was started before supervision)" in guessed.evidence
+    assert "asked for by nobody on record: inferred from its last driver (run manual__0" in guessed.evidence
 
 
-def test_one_run_at_a_time_changes_an_app(router):
+def test_one_run_at_a_time_changes_an_app_and_only_an_operator_takes_over_a_failed_one(router):
     from streamops.app_runtime import OperationInProgress
+    from streamops.dag_tasks import is_refusal
 
     _, runtime = router
     runtime.begin_operation("manual__roll", "roll_restart_apps roll")
     with pytest.raises(OperationInProgress, match=r"is being changed by another run: roll_restart_apps roll \(run manual__roll, since "):
         runtime.begin_operation("scheduled__status", "supervisor restart")
-    runtime.end_operation("manual__roll")
-    runtime.begin_operation("scheduled__status", "supervisor restart")
+    runtime.fail_operation("manual__roll", "RolloutFailed: the rollback did not start")
+    with pytest.raises(OperationInProgress, match=r"is held: roll_restart_apps roll \(run manual__roll\) failed while changing it"):
+        runtime.begin_operation("scheduled__status", "supervisor restart")  # the supervisor never takes it over
+    failed = runtime.operation()
+    taken = runtime.begin_operation("manual__replay", "recover_replay_dead_letters apply", over_failed=True)
+    assert taken == failed and runtime.operation()["run_id"] == "manual__replay"
+    runtime.end_operation("manual__replay", restore=taken)  # refused, or a dry run: the hold stands
+    assert runtime.operation() == failed
+    # A run whose process died without ending its operation counts as failed.
+    runtime.set_desired("running", run_id="manual__6", by="erin")
+    runtime.operation_file.write_text(json.dumps({"run_id": "manual__7", "what": "recover_restore_checkpoint apply",
+                                                  "host": socket.gethostname(), "pid": 2 ** 22 + 17, "pid_created": 1.0,
+                                                  "started_at": at(0)}))
+    assert runtime.operation()["failed_at"] == "unknown" and "ended without finishing it" in runtime.operation()["error"]
+    assert is_refusal(RuntimeError("rolling restart refused: oplog-router is stateful")) and is_refusal(OperationInProgress("x"))
+    assert not is_refusal(ConnectionRefusedError(111, "Connection refused"))
+
+
+def test_a_guard_that_could_never_trip_is_refused_by_the_catalog():
+    with pytest.raises(ValueError, match=r"max_restarts 8 cannot happen within restart_window \(1 hour\): their backoffs "
+                                         r"\(from 2 minutes, at most 30 minutes, each at least the supervisor's 120 s\) add up "
+                                         r"to 7200 s, so the crash-loop guard would never trip"):
+        SupervisionSpec(max_restarts=8)
 
 
 def test_stalled_lagging_and_degraded_are_told_apart(router):
@@ -189,7 +215,7 @@ def _health(result, app="oplog-router") -> dict:
 
 
 def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_crash_loop(
-    run_dag, app_env, app_catalog, broker, admin, capfd
+    run_dag, app_env, app_catalog, broker, admin, capfd, monkeypatch
 ):
     from test_skip_records import NOT_CONTACTS, POISON_PARTITION, event, produce_to_partitions, routed_except, \
         with_small_output_topic
@@ -219,6 +245,18 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     assert re.search(r'streamops_app_processed_rows_per_second\{app="oplog-router",query="route"\} [0-9.e+]+', text)
     assert f'streamops_app_dead_letters_total{{app="oplog-router",topic="{spec.dead_letter_topic}"}} 0.0' in text
     assert 'streamops_app_restarts_total{app="oplog-router"} 0.0' in text
+    # The same through the endpoint the API server mounts: credentials first.
+    from fastapi.testclient import TestClient
+
+    from streamops.metrics import metrics_app
+
+    (catalog_file.parent / "scrape-token").write_text("a-scrape-token\n")
+    monkeypatch.setenv("STREAMOPS_METRICS_TOKEN_FILE", str(catalog_file.parent / "scrape-token"))
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))
+    endpoint = TestClient(metrics_app())
+    assert endpoint.get("/metrics").status_code == 401
+    served = endpoint.get("/metrics", headers={"Authorization": "Bearer a-scrape-token"})
+    assert served.status_code == 200 and 'streamops_app_up{app="oplog-router"} 1.0' in served.text
 
     # kill -9: the next status run fails naming the app, and the supervisor restarts it.
     killed = runtime.driver()

@@ -67,6 +67,13 @@ def _write_atomic(path: Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
+def _parse_time(moment: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(moment).replace("Z", "+00:00")) if moment else None
+    except ValueError:
+        return None
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -289,70 +296,80 @@ class AppRuntime:
             raise ValueError(f"desired state must be running or stopped, not {state!r}")
         self.dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.desired_file, {"state": state, "run_id": run_id, "by": by, "at": now_iso(), "version": version})
-        if (_read_json(self.operation_file) or {}).get("failed_at"):
-            self.operation_file.unlink(missing_ok=True)
+        with self._operation_lock():
+            if (_read_json(self.operation_file) or {}).get("failed_at"):
+                self.operation_file.unlink(missing_ok=True)
 
     def operation(self) -> dict[str, Any] | None:
-        """The DAG run changing the app now, or the one that FAILED while changing it (`failed_at`
-        set: kept until an operator starts or stops the app, so nobody restarts a half-changed
-        app); None otherwise. One in progress counts while its process lives (on this host), or
-        for OPERATION_MAX_S after it began (recorded on another host: not checkable from here)."""
+        """The run changing the app now, or the one that FAILED while changing it (`failed_at` set:
+        kept until an operator's run takes it over, so nothing restarts a half-changed app); None
+        when no run is at it. A run whose process died without ending its operation (killed, its
+        worker lost; recorded on another host: begun more than OPERATION_MAX_S ago) counts as failed."""
         record = _read_json(self.operation_file)
-        if not record:
-            return None
-        if record.get("failed_at"):
-            return record
+        if not record or record.get("failed_at"):
+            return record or None
         if record.get("host") == socket.gethostname():
             try:
                 process = psutil.Process(int(record["pid"]))
                 alive = abs(process.create_time() - float(record["pid_created"])) < 0.01
             except (psutil.Error, KeyError, TypeError, ValueError):
                 alive = False
-            return record if alive else None
-        started = datetime.fromisoformat(str(record.get("started_at", "")).replace("Z", "+00:00")) \
-            if record.get("started_at") else None
-        if started is None or (datetime.now(timezone.utc) - started).total_seconds() > OPERATION_MAX_S:
-            return None
+            gone = not alive
+        else:
+            started = _parse_time(record.get("started_at"))
+            gone = started is None or (datetime.now(timezone.utc) - started).total_seconds() > OPERATION_MAX_S
+        if gone:
+            return {**record, "failed_at": "unknown", "error": f"its process (pid {record.get('pid')} on {record.get('host')}) "
+                                                                "ended without finishing it (killed, or its worker was lost)"}
         return record
 
-    def begin_operation(self, run_id: str, what: str) -> None:
-        """Mark the app as being changed by `run_id`; OperationInProgress if another run is
-        changing it now (checked and written under a lock: two runs never both go ahead)."""
+    @contextmanager
+    def _operation_lock(self) -> Iterator[None]:
         import fcntl
 
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "operation.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def begin_operation(self, run_id: str, what: str, *, over_failed: bool = False) -> dict[str, Any] | None:
+        """Mark the app as being changed by `run_id`. OperationInProgress if another run is changing
+        it now, or (unless `over_failed`: an operator's run deciding what happens next) if a run
+        failed while changing it. Checked and written under a lock: two runs never both go ahead.
+        Returns the failed run's record this one took over (None: there was none)."""
+        with self._operation_lock():
             current = self.operation()
-            if current and not current.get("failed_at") and current.get("run_id") != run_id:
-                raise OperationInProgress(
-                    f"{self.checkpoint.name} is being changed by another run: {current.get('what')} (run {current.get('run_id')}, "
-                    f"since {current.get('started_at')}, pid {current.get('pid')} on {current.get('host')}); try again when it "
-                    "has finished")
+            if current and current.get("run_id") != run_id:
+                if not current.get("failed_at"):
+                    raise OperationInProgress(
+                        f"{self.checkpoint.name} is being changed by another run: {current.get('what')} (run "
+                        f"{current.get('run_id')}, since {current.get('started_at')}, pid {current.get('pid')} on "
+                        f"{current.get('host')}); try again when it has finished")
+                if not over_failed:
+                    raise OperationInProgress(
+                        f"{self.checkpoint.name} is held: {current.get('what')} (run {current.get('run_id')}) failed while "
+                        f"changing it ({current.get('error')}); an operator's start, stop or recovery decides what happens next")
             _write_atomic(self.operation_file, {"run_id": run_id, "what": what, "started_at": now_iso(),
                                                 "host": socket.gethostname(), "pid": os.getpid(),
                                                 "pid_created": psutil.Process().create_time()})
+            return current if current and current.get("failed_at") else None
 
-    def end_operation(self, run_id: str) -> None:
-        if (_read_json(self.operation_file) or {}).get("run_id") == run_id:
-            self.operation_file.unlink(missing_ok=True)
+    def end_operation(self, run_id: str, restore: dict[str, Any] | None = None) -> None:
+        """End this run's operation; with `restore`, put back the failed run's record it took over
+        (this run changed nothing: the hold stands)."""
+        with self._operation_lock():
+            if (_read_json(self.operation_file) or {}).get("run_id") == run_id:
+                if restore:
+                    _write_atomic(self.operation_file, restore)
+                else:
+                    self.operation_file.unlink(missing_ok=True)
 
-    def fail_operation(self, run_id: str, error: str) -> None:
-        """Keep this run's operation marker, marked failed with the error."""
-        record = _read_json(self.operation_file) or {}
-        if record.get("run_id") == run_id:
-            _write_atomic(self.operation_file, {**record, "failed_at": now_iso(), "error": error[:1000]})
-
-    @contextmanager
-    def operating(self, run_id: str, what: str) -> Iterator[None]:
-        """begin_operation ... end_operation around a block (fail_operation if it raises)."""
-        self.begin_operation(run_id, what)
-        try:
-            yield
-        except BaseException as exc:
-            self.fail_operation(run_id, f"{type(exc).__name__}: {exc}")
-            raise
-        self.end_operation(run_id)
+    def fail_operation(self, run_id: str, error: str, **details: Any) -> None:
+        """Keep this run's operation marker, marked failed with the error and `details`."""
+        with self._operation_lock():
+            record = _read_json(self.operation_file) or {}
+            if record.get("run_id") == run_id:
+                _write_atomic(self.operation_file, {**record, **details, "failed_at": now_iso(), "error": error[:1000]})
 
     def restarts(self) -> list[dict[str, Any]]:
         if not self.restarts_file.exists():

@@ -248,6 +248,10 @@ class ProducerSettings(BaseModel):
         return settings
 
 
+# How often the supervisor (the app_status DAG) looks at the apps: its schedule.
+SUPERVISOR_EVERY_S = 120
+
+
 class SupervisionSpec(_Strict):
     """How the supervisor (the app_status DAG, streamops.supervision) watches and restarts one app."""
 
@@ -275,6 +279,15 @@ class SupervisionSpec(_Strict):
     def _backoff_in_order(self) -> SupervisionSpec:
         if duration_ms(self.backoff_max) < duration_ms(self.backoff_initial):
             raise ValueError(f"backoff_max ({self.backoff_max}) is shorter than backoff_initial ({self.backoff_initial})")
+        # The guard counts restarts within the window: if max_restarts of them cannot fit in it
+        # (backoffs, and the supervisor's own interval between runs), it never trips.
+        initial_s, cap_s = duration_ms(self.backoff_initial) / 1000, duration_ms(self.backoff_max) / 1000
+        spread_s = sum(max(min(initial_s * 2 ** (n - 2), cap_s), SUPERVISOR_EVERY_S) for n in range(2, self.max_restarts + 1))
+        if spread_s >= duration_ms(self.restart_window) / 1000:
+            raise ValueError(
+                f"max_restarts {self.max_restarts} cannot happen within restart_window ({self.restart_window}): their backoffs "
+                f"(from {self.backoff_initial}, at most {self.backoff_max}, each at least the supervisor's {SUPERVISOR_EVERY_S} s) "
+                f"add up to {spread_s:g} s, so the crash-loop guard would never trip; widen the window or lower max_restarts")
         return self
 
 

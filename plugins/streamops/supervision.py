@@ -165,6 +165,8 @@ def desired_state(runtime: AppRuntime) -> dict[str, Any] | None:
 
 
 def _who(desired: dict[str, Any]) -> str:
+    if desired.get("inferred"):
+        return f"nobody on record: inferred from its last driver (run {desired.get('run_id') or '?'}, started {desired.get('at') or '?'})"
     by = desired.get("by") or "unknown"
     return f"{by} (run {desired.get('run_id') or '?'}) at {desired.get('at') or '?'}"
 
@@ -180,12 +182,15 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
     operation = runtime.operation()
     if status.state != "running" and operation:
         if operation.get("failed_at"):
+            backups = operation.get("backups") or []
             health.state = "held"
             health.evidence = (f"{operation.get('what')} (run {operation.get('run_id')}) failed at {operation.get('failed_at')} "
-                               f"while changing it, and left it {status.state}: {operation.get('error')}. Its checkpoint may be "
-                               "half-changed, so the supervisor does not restart it: read that run's log; "
-                               "recover_restore_checkpoint puts back the backup it took; starting (deploy_apps, "
-                               "recover_restart_app) or stopping (stop_apps) the app clears this.")
+                               f"while changing it: {operation.get('error')}. It is {status.state} now, and its checkpoint may "
+                               "be half-changed, so the supervisor does not restart it. Read that run's log; "
+                               + (f"it took the checkpoint backup(s) {', '.join(backups)}: recover_restore_checkpoint puts one "
+                                  "back; " if backups else "it took no checkpoint backup; ")
+                               + "an operator's start (deploy_apps, recover_restart_app), stop (stop_apps) or recovery "
+                               "decides what happens next.")
         else:
             health.state = "in operation"
             health.evidence = f"{operation.get('what')} by run {operation.get('run_id')} since {operation.get('started_at')}"
@@ -208,12 +213,16 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
         health.restarts_in_window = max(decision.attempt - 1, 0)
         if status.state == "never started":
             evidence = (f"should be running (version {desired.get('version') or spec.version}, asked for by {_who(desired)}) "
-                        "but no driver of it ever started: its start failed (see that run's log).")
+                        f"but no driver of it ever started: its start failed (see the log of run {desired.get('run_id')}).")
         else:
             ended = status.reason or ("the driver died without recording a stop" if status.state == "crashed" else status.state)
             when = status.stopped_at or (f"heartbeat lost {status.heartbeat_age_s:.0f}s ago" if status.heartbeat_age_s else "unrecorded")
             evidence = (f"should be running (version {desired.get('version') or status.version}, asked for by {_who(desired)}) "
                         f"but its driver is {status.state} (pid {status.pid}, ended {when}): {ended}.")
+        failed_restarts = [r for r in restarts if r.get("outcome") == "failed"]
+        if failed_restarts and failed_restarts[-1] is restarts[-1]:
+            last = failed_restarts[-1]
+            evidence += f" The supervisor's last restart (run {last.get('run_id')}) failed: {str(last.get('error'))[:300]}."
         if decision.action == "give up":
             health.state = "crash-loop"
             health.evidence = f"{evidence} {decision.reason}. {WAY_OUT}"
@@ -340,8 +349,10 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
     try:
         result = restart_from_checkpoint(spec, version, spark_conf, lambda v, c: start(v, c, digest),
                                          label="before-supervisor-restart")
-    except Exception as exc:  # noqa: BLE001 - recorded, audited and reported; the next run decides again
+    except BaseException as exc:  # noqa: BLE001 - recorded (it counts for the guard), audited, reported
         runtime.record_restart({**entry, "outcome": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000]})
+        if not isinstance(exc, Exception):  # the task is being ended: recorded, and on its way
+            raise
         health.action = f"restart {decision.attempt} failed: {type(exc).__name__}: {str(exc)[:500]}"
         if audit:
             audit(spec.name, "failed", error=health.action, restart=entry)

@@ -55,54 +55,67 @@ def trail(context):
 
 
 def is_refusal(exc: BaseException) -> bool:
-    """A refusal (nothing was changed) rather than a failure: RecoveryRefused, or a task failure
-    whose message says "refused" before its first colon ("refused: ...", "rolling restart refused: ...")."""
+    """A refusal (nothing was changed) rather than a failure: RecoveryRefused, OperationInProgress,
+    or a task failure whose message opens with "... refused:" ("refused: ...", "rolling restart
+    refused: ..."). ("[Errno 111] Connection refused" is a failure.)"""
+    import re
+
+    from streamops.app_runtime import OperationInProgress
     from streamops.recovery.common import RecoveryRefused
 
-    return isinstance(exc, RecoveryRefused) or "refused" in str(exc).split(":", 1)[0]
+    return isinstance(exc, (RecoveryRefused, OperationInProgress)) or bool(re.match(r"[A-Za-z ]*\brefused\b[A-Za-z ]*:", str(exc)))
 
 
 @contextmanager
-def operating_on(app_name: object, run_id: str, what: str):
+def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: bool = True):
     """A block in which the app is marked as being changed by this run (_runtime/operation.json):
-    the supervisor does not restart an app a roll or a recovery has stopped on purpose, and two
-    runs never change one app at once (the second is refused). If the block fails (not a refusal,
-    not a dry run's skip) the marker stays, marked failed, until an operator starts or stops the
-    app: the supervisor must not restart a half-changed app."""
+    the supervisor leaves it alone, and two runs never change one app at once (the second is
+    refused, naming the first). An operator's run may take over the marker of a run that failed.
+    If the block fails (not a refusal, not a dry run's skip) and leaves the app down, the marker
+    stays, marked failed, with the backups the run took: the app is "held" until an operator's
+    start, stop or recovery, because the supervisor must not restart a half-changed app. Without
+    `hold_on_failure` (a deploy or a stop: a failed one changes no checkpoint) it simply ends."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from streamops.app_runtime import AppRuntime, OperationInProgress
     from streamops.catalog import load_catalog
     from streamops.recovery.common import RecoveryRefused
+    from streamops.rollout import list_backups
 
     catalog = load_catalog(check_programs=False)
     if not isinstance(app_name, str) or app_name not in catalog.app_names():
         yield
         return
-    runtime = AppRuntime(catalog.app(app_name).checkpoint_location())
+    checkpoint = catalog.app(app_name).checkpoint_location()
+    runtime = AppRuntime(checkpoint)
     try:
-        runtime.begin_operation(run_id, what)
+        taken_over = runtime.begin_operation(run_id, what, over_failed=True)
     except OperationInProgress as exc:
         raise RecoveryRefused([str(exc)]) from None
+    backups_before = set(list_backups(checkpoint))
     try:
         yield
     except AirflowSkipException:
-        runtime.end_operation(run_id)
+        runtime.end_operation(run_id, restore=taken_over)
         raise
     except BaseException as exc:
         if is_refusal(exc):
+            runtime.end_operation(run_id, restore=taken_over)
+        elif runtime.is_running() or not hold_on_failure:  # e.g. a roll that rolled back: the app runs, nothing held
             runtime.end_operation(run_id)
         else:
-            runtime.fail_operation(run_id, f"{type(exc).__name__}: {exc}")
+            runtime.fail_operation(run_id, f"{type(exc).__name__}: {exc}", state_after=runtime.state(),
+                                   backups=sorted(str(p) for p in set(list_backups(checkpoint)) - backups_before))
         raise
     runtime.end_operation(run_id)
 
 
-def audited_step(context, step: str, action, *, app: str | None = None, operation: bool = False):
+def audited_step(context, step: str, action, *, app: str | None = None, operation: bool = False,
+                 hold_on_failure: bool = True):
     """Run one step of a mutating DAG and write its outcome to the audit log, whatever it is:
     planned / done (with what changed), skipped (a dry run's apply), refused, failed. The
     exception goes on unchanged, so the task fails as it would have. With `operation`, the app
-    is marked as being changed meanwhile (operating_on)."""
+    is marked as being changed meanwhile (operating_on, `hold_on_failure` passed on)."""
     from contextlib import nullcontext
 
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -112,7 +125,8 @@ def audited_step(context, step: str, action, *, app: str | None = None, operatio
 
     audit = trail(context)
     try:
-        marked = operating_on(app, audit.run_id, f"{audit.dag_id} {step}") if operation else nullcontext()
+        marked = (operating_on(app, audit.run_id, f"{audit.dag_id} {step}", hold_on_failure=hold_on_failure) if operation
+                  else nullcontext())
         with acting_as(audit.user, audit.run_id), marked:
             result = action()
     except AirflowSkipException as exc:

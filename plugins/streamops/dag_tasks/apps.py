@@ -166,10 +166,14 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
             statuses.append(health.status)
             healths.append(health)
             continue
-        act(spec, health, runtime, run_id=run_id, start=_supervisor_start(name, run_id), restarts_on=restart_crashed,
-            audit=_supervisor_audit(run_id), log=log.info)
-        if health.action and health.action.startswith("restarted"):
-            current = app_status(spec, kafka)
+        try:
+            act(spec, health, runtime, run_id=run_id, start=_supervisor_start(name, run_id), restarts_on=restart_crashed,
+                audit=_supervisor_audit(run_id), log=log.info)
+            if health.action and health.action.startswith("restarted"):
+                current = app_status(spec, kafka)
+        except Exception as exc:  # noqa: BLE001 - the next apps still get their turn; this one is reported
+            log.exception("%s: the supervisor's action failed", name)
+            health.action = f"its action failed: {type(exc).__name__}: {str(exc)[:500]}"
         statuses.append(current)
         healths.append(health)
     log.info("Streaming apps:\n%s", status_table(statuses))
