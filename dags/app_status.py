@@ -25,16 +25,17 @@ with the time lag (age of the oldest unprocessed record).
 
 Then its **health**, from what the app should be doing (deployed / stopped by an operator, who
 and when) and the catalog's `supervision` thresholds: healthy, stopped, not deployed, in
-operation (a roll or recovery is changing it), **crashed**, **crash-loop**, **stalled**,
-**lagging**, **degraded**.
+operation (a roll or recovery is changing it), **crashed**, **crash-loop**, **held** (down after
+a run failed while changing it: nothing restarts it), **stalled**, **lagging**, **degraded**,
+**unreadable**.
 
 **Supervisor**: an app that should run and does not is restarted from its checkpoint with the
 version, Spark conf and code it last ran, if its restart policy is `on-failure`: the first
 restart at once, later ones after an exponential backoff; after `max_restarts` within
 `restart_window` the crash-loop guard leaves it down. Every restart is in `streamops audit`.
 
-**The run fails** (task `check_health`) when any app is crashed, in a crash loop, stalled,
-lagging or degraded, naming each with its evidence, so Airflow's failure notifications page
+**The run fails** (task `check_health`) when any app is crashed, in a crash loop, held, stalled,
+lagging, degraded or unreadable, naming each with its evidence, so Airflow's failure notifications page
 someone (README "Supervision" shows how to wire a notifier). A crash loop names the batch and
 offsets it failed on; the way out is recover_skip_records, recover_reset_offsets or
 recover_replay_dead_letters, then recover_restart_app or deploy_apps (which resets the guard).
