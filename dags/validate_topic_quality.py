@@ -62,11 +62,12 @@ Backfills (the **reprocess** DAG) validate their target topics with this same co
     catchup=False,
     max_active_runs=1,
     tags=["kafka", "quality", "great-expectations"],
-    default_args={"owner": "data-platform", "retries": 1, "retry_delay": timedelta(minutes=1)},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 1, "retry_delay": timedelta(minutes=1)},
     params={
         "topics": steps.topics_param(CATALOG),
         "range": Param(
             "auto", type="string", enum=list(MODES), title="Range",
+            description="Which records to validate; the fields of the chosen range follow.",
             values_display={
                 "auto": "Automatic (scheduled: last closed hour; after a deploy: last N records)",
                 "last_records": "Last N records of each partition",
@@ -101,7 +102,11 @@ def validate_topic_quality():
     @task
     def validate(ranges: list[dict]) -> list[dict]:
         context = get_current_context()
-        return steps.validate(ranges, context["run_id"], kafka_connection(), admin_client(), steps.spark_master())
+        # A time range (scheduled, or asked for) must hold records of a running app: freshness.
+        timed = context["params"]["range"] == "time_range" or (
+            context["params"]["range"] == "auto" and context["dag_run"].run_type == "scheduled")
+        return steps.validate(ranges, context["run_id"], kafka_connection(), admin_client(), steps.spark_master(),
+                              check_freshness=timed)
 
     validate(plan())
 

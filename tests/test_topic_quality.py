@@ -200,6 +200,45 @@ def test_bad_params_are_refused_before_anything_is_read(run_dag, broker, app_out
     assert results.query(root=quality_env) == []  # nothing was validated or recorded
 
 
+def test_before_the_topics_exist_the_run_is_skipped_saying_why(run_dag, admin, quality_env, tmp_path, capfd, caplog):
+    """A fresh install: the hourly run comes before provision_topics created anything."""
+    from streamops.catalog import load_catalog
+
+    catalog = load_catalog().with_topic_prefix(f"q{uuid.uuid4().hex[:8]}")  # nothing of it on the broker
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(catalog.to_yaml())
+    result = run_dag("validate_topic_quality", catalog_file)
+    assert result.state == "success" and result.task_states == {"plan": "skipped", "validate": "skipped"}
+    text = task_log(capfd, caplog)
+    assert f"Nothing to validate yet: {', '.join(catalog.validated_topics())} do not exist on the broker. Run provision_topics" in text
+    assert results.query(root=quality_env) == []
+
+
+def test_an_empty_hour_of_a_running_apps_topic_fails_freshness(run_dag, admin, quality_env, tmp_path, monkeypatch, capfd, caplog):
+    """An app that should run but wrote nothing in the hour is not a clean hour; a stopped one is."""
+    from streamops.app_runtime import AppRuntime
+    from streamops.catalog import load_catalog
+    from streamops.provisioning import ensure_topics
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    catalog = load_catalog().with_topic_prefix(f"q{uuid.uuid4().hex[:8]}")
+    ensure_topics(admin, catalog.topics)
+    catalog_file = tmp_path / "catalog.yaml"
+    catalog_file.write_text(catalog.to_yaml())
+    router = catalog.app("oplog-router")
+    contacts = router.outputs["contacts"]
+    runtime = AppRuntime(router.checkpoint_location())
+    runtime.set_desired("running", run_id="manual__deploy", by="alice")
+    hour = {"topics": [contacts], "range": "time_range", "start_time": "2026-11-24T01:00:00Z", "end_time": "2026-11-24T02:00:00Z"}
+
+    stale = run_dag("validate_topic_quality", catalog_file, **hour)
+    assert stale.state == "failed" and stale.task_states == {"plan": "success", "validate": "failed"}
+    assert (f"{contacts}: freshness: no records in records written from 2026-11-24T01:00:00+00:00 up to "
+            "2026-11-24T02:00:00+00:00, though its app oplog-router should be running (since ") in task_log(capfd, caplog)
+    runtime.set_desired("stopped", run_id="manual__stop", by="bob")
+    assert run_dag("validate_topic_quality", catalog_file, **hour).state == "success"  # stopped on purpose: nothing is due
+
+
 def test_range_requests_are_checked_against_the_catalog_and_the_broker(admin, broker, app_outputs):
     from streamops.quality.ranges import RangeError, RangeRequest, resolve
 

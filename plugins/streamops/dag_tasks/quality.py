@@ -67,6 +67,7 @@ def plan(
     if triggered_by_apps:
         topics = topics_of_apps(catalog, triggered_by_apps) or topics
         log.info("Triggered after a deploy or backfill of %s: validating %s", ", ".join(triggered_by_apps), ", ".join(topics))
+    topics = _provisioned(admin, topics or catalog.validated_topics(), set(catalog.topic_names()))
     try:
         ranges = resolve(admin, catalog, topics, RangeRequest.from_params(params), interval)
     except RangeError as exc:
@@ -77,8 +78,51 @@ def plan(
     return [r.to_json() for r in ranges]
 
 
-def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin, spark_master: str) -> list[dict]:
-    """Validate each planned range; fail (after validating all of them) if any suite failed."""
+def _provisioned(admin, topics: list[str], in_catalog: set[str]) -> list[str]:
+    """`topics` but the catalog topics the broker does not have yet. Such a topic (a fresh install
+    whose hourly run comes before provision_topics) is not a quality failure: the run validates
+    the others, or is skipped saying so when none exists. Names the catalog does not know stay,
+    for the range check to refuse them."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from streamops.provisioning import ADMIN_TIMEOUT_S
+
+    existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics)
+    missing = [t for t in topics if t in in_catalog and t not in existing]
+    if missing and len(missing) == len(topics):
+        raise AirflowSkipException(f"Nothing to validate yet: {', '.join(missing)} "
+                                   f"{'does' if len(missing) == 1 else 'do'} not exist on the broker. Run provision_topics "
+                                   "(the catalog's topics are created there); this run was skipped, not failed.")
+    if missing:
+        log.warning("Not validated: %s do(es) not exist on the broker yet (run provision_topics)", ", ".join(missing))
+    return [t for t in topics if t not in missing]
+
+
+def freshness_failures(catalog: Catalog, ranges: list[TopicRange]) -> list[str]:
+    """Empty ranges of topics whose writing app should be running: a stopped, crashed or stalled
+    app writes nothing, and an empty range must not pass as clean."""
+    from streamops.app_runtime import AppRuntime
+    from streamops.supervision import desired_state
+
+    failures = []
+    for item in ranges:
+        if item.records:
+            continue
+        for app in catalog.apps:
+            if item.topic not in app.outputs.values():
+                continue
+            desired = desired_state(AppRuntime(app.checkpoint_location())) or {}
+            if desired.get("state") == "running":
+                failures.append(f"{item.topic}: freshness: no records in {item.description}, though its app {app.name} should "
+                                f"be running (since {desired.get('at') or '?'}): a stopped, crashed or stalled app writes "
+                                "nothing; see app_status")
+    return failures
+
+
+def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin, spark_master: str,
+             check_freshness: bool = False) -> list[dict]:
+    """Validate each planned range; fail (after validating all of them) if any suite failed, or,
+    with `check_freshness` (a time range), if a running app's topic got no records in it."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from spark_apps.common.session import build_session
@@ -93,11 +137,14 @@ def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin,
     outcomes = validate_topics(spark, kafka, admin, load_catalog(), topic_ranges, run_name)
     rows = [[o.topic, "passed" if o.success else "FAILED", o.records, len(o.failures), len(o.warnings)] for o in outcomes]
     log.info("Summary:\n%s", tabulate(rows, headers=["topic", "result", "records", "failed", "warnings"]))
+    stale = freshness_failures(load_catalog(), topic_ranges) if check_freshness else []
     try:
         raise_on_failures(outcomes)
     except QualityCheckFailed as exc:
         # Retrying would read the same records and fail the same way.
-        raise AirflowFailException(str(exc)) from None
+        raise AirflowFailException("\n".join([str(exc), *stale])) from None
+    if stale:
+        raise AirflowFailException("\n".join(["Output quality failed:", *stale]))
     return [o.to_json() for o in outcomes]
 
 
