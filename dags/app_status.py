@@ -50,7 +50,7 @@ recover_replay_dead_letters, then recover_restart_app or deploy_apps (which rese
     catchup=False,
     max_active_runs=1,
     tags=["spark", "apps", "status", "supervision"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "apps": apps_param(APP_NAMES, required=False, description="Leave empty for all apps."),
         "restart_crashed": Param(True, type="boolean", title="Restart crashed apps",

@@ -46,14 +46,14 @@ this task ends, holding no Airflow worker slot.
     schedule=None,
     catchup=False,
     tags=["spark", "apps", "deploy"],
-    default_args={"owner": "data-platform", "retries": 0, "retry_delay": timedelta(seconds=30)},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0, "retry_delay": timedelta(seconds=30)},
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to start."),
         "version": Param(
             None, type=["null", "string"], pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH,
             title="Version label", description="Recorded with the run and in dead letters. Empty: the catalog's.",
         ),
-        "spark_conf": Param({}, **spark_conf_schema()),
+        "spark_conf": Param(None, **spark_conf_schema()),
     },
 )
 def deploy_apps():

@@ -44,7 +44,7 @@ with *Dry run* off to apply it. A second apply shows every topic as *no change*.
     catchup=False,
     max_active_runs=1,
     tags=["kafka", "topics", "provisioning"],
-    default_args={"owner": "data-platform", "retries": 2, "retry_delay": timedelta(seconds=15)},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 2, "retry_delay": timedelta(seconds=15)},
     params={
         "dry_run": Param(
             True,

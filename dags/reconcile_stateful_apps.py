@@ -42,7 +42,7 @@ dropped as late show up as mismatches (the live query's progress counts them).
     catchup=False,
     max_active_runs=1,
     tags=["spark", "apps", "reprocessing", "quality"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "apps": Param(STATEFUL, type="array", items={"type": "string", "enum": STATEFUL} if STATEFUL else {"type": "string"},
                       uniqueItems=True, examples=STATEFUL, title="Apps", description="Stateful apps to reconcile."),

@@ -48,15 +48,17 @@ To undo a live rebuild: `recover_restore_checkpoint` with the `before-rebuild` s
     catchup=False,
     max_active_runs=1,
     tags=["recovery", "on-call", "spark", "apps", "reprocessing"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
+        "dry_run": dry_run_param(),
         "target": Param("live", type="string", enum=["live", "versioned"], title="Target",
+                        description="live: rebuild into the app's own topics (downstream sees those records again); "
+                                    "versioned: into new <topic>.<version> topics, validated, then cut over.",
                         values_display={"live": "The live topics (reprocess in place)",
                                         "versioned": "New versioned topics, then cut over"}),
         "version": Param("v2", type="string", pattern=VERSION_SUFFIX_PATTERN, title="Version suffix",
                          description="For target versioned: the new topics are <topic>.<version>."),
-        "dry_run": dry_run_param(),
         "verify_deadline_s": verify_deadline_param(1800),
     },
 )

@@ -45,14 +45,15 @@ The dead-letter topic is never changed. Audited (`streamops audit`).
     catchup=False,
     max_active_runs=1,
     tags=["recovery", "on-call", "dead-letters"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
+        "dry_run": dry_run_param(),
         "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back such as '6 hours'."),
         "end": range_end_param("now, or an ISO-8601 time with timezone."),
-        "reason_contains": Param("", type="string", maxLength=200, title="Reason contains",
-                                 description="Only dead letters whose reason contains this text; empty: all."),
-        "dry_run": dry_run_param(),
+        "reason_contains": Param(None, type=["null", "string"], maxLength=200, title="Reason contains",
+                                 description="Optional. Only dead letters whose reason contains this text "
+                                             "(case-insensitive); empty: every reason."),
     },
 )
 def recover_replay_dead_letters():

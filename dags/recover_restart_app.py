@@ -48,7 +48,7 @@ Every step is written to the recovery audit log (`streamops audit`).
     catchup=False,
     max_active_runs=1,
     tags=["recovery", "on-call", "spark", "apps"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={"app": app_param(load_catalog(check_programs=False).app_names()), "dry_run": dry_run_param(), "verify_deadline_s": verify_deadline_param()},
 )
 def recover_restart_app():

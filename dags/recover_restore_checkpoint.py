@@ -43,14 +43,14 @@ Audited (`streamops audit`).
     catchup=False,
     max_active_runs=1,
     tags=["recovery", "on-call", "spark", "apps"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
+        "dry_run": dry_run_param(),
         "snapshot": Param("latest", type="string", pattern=NAME_PATTERN, title="Snapshot",
                           description="latest, or a snapshot name from the plan's history."),
         "stop_if_running": Param(False, type="boolean", title="Stop if running",
                                  description="Stop a running app gracefully before restoring (else it is refused)."),
-        "dry_run": dry_run_param(),
         "verify_deadline_s": verify_deadline_param(),
     },
 )

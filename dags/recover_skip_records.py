@@ -51,16 +51,16 @@ fixed. Every step is written to the recovery audit log (`streamops audit`).
     catchup=False,
     max_active_runs=1,
     tags=["recovery", "on-call", "spark", "apps"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
+        "dry_run": dry_run_param(),
         "records": Param([], type="array", minItems=1, maxItems=MAX_SPECS,
                          items={"type": "string", "pattern": RECORD_PATTERN, "maxLength": 300},
                          title="Records", description="topic:partition:offset or topic:partition:first-last, one per "
                                                       "line, e.g. oplog.operations:3:1207"),
         "note": Param(None, type=["null", "string"], maxLength=MAX_NOTE, title="Note",
                       description="Optional: why (a ticket, the error); written into each dead letter's reason."),
-        "dry_run": dry_run_param(),
         "verify_deadline_s": verify_deadline_param(),
     },
 )

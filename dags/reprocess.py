@@ -55,13 +55,17 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
     catchup=False,
     max_active_runs=1,
     tags=["spark", "apps", "reprocessing", "backfill"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         # A catalog without apps still parses (plan then refuses: there is nothing to reprocess).
-        "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App", **({"enum": APP_NAMES} if APP_NAMES else {})),
+        "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App",
+                     description="The app whose outputs are recomputed from its retained input (a dry run is the default).",
+                     **({"enum": APP_NAMES} if APP_NAMES else {})),
         "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
         "end": range_end_param("now, or an ISO-8601 time with timezone."),
         "target": Param("versioned", type="string", enum=["versioned", "scratch"], title="Target",
+                        description="Where the recomputed records go: new versioned topics (a cutover can follow) or "
+                                    "scratch topics (to compare, then delete).",
                         values_display={"versioned": "New versioned topics (<topic>.<version>)",
                                         "scratch": "Scratch topics (scratch.<tag>.<topic>)"}),
         "version": Param("v2", type="string", pattern=VERSION_SUFFIX_PATTERN, title="Version suffix",

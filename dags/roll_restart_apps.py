@@ -49,20 +49,26 @@ The XCom of each app has the downtime (seconds without a driver) and the backup 
     catchup=False,
     max_active_runs=1,
     tags=["spark", "apps", "deploy", "upgrade"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to roll, in any order."),
         "version": Param(
-            "1.0.0", type="string", pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH, title="New version label",
-            description="The version the chosen apps run as after the roll, a semantic version such as 1.4.0 (at most "
+            steps.suggested_version(CATALOG), type="string", pattern=VERSION_PATTERN, maxLength=VERSION_MAX_LENGTH,
+            title="New version label",
+            description="Suggested: the next patch after the catalog's newest version. The version the chosen apps run as "
+                        "after the roll, a semantic version such as 1.4.0 (at most "
                         "64 characters). An app with an artifact runs that version's artifact (streamops artifact build); "
                         "others run the installed code under this label. Shown by app_status, recorded in the launch "
                         "record and in dead letters; a rollback returns to the running version and its code.",
         ),
-        "spark_conf": Param({}, **spark_conf_schema()),
+        "spark_conf": Param(None, **spark_conf_schema()),
         "gate_deadline_s": Param(180, type="integer", minimum=steps.GATE_DEADLINE_S[0], maximum=steps.GATE_DEADLINE_S[1],
-                                 title="Health gate deadline (s)"),
-        "max_dead_letter_rate": Param(0.05, type="number", minimum=0, maximum=1, title="Max dead-letter rate"),
+                                 title="Health gate deadline (s)",
+                                 description="How long the new version has to prove itself (alive; caught up or lag not "
+                                             "growing; dead letters under the limit) before it is rolled back."),
+        "max_dead_letter_rate": Param(0.05, type="number", minimum=0, maximum=1, title="Max dead-letter rate",
+                                      description="Share of the new version's input that may go to dead letters during "
+                                                  "the health gate (0.05 = 5%); above it, the roll is rolled back."),
     },
 )
 def roll_restart_apps():

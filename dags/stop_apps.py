@@ -32,7 +32,7 @@ SIGTERM, then killed, and the task says which happened; one on another host is n
     schedule=None,
     catchup=False,
     tags=["spark", "apps", "stop"],
-    default_args={"owner": "data-platform", "retries": 0},
+    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to stop."),
         "deadline_s": Param(60, type="integer", minimum=steps.STOP_DEADLINE_S[0], maximum=steps.STOP_DEADLINE_S[1], title="Deadline (s)",

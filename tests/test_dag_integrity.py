@@ -28,6 +28,8 @@ def test_every_dag_has_an_owner_tags_retries_and_a_doc(dag_bag):
         assert dag.tags, f"{dag_id} has no tags"
         assert dag.doc_md and len(dag.doc_md) > 100, f"{dag_id} has no doc for the UI"
         assert "retries" in dag.default_args, f"{dag_id} does not set retries"
+        # Task logs end with the step's own summary, not the return value dumped on one line.
+        assert dag.default_args.get("show_return_value_in_logs") is False, f"{dag_id} dumps return values into logs"
         for task in dag.tasks:
             assert task.owner not in (None, "", "airflow"), f"{dag_id}.{task.task_id} has no owner"
 
@@ -40,6 +42,39 @@ def test_provision_topics_form_offers_the_catalog_topics_and_defaults_to_dry_run
     schema = params.get_param("topics").schema
     assert schema["items"]["enum"] == load_catalog().topic_names()
     assert schema["type"] == ["array", "null"]  # optional in the form: empty means all
+
+
+def test_every_form_field_has_help_text_and_an_empty_optional_field_is_accepted(dag_bag):
+    """The UI's trigger form sends null for an empty field and treats a field whose schema refuses
+    null as required (its Trigger button stays disabled): every optional field is ["null", T]."""
+    for dag_id, dag in dag_bag.dags.items():
+        for name, param in dag.params.items():
+            schema = param.schema
+            assert param.description or schema.get("description"), f"{dag_id}: the form field {name!r} has no help text"
+            optional = param.value in (None, "", [], {}) and not schema.get("minItems") and not schema.get("minLength")
+            if optional:
+                assert "null" in schema["type"], f"{dag_id}: {name!r} is optional (default {param.value!r}) but refuses null"
+
+
+def test_starting_stopping_or_rolling_apps_needs_an_explicit_choice(dag_bag):
+    from airflow.sdk.definitions.param import ParamValidationError
+
+    from streamops.catalog import load_catalog
+    from streamops.dag_tasks.apps import suggested_version
+
+    for dag_id in ("deploy_apps", "stop_apps", "roll_restart_apps"):
+        params = dag_bag.get_dag(dag_id).params
+        apps = params.get_param("apps")
+        assert apps.value == [] and apps.schema["minItems"] == 1, f"{dag_id} pre-selects {apps.value}"
+        with pytest.raises(ParamValidationError, match="apps"):
+            params.validate()  # its defaults as they stand: no app chosen, no run
+    roll = dag_bag.get_dag("roll_restart_apps").params.get_param("version")
+    assert roll.value == suggested_version(load_catalog()) == "1.0.1"
+    assert roll.description.startswith("Suggested: the next patch after the catalog's newest version.")
+    # The recovery forms put the dry-run switch right after the app, above the mode's fields.
+    for dag_id in ("recover_reset_offsets", "recover_replay_dead_letters", "recover_rebuild_state", "recover_skip_records",
+                   "recover_restore_checkpoint", "recover_restart_app"):
+        assert list(dag_bag.get_dag(dag_id).params)[:2] == ["app", "dry_run"], dag_id
 
 
 def test_broken_catalog_shows_as_an_import_error_naming_the_problem(airflow_db, tmp_path, monkeypatch):

@@ -139,6 +139,18 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, p
                          timeout=30).json()["access_token"]
         assert httpx.get(metrics_url, headers={"Authorization": f"Bearer {jwt}"}, timeout=60).status_code == 200
 
+        # A task log an operator reads: no deprecation noise from pinned packages at its top, and no
+        # return value dumped at its end (the tasks log their own summaries).
+        from streamops.local_stack.airflow_api import AirflowApi
+
+        api = AirflowApi(f"http://127.0.0.1:{airflow_port}", "admin", login[1])
+        dry = api.trigger("provision_topics", {"dry_run": True})
+        assert api.wait_for_run("provision_topics", dry, timeout=300) == "success"
+        plan_log = api.task_log("provision_topics", dry, "plan")
+        assert "no change" in plan_log, plan_log[-2000:]
+        assert "GitWildMatchPattern" not in plan_log and "DeprecationWarning" not in plan_log, plan_log[:2000]
+        assert "Returned value was" not in plan_log, plan_log[-2000:]
+
         second = streamops("up")
         assert second.returncode == 0, second.stdout + second.stderr
         assert "Kafka broker is already running" in second.stdout

@@ -143,12 +143,13 @@ def allowed_keys_text() -> str:
 def spark_conf_schema() -> dict:
     """The JSON schema of a trigger form's `spark_conf` object (keyword arguments of a Param)."""
     return {
-        "type": "object",
+        # Optional: null (empty in the form) is "no overrides"; an object gives them.
+        "type": ["null", "object"],
         "properties": {key: entry.schema() for key, entry in ALLOWED_SPARK_CONF.items()},
         "additionalProperties": False,
         "title": "Spark conf",
         "description": (
-            "Tuning overrides for spark-submit, e.g. {\"spark.driver.memory\": \"2g\"}. Only these keys: "
+            "Optional. Tuning overrides for spark-submit, e.g. {\"spark.driver.memory\": \"2g\"}. Only these keys: "
             f"{allowed_keys_text()}. Everything else (programs, paths, jars, JVM options) comes from the catalog."
         ),
     }

@@ -4,15 +4,18 @@ These functions run inside Airflow tasks, so they take what they need (hooks, pa
 arguments and return JSON-friendly dicts for XCom; they never touch the metadata database.
 """
 
+import logging
 from contextlib import contextmanager
 
 
 def apps_param(names: list[str], *, required: bool, description: str):
-    """The "Apps" multi-select of a trigger form, its choices taken from the catalog."""
+    """The "Apps" multi-select of a trigger form, its choices taken from the catalog. A required
+    one starts empty: the operator picks the apps (Trigger stays disabled until then); nothing
+    is pre-selected for a start, stop or roll."""
     from airflow.sdk import Param
 
     if required:
-        return Param(names[:1], type="array", items={"type": "string", "enum": names}, minItems=1,
+        return Param([], type="array", items={"type": "string", "enum": names}, minItems=1,
                      uniqueItems=True, examples=names, title="Apps", description=description)
     return Param([], type=["array", "null"], items={"type": "string", "enum": names}, uniqueItems=True,
                  examples=names, title="Apps", description=description)
@@ -143,7 +146,12 @@ def audited_step(context, step: str, action, *, app: str | None = None, operatio
         raise
     outcome = "planned (dry run: nothing changed)" if step == "plan" and is_dry_run(context["params"]) else \
         "planned" if step == "plan" else "done"
-    audit.write(step, outcome, app=app, summary=_summary_of(result), result=result)
+    summary = _summary_of(result)
+    audit.write(step, outcome, app=app, summary=summary, result=result)
+    # The task log ends with what happened in a line (return values are not dumped into logs:
+    # show_return_value_in_logs is off; the whole value is the task's XCom).
+    logging.getLogger("streamops.audit").info("%s %s: %s%s", audit.dag_id, step, outcome,
+                                               f": {summary}" if summary else "")
     return result
 
 

@@ -23,6 +23,16 @@ GATE_DEADLINE_S = (30, 3600)
 STOP_DEADLINE_S = (5, 3600)
 
 
+def suggested_version(catalog: Catalog) -> str:
+    """The roll form's suggestion: the next patch version after the newest one in the catalog
+    (pre-release and build labels set aside), e.g. 1.0.0 and 1.2.3 -> 1.2.4."""
+    import re
+
+    newest = max((tuple(int(n) for n in re.match(r"(\d+)\.(\d+)\.(\d+)", app.version).groups()) for app in catalog.apps),
+                 default=(0, 0, 0))
+    return f"{newest[0]}.{newest[1]}.{newest[2] + 1}"
+
+
 def kafka_connection(conn_id: str = DEFAULT_CONN_ID) -> KafkaClientConfig:
     """The suite's own Kafka connection (provisioning, status, quality, recovery reads)."""
     return airflow_connection(conn_id)

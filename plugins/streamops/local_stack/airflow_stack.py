@@ -124,6 +124,9 @@ class LocalAirflow:
                 "AIRFLOW__CORE__EXECUTOR": self.executor,
                 "AIRFLOW__CORE__PARALLELISM": "4",
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                # plugins/.airflowignore is a regular expression: the glob syntax goes through a
+                # pathspec class deprecated in the pinned release, a warning atop every task log.
+                "AIRFLOW__CORE__DAG_IGNORE_FILE_SYNTAX": "regexp",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
                 "AIRFLOW__API__PORT": str(self.port),
