@@ -67,7 +67,8 @@ def _write_atomic(path: Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
-def _parse_time(moment: Any) -> datetime | None:
+def parse_recorded_time(moment: Any) -> datetime | None:
+    """An ISO-8601 time as written here ('...Z'), or None for nothing or something else."""
     try:
         return datetime.fromisoformat(str(moment).replace("Z", "+00:00")) if moment else None
     except ValueError:
@@ -316,7 +317,7 @@ class AppRuntime:
                 alive = False
             gone = not alive
         else:
-            started = _parse_time(record.get("started_at"))
+            started = parse_recorded_time(record.get("started_at"))
             gone = started is None or (datetime.now(timezone.utc) - started).total_seconds() > OPERATION_MAX_S
         if gone:
             return {**record, "failed_at": "unknown", "error": f"its process (pid {record.get('pid')} on {record.get('host')}) "

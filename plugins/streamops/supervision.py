@@ -34,6 +34,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_runtime import parse_recorded_time as _parse
 from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, SupervisionSpec, duration_ms
 
@@ -47,15 +48,6 @@ RESTARTS = ("started", "failed")  # outcomes in restarts.jsonl of a restart atte
 WAY_OUT = ("If a record fails the query, skip it with recover_skip_records, or move past it with recover_reset_offsets "
            "(and, once fixed, re-deliver it with recover_replay_dead_letters); then start the app with "
            "recover_restart_app or deploy_apps, which resets the guard.")
-
-
-def _parse(moment: str | None) -> datetime | None:
-    if not moment:
-        return None
-    try:
-        return datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def _iso(moment: datetime) -> str:
@@ -141,7 +133,7 @@ class Health:
         return STATE_NUMBERS[self.state]
 
     def line(self) -> str:
-        return f"{self.app}: {self.state.upper()}: {self.evidence}" + (f" Supervisor: {self.action}." if self.action else "")
+        return health_line(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return {"app": self.app, "state": self.state, "evidence": self.evidence, "desired": self.desired,
@@ -369,11 +361,19 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
     log(f"{spec.name}: {health.action}")
 
 
-def failure_message(healths: list[Health]) -> str:
-    """The status run's failure: one paragraph per app that needs someone."""
-    needing = [h for h in healths if h.needs_someone]
-    head = f"{len(needing)} streaming app(s) need attention: " + ", ".join(f"{h.app} ({h.state})" for h in needing)
-    return "\n".join([head, *(f"- {h.line()}" for h in needing)])
+def health_line(health: dict[str, Any]) -> str:
+    """One app's health in a line (Health.to_dict(), as the status task hands it on)."""
+    return f"{health['app']}: {health['state'].upper()}: {health['evidence']}" + (
+        f" Supervisor: {health['action']}." if health.get("action") else "")
+
+
+def attention_message(healths: list[dict[str, Any]]) -> str | None:
+    """The status run's failure: the apps that need someone, then one line each (None: none does)."""
+    needing = [h for h in healths if h["state"] in NEEDS_SOMEONE]
+    if not needing:
+        return None
+    head = f"{len(needing)} streaming app(s) need attention: " + ", ".join(f"{h['app']} ({h['state']})" for h in needing)
+    return "\n".join([head, *(f"- {health_line(h)}" for h in needing)])
 
 
 def health_table(healths: list[Health]) -> str:

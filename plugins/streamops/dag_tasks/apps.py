@@ -199,18 +199,15 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
 
 
 def check_health(statuses: dict) -> str:
-    """Fail (no retries) naming every app that is crashed, in a crash loop, stalled, lagging or
-    degraded, with its evidence: Airflow's failure callbacks and notifiers then page someone."""
+    """Fail (no retries) naming every app whose health needs someone (supervision.NEEDS_SOMEONE),
+    with its evidence: Airflow's failure callbacks and notifiers then page someone."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.supervision import NEEDS_SOMEONE
+    from streamops.supervision import attention_message
 
-    needing = [s["health"] for s in statuses.values() if s["health"]["state"] in NEEDS_SOMEONE]
-    if needing:
-        lines = [f"- {h['app']}: {h['state'].upper()}: {h['evidence']}" + (f" Supervisor: {h['action']}." if h["action"] else "")
-                 for h in needing]
-        raise AirflowFailException(f"{len(needing)} streaming app(s) need attention: "
-                                   + ", ".join(f"{h['app']} ({h['state']})" for h in needing) + "\n" + "\n".join(lines))
+    message = attention_message([s["health"] for s in statuses.values()])
+    if message:
+        raise AirflowFailException(message)
     summary = ", ".join(f"{app} {s['health']['state']}" for app, s in statuses.items()) or "no apps"
     log.info("Every app is as it should be: %s", summary)
     return summary
@@ -220,16 +217,10 @@ def _supervisor_start(app_name: str, run_id: str):
     """start(version, spark_conf, expected digest) for the supervisor's restarts: exactly the code
     the app last ran, launched like a restart by recover_restart_app, except that it leaves the
     desired state alone (the restarts count against the crash-loop guard)."""
-    def start(version: str, spark_conf: dict, expected_digest: str | None):
-        from streamops.dag_tasks.recovery import trusted_launch
+    from streamops.dag_tasks.recovery import _launch
 
-        version, spark_conf = trusted_launch(app_name, version, spark_conf)
-        app = load_catalog().app(app_name)
-        command = command_for(app_name, version, spark_conf, expected_digest=expected_digest)
-        return launch(app, command, checkpoint=app.checkpoint_location(), launched_by=run_id, version=version,
-                      spark_conf=spark_conf, record_desired=False)
-
-    return start
+    return lambda version, spark_conf, expected_digest: _launch(app_name, run_id, version, spark_conf,
+                                                                expected_digest=expected_digest, record_desired=False)
 
 
 def _supervisor_audit(run_id: str):

@@ -111,7 +111,7 @@ def last_launch(app_name: str) -> tuple[str, dict]:
 
 
 def _launch(app_name: str, run_id: str, version: str, spark_conf: dict, starting_offsets: str | None = None,
-            expected_digest: str | None = None):
+            expected_digest: str | None = None, record_desired: bool = True):
     from streamops.app_ops import launch
     from streamops.dag_tasks.apps import command_for
 
@@ -119,7 +119,7 @@ def _launch(app_name: str, run_id: str, version: str, spark_conf: dict, starting
     app = load_catalog().app(app_name)
     command = command_for(app_name, version, spark_conf, starting_offsets, expected_digest=expected_digest)
     return launch(app, command, checkpoint=app.checkpoint_location(),
-                  launched_by=run_id, version=version, spark_conf=spark_conf)
+                  launched_by=run_id, version=version, spark_conf=spark_conf, record_desired=record_desired)
 
 
 def start_version(app_name: str, run_id: str):
