@@ -17,7 +17,7 @@ from confluent_kafka import TopicPartition
 from conftest import run_available_now
 from streamops import loadgen
 from streamops.kafka_records import end_offsets, produce, read_all
-from streamops.quality import results
+from streamops.quality import docs, docs_assets, results
 
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'
 
@@ -79,6 +79,16 @@ def test_clean_outputs_of_the_three_apps_pass_every_suite(run_dag, app_outputs, 
         for url in outcome["data_docs"]:
             page = Path(unquote(urlparse(url).path)).read_text(encoding="utf-8")
             assert outcome["suite"] in page and result.run_id in page  # this run's Data Docs page
+    # Served without internet: every style and script GX's pages load is rewritten to the suite's copy.
+    site = docs.site_dir(quality_env)
+    pages = [site / "index.html", *sorted(site.glob("validations/**/*.html"))]
+    assert len(pages) > len(topics)
+    for page_file in pages:
+        served = docs_assets.localise(page_file.read_text(encoding="utf-8"), "/assets")
+        external = re.findall(r'<(?:script|link)[^>]*(?:src|href)="(https?://[^"]+)"', served)
+        assert external == [], (page_file, external)
+        for local in re.findall(r'"/assets/([^"]+)"', served):
+            assert (docs_assets.ASSETS_DIR / local).is_file(), local
     # The cross-record checks compared real work: every routed record, and closed windows.
     contacts = outcomes[catalog.app("oplog-router").outputs["contacts"]]["reconciliation"]
     assert contacts["expected"] == contacts["written"] > 100

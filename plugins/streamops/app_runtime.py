@@ -7,6 +7,7 @@
                                            host, Spark application id, started/stopped at
     <checkpoint>/_runtime/runs.jsonl       every start and stop, appended
     <checkpoint>/_runtime/progress/Q.json  the latest progress of query Q (a StreamingQueryListener)
+    <checkpoint>/_runtime/progress/rates.jsonl  input rows per batch over the last hour (the apps page's chart)
     <checkpoint>/_runtime/stop-requested   ask the driver for a graceful stop
     <checkpoint>/_runtime/logs/driver-<time>.log  the output of one driver start (the newest
                                            DRIVER_LOGS_KEPT are kept); driver.json names its own
@@ -43,6 +44,8 @@ from streamops.driver_lease import DriverLease, Holder, LeaseTaken
 
 
 DRIVER_LOGS_KEPT = 20
+RATE_HISTORY_S = 3600
+RATE_HISTORY_BYTES = 512 * 1024
 # An operation recorded from another host counts as in progress for at most this long (its
 # process cannot be checked from here); on this host, while its process lives.
 OPERATION_MAX_S = 6 * 3600
@@ -65,6 +68,12 @@ def _write_atomic(path: Path, payload: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
     os.replace(tmp, path)
+
+
+def _write_lines_atomic(path: Path, lines: list[str]) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(partial, path)
 
 
 def parse_recorded_time(moment: Any) -> datetime | None:
@@ -97,6 +106,7 @@ class AppRuntime:
         self.history_file = self.dir / "runs.jsonl"
         self.stop_marker = self.dir / "stop-requested"
         self.progress_dir = self.dir / "progress"
+        self.rates_file = self.progress_dir / "rates.jsonl"
         self.skip_file = self.dir / "skip-records.json"
         self.logs_dir = self.dir / "logs"
         self.desired_file = self.dir / "desired.json"
@@ -265,6 +275,36 @@ class AppRuntime:
             return
         self.progress_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.progress_dir / f"{query}.json", progress)
+        self._append_rate(query, progress)
+
+    def _append_rate(self, query: str, progress: dict[str, Any]) -> None:
+        """One line per batch in progress/rates.jsonl (the apps page's input-rate chart); lines
+        older than RATE_HISTORY_S go once the file passes RATE_HISTORY_BYTES."""
+        line = json.dumps({"at": progress.get("published_at") or now_iso(), "query": query,
+                           "input_rows": progress.get("input_rows", 0)})
+        with open(self.rates_file, "a", encoding="utf-8") as rates:
+            rates.write(line + "\n")
+        if self.rates_file.stat().st_size > RATE_HISTORY_BYTES:
+            recent = self.rates(within_s=RATE_HISTORY_S)
+            _write_lines_atomic(self.rates_file, [json.dumps(entry) for entry in recent])
+
+    def rates(self, within_s: float = RATE_HISTORY_S) -> list[dict[str, Any]]:
+        """Batches published in the last `within_s` seconds: {at, query, input_rows}."""
+        try:
+            lines = self.rates_file.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return []
+        since = datetime.now(timezone.utc).timestamp() - within_s
+        recent = []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                moment = parse_recorded_time(entry["at"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a crash mid-write
+            if moment is not None and moment.timestamp() >= since:
+                recent.append(entry)
+        return recent
 
     def progress(self) -> dict[str, dict[str, Any]]:
         if not self.progress_dir.exists():

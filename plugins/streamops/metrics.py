@@ -1,5 +1,5 @@
 """Every app's figures in Prometheus' text format, served by the Airflow API server at
-/streamops/metrics (plugins/streamops_metrics.py), behind a scrape token or the UI's login.
+/streamops/metrics (plugins/streamops_ui.py), behind a scrape token or the UI's login.
 
 Computed on each scrape from what the supervisor reads (checkpoints, the driver's progress
 files, the broker's end offsets), so a scrape is as fresh as the app's last batch. Rendered with
@@ -139,21 +139,18 @@ def metrics_app():
     async def authorised(request: Request) -> str:
         """The scrape token as a bearer token, or the Airflow UI's own login (its JWT as a bearer
         token or its cookie). Airflow does not authenticate a plugin's app itself."""
-        from airflow.api_fastapi.core_api.security import resolve_user_from_token
-        from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+        from streamops.ui_auth import LoginRequired, bearer_token, logged_in_user
 
-        header = request.headers.get("authorization", "")
-        bearer = header[7:].strip() if header[:7].lower() == "bearer " else None
+        bearer = bearer_token(request)
         token = scrape_token()
         if bearer and token and hmac.compare_digest(bearer.encode(), token.encode()):
             return "scrape token"
-        credential = bearer or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
-        if not credential:
+        try:
+            return f"user {await logged_in_user(request)}"
+        except LoginRequired:
             raise HTTPException(status_code=401, detail="Not authenticated: send the scrape token or an Airflow login token "
                                                         "as 'Authorization: Bearer <token>'",
-                                headers={"WWW-Authenticate": "Bearer"})
-        user = await resolve_user_from_token(credential)
-        return f"user {user.get_name()}"
+                                headers={"WWW-Authenticate": "Bearer"}) from None
 
     @app.get("/metrics")
     def metrics(_who: str = Depends(authorised)) -> Response:

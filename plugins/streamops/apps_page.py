@@ -1,0 +1,258 @@
+"""The apps page: every catalog app on one screen of the Airflow UI (Browse -> Streaming apps),
+served by the API server at /streamops/apps behind the UI's login (plugins/streamops_ui.py).
+
+Per app: its health as the supervisor judges it (red when it needs someone, with the evidence),
+version, uptime, driver host, last batch age, lag and time lag, input rate over the last hour
+(a small chart drawn here from the driver's per-batch rates), dead letters, restarts, and links
+to its recent DAG runs (from the audit log), Data Docs, driver log and Spark UI. Also as JSON
+at /streamops/apps.json for scripts.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+from streamops.app_runtime import AppRuntime, parse_recorded_time
+from streamops.app_status import app_status
+from streamops.audit import read_audit
+from streamops.catalog import Catalog
+from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_records import end_offsets
+from streamops.supervision import evaluate, unreadable
+
+log = logging.getLogger(__name__)
+
+PAGE_PATH = "/apps"
+CHART_MINUTES = 60
+RECENT_RUNS = 5
+DRIVER_LOG_TAIL_BYTES = 256 * 1024
+# The DAGs an operator uses on an app, linked from every row.
+APP_DAGS = ("deploy_apps", "roll_restart_apps", "stop_apps", "reprocess", "recover_replay_dead_letters",
+            "recover_reset_offsets", "recover_restore_checkpoint")
+
+
+@dataclass
+class AppRow:
+    app: str
+    state: str
+    needs_someone: bool
+    evidence: str
+    version: str | None = None
+    started_at: str | None = None
+    uptime_s: float | None = None
+    driver_host: str | None = None
+    spark_ui: str | None = None
+    last_batch_age_s: float | None = None
+    lag: int | None = None
+    time_lag_s: float | None = None
+    input_rate_per_minute: list[float] = field(default_factory=list)  # rows/s, oldest minute first
+    dead_letters_total: int | None = None
+    restarts_total: int = 0
+    recent_runs: list[dict[str, Any]] = field(default_factory=list)
+    has_driver_log: bool = False
+
+
+def minute_rates(rates: list[dict[str, Any]], now: datetime, minutes: int = CHART_MINUTES) -> list[float]:
+    """Input rows/s per minute over the last `minutes` (every query of the app summed), from
+    the per-batch lines of AppRuntime.rates(); the last entry is the current minute so far."""
+    rows = [0] * minutes
+    for entry in rates:
+        moment = parse_recorded_time(entry.get("at"))
+        if moment is None:
+            continue
+        age_minutes = int((now - moment).total_seconds() // 60)
+        if 0 <= age_minutes < minutes:
+            rows[minutes - 1 - age_minutes] += int(entry.get("input_rows") or 0)
+    return [count / 60 for count in rows]
+
+
+def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = None) -> list[AppRow]:
+    """One row per catalog app; an app whose figures cannot be read says so (the others still show)."""
+    now = now or datetime.now(timezone.utc)
+    audit = read_audit()
+    rows = []
+    for name in catalog.app_names():
+        spec = catalog.app(name)
+        runs = _recent_runs([e for e in audit if e.get("app") == name])
+        try:
+            runtime = AppRuntime(spec.checkpoint_location())
+            current = app_status(spec, kafka)
+            health = evaluate(spec, current, runtime)
+            dead_letters = sum(high for _, high in end_offsets(kafka, spec.dead_letter_topic).values())
+            rates = runtime.rates()
+            has_log = runtime.driver_log() is not None
+        except Exception as exc:  # noqa: BLE001 - one unreadable app must not blank the page
+            log.warning("apps page: %s could not be read: %s", name, exc)
+            health = unreadable(name, exc)
+            rows.append(AppRow(name, health.state, True, health.evidence, recent_runs=runs))
+            continue
+        started = parse_recorded_time(current.started_at) if current.state == "running" else None
+        time_lags = [p.time_lag_s for p in current.lags if p.time_lag_s is not None]
+        rows.append(AppRow(
+            app=name, state=health.state, needs_someone=health.needs_someone, evidence=health.evidence,
+            version=current.version, started_at=current.started_at,
+            uptime_s=(now - started).total_seconds() if started else None,
+            driver_host=current.driver_host, spark_ui=current.spark_ui if current.state == "running" else None,
+            last_batch_age_s=current.progress_age_s,
+            lag=sum(p.lag for p in current.lags) if current.lags else None,
+            time_lag_s=max(time_lags) if time_lags else (0.0 if current.lags else None),
+            input_rate_per_minute=minute_rates(rates, now),
+            dead_letters_total=dead_letters, restarts_total=health.restarts_total,
+            recent_runs=runs, has_driver_log=has_log,
+        ))
+    return rows
+
+
+def _recent_runs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The app's last DAG runs, newest first: one per run, with its last step's outcome."""
+    by_run: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry in entries:
+        by_run[(entry["dag_id"], entry["run_id"])] = entry
+    latest = sorted(by_run.values(), key=lambda e: e.get("at") or "", reverse=True)[:RECENT_RUNS]
+    return [{"dag_id": e["dag_id"], "run_id": e["run_id"], "at": e.get("at"), "user": e.get("user"),
+             "step": e.get("step"), "outcome": e.get("outcome")} for e in latest]
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+def sparkline(values: list[float], width: int = 180, height: int = 36) -> str:
+    """An inline SVG chart of `values` (no script, no external asset), labelled with its peak."""
+    peak = max(values, default=0.0)
+    if not values:
+        return ""
+    step = width / max(len(values) - 1, 1)
+    points = " ".join(f"{i * step:.1f},{height - 2 - (v / peak * (height - 4) if peak else 0):.1f}"
+                      for i, v in enumerate(values))
+    label = f"input rate over the last {len(values)} minutes, peak {peak:.1f} records/s, now {values[-1]:.1f} records/s"
+    return (f'<svg class="chart" width="{width}" height="{height}" role="img" aria-label="{html.escape(label)}">'
+            f"<title>{html.escape(label)}</title>"
+            f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{points}"/></svg>'
+            f'<div class="small">peak {peak:.1f}/s, now {values[-1]:.1f}/s</div>')
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1em;color:#222}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #ddd;padding:.4em .5em;text-align:left;vertical-align:top;font-size:14px}
+th{background:#f4f4f4}
+tr.attention td{background:#fde2e1}
+.state{font-weight:600;padding:.1em .5em;border-radius:.8em;white-space:nowrap}
+.state.ok{background:#d7f5dd;color:#145a24}.state.quiet{background:#eee;color:#444}
+.state.bad{background:#c62828;color:#fff}
+.small{font-size:12px;color:#555}.evidence{max-width:28em}
+a{color:#0b5cad}
+"""
+QUIET_STATES = ("stopped", "not deployed", "in operation")
+
+
+def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, base: str) -> str:
+    needing = [r.app for r in rows if r.needs_someone]
+    headline = (f"{len(needing)} of {len(rows)} apps need attention: {', '.join(needing)}" if needing
+                else f"All {len(rows)} apps are as they should be")
+    body = []
+    for row in rows:
+        kind = "bad" if row.needs_someone else ("quiet" if row.state in QUIET_STATES else "ok")
+        e = html.escape
+        links = []
+        if row.spark_ui:
+            links.append(f'<a href="{e(row.spark_ui)}" target="_blank" rel="noopener">Spark UI</a>')
+        if row.has_driver_log:
+            links.append(f'<a href="{base}{PAGE_PATH}/{quote(row.app)}/driver-log" target="_blank">driver log</a>')
+        if data_docs_url:
+            links.append(f'<a href="{e(data_docs_url)}" target="_top">Data Docs</a>')
+        runs = "".join(
+            f'<li><a href="/dags/{quote(r["dag_id"])}/runs/{quote(r["run_id"], safe="")}" target="_top">'
+            f'{e(r["dag_id"])}</a> {e(r["step"] or "")} {e(r["outcome"] or "")} '
+            f'<span class="small">{e((r["at"] or "")[:19])} by {e(r["user"] or "?")}</span></li>'
+            for r in row.recent_runs)
+        body.append(
+            f'<tr class="{"attention" if row.needs_someone else ""}" data-app="{e(row.app)}" data-state="{e(row.state)}">'
+            f'<td><b>{e(row.app)}</b><div class="small">{" · ".join(links)}</div></td>'
+            f'<td><span class="state {kind}">{e(row.state)}</span><div class="small evidence">{e(row.evidence)}</div></td>'
+            f"<td>{e(row.version or '-')}</td>"
+            f"<td>{_duration(row.uptime_s)}</td>"
+            f"<td>{e(row.driver_host or '-')}</td>"
+            f"<td>{_duration(row.last_batch_age_s)}</td>"
+            f"<td>{'-' if row.lag is None else f'{row.lag:,}'}</td>"
+            f"<td>{_duration(row.time_lag_s)}</td>"
+            f"<td>{sparkline(row.input_rate_per_minute)}</td>"
+            f"<td>{'-' if row.dead_letters_total is None else f'{row.dead_letters_total:,}'}</td>"
+            f"<td>{row.restarts_total}</td>"
+            f'<td><ul class="small" style="padding-left:1em;margin:0">{runs or "<li>none yet</li>"}</ul></td>'
+            "</tr>")
+    dag_links = " · ".join(f'<a href="/dags/{d}" target="_top">{d}</a>' for d in ("app_status", *APP_DAGS))
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>Streaming apps</title>"
+        f"<meta http-equiv='refresh' content='30'><style>{STYLE}</style></head><body>"
+        f"<h2 id='headline'>{html.escape(headline)}</h2>"
+        f"<p class='small'>As of {now.strftime('%Y-%m-%d %H:%M:%S')} UTC (refreshes every 30 s). "
+        "The supervisor (<a href='/dags/app_status' target='_top'>app_status</a>) restarts crashed apps and pages "
+        f"when one needs someone. Operate: {dag_links}</p>"
+        "<table><thead><tr><th>app</th><th>state</th><th>version</th><th>uptime</th><th>driver host</th>"
+        "<th>last batch</th><th>lag (records)</th><th>time lag</th><th>input rate, last hour</th>"
+        "<th>dead letters</th><th>restarts</th><th>recent runs</th></tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></body></html>")
+
+
+def rows_as_json(rows: list[AppRow]) -> list[dict[str, Any]]:
+    return [asdict(row) for row in rows]
+
+
+def add_apps_page(app: Any) -> None:
+    """The page's routes on the operator pages' FastAPI app (mounted at metrics.URL_PREFIX)."""
+    from fastapi import Depends, HTTPException
+    from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+
+    from streamops.catalog import CatalogError, load_catalog
+    from streamops.kafka_client import airflow_connection
+    from streamops.metrics import URL_PREFIX
+    from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX, serving_enabled
+    from streamops.ui_auth import page_login
+
+    login = page_login("the apps page")
+
+    @app.get(PAGE_PATH, response_class=HTMLResponse)
+    def apps_page(_user: str = Depends(login)) -> HTMLResponse:
+        now = datetime.now(timezone.utc)
+        rows = app_rows(load_catalog(check_programs=False), airflow_connection(), now)
+        docs = f"{DATA_DOCS_PREFIX}/index.html" if serving_enabled() else None
+        return HTMLResponse(render_page(rows, now, docs, URL_PREFIX), headers={"Cache-Control": "no-store"})
+
+    @app.get(f"{PAGE_PATH}.json")
+    def apps_json(_user: str = Depends(login)) -> JSONResponse:
+        rows = app_rows(load_catalog(check_programs=False), airflow_connection())
+        return JSONResponse(rows_as_json(rows))
+
+    @app.get(f"{PAGE_PATH}/{{name}}/driver-log", response_class=PlainTextResponse)
+    def driver_log(name: str, _user: str = Depends(login)) -> PlainTextResponse:
+        try:
+            spec = load_catalog(check_programs=False).app(name)
+        except (CatalogError, KeyError):
+            raise HTTPException(status_code=404, detail=f"No app {name!r} in the catalog") from None
+        path = AppRuntime(spec.checkpoint_location()).driver_log()
+        if path is None:
+            raise HTTPException(status_code=404, detail=f"{name} has no driver log on this host (never started here)")
+        with open(path, "rb") as log_file:
+            size = log_file.seek(0, 2)
+            log_file.seek(max(0, size - DRIVER_LOG_TAIL_BYTES))
+            text = log_file.read().decode("utf-8", errors="replace")
+        head = f"{path} ({size:,} bytes" + (f"; the last {DRIVER_LOG_TAIL_BYTES:,} shown)\n" if size > DRIVER_LOG_TAIL_BYTES else ")\n")
+        return PlainTextResponse(head + text, headers={"Cache-Control": "no-store"})
