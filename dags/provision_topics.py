@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, is_dry_run
 from streamops.dag_tasks import provision_topics as steps
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 
 # Parsing the catalog here means a broken catalog shows as this DAG's import error in the UI,
 # with the file, entry and field named.
@@ -31,8 +32,10 @@ Brings the broker in line with `catalog/pipelines.yaml` (the one source of truth
 2. **apply** carries out the plan through the `kafka_default` connection. Skipped on a dry run.
 3. **verify** describes the topics again and fails if the broker does not match the catalog.
 
-**Dry run is on by default**: trigger once to read the plan in the *plan* task's log, then again
-with *Dry run* off to apply it. A second apply shows every topic as *no change*.
+**Approve the plan in one run**: with the form's defaults the run plans, then waits at
+**approve** (the run's *Required actions*) showing the plan; *Approve* applies exactly that plan,
+*Reject* changes nothing. *Dry run* only plans; *Wait for approval* off applies at once (the API,
+`streamops up`). A second apply shows every topic as *no change*.
 """
 
 
@@ -47,11 +50,12 @@ with *Dry run* off to apply it. A second apply shows every topic as *no change*.
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 2, "retry_delay": timedelta(seconds=15)},
     params={
         "dry_run": Param(
-            True,
+            False,
             type="boolean",
             title="Dry run",
-            description="Only show the plan; change nothing on the broker.",
+            description="Only show the plan (the 'plan' task's log); change nothing on the broker.",
         ),
+        APPROVE_PARAM: approval_param(),
         "topics": Param(
             # "null" in the type keeps the field optional in the form (no "required" asterisk).
             [],
@@ -71,7 +75,8 @@ def provision_topics():
         context = get_current_context()
         return audited_step(context, "plan", lambda: steps.plan(steps.admin_client(), context["params"]["topics"]))
 
-    @task(multiple_outputs=False)
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(multiple_outputs=False, trigger_rule="none_failed")
     def apply(plan_xcom: dict) -> dict:
         context = get_current_context()
 
@@ -88,7 +93,8 @@ def provision_topics():
         context = get_current_context()
         return audited_step(context, "verify", lambda: steps.check(steps.admin_client(), context["params"]["topics"]))
 
-    apply(plan()) >> verify()
+    planned = plan()
+    planned >> PlanApproval(what="topic plan") >> apply(planned) >> verify()
 
 
 provision_topics()

@@ -13,6 +13,7 @@ from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.reprocess import VERSION_SUFFIX_PATTERN
 
 DOC = """
@@ -33,7 +34,7 @@ from the old checkpoint.
   log says).
 
 1. **plan**: retained input per partition, records to reprocess, where the output goes.
-2. **apply** (dry run off): as above.
+2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: as above.
 3. **verify**: live: the app has caught up (lag 0); versioned: it makes progress on the new topics.
 
 To undo a live rebuild: `recover_restore_checkpoint` with the `before-rebuild` snapshot. Audited.
@@ -51,7 +52,7 @@ To undo a live rebuild: `recover_restore_checkpoint` with the `before-rebuild` s
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
-        "dry_run": dry_run_param(),
+        "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(),
         "target": Param("live", type="string", enum=["live", "versioned"], title="Target",
                         description="live: rebuild into the app's own topics (downstream sees those records again); "
                                     "versioned: into new <topic>.<version> topics, validated, then cut over.",
@@ -67,7 +68,8 @@ def recover_rebuild_state():
     def plan() -> dict:
         return steps.rebuild_plan(get_current_context(), admin_client(), kafka_connection())
 
-    @task
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(trigger_rule="none_failed")
     def apply(planned: dict) -> dict:
         return steps.rebuild_apply(get_current_context(), planned, admin_client(), kafka_connection(), spark_master())
 
@@ -77,7 +79,9 @@ def recover_rebuild_state():
                                     caught_up=planned["target"] == "live")
 
     planned = plan()
-    verify(planned, apply(planned))
+    applied = apply(planned)
+    planned >> PlanApproval(what="state rebuild plan") >> applied
+    verify(planned, applied)
 
 
 recover_rebuild_state()

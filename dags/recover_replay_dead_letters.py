@@ -13,6 +13,7 @@ from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, range_end_param, range_start_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 
 DOC = """
 ### Replay dead letters (on-call)
@@ -28,7 +29,7 @@ whose reason contains this text (case-insensitive), e.g. `byte limit`; empty for
 1. **plan**: reads the dead letters in the range and runs the app's **current** parsing over the
    original records: per reason, how many **now pass** (to replay), **still fail** (they stay,
    with the reason they fail now), were **already replayed** (ledger), or are filtered out.
-2. **apply** (dry run off): produces the passing records, byte for byte, to their input topic and
+2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: produces the passing records, byte for byte, to their input topic and
    original partition, with headers `streamops.replay.source` / `.dead-letter` / `.run`; each
    acknowledged record enters the **replay ledger**, so running this again replays nothing twice.
 3. **verify**: every replayed record is on its input topic at the acknowledged offset.
@@ -48,7 +49,7 @@ The dead-letter topic is never changed. Audited (`streamops audit`).
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
-        "dry_run": dry_run_param(),
+        "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(),
         "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back such as '6 hours'."),
         "end": range_end_param("now, or an ISO-8601 time with timezone."),
         "reason_contains": Param(None, type=["null", "string"], maxLength=200, title="Reason contains",
@@ -66,7 +67,8 @@ def recover_replay_dead_letters():
     def plan() -> dict:
         return steps.replay_plan(get_current_context(), session(), admin_client(), kafka_connection())
 
-    @task
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(trigger_rule="none_failed")
     def apply(planned: dict) -> dict:
         return steps.replay_apply(get_current_context(), session(), planned, kafka_connection())
 
@@ -74,7 +76,10 @@ def recover_replay_dead_letters():
     def verify(applied: dict) -> dict:
         return steps.replay_verify(get_current_context(), applied, kafka_connection())
 
-    verify(apply(plan()))
+    planned = plan()
+    applied = apply(planned)
+    planned >> PlanApproval(what="dead-letter replay plan") >> applied
+    verify(applied)
 
 
 recover_replay_dead_letters()

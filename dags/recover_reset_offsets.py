@@ -12,6 +12,7 @@ from streamops.dag_tasks import recovery as steps
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.quality.ranges import DURATION_PATTERN, MAX_OFFSET, TIME_PATTERN
 
 DOC = """
@@ -32,7 +33,7 @@ after it); records must be processed again after a downstream loss (*datetime*, 
 1. **plan**: per input partition the current checkpoint offset, the new offset and the records
    **replayed** or **skipped**; for a stateful app, that its **state starts empty** (to rebuild it
    from everything retained, use `recover_rebuild_state` instead).
-2. **apply** (dry run off): **backs up** the checkpoint (`<time>-before-reset`), retires it, and
+2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: **backs up** the checkpoint (`<time>-before-reset`), retires it, and
    starts the app on a **new checkpoint** at exactly the planned offsets.
 3. **verify**: every query recorded the planned starting offsets, and it makes progress.
 
@@ -51,7 +52,7 @@ To undo: `recover_restore_checkpoint` with the `before-reset` snapshot. Audited 
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
-        "dry_run": dry_run_param(),
+        "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(),
         "mode": Param("earliest", type="string", enum=["earliest", "latest", "datetime", "duration", "shift", "offsets"],
                       title="Mode", description="Where the app's input starts again; fill the field of this mode "
                                                 "in 'Where to' below (the others are ignored).", values_display={
@@ -85,7 +86,8 @@ def recover_reset_offsets():
     def plan() -> dict:
         return steps.reset_plan(get_current_context(), admin_client())
 
-    @task
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(trigger_rule="none_failed")
     def apply(planned: dict) -> dict:
         return steps.reset_apply(get_current_context(), planned)
 
@@ -94,7 +96,9 @@ def recover_reset_offsets():
         return steps.reset_verify(get_current_context(), planned, kafka_connection())
 
     planned = plan()
-    verify(planned, apply(planned))
+    applied = apply(planned)
+    planned >> PlanApproval(what="offset reset plan") >> applied
+    verify(planned, applied)
 
 
 recover_reset_offsets()

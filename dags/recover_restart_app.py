@@ -11,6 +11,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 
 DOC = """
 ### Restart a crashed app (on-call)
@@ -20,7 +21,7 @@ its output topics go quiet. The supervisor (`app_status`) restarts crashed apps 
 policy is `on-failure`; this DAG is for the rest: policy `never`, a **CRASH-LOOP** once the record
 that fails it is skipped (this start resets the guard), or a restart by hand.
 
-**Params**: *App*; *Dry run* on first, to read the plan.
+**Params**: *App*; *Dry run* (only the plan) and *Wait for approval* (on: the plan waits for your Approve).
 
 1. **plan**: the app's state and how its last driver ended (pid, host, version, reason), its
    checkpoint batches and lag, and any process its dead driver **left behind** (spark-submit, the
@@ -30,7 +31,7 @@ that fails it is skipped (this start resets the guard), or a restart by hand.
    before failed on the **same batch**, the plan says *"failed on batch N again ...: restarting
    will fail the same way"*, lists the batch's largest records, and points to
    `recover_skip_records` to skip the one record that fails it.
-2. **apply** (dry run off): ends the leftover processes (SIGTERM, then SIGKILL), **backs up** the
+2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: ends the leftover processes (SIGTERM, then SIGKILL), **backs up** the
    checkpoint (`_backups/<app>/<time>-before-restart`), starts the version and Spark conf it last
    ran with, from its checkpoint: it resumes exactly after its last committed micro-batch, so
    nothing is lost (a batch cut short by the crash is written again: duplicates, not gaps).
@@ -49,14 +50,15 @@ Every step is written to the recovery audit log (`streamops audit`).
     max_active_runs=1,
     tags=["recovery", "on-call", "spark", "apps"],
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
-    params={"app": app_param(load_catalog(check_programs=False).app_names()), "dry_run": dry_run_param(), "verify_deadline_s": verify_deadline_param()},
+    params={"app": app_param(load_catalog(check_programs=False).app_names()), "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(), "verify_deadline_s": verify_deadline_param()},
 )
 def recover_restart_app():
     @task
     def plan() -> dict:
         return steps.restart_plan(get_current_context(), kafka_connection())
 
-    @task
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(trigger_rule="none_failed")
     def apply(planned: dict) -> dict:
         return steps.restart_apply(get_current_context(), planned)
 
@@ -65,7 +67,9 @@ def recover_restart_app():
         return steps.await_progress(get_current_context(), planned["app"], kafka_connection(), planned["lag"])
 
     planned = plan()
-    verify(planned, apply(planned))
+    applied = apply(planned)
+    planned >> PlanApproval(what="restart plan") >> applied
+    verify(planned, applied)
 
 
 recover_restart_app()

@@ -11,6 +11,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 
 DOC = """
 ### Restore a checkpoint snapshot (rollback, on-call)
@@ -27,7 +28,7 @@ app is refused).
 
 1. **plan**: the snapshot history (label, version that wrote it, batches), and for the chosen one
    the offsets per partition now and after the restore (records processed again).
-2. **apply** (dry run off): stops the app if allowed, keeps the current checkpoint as a snapshot
+2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: stops the app if allowed, keeps the current checkpoint as a snapshot
    of its own (`replaced`), puts the chosen one in its place, and starts the version that wrote it.
 3. **verify**: the app makes progress and its checkpoint continues the snapshot's batches.
 
@@ -46,7 +47,7 @@ Audited (`streamops audit`).
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
-        "dry_run": dry_run_param(),
+        "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(),
         "snapshot": Param("latest", type="string", pattern=NAME_PATTERN, title="Snapshot",
                           description="latest, or a snapshot name from the plan's history."),
         "stop_if_running": Param(False, type="boolean", title="Stop if running",
@@ -59,7 +60,8 @@ def recover_restore_checkpoint():
     def plan() -> dict:
         return steps.restore_plan(get_current_context())
 
-    @task
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(trigger_rule="none_failed")
     def apply(planned: dict) -> dict:
         return steps.restore_apply(get_current_context(), planned)
 
@@ -68,7 +70,9 @@ def recover_restore_checkpoint():
         return steps.restore_verify(get_current_context(), planned, kafka_connection())
 
     planned = plan()
-    verify(planned, apply(planned))
+    applied = apply(planned)
+    planned >> PlanApproval(what="checkpoint restore plan") >> applied
+    verify(planned, applied)
 
 
 recover_restore_checkpoint()

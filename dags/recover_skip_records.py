@@ -12,6 +12,7 @@ from streamops.dag_tasks import recovery as steps
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.recovery.skip import MAX_NOTE, MAX_SPECS, RECORD_PATTERN
 
 DOC = """
@@ -24,14 +25,14 @@ dead-lettered already), so every restart fails the same way. `recover_reset_offs
 whole partitions' worth of valid records with it; this DAG skips only the records named.
 
 **Params**: *App*; *Records*: `topic:partition:offset` items, or `topic:partition:first-last`
-for a range (e.g. `oplog.operations:3:1207`); *Note* (optional, e.g. a ticket); *Dry run* on
-first, to see each record. The app must be **stopped** (`stop_apps`).
+for a range (e.g. `oplog.operations:3:1207`); *Note* (optional, e.g. a ticket); the plan
+shows each record for approval (*Dry run*: only the plan). The app must be **stopped** (`stop_apps`).
 
 1. **plan**: each named record (offset, timestamp, size, key, start of the value) and the
    batch it is in. Refused, naming the item: a topic that is not an input of the app, a
    partition that does not exist, an offset past the end or deleted by retention, a record the
    checkpoint has already processed, a record already in the skip list, a running app.
-2. **apply** (dry run off): **backs up** the checkpoint (`<time>-before-skip`), adds the records
+2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: **backs up** the checkpoint (`<time>-before-skip`), adds the records
    to the app's skip list (`<checkpoint>/_runtime/skip-records.json`, with run, user, time and
    note), starts the version and Spark conf it last ran with **from the same checkpoint**.
 3. **verify**: each skipped record is in the app's **dead-letter topic** with reason
@@ -54,7 +55,7 @@ fixed. Every step is written to the recovery audit log (`streamops audit`).
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
         "app": app_param(load_catalog(check_programs=False).app_names()),
-        "dry_run": dry_run_param(),
+        "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(),
         "records": Param([], type="array", minItems=1, maxItems=MAX_SPECS,
                          items={"type": "string", "pattern": RECORD_PATTERN, "maxLength": 300},
                          title="Records", description="topic:partition:offset or topic:partition:first-last, one per "
@@ -69,7 +70,8 @@ def recover_skip_records():
     def plan() -> dict:
         return steps.skip_plan(get_current_context(), admin_client(), kafka_connection())
 
-    @task
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(trigger_rule="none_failed")
     def apply(planned: dict) -> dict:
         return steps.skip_apply(get_current_context(), planned, kafka_connection())
 
@@ -78,7 +80,9 @@ def recover_skip_records():
         return steps.skip_verify(get_current_context(), planned, applied, kafka_connection())
 
     planned = plan()
-    verify(planned, apply(planned))
+    applied = apply(planned)
+    planned >> PlanApproval(what="skip-records plan") >> applied
+    verify(planned, applied)
 
 
 recover_skip_records()

@@ -10,6 +10,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, is_dry_run
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.dag_tasks import reprocess as steps
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
@@ -35,7 +36,7 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
 
 1. **plan**: per input partition the start and end offsets and record counts, the estimated run
    time from this deployment's last measured rate, and a **warning** where retention could delete
-   the start of the range before the run reaches it. **Dry run (the default) stops here.**
+   the start of the range before the run reaches it. **A dry run stops here; otherwise the run waits for an operator to approve this plan (Required actions).**
 2. **run**: creates the targets and runs the job; logs records in, out per topic, dead letters
    and the rate.
 3. **validate**: the targets, whole, with the live topics' expectation suites (the
@@ -59,7 +60,7 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
     params={
         # A catalog without apps still parses (plan then refuses: there is nothing to reprocess).
         "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App",
-                     description="The app whose outputs are recomputed from its retained input (a dry run is the default).",
+                     description="The app whose outputs are recomputed from its retained input (the plan waits for approval before anything is written).",
                      **({"enum": APP_NAMES} if APP_NAMES else {})),
         "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
         "end": range_end_param("now, or an ISO-8601 time with timezone."),
@@ -76,7 +77,9 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
                                              "version's artifact). Empty: the version running live."),
         "tag": Param(None, type=["null", "string"], pattern=TAG_PATTERN, maxLength=40, title="Tag",
                      description="Names scratch targets and the run's folder. Empty: a timestamp."),
-        "dry_run": Param(True, type="boolean", title="Dry run", description="Only show the plan; create and write nothing."),
+        "dry_run": Param(False, type="boolean", title="Dry run",
+                         description="Only show the plan (the 'plan' task's log); create and write nothing."),
+        APPROVE_PARAM: approval_param(),
         "cutover": Param(False, type="boolean", title="Cut over",
                          description="After a validated run: stop the live app and continue it on the new topics "
                                      "from where the backfill ended (needs versioned targets and end 'now')."),
@@ -89,7 +92,8 @@ def reprocess():
         context = get_current_context()
         return audited_step(context, "plan", lambda: steps.plan(admin_client(), kafka_connection(), context["params"]))
 
-    @task(multiple_outputs=False)
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(multiple_outputs=False, trigger_rule="none_failed")
     def run(planned: dict) -> dict:
         context = get_current_context()
 
@@ -120,6 +124,7 @@ def reprocess():
 
     planned = plan()
     ran = run(planned)
+    planned >> PlanApproval(what="reprocessing plan") >> ran
     cut_over(planned, ran, validate(planned, ran))
 
 

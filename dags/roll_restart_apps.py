@@ -11,6 +11,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param, audited_step
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 from streamops.rollout import dependency_order
 
@@ -19,6 +20,10 @@ APP_NAMES = CATALOG.app_names()
 
 DOC = """
 ### Rolling restart (upgrade) of streaming apps
+
+With *Wait for approval* on (the default), the run first shows the apps in roll order with the
+request and waits for an operator's **Approve** (the run's *Required actions*); Reject changes
+nothing; off: the roll starts at once (the API).
 
 One app at a time, upstream apps first (an app writing a topic another chosen app reads goes
 before it). For each app:
@@ -61,6 +66,7 @@ The XCom of each app has the downtime (seconds without a driver) and the backup 
                         "others run the installed code under this label. Shown by app_status, recorded in the launch "
                         "record and in dead letters; a rollback returns to the running version and its code.",
         ),
+        APPROVE_PARAM: approval_param(),
         "spark_conf": Param(None, **spark_conf_schema()),
         "gate_deadline_s": Param(180, type="integer", minimum=steps.GATE_DEADLINE_S[0], maximum=steps.GATE_DEADLINE_S[1],
                                  title="Health gate deadline (s)",
@@ -78,7 +84,8 @@ def roll_restart_apps():
         return dependency_order(load_catalog(), names)
 
     # Rolled apps are announced like deploys: validate_topic_quality then checks their topics.
-    @task(multiple_outputs=False, outlets=[Asset(APP_DEPLOYMENTS_ASSET)])
+    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
+    @task(multiple_outputs=False, outlets=[Asset(APP_DEPLOYMENTS_ASSET)], trigger_rule="none_failed")
     def roll(apps: list[str]) -> list[dict]:
         # Sequential on purpose: the next app is touched only after this one passed its gate.
         context = get_current_context()
@@ -92,7 +99,8 @@ def roll_restart_apps():
         context["outlet_events"][Asset(APP_DEPLOYMENTS_ASSET)].extra = {"apps": list(apps), "version": p["version"]}
         return rolled
 
-    roll(ordered_apps())
+    ordered = ordered_apps()
+    ordered >> PlanApproval(plan_task_id="ordered_apps", what="roll plan") >> roll(ordered)
 
 
 roll_restart_apps()

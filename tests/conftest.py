@@ -164,12 +164,19 @@ def run_dag(airflow_db, monkeypatch):
     def run(dag_id: str, catalog: Path, **conf) -> DagRunResult:
         from airflow.dag_processing.dagbag import DagBag
 
+        from streamops.dag_tasks.approval import APPROVE_PARAM
+
         monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog))
         if not os.environ.get("STREAMOPS_CHECKPOINT_ROOT"):  # the audit log is under it: never the project's own
             monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(_SESSION_DIR / "checkpoints"))
         bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
         assert not bag.import_errors, bag.import_errors
-        result = DagRunResult(bag.get_dag(dag_id).test(run_conf=conf))
+        dag = bag.get_dag(dag_id)
+        # In-process runs are unattended, like the API's: no waiting for a UI approval (the
+        # browser test approves plans in the real UI).
+        if APPROVE_PARAM in dag.params and APPROVE_PARAM not in conf:
+            conf[APPROVE_PARAM] = False
+        result = DagRunResult(dag.test(run_conf=conf))
         _release_failed_tasks_frames()
         return result
 

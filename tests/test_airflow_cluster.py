@@ -197,7 +197,8 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     before = runtime.driver()
 
     run_load(router, LoadSpec(count=200, keys=20, seed=52, start_seq=30_000_000), kafka)
-    rolled = api.trigger("roll_restart_apps", {"apps": ["oplog-router"], "version": "1.1.0", "gate_deadline_s": 240})
+    rolled = api.trigger("roll_restart_apps", {"apps": ["oplog-router"], "version": "1.1.0", "gate_deadline_s": 240,
+                                              "approve_in_ui": False})
     assert api.wait_for_run("roll_restart_apps", rolled, timeout=900) == "success", api.task_log(
         "roll_restart_apps", rolled, "roll")
     after = runtime.driver()
@@ -209,7 +210,7 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     os.killpg(after["process_group"], signal.SIGKILL)
     poll_until(lambda: runtime.state() == "crashed", timeout=60, what="the killed driver to show as crashed")
     run_load(router, LoadSpec(count=200, keys=20, seed=53, start_seq=31_000_000), kafka)
-    restarted = api.trigger("recover_restart_app", {"app": "oplog-router", "dry_run": False})
+    restarted = api.trigger("recover_restart_app", {"app": "oplog-router", "dry_run": False, "approve_in_ui": False})
     assert api.wait_for_run("recover_restart_app", restarted, timeout=900) == "success"
     again = runtime.driver()
     assert runtime.is_running() and again["version"] == "1.1.0" and again["pid"] != after["pid"]
@@ -220,7 +221,7 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     # A backfill from earliest and a cutover, on a Celery worker: the backfill's Spark session on
     # the standalone master, then the live router stopped and started again on the new topics.
     backfill = api.trigger("reprocess", {"app": "oplog-router", "start": "earliest", "end": "now", "target": "versioned",
-                                         "version": "v2", "dry_run": False, "cutover": True})
+                                         "version": "v2", "dry_run": False, "approve_in_ui": False, "cutover": True})
     assert api.wait_for_run("reprocess", backfill, timeout=900) == "success", api.task_log("reprocess", backfill, "run")
     assert {ti["task_id"]: ti["state"] for ti in api.task_instances("reprocess", backfill)} == {
         "plan": "success", "run": "success", "validate": "success", "cut_over": "success"}

@@ -34,11 +34,11 @@ def test_every_dag_has_an_owner_tags_retries_and_a_doc(dag_bag):
             assert task.owner not in (None, "", "airflow"), f"{dag_id}.{task.task_id} has no owner"
 
 
-def test_provision_topics_form_offers_the_catalog_topics_and_defaults_to_dry_run(dag_bag):
+def test_provision_topics_form_offers_the_catalog_topics_and_waits_for_approval_by_default(dag_bag):
     from streamops.catalog import load_catalog
 
     params = dag_bag.get_dag("provision_topics").params
-    assert params["dry_run"] is True
+    assert (params["dry_run"], params["approve_in_ui"]) == (False, True)
     schema = params.get_param("topics").schema
     assert schema["items"]["enum"] == load_catalog().topic_names()
     assert schema["type"] == ["array", "null"]  # optional in the form: empty means all
@@ -74,7 +74,46 @@ def test_starting_stopping_or_rolling_apps_needs_an_explicit_choice(dag_bag):
     # The recovery forms put the dry-run switch right after the app, above the mode's fields.
     for dag_id in ("recover_reset_offsets", "recover_replay_dead_letters", "recover_rebuild_state", "recover_skip_records",
                    "recover_restore_checkpoint", "recover_restart_app"):
-        assert list(dag_bag.get_dag(dag_id).params)[:2] == ["app", "dry_run"], dag_id
+        assert list(dag_bag.get_dag(dag_id).params)[:3] == ["app", "dry_run", "approve_in_ui"], dag_id
+
+
+MUTATING = {"provision_topics": ("plan", "apply"), "roll_restart_apps": ("ordered_apps", "roll"), "reprocess": ("plan", "run"),
+            **{f"recover_{name}": ("plan", "apply") for name in
+               ("reset_offsets", "replay_dead_letters", "rebuild_state", "skip_records", "restore_checkpoint", "restart_app")}}
+
+
+def test_every_mutating_dag_waits_for_approval_of_its_plan_before_it_applies(dag_bag):
+    """plan -> approve -> apply, in one run: the apply follows the approval (a Reject skips it) and
+    still runs when no approval was needed (the approval task skipped: dry run or approval off)."""
+    from streamops.dag_tasks.approval import PlanApproval
+
+    assert {d for d, dag in dag_bag.dags.items() if "approve" in dag.task_dict} == set(MUTATING)
+    for dag_id, (plan_task, apply_task) in MUTATING.items():
+        dag = dag_bag.get_dag(dag_id)
+        approve, apply = dag.get_task("approve"), dag.get_task(apply_task)
+        assert isinstance(approve, PlanApproval) and approve.plan_task_id == plan_task, dag_id
+        assert approve.upstream_task_ids == {plan_task} and "approve" in apply.upstream_task_ids, dag_id
+        assert apply.trigger_rule == "none_failed", dag_id
+        assert approve.defaults == ["Reject"] and approve.response_timeout is not None, dag_id  # no answer: nothing changes
+        assert dag.params["approve_in_ui"] is True and dag.params.get("dry_run", False) is False, dag_id
+
+
+def test_the_approval_shows_the_plan_and_is_skipped_when_nothing_is_applied():
+    from streamops.dag_tasks.approval import approval_skip_reason, plan_body
+
+    assert approval_skip_reason({"dry_run": False, "approve_in_ui": True}) is None
+    assert approval_skip_reason({"apps": ["a"], "approve_in_ui": True}) is None  # the roll has no dry run
+    assert approval_skip_reason({"dry_run": True, "approve_in_ui": True}).startswith("Dry run: nothing will be applied")
+    assert "applied as planned" in approval_skip_reason({"dry_run": False, "approve_in_ui": False})
+    table = "topic     action\n--------  ---------------\norders    create\naudit     alter configs: retention.ms 1 -> 2"
+    body = plan_body({"summary": "1 create, 1 alter", "table": table, "creates": ["orders"]},
+                     {"topics": [], "dry_run": False, "approve_in_ui": True})
+    assert body.startswith("**1 create, 1 alter**")
+    # A Markdown table (the page folds a code block's lines into one), the long last cell whole.
+    assert "| topic | action |\n| --- | --- |\n| orders | create |\n| audit | alter configs: retention.ms 1 -> 2 |" in body
+    assert "- **topics**: `[]`" in body and "approve_in_ui" not in body
+    # No table: the plan's fields as the apply reads them.
+    assert '- **app**: `"r"`' in plan_body({"summary": "s", "app": "r"})
 
 
 def test_broken_catalog_shows_as_an_import_error_naming_the_problem(airflow_db, tmp_path, monkeypatch):

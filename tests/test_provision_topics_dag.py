@@ -36,7 +36,7 @@ def test_creates_every_topic_then_a_rerun_is_all_no_change(run_dag, admin, prefi
     first = run_dag("provision_topics", catalog, dry_run=False)
 
     assert first.state == "success"
-    assert first.task_states == {"plan": "success", "apply": "success", "verify": "success"}
+    assert first.task_states == {"plan": "success", "approve": "skipped", "apply": "success", "verify": "success"}
     assert actions(first) == {name: ["create"] for name in names}
     assert first.xcoms["apply"]["applied"] == {name: ["created"] for name in names}
     audited = read_audit(run_id=first.run_id)
@@ -64,15 +64,15 @@ def test_dry_run_plans_but_changes_nothing(run_dag, admin, prefix, tmp_path):
     result = run_dag("provision_topics", catalog, dry_run=True)
 
     assert result.state == "success"
-    assert result.task_states == {"plan": "success", "apply": "skipped", "verify": "skipped"}
+    assert result.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
     assert actions(result) == {name: ["create"]}
     assert name not in admin.list_topics(timeout=10).topics
 
 
-def test_dry_run_is_the_default(run_dag, admin, prefix, tmp_path):
+def test_a_dry_run_plans_only_with_nothing_to_approve(run_dag, admin, prefix, tmp_path):
     name = f"{prefix}.orders"
-    result = run_dag("provision_topics", write_catalog(tmp_path, [topic_entry(name)]))
-    assert result.task_states["apply"] == "skipped"
+    result = run_dag("provision_topics", write_catalog(tmp_path, [topic_entry(name)]), dry_run=True, approve_in_ui=True)
+    assert (result.task_states["approve"], result.task_states["apply"]) == ("skipped", "skipped")
     assert name not in admin.list_topics(timeout=10).topics
 
 
@@ -140,7 +140,7 @@ def test_partition_decrease_is_refused_and_the_topic_untouched(run_dag, admin, p
     result = run_dag("provision_topics", lowered, dry_run=False)
 
     assert result.state == "failed"
-    assert result.task_states == {"plan": "success", "apply": "success", "verify": "failed"}
+    assert result.task_states == {"plan": "success", "approve": "skipped", "apply": "success", "verify": "failed"}
     (refused,) = [t for t in result.xcoms["plan"]["topics"] if t["topic"] == name]
     assert refused["actions"] == ["refused"]
     assert refused["refusals"] == [

@@ -55,8 +55,8 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     poll_until(lambda: not runtime.is_running(), timeout=30, what="the lock to be released")
     assert runtime.state() == "crashed"
 
-    dry = run_dag("recover_restart_app", catalog_file, app="oplog-router")
-    assert dry.task_states == {"plan": "success", "apply": "skipped", "verify": "skipped"}
+    dry = run_dag("recover_restart_app", catalog_file, dry_run=True, app="oplog-router")
+    assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
     assert dry.xcoms["plan"]["state"] == "crashed"
     assert dry.xcoms["plan"]["version"] == "1.0.3"  # what it last ran with, not the catalog's
     assert runtime.state() == "crashed" and list_backups(spec.checkpoint_location()) == []
@@ -144,7 +144,7 @@ def test_bad_requests_are_refused_and_change_nothing(spark, run_dag, app_env, ap
     def refusal(**params) -> str:
         """The refusal as the audit log recorded it (the task fails with the same text)."""
         result = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", dry_run=False, **params)
-        assert result.task_states == {"plan": "failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+        assert result.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
         (entry,) = read_audit(run_id=result.run_id)
         assert (entry["step"], entry["outcome"], entry["user"]) == ("plan", "refused", "dag_test")
         return entry["error"]
@@ -170,10 +170,10 @@ def test_bad_requests_are_refused_and_change_nothing(spark, run_dag, app_env, ap
     # The trigger form (and the API) refuse unknown apps, metacharacters and paths before any task.
     for bad in ({"app": "no-such-app"}, {"partitions": ["x; rm -rf /"]}, {"offsets": {"../../etc/passwd": {"0": 1}}}):
         with pytest.raises(ParamValidationError) as refused:
-            run_dag("recover_reset_offsets", catalog_file, **{"app": "oplog-router", "mode": "offsets", **bad})
+            run_dag("recover_reset_offsets", catalog_file, dry_run=True, **{"app": "oplog-router", "mode": "offsets", **bad})
         assert list(bad)[0] in str(refused.value)
     with pytest.raises(ParamValidationError, match="snapshot"):
-        run_dag("recover_restore_checkpoint", catalog_file, app="oplog-router", snapshot="../../other-app")
+        run_dag("recover_restore_checkpoint", catalog_file, dry_run=True, app="oplog-router", snapshot="../../other-app")
 
     # The same checks in the code, for callers that bypass the form.
     def problems(**request) -> list[str]:
@@ -227,8 +227,8 @@ def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_
     assert len(read_all(broker.client_config, spec.dead_letter_topic)) == 17
 
     # The fix: the catalog raises the limit (app_env's catalog keeps 65536).
-    dry = run_dag("recover_replay_dead_letters", catalog_file, app="oplog-router", reason_contains="BYTE LIMIT")
-    assert dry.task_states == {"plan": "success", "apply": "skipped", "verify": "skipped"}
+    dry = run_dag("recover_replay_dead_letters", catalog_file, dry_run=True, app="oplog-router", reason_contains="BYTE LIMIT")
+    assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
     assert dry.xcoms["plan"]["totals"] == {"records": 17, "replay": 12, "still fails": 0, "already replayed": 0,
                                            "filtered out": 5, "other": 0}
     assert len(read_all(broker.client_config, source)) == 57
@@ -307,8 +307,8 @@ def test_restore_brings_back_the_previous_checkpoint(spark, run_dag, app_env, ap
     routed_after = Counter(routed_now(broker, spec))
     newer = checkpoint_state(Path(checkpoint))
 
-    dry = run_dag("recover_restore_checkpoint", catalog_file, app="oplog-router")
-    assert dry.task_states == {"plan": "success", "apply": "skipped", "verify": "skipped"}
+    dry = run_dag("recover_restore_checkpoint", catalog_file, dry_run=True, app="oplog-router")
+    assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
     assert dry.xcoms["plan"]["snapshot"] == good.name and dry.xcoms["plan"]["replayed"] == 150
 
     result = run_dag("recover_restore_checkpoint", catalog_file, app="oplog-router", snapshot=good.name, dry_run=False)

@@ -50,7 +50,7 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
                      target="versioned", version="v2", dry_run=False)
 
     assert result.state == "success", result.task_states
-    assert result.task_states == {"plan": "success", "run": "success", "validate": "success", "cut_over": "skipped"}
+    assert result.task_states == {"plan": "success", "approve": "skipped", "run": "success", "validate": "success", "cut_over": "skipped"}
     ran = result.xcoms["run"]
     assert ran["records_in"] == 1200
     for live in [*router.outputs.values()]:
@@ -120,7 +120,7 @@ def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess
                      version="v3", dry_run=True)
 
     assert result.state == "success"
-    assert result.task_states == {"plan": "success", "run": "skipped", "validate": "skipped", "cut_over": "skipped"}
+    assert result.task_states == {"plan": "success", "approve": "skipped", "run": "skipped", "validate": "skipped", "cut_over": "skipped"}
     plan = result.xcoms["plan"]
     assert sum(p["end"] - p["start"] for p in plan["inputs"]) == 200
     existing = admin.list_topics(timeout=10).topics
@@ -130,7 +130,7 @@ def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess
 def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_catalog, reprocess_env, run_dag, capfd, caplog):
     inverted = run_dag("reprocess", reprocess_env, app="oplog-router", start="2026-11-22T10:00:00Z",
                        end="2026-11-22T09:00:00Z", target="versioned", version="v2", dry_run=False)
-    assert inverted.task_states == {"plan": "failed", "run": "upstream_failed", "validate": "upstream_failed", "cut_over": "upstream_failed"}
+    assert inverted.task_states == {"plan": "failed", "approve": "upstream_failed", "run": "upstream_failed", "validate": "upstream_failed", "cut_over": "upstream_failed"}
     captured = capfd.readouterr()
     text = captured.out + captured.err + caplog.text
     assert "end 2026-11-22T09:00:00Z is not after start 2026-11-22T10:00:00Z: the range is empty or inverted" in text

@@ -116,7 +116,7 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     status = app_status(spec, kafka)
     assert status.state == "failed" and status.reason.startswith(f"query route failed on batch {failed['batch']} ("), status.reason
 
-    first_plan = run_dag("recover_restart_app", catalog_file, app="oplog-router").xcoms["plan"]
+    first_plan = run_dag("recover_restart_app", catalog_file, dry_run=True, app="oplog-router").xcoms["plan"]
     assert first_plan["failed_batches"] == [failed] and first_plan["failed_again"] is False
     restarted = run_dag("recover_restart_app", catalog_file, app="oplog-router", dry_run=False)
     # It starts, runs the same batch and fails again (in apply when that happens before the
@@ -126,7 +126,7 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     (second,) = runtime.driver()["failed_batches"]
     assert {k: second[k] for k in ("query", "batch", "ranges")} == {k: failed[k] for k in ("query", "batch", "ranges")}
 
-    again = run_dag("recover_restart_app", catalog_file, app="oplog-router")
+    again = run_dag("recover_restart_app", catalog_file, dry_run=True, app="oplog-router")
     plan = again.xcoms["plan"]
     assert plan["failed_again"] is True
     from streamops.recovery.restart import RestartPlan
@@ -142,8 +142,8 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
                                           "bytes": len(poison[0]) + len(poison[1])}
 
     record = f"{source}:{POISON_PARTITION}:{poison_offset}"
-    dry = run_dag("recover_skip_records", catalog_file, app="oplog-router", records=[record], note="OPS-7 too big for contacts")
-    assert dry.task_states == {"plan": "success", "apply": "skipped", "verify": "skipped"}
+    dry = run_dag("recover_skip_records", catalog_file, dry_run=True, app="oplog-router", records=[record], note="OPS-7 too big for contacts")
+    assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
     (shown,) = dry.xcoms["plan"]["shown"]
     assert (shown["partition"], shown["offset"], shown["key"]) == (POISON_PARTITION, poison_offset, "u1")
     assert shown["size"] > 48000 and shown["preview"].startswith('{"seq": 106, "user_id": "u1", "op_type": "BLOCK_CONTACT"')
@@ -223,15 +223,15 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
                           dry_run=False)
     finally:
         holder.release("stopped", "test")
-    assert refused.task_states == {"plan": "failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    assert refused.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
     (entry,) = read_audit(run_id=refused.run_id)
     assert (entry["step"], entry["outcome"]) == ("plan", "refused")
     assert "oplog-router is running (driver pid" in entry["error"] and "stop it with the stop_apps DAG first" in entry["error"]
     for bad in ([f"{source}:1:{2**70}"], [f"{source}:1:5; rm -rf /"], [f"../{source}:1:5"], [], ["x" * 400]):
         with pytest.raises(ParamValidationError):
-            run_dag("recover_skip_records", catalog_file, app="oplog-router", records=bad)
+            run_dag("recover_skip_records", catalog_file, dry_run=True, app="oplog-router", records=bad)
     with pytest.raises(ParamValidationError):
-        run_dag("recover_skip_records", catalog_file, app="oplog-router", records=[f"{source}:1:1"], note="n" * 501)
+        run_dag("recover_skip_records", catalog_file, dry_run=True, app="oplog-router", records=[f"{source}:1:1"], note="n" * 501)
 
     # A valid dry run: the record, the batch it will be in; nothing changes.
     plan = plan_skip(admin, kafka, app_catalog, "oplog-router", [f"{source}:1:{ends[1] - 4}-{ends[1] - 2}"], None,

@@ -220,7 +220,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
               + KEY_REFUSED.format(key="spark.driver.extraJavaOptions"))
 
     result = run_dag("recover_restart_app", catalog_file, app=APP, dry_run=False)
-    assert result.task_states == {"plan": "failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    assert result.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
     (entry,) = read_audit(run_id=result.run_id)
     assert (entry["step"], entry["outcome"]) == ("plan", "refused")
     assert entry["error"] == f"refused before anything was changed:\n  - {reason}"
@@ -354,7 +354,7 @@ def test_a_reset_with_out_of_range_params_fails_with_one_clear_line(run_dag, app
         f"Invalid input for param shift: {2**70} is greater than the maximum of {MAX_OFFSET}")
 
     result = run_dag("recover_reset_offsets", catalog_file, app=APP, mode="duration", duration="3651 days", dry_run=False)
-    assert result.task_states == {"plan": "failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    assert result.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
     (entry,) = read_audit(run_id=result.run_id)
     assert (entry["step"], entry["outcome"]) == ("plan", "refused")
     assert entry["error"] == ("refused before anything was changed:\n"
@@ -450,11 +450,11 @@ def test_a_reprocess_tag_is_never_reused(run_dag, app_env, app_catalog, tmp_path
     monkeypatch.setenv("STREAMOPS_REPROCESS_ROOT", str(tmp_path / "reprocess"))
     (tmp_path / "reprocess" / APP / "t1").mkdir(parents=True)  # an earlier run's folder, with its checkpoint
     capfd.readouterr()
-    reused = run_dag("reprocess", catalog_file, app=APP, target="scratch", tag="t1")
+    reused = run_dag("reprocess", catalog_file, dry_run=True, app=APP, target="scratch", tag="t1")
     assert reused.task_states["plan"] == "failed"
     assert (f"a reprocessing run tagged 't1' of {APP} already exists ({tmp_path / 'reprocess' / APP / 't1'}): choose another "
             "tag (or leave it empty for a timestamp)") in capfd.readouterr().out
-    reserved = run_dag("reprocess", catalog_file, app=APP, target="scratch", tag="recon-1")
+    reserved = run_dag("reprocess", catalog_file, dry_run=True, app=APP, target="scratch", tag="recon-1")
     assert reserved.task_states["plan"] == "failed"
     assert "tag 'recon-1': tags starting with recon- belong to the nightly reconciliation" in capfd.readouterr().out
 

@@ -219,7 +219,7 @@ def up(
         api = AirflowApi(airflow.url, ADMIN_USER, airflow.admin_password() or "")
         api.wait_for_dag("provision_topics")
         started = time.monotonic()
-        run_id = api.trigger("provision_topics", {"dry_run": dry_run, "topics": []})
+        run_id = api.trigger("provision_topics", {"dry_run": dry_run, "approve_in_ui": False, "topics": []})
         typer.echo(f"triggered provision_topics (dry_run={dry_run}), run {run_id}; waiting for it to finish")
         state = api.wait_for_run("provision_topics", run_id)
     except (CatalogError, ServiceError, AirflowApiError, TimeoutError, KafkaConfigError, KafkaException) as exc:

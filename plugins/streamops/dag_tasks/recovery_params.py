@@ -18,8 +18,9 @@ def app_param(names: list[str]):
 def dry_run_param():
     from airflow.sdk import Param
 
-    return Param(True, type="boolean", title="Dry run",
-                 description="Only show the plan (the 'plan' task's log). Turn off to apply it.")
+    return Param(False, type="boolean", title="Dry run",
+                 description="Only show the plan (the 'plan' task's log); change nothing. Off: the plan is shown "
+                             "for approval, then applied.")
 
 
 VERIFY_DEADLINE_S = (30, 7200)

@@ -1,0 +1,127 @@
+"""Approve the plan in one run: a mutating DAG plans, waits for an operator to approve that
+exact plan in the Airflow UI (Airflow 3's human-in-the-loop approval from the standard provider:
+the run shows "Required actions"), then applies the plan it showed. The apply reads the plan's
+XCom, so what runs is what was approved, not a second plan against a broker that moved on.
+
+    approve_in_ui  True (default): plan, wait for Approve / Reject, then apply (Reject: nothing changes)
+                   False: apply at once (the API, schedules, `streamops up`)
+    dry_run        True: plan only (the approval is skipped and so is the apply)
+
+A decision is audited (who, when, approved or rejected). With no answer within
+APPROVAL_TIMEOUT the plan counts as rejected: a forgotten run changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import timedelta
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+log = logging.getLogger(__name__)
+
+APPROVE_PARAM = "approve_in_ui"
+APPROVAL_TIMEOUT = timedelta(hours=12)
+BODY_MAX_CHARS = 20_000
+
+
+def approval_param():
+    from airflow.sdk import Param
+
+    return Param(True, type="boolean", title="Wait for approval",
+                 description="Plan, then wait for an operator to approve exactly that plan in the UI (the run's "
+                             "'Required actions') before anything changes; Reject changes nothing. Off: apply the "
+                             "plan at once (for the API and scheduled runs).")
+
+
+def approval_skip_reason(params: dict) -> str | None:
+    """Why this run needs no approval (None: it waits for one)."""
+    from streamops.dag_tasks import is_dry_run
+
+    if "dry_run" in params and is_dry_run(params):  # roll_restart_apps has no dry run
+        return "Dry run: nothing will be applied, so there is nothing to approve. The plan is in the 'plan' task's log."
+    if params.get(APPROVE_PARAM, True) is False:
+        return "Approval turned off for this run ('Wait for approval' off): the plan is applied as planned."
+    return None
+
+
+def markdown_table(text: str) -> str | None:
+    """A tabulate "simple" table (header, dashes, rows) as a Markdown table: the approval page
+    renders Markdown and folds a code block's lines into one. None if `text` is not one."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < 2 or not re.fullmatch(r"[- ]+", lines[1]):
+        return None
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[1])]
+    # The last column runs to the end of its line (a long value may pass the dashes).
+    spans[-1] = (spans[-1][0], None)
+
+    def cells(line: str) -> list[str]:
+        return [line[start:end].strip().replace("|", "\\|") or " " for start, end in spans]
+
+    rows = [cells(lines[0]), ["---"] * len(spans), *(cells(line) for line in lines[2:])]
+    return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+def markdown_fields(content: Any) -> str:
+    """A plan without a table: one bullet per field, its value as compact JSON."""
+    if not isinstance(content, dict):
+        content = {"plan": content}
+    items = []
+    for key, value in content.items():
+        text = json.dumps(value, default=str)
+        items.append(f"- **{key}**: `{text if len(text) <= 600 else text[:600] + ' ...'}`")
+    return "\n".join(items) or "- (empty plan)"
+
+
+def plan_body(plan: Any, request: dict | None = None) -> str:
+    """The approval's text (Markdown): the plan's summary and its table (a plan XCom's "table"),
+    or its fields as the apply task will read them; then the form's values it came from."""
+    summary = plan.get("summary") if isinstance(plan, dict) else None
+    table = plan.get("table") if isinstance(plan, dict) else None
+    detail = (markdown_table(table) if isinstance(table, str) else None) or markdown_fields(
+        {k: v for k, v in plan.items() if k not in ("summary", "table")} if isinstance(plan, dict) else plan)
+    if len(detail) > BODY_MAX_CHARS:
+        detail = detail[:BODY_MAX_CHARS] + "\n\n... (cut; the whole plan is in the 'plan' task's log and XCom)"
+    head = f"**{summary}**\n\n" if summary else ""
+    asked = {k: v for k, v in (request or {}).items() if k not in ("dry_run", APPROVE_PARAM)}
+    asked_text = f"\n\nRequested with:\n\n{markdown_fields(asked)}" if asked else ""
+    return (f"{head}Approve applies exactly this plan (as planned by this run; nothing is planned again). "
+            f"Reject changes nothing.\n\n{detail}{asked_text}")
+
+
+class PlanApproval(ApprovalOperator):
+    """The approval task of a DAG: skipped on a dry run or with approval off (the apply still
+    runs after it: give the apply trigger_rule='none_failed'); else it shows the plan task's XCom
+    and waits. Reject (or no answer in time) skips the apply."""
+
+    def __init__(self, *, plan_task_id: str = "plan", what: str = "plan", **kwargs) -> None:
+        kwargs.setdefault("task_id", "approve")
+        super().__init__(subject=f"Apply this {what}?", body="(the plan is shown when the run reaches this step)",
+                         defaults="Reject", response_timeout=APPROVAL_TIMEOUT, retries=0, **kwargs)
+        self.plan_task_id = plan_task_id
+        self.what = what
+
+    def execute(self, context):
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        reason = approval_skip_reason(context["params"])
+        if reason:
+            raise AirflowSkipException(reason)
+        self.body = plan_body(context["ti"].xcom_pull(task_ids=self.plan_task_id), dict(context["params"]))
+        log.info("Waiting for an operator to approve the %s (the run's 'Required actions' in the UI).", self.what)
+        return super().execute(context)
+
+    def execute_complete(self, context, event):
+        from streamops.dag_tasks import trail
+
+        result = super().execute_complete(context, event)  # Reject: the apply is skipped here
+        chosen = (result.get("chosen_options") or ["?"])[0]
+        by = result.get("responded_by_user")
+        who = (by.get("name") or by.get("id") or "?") if isinstance(by, dict) else str(by or "?")
+        outcome = "approved" if chosen == self.APPROVE else "rejected (nothing changed)"
+        trail(context).write("approve", outcome, summary=f"{self.what} {outcome} by {who}", approved_by=who)
+        log.info("The %s was %s by %s.", self.what, outcome, who)
+        return result
