@@ -5,11 +5,10 @@ Wiring only; the logic is in plugins/streamops/app_status.py and plugins/streamo
 
 from __future__ import annotations
 
-from datetime import timedelta
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from streamops.catalog import SUPERVISOR_EVERY_S, load_catalog
+from streamops.catalog import load_catalog, supervisor_schedule
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param
 
@@ -46,7 +45,7 @@ recover_replay_dead_letters, then recover_restart_app or deploy_apps (which rese
     dag_id="app_status",
     description="Supervisor: status, health and lag of the streaming apps; restarts crashed apps; fails when one needs someone.",
     doc_md=DOC,
-    schedule=timedelta(seconds=SUPERVISOR_EVERY_S),
+    schedule=supervisor_schedule(),
     catchup=False,
     max_active_runs=1,
     tags=["spark", "apps", "status", "supervision"],

@@ -184,7 +184,8 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             f'<span class="small">{e((r["at"] or "")[:19])} by {e(r["user"] or "?")}</span></li>'
             for r in row.recent_runs)
         body.append(
-            f'<tr class="{"attention" if row.needs_someone else ""}" data-app="{e(row.app)}" data-state="{e(row.state)}">'
+            f'<tr class="{"attention" if row.needs_someone else ""}" data-app="{e(row.app)}" data-state="{e(row.state)}" '
+            f'data-restarts="{row.restarts_total}">'
             f'<td><b>{e(row.app)}</b><div class="small">{" · ".join(links)}</div></td>'
             f'<td><span class="state {kind}">{e(row.state)}</span><div class="small evidence">{e(row.evidence)}</div></td>'
             f"<td>{e(row.version or '-')}</td>"

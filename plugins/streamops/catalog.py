@@ -8,6 +8,7 @@ the file, the entry (index and name) and the field, with the YAML line where it 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -248,9 +249,15 @@ class ProducerSettings(BaseModel):
         return settings
 
 
-# How often the supervisor (the app_status DAG) looks at the apps: its schedule; $STREAMOPS_SUPERVISOR_EVERY_S changes it (the browser
-# test runs it only by hand, so a scheduled run never races what it watches).
-SUPERVISOR_EVERY_S = int(os.environ.get("STREAMOPS_SUPERVISOR_EVERY_S") or 120)
+# How often the supervisor (the app_status DAG) looks at the apps: its schedule.
+SUPERVISOR_EVERY_S = 120
+
+
+def supervisor_schedule() -> timedelta | None:
+    """app_status's schedule: every SUPERVISOR_EVERY_S, or None (runs only when triggered) with
+    $STREAMOPS_SUPERVISOR=manual, e.g. while another supervisor watches the apps, or in the
+    browser test (a scheduled run must not race the crash it watches)."""
+    return None if os.environ.get("STREAMOPS_SUPERVISOR", "").lower() == "manual" else timedelta(seconds=SUPERVISOR_EVERY_S)
 
 
 class SupervisionSpec(_Strict):

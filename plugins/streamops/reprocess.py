@@ -19,6 +19,7 @@ catalog's definitions of the live ones (partitions, configs, value schema, suite
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import time
@@ -36,6 +37,7 @@ from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time
 from streamops.kafka_client import KafkaClientConfig
 
 # Used for the estimate until this machine has measured a run of the app.
+log = logging.getLogger(__name__)
 DEFAULT_RATE = 5_000.0
 # "6 hours": a duration back from now, as the start of a range.
 # A version suffix becomes part of topic names: "v" and at most 6 digits (the forms use the pattern).
@@ -374,10 +376,16 @@ def run_reprocess(
     started = time.monotonic()
     try:
         with driver_log.open("ab") as log_file:
-            finished = subprocess.run(  # noqa: S603 - argv from the catalog and the checked plan
+            finished = subprocess.Popen(  # noqa: S603 - argv from the catalog and the checked plan
                 spec.argv(master=spark_master), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=work_dir, env=driver_env(STREAMOPS_LAUNCHED_BY=launched_by, STREAMOPS_DRIVER_LOG=str(driver_log)),
             )
+            try:
+                _report_progress(finished, checkpoint, plan, started)
+            except BaseException:
+                finished.kill()  # the task is being stopped: its driver goes with it
+                finished.wait()
+                raise
     finally:
         # The connection's secrets stay on disk only while the driver that reads them runs (a live
         # app's file stays: its restarts read it); the run folder is kept for review.
@@ -400,6 +408,36 @@ def run_reprocess(
         checkpoint=str(checkpoint),
         catalog_file=str(catalog_file),
     )
+
+
+PROGRESS_EVERY_S = 15.0
+
+
+def progress_line(app: str, done: int, planned: int, elapsed_s: float) -> str:
+    """'backfill of X: 1,200 of 10,000 records (12.0%), 400 records/s, about 22 s left'."""
+    share = f" ({done / planned:.1%})" if planned else ""
+    if done <= 0:
+        return (f"backfill of {app}: 0 of {planned:,} records after {elapsed_s:.0f} s (the driver is starting or "
+                "working on its first batch)")
+    rate = done / elapsed_s if elapsed_s > 0 else 0.0
+    left = (planned - done) / rate if rate > 0 and planned > done else 0.0
+    return f"backfill of {app}: {done:,} of {planned:,} records{share}, {rate:,.0f} records/s, about {left:.0f} s left"
+
+
+def _report_progress(driver: subprocess.Popen, checkpoint: Path, plan: ReprocessPlan, started: float) -> None:
+    """Wait for the driver, logging records done / planned (its checkpoint's committed offsets),
+    rate and time left every PROGRESS_EVERY_S: a long backfill shows how far it is in the task log."""
+    while True:
+        try:
+            driver.wait(timeout=PROGRESS_EVERY_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            done = _records_read(checkpoint, plan) if checkpoint.is_dir() else 0
+        except Exception:  # noqa: BLE001 - a commit file half written: the next look reads it; never fail the run
+            done = 0
+        log.info(progress_line(plan.app, done, plan.records, time.monotonic() - started))
 
 
 def _records_read(checkpoint: Path, plan: ReprocessPlan) -> int:

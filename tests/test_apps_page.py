@@ -1,0 +1,87 @@
+"""The apps page's pieces (no Airflow, no broker): the input-rate history a driver keeps, the
+per-minute chart drawn from it, a row's rendering, backfill progress lines, the Data Docs'
+CDN rewrite. The page itself is exercised in a real browser by test_operator_ui."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from streamops import app_runtime
+from streamops.app_runtime import AppRuntime
+from streamops.apps_page import AppRow, minute_rates, render_page, sparkline
+from streamops.quality import docs_assets
+from streamops.reprocess import progress_line
+
+NOW = datetime(2026, 11, 24, 12, 0, 30, tzinfo=timezone.utc)
+
+
+def at(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).isoformat()
+
+
+def test_the_chart_sums_every_query_per_minute_as_records_per_second():
+    rates = [{"at": at(10), "query": "a", "input_rows": 600}, {"at": at(20), "query": "b", "input_rows": 600},
+             {"at": at(90), "query": "a", "input_rows": 120}, {"at": at(3700), "query": "a", "input_rows": 9999},
+             {"at": "not a time", "query": "a", "input_rows": 5}]
+    per_minute = minute_rates(rates, NOW)
+    assert len(per_minute) == 60
+    assert per_minute[-1] == 20.0 and per_minute[-2] == 2.0 and sum(per_minute[:-2]) == 0  # an hour ago: out
+
+
+def test_a_driver_keeps_an_hour_of_batch_rates_and_trims_the_rest(tmp_path, monkeypatch):
+    runtime = AppRuntime(tmp_path / "checkpoint")
+    old = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat()
+    runtime.write_progress("route", {"published_at": old, "input_rows": 7})
+    runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": 11})
+    assert [e["input_rows"] for e in runtime.rates()] == [11]  # read: the last hour only
+    monkeypatch.setattr(app_runtime, "RATE_HISTORY_BYTES", 10)  # past the size: the file is trimmed on write
+    runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": 13})
+    kept = [json.loads(line)["input_rows"] for line in runtime.rates_file.read_text().splitlines()]
+    assert kept == [11, 13]
+    runtime.rates_file.write_text(runtime.rates_file.read_text() + '{"at": "2026-11-2')  # a crash mid-line
+    assert [e["input_rows"] for e in runtime.rates()] == [11, 13]
+
+
+def test_a_row_that_needs_someone_is_red_with_its_evidence_and_links():
+    rows = [
+        AppRow("router", "crashed", True, "should be running but its driver is crashed (pid 42)", version="1.0.1",
+               driver_host="host-a", dead_letters_total=3, restarts_total=2, has_driver_log=True,
+               input_rate_per_minute=[0.0] * 59 + [12.5],
+               recent_runs=[{"dag_id": "deploy_apps", "run_id": "manual__1+2", "at": "2026-11-24T11:00:00", "user": "ops",
+                             "step": "deploy", "outcome": "done"}]),
+        AppRow("counts", "stopped", False, "stopped by ops", spark_ui="http://host-b:4041"),
+    ]
+    page = render_page(rows, NOW, "/streamops/data-docs/index.html", "/streamops")
+    assert "<h2 id='headline'>1 of 2 apps need attention: router</h2>" in page
+    assert '<tr class="attention" data-app="router" data-state="crashed" data-restarts="2">' in page
+    assert "should be running but its driver is crashed (pid 42)" in page
+    assert 'href="/streamops/apps/router/driver-log"' in page and 'href="http://host-b:4041"' in page
+    assert 'href="/dags/deploy_apps/runs/manual__1%2B2"' in page  # a run id is quoted into the link
+    assert "peak 12.5/s, now 12.5/s" in page
+    assert '<tr class="" data-app="counts" data-state="stopped"' in page
+    assert "<script" not in page  # nothing external or scripted: the chart is inline SVG
+    assert "<title>input rate over the last 60 minutes, peak 12.5 records/s, now 12.5 records/s</title>" in sparkline(
+        [0.0] * 59 + [12.5])
+
+
+def test_an_app_name_or_evidence_cannot_inject_markup():
+    page = render_page([AppRow("<b>x</b>", "crashed", True, "<script>alert(1)</script>")], NOW, None, "/streamops")
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_backfill_progress_says_done_planned_rate_and_time_left():
+    assert progress_line("router", 0, 10_000, 20) == (
+        "backfill of router: 0 of 10,000 records after 20 s (the driver is starting or working on its first batch)")
+    assert progress_line("router", 2_500, 10_000, 10) == (
+        "backfill of router: 2,500 of 10,000 records (25.0%), 250 records/s, about 30 s left")
+
+
+def test_every_cdn_address_gx_writes_has_a_pinned_local_copy():
+    page = "\n".join(f'<script src="{url}"></script>' for url in docs_assets.CDN_FILES)
+    local = docs_assets.localise(page, "/assets")
+    assert "https://" not in local
+    # The longest address wins: .../vega@5 does not eat part of .../vega-lite@5 or .../vega-embed@6.
+    assert '"/assets/vega-lite@5.23.0/build/vega-lite.min.js"' in local
+    assert '"/assets/vega@5.33.1/build/vega.min.js"' in local
+    assert docs_assets.missing() == []  # bin/setup fetched every file a page loads

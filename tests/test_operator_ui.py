@@ -1,0 +1,203 @@
+"""The operator's path in a real browser: Debian's Chromium, headless, driven by Playwright (no
+browser download), against the suite as `streamops up` brings it up. Logs in; sees every app on
+the apps page; deploys the router from its form; kills its driver and sees it turn red, then
+running again after the supervisor's restart; approves a provision_topics plan and a
+recover_replay_dead_letters plan in the UI, both triggered with the forms' defaults; checks that
+the apps page, Data Docs, the metrics and the REST API refuse a request without login.
+Screenshots of each step: test-artifacts/operator-ui/ (kept after the run).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+import httpx
+import pytest
+
+from conftest import PROJECT_ROOT, free_port, free_port_pair
+from streamops.app_runtime import AppRuntime
+from streamops.waiting import poll_until
+
+STREAMOPS = str(Path(sys.executable).parent / "streamops")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = PROJECT_ROOT / "test-artifacts" / "operator-ui"
+APP = "oplog-router"
+
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (bin/setup installs it as root)")
+
+
+class Stack:
+    def __init__(self, base: str, password: str, run_dir: Path, catalog):
+        self.base, self.password, self.run_dir, self.catalog = base, password, run_dir, catalog
+
+    def runtime(self, app: str) -> AppRuntime:
+        return AppRuntime(self.run_dir / "checkpoints" / app)
+
+    def api(self):
+        from streamops.local_stack.airflow_api import AirflowApi
+
+        return AirflowApi(self.base, "admin", self.password)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, request):
+    from streamops.catalog import load_catalog
+
+    tmp = tmp_path_factory.mktemp("operator-ui")
+    prefix = f"ui{os.getpid()}"
+    catalog = load_catalog().with_topic_prefix(prefix)
+    catalog_file = tmp / "catalog.yaml"
+    catalog_file.write_text(catalog.to_yaml())
+    kafka_port, airflow_port = free_port_pair(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(STREAMOPS_RUN_DIR=str(tmp / "run"), STREAMOPS_KAFKA_PORT=str(kafka_port),
+               STREAMOPS_AIRFLOW_PORT=str(airflow_port), STREAMOPS_CATALOG=str(catalog_file),
+               STREAMOPS_CHECKPOINT_ROOT=str(tmp / "run" / "checkpoints"),
+               # The supervisor runs when the test triggers it, never on its own in between.
+               STREAMOPS_SUPERVISOR="manual")
+    up = subprocess.run([STREAMOPS, "up"], env=env, capture_output=True, text=True, timeout=900)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        password = re.search(r"\(user 'admin', password '(\S+)'\)", up.stdout)[1]
+        yield Stack(f"http://127.0.0.1:{airflow_port}", password, tmp / "run", catalog)
+    finally:
+        for name in catalog.app_names():  # never leave a driver behind
+            runtime = AppRuntime(tmp / "run" / "checkpoints" / name)
+            if runtime.is_running():
+                os.kill(runtime.driver()["pid"], signal.SIGKILL)
+        subprocess.run([STREAMOPS, "down"], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+class Operator:
+    """One logged-in browser page, with the steps an operator takes."""
+
+    def __init__(self, browser, stack: Stack):
+        self.stack = stack
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.set_default_timeout(60_000)
+        self.shots = 0
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    def shot(self, name: str) -> None:
+        self.shots += 1
+        self.page.screenshot(path=str(ARTIFACTS / f"{self.shots:02d}-{name}.png"), full_page=True)
+
+    def log_in(self, path: str) -> None:
+        self.page.goto(self.stack.base + path)
+        assert "/auth/login" in self.page.url  # sent to the login page, and back after it
+        self.shot("login")
+        self.page.locator("input[name=username]").fill("admin")
+        self.page.locator("input[name=password]").fill(self.stack.password)
+        self.page.get_by_role("button", name="Sign in").click()
+        self.page.wait_for_url(re.compile(re.escape(path) + "$"))
+
+    def app_state(self, app: str) -> tuple[str, bool]:
+        """(state, red) of the app's row on a freshly loaded apps page."""
+        self.page.goto(self.stack.base + "/streamops/apps")
+        row = self.page.locator(f'tr[data-app="{app}"]')
+        return row.get_attribute("data-state"), "attention" in (row.get_attribute("class") or "")
+
+    def trigger(self, dag_id: str, choose: dict[str, str] | None = None) -> str:
+        """Open the DAG's trigger form, pick the given multi-select values, press Trigger: the run id."""
+        self.page.goto(f"{self.stack.base}/dags/{dag_id}")
+        self.page.get_by_role("button", name="Trigger").first.click()
+        dialog = self.page.get_by_role("dialog")
+        for value in (choose or {}).values():
+            box = dialog.get_by_role("combobox").first
+            box.click()
+            box.fill(value)
+            box.press("Enter")
+        self.shot(f"{dag_id}-form")
+        dialog.get_by_role("button", name="Trigger").click()
+        self.page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/"))
+        return unquote(self.page.url.split("/runs/", 1)[1].split("/")[0])
+
+    def approve(self, dag_id: str, run_id: str, expect_in_plan: str) -> None:
+        api = self.stack.api()
+        poll_until(lambda: api.task_states(dag_id, run_id).get("approve") == "awaiting_input", timeout=600,
+                   what=f"{dag_id}'s plan to wait for approval")
+        self.page.goto(f"{self.stack.base}/dags/{dag_id}/runs/{run_id}/tasks/approve/required_actions")
+        self.page.get_by_text(expect_in_plan).first.wait_for()
+        self.shot(f"{dag_id}-plan-to-approve")
+        self.page.get_by_role("button", name="Approve", exact=True).click()
+        assert api.wait_for_run(dag_id, run_id, timeout=600) == "success", api.task_states(dag_id, run_id)
+        self.page.goto(f"{self.stack.base}/dags/{dag_id}/runs/{run_id}")
+        self.shot(f"{dag_id}-applied")
+
+
+def test_the_operator_path_in_a_real_browser(stack, browser):
+    operator = Operator(browser, stack)
+    api = stack.api()
+
+    # Every catalog app on the apps page (inside the UI's login).
+    operator.log_in("/streamops/apps")
+    rows = operator.page.locator("tr[data-app]")
+    assert [rows.nth(i).get_attribute("data-app") for i in range(rows.count())] == stack.catalog.app_names()
+    assert operator.page.locator("#headline").inner_text() == f"All {len(stack.catalog.app_names())} apps are as they should be"
+    operator.shot("apps-page")
+
+    # Deploy the router from its form (an explicit choice: nothing is pre-selected).
+    deployed = operator.trigger("deploy_apps", {"apps": APP})
+    assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success", api.task_states("deploy_apps", deployed)
+    poll_until(lambda: operator.app_state(APP) == ("healthy", False), timeout=300, what="the router to show healthy")
+    row = operator.page.locator(f'tr[data-app="{APP}"]')
+    assert "Spark UI" in row.inner_text() and "driver log" in row.inner_text() and "deploy_apps" in row.inner_text()
+    operator.shot("router-deployed")
+
+    # kill -9 of the driver: red, with the evidence; the supervisor's run (from its form) restarts it.
+    runtime = stack.runtime(APP)
+    killed = runtime.driver()["pid"]
+    os.kill(killed, signal.SIGKILL)
+    poll_until(lambda: operator.app_state(APP) == ("crashed", True), timeout=120, what="the router to turn red")
+    assert "1 of 3 apps need attention: oplog-router" in operator.page.locator("#headline").inner_text()
+    operator.shot("router-crashed")
+    status_run = operator.trigger("app_status")
+    # The run fails (it pages: the app was down when it looked) after restarting the app.
+    assert api.wait_for_run("app_status", status_run, timeout=600) == "failed"
+    poll_until(lambda: operator.app_state(APP) == ("healthy", False), timeout=300, what="the router to run again")
+    assert runtime.driver()["pid"] != killed
+    assert operator.page.locator(f'tr[data-app="{APP}"]').get_attribute("data-restarts") == "1"
+    operator.shot("router-restarted")
+
+    # Plans approved in the UI, both runs triggered with the forms' defaults.
+    provision = operator.trigger("provision_topics")
+    operator.approve("provision_topics", provision, "no change")
+    replay = operator.trigger("recover_replay_dead_letters")
+    operator.approve("recover_replay_dead_letters", replay, "Approve applies exactly this plan")
+    import json
+
+    audit = [json.loads(line) for line in (stack.run_dir / "checkpoints" / "_audit" / "audit.jsonl").read_text().splitlines()]
+    approvals = [(e["dag_id"], e["outcome"], e["approved_by"]) for e in audit if e["step"] == "approve"]
+    assert approvals == [("provision_topics", "approved", "admin"), ("recover_replay_dead_letters", "approved", "admin")]
+
+    # Data Docs behind the login, styled by the suite's own assets (no validation yet: it says so).
+    operator.page.goto(stack.base + "/streamops/data-docs/index.html")
+    assert operator.page.locator("h1").inner_text() == "No validation has run yet"
+    operator.shot("data-docs")
+
+    # Without a login: the browser is sent to the login page; a script gets a 401.
+    anonymous = browser.new_page()
+    anonymous.goto(stack.base + "/streamops/apps")
+    assert "/auth/login" in anonymous.url
+    anonymous.close()
+    for path in ("/streamops/apps", "/streamops/apps.json", "/streamops/data-docs/index.html",
+                 "/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js", "/streamops/metrics", "/api/v2/dags"):
+        refused = httpx.get(stack.base + path, timeout=30)
+        assert refused.status_code == 401, (path, refused.status_code, refused.text[:200])
