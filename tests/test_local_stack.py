@@ -116,12 +116,22 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, p
             "metadatabase healthy, scheduler healthy, triggerer healthy, dag_processor healthy" in status.stdout
         ), status.stdout
 
-        # validate_topic_quality's Data Docs are served by the API server (the plugin in plugins/).
+        # validate_topic_quality's Data Docs are served by the API server (the plugin in plugins/),
+        # behind the UI's login, with GX's CDN addresses pointing at the suite's copies.
+        jwt = httpx.post(f"http://127.0.0.1:{airflow_port}/auth/token", json={"username": "admin", "password": login[1]},
+                         timeout=30).json()["access_token"]
         site = tmp_path / "run" / "quality" / "gx" / "uncommitted" / "data_docs" / "local_site"
         (site / "validations").mkdir(parents=True, exist_ok=True)
-        (site / "validations" / "a page.html").write_text("<html>suite oplog.category.contacts</html>")
-        page = httpx.get(f"http://127.0.0.1:{airflow_port}/streamops/data-docs/validations/a%20page.html", timeout=30)
-        assert (page.status_code, page.text) == (200, "<html>suite oplog.category.contacts</html>")
+        (site / "validations" / "a page.html").write_text(
+            '<html>suite oplog.category.contacts<script src="https://code.jquery.com/jquery-3.7.1.min.js"></script></html>')
+        page_url = f"http://127.0.0.1:{airflow_port}/streamops/data-docs/validations/a%20page.html"
+        assert httpx.get(page_url, timeout=30).status_code == 401
+        page = httpx.get(page_url, headers={"Authorization": f"Bearer {jwt}"}, timeout=30)
+        assert (page.status_code, page.text) == (200, '<html>suite oplog.category.contacts<script src='
+                                                      '"/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js"></script></html>')
+        script = httpx.get(f"http://127.0.0.1:{airflow_port}/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js",
+                           headers={"Authorization": f"Bearer {jwt}"}, timeout=30)
+        assert script.status_code == 200 and script.text.startswith("/*! jQuery v3.7.1")
 
         # The apps' metrics (the other plugin): refused without credentials, served to the scrape
         # token that `up` made and printed, and to an Airflow login.
@@ -135,8 +145,6 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, p
         scraped = httpx.get(metrics_url, headers={"Authorization": f"Bearer {Path(token_file[1]).read_text().strip()}"}, timeout=60)
         assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=")
         assert "# TYPE streamops_app_state gauge" in scraped.text and "# TYPE streamops_app_offset_lag gauge" in scraped.text
-        jwt = httpx.post(f"http://127.0.0.1:{airflow_port}/auth/token", json={"username": "admin", "password": login[1]},
-                         timeout=30).json()["access_token"]
         assert httpx.get(metrics_url, headers={"Authorization": f"Bearer {jwt}"}, timeout=60).status_code == 200
 
         # A task log an operator reads: no deprecation noise from pinned packages at its top, and no
