@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, is_dry_run
 from streamops.dag_tasks import provision_topics as steps
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 
 # Parsing the catalog here means a broken catalog shows as this DAG's import error in the UI,
 # with the file, entry and field named.
@@ -83,6 +83,7 @@ def provision_topics():
         def apply_plan() -> dict:
             if is_dry_run(context["params"]):
                 raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log.")
+            check_approved(context)
             return steps.apply(steps.admin_client(), plan_xcom)
 
         return audited_step(context, "apply", apply_plan)

@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, is_dry_run
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 from streamops.dag_tasks import reprocess as steps
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
@@ -100,6 +100,7 @@ def reprocess():
         def backfill() -> dict:
             if is_dry_run(context["params"]):
                 raise AirflowSkipException("Dry run: nothing was created or written. The plan is in the 'plan' task's log.")
+            check_approved(context)
             return steps.run(planned, context["run_id"], kafka_connection(), admin_client(), spark_master())
 
         return audited_step(context, "backfill", backfill)

@@ -11,7 +11,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param, audited_step
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 from streamops.rollout import dependency_order
 
@@ -90,6 +90,7 @@ def roll_restart_apps():
         # Sequential on purpose: the next app is touched only after this one passed its gate.
         context = get_current_context()
         p = context["params"]
+        check_approved(context)
         rolled = [
             audited_step(context, "roll", lambda app=app: steps.roll(
                 app, p["version"], p["spark_conf"], p["gate_deadline_s"], p["max_dead_letter_rate"], context["run_id"]),

@@ -85,3 +85,14 @@ def test_every_cdn_address_gx_writes_has_a_pinned_local_copy():
     assert '"/assets/vega-lite@5.23.0/build/vega-lite.min.js"' in local
     assert '"/assets/vega@5.33.1/build/vega.min.js"' in local
     assert docs_assets.missing() == []  # bin/setup fetched every file a page loads
+
+
+def test_the_driver_log_served_is_one_of_the_apps_own_logs_whatever_driver_json_names(tmp_path):
+    runtime = AppRuntime(tmp_path / "checkpoint")
+    own = runtime.new_driver_log()
+    secret = tmp_path / "airflow.cfg"
+    secret.write_text("[core]\nfernet_key = not-for-viewers\n")
+    runtime.dir.mkdir(parents=True, exist_ok=True)
+    for named in (str(secret), str(runtime.logs_dir / ".." / ".." / "airflow.cfg"), str(own)):
+        (runtime.dir / "driver.json").write_text(json.dumps({"driver_log": named}))
+        assert runtime.driver_log() == own.resolve()

@@ -110,10 +110,66 @@ def test_the_approval_shows_the_plan_and_is_skipped_when_nothing_is_applied():
                      {"topics": [], "dry_run": False, "approve_in_ui": True})
     assert body.startswith("**1 create, 1 alter**")
     # A Markdown table (the page folds a code block's lines into one), the long last cell whole.
-    assert "| topic | action |\n| --- | --- |\n| orders | create |\n| audit | alter configs: retention.ms 1 -> 2 |" in body
-    assert "- **topics**: `[]`" in body and "approve_in_ui" not in body
+    assert ("| ` topic ` | ` action ` |\n| --- | --- |\n| ` orders ` | ` create ` |\n"
+            "| ` audit ` | ` alter configs: retention.ms 1 -> 2 ` |") in body
+    assert "- ` topics `: ` [] `" in body and "approve_in_ui" not in body
     # No table: the plan's fields as the apply reads them.
-    assert '- **app**: `"r"`' in plan_body({"summary": "s", "app": "r"})
+    assert '- ` app `: ` "r" `' in plan_body({"summary": "s", "app": "r"})
+    # What came from Kafka cannot turn into Markdown on the approver's page, and a cut says so.
+    hostile = plan_body({"summary": "**all fine** ![x](http://evil/x.png)", "key": "a`b ``c`` **bold**", "long": "x" * 700})
+    assert hostile.startswith(r"**\*\*all fine\*\* \!\[x\]\(http://evil/x.png\)**")
+    assert '- ` key `: ``` "a`b ``c`` **bold**" ```' in hostile  # a fence longer than any run inside
+    assert "(cut at 600 characters; the whole field is in the 'plan' task's XCom)" in hostile
+
+
+class _Ti:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def xcom_pull(self, task_ids):
+        assert task_ids == "approve"
+        return self.answer
+
+
+def test_the_apply_refuses_to_run_without_an_approve_answer():
+    """An approve task marked success or skipped by hand in the UI releases the apply (its
+    trigger rule is none_failed): the apply checks for the answer itself."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.dag_tasks.approval import check_approved
+
+    waiting = {"dry_run": False, "approve_in_ui": True}
+    check_approved({"params": waiting, "ti": _Ti({"chosen_options": ["Approve"], "responded_by_user": {"name": "ops"}})})
+    check_approved({"params": {**waiting, "approve_in_ui": False}, "ti": _Ti(None)})  # no approval asked for
+    for answer in (None, {"chosen_options": ["Reject"]}, {}):
+        with pytest.raises(AirflowFailException, match="Not applied: this run waits for an approval of its plan"):
+            check_approved({"params": waiting, "ti": _Ti(answer)})
+
+
+def test_a_rejection_and_a_timeout_are_audited_before_the_apply_is_skipped(dag_bag, monkeypatch, tmp_path):
+    """The provider skips the apply on Reject by raising: the decision is written first."""
+    from types import SimpleNamespace
+
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    from streamops.audit import read_audit
+
+    monkeypatch.setenv("STREAMOPS_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
+
+    def skips_downstream(self, context, event):
+        raise RuntimeError("downstream skipped")
+
+    monkeypatch.setattr(ApprovalOperator, "execute_complete", skips_downstream)
+    approve = dag_bag.get_dag("provision_topics").get_task("approve")
+    context = {"dag_run": SimpleNamespace(dag_id="provision_topics", run_id="r1", triggering_user_name="ops"),
+               "params": {"dry_run": False, "approve_in_ui": True, "topics": []}}
+    for event in ({"chosen_options": ["Reject"], "responded_by_user": {"id": "7", "name": "lead"}},
+                  {"chosen_options": ["Reject"], "responded_by_user": None, "timedout": True}):
+        with pytest.raises(RuntimeError, match="downstream skipped"):
+            approve.execute_complete(context, event)
+    assert [(e["step"], e["outcome"], e["approved_by"]) for e in read_audit()] == [
+        ("approve", "rejected (nothing changed)", "lead"),
+        ("approve", "rejected: no answer within 1:00:00 (nothing changed)", "nobody")]
 
 
 def test_broken_catalog_shows_as_an_import_error_naming_the_problem(airflow_db, tmp_path, monkeypatch):

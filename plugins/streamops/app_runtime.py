@@ -249,10 +249,15 @@ class AppRuntime:
         return path
 
     def driver_log(self) -> Path | None:
-        """The log of the current or last driver (as driver.json names it), else the newest."""
+        """The log of the current or last driver (as driver.json names it, if that is one of this
+        app's driver logs: driver.json is written by the app's process, so it is not trusted to
+        point anywhere else), else the newest."""
         named = (self.driver() or {}).get("driver_log")
-        if named and Path(named).exists():
-            return Path(named)
+        if isinstance(named, str) and named:
+            path = Path(named).resolve()
+            if path.parent == self.logs_dir.resolve() and path.name.startswith("driver-") and path.suffix == ".log" \
+                    and path.is_file():
+                return path
         logs = sorted(self.logs_dir.glob("driver-*.log")) if self.logs_dir.exists() else []
         return logs[-1] if logs else None
 
@@ -275,7 +280,10 @@ class AppRuntime:
             return
         self.progress_dir.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.progress_dir / f"{query}.json", progress)
-        self._append_rate(query, progress)
+        try:
+            self._append_rate(query, progress)
+        except OSError as exc:  # the chart's history is a nicety: never the reason a batch's commit is skipped
+            log.warning("could not record the batch's input rate in %s: %s", self.rates_file, exc)
 
     def _append_rate(self, query: str, progress: dict[str, Any]) -> None:
         """One line per batch in progress/rates.jsonl (the apps page's input-rate chart); lines

@@ -74,7 +74,11 @@ def minute_rates(rates: list[dict[str, Any]], now: datetime, minutes: int = CHAR
 def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = None) -> list[AppRow]:
     """One row per catalog app; an app whose figures cannot be read says so (the others still show)."""
     now = now or datetime.now(timezone.utc)
-    audit = read_audit()
+    try:
+        audit = read_audit()
+    except (OSError, ValueError) as exc:  # a torn line must not blank the page: the rows still show
+        log.warning("apps page: the audit log could not be read: %s", exc)
+        audit = []
     rows = []
     for name in catalog.app_names():
         spec = catalog.app(name)
@@ -97,7 +101,9 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             app=name, state=health.state, needs_someone=health.needs_someone, evidence=health.evidence,
             version=current.version, started_at=current.started_at,
             uptime_s=(now - started).total_seconds() if started else None,
-            driver_host=current.driver_host, spark_ui=current.spark_ui if current.state == "running" else None,
+            driver_host=current.driver_host,
+            # driver.json is the app's own record: only an http(s) host:port address becomes a link.
+            spark_ui=current.spark_ui if current.state == "running" and _is_spark_ui(current.spark_ui) else None,
             last_batch_age_s=current.progress_age_s,
             lag=sum(p.lag for p in current.lags) if current.lags else None,
             time_lag_s=max(time_lags) if time_lags else (0.0 if current.lags else None),
@@ -106,6 +112,12 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             recent_runs=runs, has_driver_log=has_log,
         ))
     return rows
+
+
+def _is_spark_ui(address: str | None) -> bool:
+    from streamops.app_status import _SPARK_UI
+
+    return isinstance(address, str) and _SPARK_UI.fullmatch(address) is not None
 
 
 def _recent_runs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -134,7 +134,7 @@ def metrics_app():
     from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.responses import Response
 
-    app = FastAPI(title="streamops metrics")
+    app = FastAPI(title="streamops metrics", docs_url=None, redoc_url=None, openapi_url=None)
 
     async def authorised(request: Request) -> str:
         """The scrape token as a bearer token, or the Airflow UI's own login (its JWT as a bearer

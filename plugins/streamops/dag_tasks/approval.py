@@ -8,7 +8,9 @@ XCom, so what runs is what was approved, not a second plan against a broker that
     dry_run        True: plan only (the approval is skipped and so is the apply)
 
 A decision is audited (who, when, approved or rejected). With no answer within
-APPROVAL_TIMEOUT the plan counts as rejected: a forgotten run changes nothing.
+APPROVAL_TIMEOUT the plan counts as rejected: a forgotten run changes nothing. The apply checks
+the approval itself (`check_approved`): an approval task marked success or skipped by hand in the
+UI releases nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 log = logging.getLogger(__name__)
 
 APPROVE_PARAM = "approve_in_ui"
-APPROVAL_TIMEOUT = timedelta(hours=12)
+# The DAGs run one at a time: a forgotten approval must not hold the next run (an on-call
+# recovery at 3 a.m.) for long. No answer counts as Reject.
+APPROVAL_TIMEOUT = timedelta(hours=1)
 BODY_MAX_CHARS = 20_000
 
 
@@ -59,10 +63,20 @@ def markdown_table(text: str) -> str | None:
     spans[-1] = (spans[-1][0], None)
 
     def cells(line: str) -> list[str]:
-        return [line[start:end].strip().replace("|", "\\|") or " " for start, end in spans]
+        return [code_span(cell.replace("|", "\\|")) if (cell := line[start:end].strip()) else " " for start, end in spans]
 
     rows = [cells(lines[0]), ["---"] * len(spans), *(cells(line) for line in lines[2:])]
     return "\n".join("| " + " | ".join(row) + " |" for row in rows)
+
+
+FIELD_MAX_CHARS = 600
+
+
+def code_span(text: str) -> str:
+    """`text` as a Markdown code span that nothing in it can close (record keys and values from
+    Kafka reach a plan: a backtick must not turn the rest into Markdown)."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def markdown_fields(content: Any) -> str:
@@ -72,8 +86,15 @@ def markdown_fields(content: Any) -> str:
     items = []
     for key, value in content.items():
         text = json.dumps(value, default=str)
-        items.append(f"- **{key}**: `{text if len(text) <= 600 else text[:600] + ' ...'}`")
+        cut = f" (cut at {FIELD_MAX_CHARS} characters; the whole field is in the 'plan' task's XCom)" \
+            if len(text) > FIELD_MAX_CHARS else ""
+        items.append(f"- {code_span(str(key))}: {code_span(text[:FIELD_MAX_CHARS])}{cut}")
     return "\n".join(items) or "- (empty plan)"
+
+
+def _plain(text: Any) -> str:
+    """A one-line text with Markdown's own characters escaped."""
+    return re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", " ".join(str(text).split()))
 
 
 def plan_body(plan: Any, request: dict | None = None) -> str:
@@ -85,7 +106,7 @@ def plan_body(plan: Any, request: dict | None = None) -> str:
         {k: v for k, v in plan.items() if k not in ("summary", "table")} if isinstance(plan, dict) else plan)
     if len(detail) > BODY_MAX_CHARS:
         detail = detail[:BODY_MAX_CHARS] + "\n\n... (cut; the whole plan is in the 'plan' task's log and XCom)"
-    head = f"**{summary}**\n\n" if summary else ""
+    head = f"**{_plain(summary)}**\n\n" if summary else ""
     asked = {k: v for k, v in (request or {}).items() if k not in ("dry_run", APPROVE_PARAM)}
     asked_text = f"\n\nRequested with:\n\n{markdown_fields(asked)}" if asked else ""
     return (f"{head}Approve applies exactly this plan (as planned by this run; nothing is planned again). "
@@ -117,11 +138,32 @@ class PlanApproval(ApprovalOperator):
     def execute_complete(self, context, event):
         from streamops.dag_tasks import trail
 
-        result = super().execute_complete(context, event)  # Reject: the apply is skipped here
-        chosen = (result.get("chosen_options") or ["?"])[0]
-        by = result.get("responded_by_user")
-        who = (by.get("name") or by.get("id") or "?") if isinstance(by, dict) else str(by or "?")
-        outcome = "approved" if chosen == self.APPROVE else "rejected (nothing changed)"
+        # Audited before the provider's handling: on Reject it skips the apply by raising.
+        chosen = (event.get("chosen_options") or ["?"])[0] if "error" not in event else None
+        by = event.get("responded_by_user")
+        who = (by.get("name") or by.get("id") or "?") if isinstance(by, dict) else str(by or "nobody")
+        if chosen == self.APPROVE:
+            outcome = "approved"
+        elif event.get("timedout") or event.get("error_type") == "timeout":
+            outcome = f"rejected: no answer within {APPROVAL_TIMEOUT} (nothing changed)"
+        else:
+            outcome = "rejected (nothing changed)"
         trail(context).write("approve", outcome, summary=f"{self.what} {outcome} by {who}", approved_by=who)
         log.info("The %s was %s by %s.", self.what, outcome, who)
-        return result
+        return super().execute_complete(context, event)
+
+
+def check_approved(context) -> None:
+    """The apply's own check: this run needs no approval (dry run, approval off), or its approve
+    task recorded an Approve. An approve task marked success or skipped by hand has no answer."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    if approval_skip_reason(context["params"]):
+        return
+    answer = context["ti"].xcom_pull(task_ids="approve")
+    chosen = answer.get("chosen_options") if isinstance(answer, dict) else None
+    if chosen != [PlanApproval.APPROVE]:
+        raise AirflowFailException(
+            "Not applied: this run waits for an approval of its plan and the 'approve' task has no Approve answer "
+            f"(found {chosen!r}; a task marked success or skipped by hand is not an approval). Nothing was changed. "
+            "Trigger a new run and approve its plan, or turn 'Wait for approval' off.")

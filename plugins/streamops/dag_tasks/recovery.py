@@ -76,14 +76,17 @@ def _plan_fields(plan: dict, *derived: str) -> dict:
     return {k: v for k, v in plan.items() if k not in ("summary", *derived)}
 
 
-def skip_if_dry_run(context) -> None:
+def guard_apply(context) -> None:
+    """Before an apply changes anything: skipped on a dry run, refused without an approval."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from streamops.dag_tasks import is_dry_run
+    from streamops.dag_tasks.approval import check_approved
 
     if is_dry_run(context["params"]):
         raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log; "
                                    "trigger again with 'Dry run' off to apply it.")
+    check_approved(context)
 
 
 # --- what starts and stops the apps -----------------------------------------------------------
@@ -158,7 +161,7 @@ def restart_plan(context, kafka: KafkaClientConfig) -> dict:
 def restart_apply(context, plan: dict) -> dict:
     from streamops.recovery.restart import RestartPlan, apply_restart
 
-    skip_if_dry_run(context)
+    guard_apply(context)
 
     def action():
         the_plan = RestartPlan(**_plan_fields(plan))
@@ -211,7 +214,7 @@ def reset_plan(context, admin) -> dict:
 def reset_apply(context, plan: dict) -> dict:
     from streamops.recovery.reset import ResetPlan, apply_reset
 
-    skip_if_dry_run(context)
+    guard_apply(context)
 
     def action():
         the_plan = ResetPlan.from_json(_plan_fields(plan))
@@ -257,7 +260,7 @@ def replay_plan(context, spark, admin, kafka: KafkaClientConfig) -> dict:
 def replay_apply(context, spark, plan: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.replay import ReplayPlan, apply_replay
 
-    skip_if_dry_run(context)
+    guard_apply(context)
 
     def action():
         result = apply_replay(spark, kafka, load_catalog(), ReplayPlan.from_json(_plan_fields(plan)),
@@ -312,7 +315,7 @@ def rebuild_apply(context, plan: dict, admin, kafka: KafkaClientConfig, spark_ma
     from streamops.dag_tasks import reprocess as reprocessing
     from streamops.recovery.rebuild import RebuildPlan, apply_rebuild_live
 
-    skip_if_dry_run(context)
+    guard_apply(context)
     run_id = context["run_id"]
 
     def action():
@@ -353,7 +356,7 @@ def restore_plan(context) -> dict:
 def restore_apply(context, plan: dict) -> dict:
     from streamops.recovery.restore import RestorePlan, apply_restore
 
-    skip_if_dry_run(context)
+    guard_apply(context)
 
     def action():
         the_plan = RestorePlan.from_json(_plan_fields(plan))
@@ -400,7 +403,7 @@ def skip_plan(context, admin, kafka: KafkaClientConfig) -> dict:
 def skip_apply(context, plan: dict, kafka: KafkaClientConfig) -> dict:
     from streamops.recovery.skip import SkipPlan, apply_skip
 
-    skip_if_dry_run(context)
+    guard_apply(context)
 
     def action():
         the_plan = SkipPlan.from_json(_plan_fields(plan))

@@ -79,7 +79,7 @@ def data_docs_app():
     from streamops.quality.docs_assets import ASSETS_DIR, localise
     from streamops.ui_auth import page_login
 
-    app = FastAPI(title="streamops Data Docs")
+    app = FastAPI(title="streamops Data Docs", docs_url=None, redoc_url=None, openapi_url=None)
     login = page_login("Data Docs")
 
     def inside(base: Path, relative: str) -> Path | None:
