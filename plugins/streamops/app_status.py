@@ -208,13 +208,19 @@ _SPARK_UI = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+:\d{1,5}")
 _APPLICATION_ID = re.compile(r"[A-Za-z0-9_\-]+")
 
 
+def is_spark_ui_address(address: object) -> bool:
+    """An http(s) host:port address and nothing else: driver.json is the app's own record, so its
+    Spark UI address is checked before it is asked or linked."""
+    return isinstance(address, str) and _SPARK_UI.fullmatch(address) is not None
+
+
 def executor_hosts(spark_ui: str, application_id: str) -> list[str] | None:
     """Hosts of the app's live executors (each once), from its driver's REST API; None when that
     cannot be asked or does not answer: status must not fail because a UI is slow or a
     driver.json is damaged, and it asks nothing but a driver UI address."""
     import httpx
 
-    if not _SPARK_UI.fullmatch(spark_ui) or not _APPLICATION_ID.fullmatch(application_id):
+    if not is_spark_ui_address(spark_ui) or not _APPLICATION_ID.fullmatch(application_id):
         return None
     try:
         response = httpx.get(f"{spark_ui}/api/v1/applications/{application_id}/executors", timeout=5)

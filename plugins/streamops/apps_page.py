@@ -18,12 +18,11 @@ from typing import Any
 from urllib.parse import quote
 
 from streamops.app_runtime import AppRuntime, parse_recorded_time
-from streamops.app_status import app_status
+from streamops.app_status import is_spark_ui_address
 from streamops.audit import read_audit
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_records import end_offsets
-from streamops.supervision import evaluate, unreadable
+from streamops.supervision import observe, unreadable
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +83,10 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
         spec = catalog.app(name)
         runs = _recent_runs([e for e in audit if e.get("app") == name])
         try:
-            runtime = AppRuntime(spec.checkpoint_location())
-            current = app_status(spec, kafka)
-            health = evaluate(spec, current, runtime)
-            dead_letters = sum(high for _, high in end_offsets(kafka, spec.dead_letter_topic).values())
-            rates = runtime.rates()
-            has_log = runtime.driver_log() is not None
+            seen = observe(spec, kafka)
+            current, health = seen.status, seen.health
+            rates = seen.runtime.rates()
+            has_log = seen.runtime.driver_log() is not None
         except Exception as exc:  # noqa: BLE001 - one unreadable app must not blank the page
             log.warning("apps page: %s could not be read: %s", name, exc)
             health = unreadable(name, exc)
@@ -103,21 +100,15 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             uptime_s=(now - started).total_seconds() if started else None,
             driver_host=current.driver_host,
             # driver.json is the app's own record: only an http(s) host:port address becomes a link.
-            spark_ui=current.spark_ui if current.state == "running" and _is_spark_ui(current.spark_ui) else None,
+            spark_ui=current.spark_ui if current.state == "running" and is_spark_ui_address(current.spark_ui) else None,
             last_batch_age_s=current.progress_age_s,
             lag=sum(p.lag for p in current.lags) if current.lags else None,
             time_lag_s=max(time_lags) if time_lags else (0.0 if current.lags else None),
             input_rate_per_minute=minute_rates(rates, now),
-            dead_letters_total=dead_letters, restarts_total=health.restarts_total,
+            dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
             recent_runs=runs, has_driver_log=has_log,
         ))
     return rows
-
-
-def _is_spark_ui(address: str | None) -> bool:
-    from streamops.app_status import _SPARK_UI
-
-    return isinstance(address, str) and _SPARK_UI.fullmatch(address) is not None
 
 
 def _recent_runs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,12 +29,9 @@ import logging
 import os
 from pathlib import Path
 
-from streamops.app_runtime import AppRuntime
-from streamops.app_status import app_status
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_records import end_offsets
-from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, evaluate, unreadable
+from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, observe, unreadable
 
 log = logging.getLogger(__name__)
 URL_PREFIX = "/streamops"
@@ -71,10 +68,8 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
     for name in catalog.app_names():
         spec = catalog.app(name)
         try:
-            runtime = AppRuntime(spec.checkpoint_location())
-            current = app_status(spec, kafka)
-            health = evaluate(spec, current, runtime)
-            dead_letter_ends = end_offsets(kafka, spec.dead_letter_topic)
+            seen = observe(spec, kafka)
+            current, health = seen.status, seen.health
         except Exception as exc:  # noqa: BLE001 - one app's unreadable figures must not hide the others'
             log.warning("metrics: %s could not be read: %s", name, exc)
             health = unreadable(name, exc)
@@ -98,7 +93,7 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
             duration.add_metric([name, query], figures["batch_duration_ms"] / 1000)
             state_rows.add_metric([name, query], figures["state_rows"])
             letters.add_metric([name, query], figures["dead_letters"])
-        letters_total.add_metric([name, spec.dead_letter_topic], sum(high for _, high in dead_letter_ends.values()))
+        letters_total.add_metric([name, spec.dead_letter_topic], seen.dead_letters_total)
         if current.progress_age_s is not None:
             batch_age.add_metric([name], current.progress_age_s)
         restarts.add_metric([name], health.restarts_total)

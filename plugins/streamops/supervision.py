@@ -142,6 +142,29 @@ class Health:
                 "decision": asdict(self.decision) if self.decision else None}
 
 
+@dataclass
+class Observation:
+    """What the metrics and the apps page read of one app: its runtime folder, status, health and
+    the dead letters ever written (its dead-letter topic's end offsets)."""
+
+    runtime: AppRuntime
+    status: AppStatus
+    health: Health
+    dead_letters_total: int
+
+
+def observe(spec: AppSpec, kafka) -> Observation:
+    """Read one app (raises when it cannot be read: callers report it as `unreadable`)."""
+    from streamops.app_status import app_status
+    from streamops.kafka_records import end_offsets
+
+    runtime = AppRuntime(spec.checkpoint_location())
+    status = app_status(spec, kafka)
+    health = evaluate(spec, status, runtime)
+    dead_letters = sum(high for _, high in end_offsets(kafka, spec.dead_letter_topic).values())
+    return Observation(runtime, status, health, dead_letters)
+
+
 def desired_state(runtime: AppRuntime) -> dict[str, Any] | None:
     """The recorded desired state; for an app deployed before it was recorded, inferred from its
     last driver (a recorded graceful stop: stopped; anything else: running)."""
