@@ -437,3 +437,46 @@ def problems_in(path: Path, environment: str) -> list[str]:
     with pytest.raises(CatalogError) as caught:
         load_catalog(path, environment=environment)
     return caught.value.problems
+
+
+def test_the_router_may_run_in_real_time_with_a_checkpoint_interval_and_back_pressure(tmp_path):
+    text = TOPICS + APP + "    trigger: real-time\n    checkpoint_interval: 30 seconds\n    max_offsets_per_trigger: 50000\n"
+    app = load_catalog(write(tmp_path, text)).app("router")
+    assert (app.real_time, app.real_time_interval(), app.commit_interval_ms(), app.max_offsets_per_trigger) == (
+        True, "30 seconds", 30_000, 50_000)
+    default = load_catalog(write(tmp_path, TOPICS + APP + "    trigger: real-time\n")).app("router")
+    assert (default.real_time_interval(), default.commit_interval_ms()) == ("10 seconds", 10_000)
+    micro = load_catalog(write(tmp_path, TOPICS + APP)).app("router")
+    assert (micro.real_time, micro.commit_interval_ms(), micro.max_offsets_per_trigger) == (False, 5_000, None)
+
+
+def test_real_time_is_refused_for_a_stateful_program_with_the_reason(tmp_path):
+    text = (TOPICS + GOOD_TOPIC.replace("orders.placed", "orders.counts") + APP).replace(
+        "program: spark_apps.oplog_router", "program: spark_apps.browser_activity"
+    ).replace("inputs: {operations: orders.placed}", "inputs: {logs: orders.placed}").replace(
+        "outputs: {big: orders.big}", "outputs: {activity_counts: orders.counts, challenges: orders.big}"
+    ).replace("categories: {big: [LARGE_ORDER]}", "captcha_logger: x") + "    trigger: real-time\n"
+    assert problems(write(tmp_path, text)) == [
+        "apps[0] 'router' (line 34), field 'trigger': real-time mode runs stateless queries only (Spark 4.2 keeps no "
+        "state in real-time mode), and program spark_apps.browser_activity keeps state (query challenge: "
+        "groupBy(fingerprint).applyInPandasWithState: actions and captcha verification per browser; query "
+        "window-count: windowed count per fingerprint with a watermark); give this app a micro-batch interval such "
+        "as '5 seconds'"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("    checkpoint_interval: 30 seconds\n",
+         "checkpoint_interval (30 seconds) applies to trigger: real-time only; with a micro-batch trigger (5 seconds) "
+         "progress is committed after every batch"),
+        ("    trigger: real-time\n    checkpoint_interval: 2 seconds\n",
+         "checkpoint_interval 2 seconds is shorter than Spark's real-time minimum of 5 seconds"),
+        ("    max_offsets_per_trigger: 0\n", "field 'max_offsets_per_trigger': must be at least 1 (got 0)"),
+        ("    trigger: realtime\n", "'realtime'"),
+    ],
+)
+def test_bad_trigger_settings_are_refused_with_the_reason(tmp_path, extra, message):
+    found = problems(write(tmp_path, TOPICS + APP + extra))
+    assert len(found) >= 1 and any(message in problem for problem in found), found

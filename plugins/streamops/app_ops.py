@@ -22,7 +22,7 @@ import psutil
 
 from streamops.app_runtime import AlreadyRunningError, AppRuntime
 from streamops.catalog import AppSpec
-from streamops.spark_submit import SubmitSpec, driver_env
+from streamops.spark_submit import SubmitSpec, driver_env, with_task_slots
 from streamops.waiting import DeadlineExceeded, poll_until
 
 
@@ -52,7 +52,11 @@ def spark_submit_command(spec: SubmitSpec, conn_id: str = "spark_default") -> li
         name=spec.name,
         application_args=spec.application_args,
     )
-    return hook._build_spark_submit_command(spec.application)  # noqa: SLF001 - see module doc
+    command = hook._build_spark_submit_command(spec.application)  # noqa: SLF001 - see module doc
+    if "--master" in command:  # a local master gets the threads a real-time app needs
+        at = command.index("--master") + 1
+        command[at] = with_task_slots(command[at], spec.min_task_slots)
+    return command
 
 
 def launch(

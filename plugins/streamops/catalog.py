@@ -207,6 +207,15 @@ def duration_ms(value: str) -> int:
     return int(amount) * _DURATION_UNITS_MS[unit.rstrip("s")]
 
 
+# An app's trigger: a micro-batch interval (a Duration), or Spark's real-time mode (long-running
+# tasks, one per input partition, emitting each record as it is processed; stateless queries only).
+REAL_TIME = "real-time"
+Trigger = Duration | Literal["real-time"]
+# Spark refuses a real-time batch shorter than spark.sql.streaming.realTimeMode.minBatchDuration.
+REAL_TIME_MIN_CHECKPOINT_MS = 5_000
+DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL = "10 seconds"
+
+
 # Kafka's default for a topic's max.message.bytes (the broker's message.max.bytes), used when
 # the catalog does not set it on a topic.
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
@@ -330,7 +339,15 @@ class AppSpec(_Strict):
     dead_letter_topic: str
     # Relative: under $STREAMOPS_CHECKPOINT_ROOT (default .run/checkpoints); or an absolute path/URI.
     checkpoint: str | None = None
-    trigger: Duration = "5 seconds"
+    # A micro-batch interval such as "5 seconds", or real-time (stateless programs only).
+    trigger: Trigger = "5 seconds"
+    # Real-time only: how often progress is committed to the checkpoint (Spark's real-time batch
+    # duration, at least 5 seconds). Records are written as they come; after a crash, the records
+    # of at most one interval are written again (duplicates, never loss).
+    checkpoint_interval: Duration | None = None
+    # Back pressure: at most this many input records per micro-batch (live runs, backfills and
+    # rebuilds alike), so the first batch after an outage is bounded. None: everything available.
+    max_offsets_per_trigger: StrictInt | None = Field(default=None, ge=1)
     max_record_bytes: StrictInt = Field(default=1_048_576, gt=0)
     spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
     # The Kafka sink's producer settings (outputs and dead letters).
@@ -349,6 +366,37 @@ class AppSpec(_Strict):
                 f"input_keys: {unknown_key_roles} are not input roles of this app (inputs: {sorted(self.inputs)})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _checkpoint_interval_fits_trigger(self) -> AppSpec:
+        if self.checkpoint_interval is None:
+            return self
+        if self.trigger != REAL_TIME:
+            raise ValueError(
+                f"checkpoint_interval ({self.checkpoint_interval}) applies to trigger: real-time only; with a "
+                f"micro-batch trigger ({self.trigger}) progress is committed after every batch"
+            )
+        if duration_ms(self.checkpoint_interval) < REAL_TIME_MIN_CHECKPOINT_MS:
+            raise ValueError(
+                f"checkpoint_interval {self.checkpoint_interval} is shorter than Spark's real-time minimum of "
+                f"{REAL_TIME_MIN_CHECKPOINT_MS // 1000} seconds"
+            )
+        return self
+
+    @property
+    def real_time(self) -> bool:
+        return self.trigger == REAL_TIME
+
+    def commit_interval_ms(self) -> int:
+        """How often the app commits progress: its micro-batch interval, or in real-time mode its
+        checkpoint interval (what a stall is measured in)."""
+        if self.real_time:
+            return duration_ms(self.checkpoint_interval or DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL)
+        return duration_ms(self.trigger)
+
+    def real_time_interval(self) -> str:
+        """Spark's real-time batch duration for this app (its checkpoint interval)."""
+        return self.checkpoint_interval or DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL
 
     def topics(self) -> list[str]:
         """Every topic the app touches: inputs, outputs and its dead-letter topic."""
@@ -372,7 +420,9 @@ class TopicSettings(_Strict):
 class AppSettingsOverride(_Strict):
     """What an environment changes of an app."""
 
-    trigger: Duration | None = None
+    trigger: Trigger | None = None
+    checkpoint_interval: Duration | None = None
+    max_offsets_per_trigger: StrictInt | None = Field(default=None, ge=1)
     spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
     # Fields of the app's supervision this environment sets (e.g. restart: never in dev).
     supervision: dict[str, Any] = Field(default_factory=dict)
@@ -612,8 +662,9 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
             override = env.apps[app["name"]]
             conf = app.get("spark_conf") if isinstance(app.get("spark_conf"), dict) else {}
             app = {**app, "spark_conf": {**conf, **override.spark_conf}}
-            if override.trigger:
-                app["trigger"] = override.trigger
+            for field in ("trigger", "checkpoint_interval", "max_offsets_per_trigger"):
+                if getattr(override, field) is not None:
+                    app[field] = getattr(override, field)
             if override.supervision:
                 own = app.get("supervision") if isinstance(app.get("supervision"), dict) else {}
                 app["supervision"] = {**own, **override.supervision}
@@ -681,6 +732,13 @@ def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tup
             continue
         for field, message in info.role_problems(set(app.inputs), set(app.outputs), set(app.reads_outputs), app.settings):
             problems.append(f"{where(field)}, field '{field}': {message}")
+        if app.real_time and info.stateful_operators:
+            kept = "; ".join(f"query {q}: {', '.join(ops)}" for q, ops in sorted(info.stateful_operators.items()))
+            problems.append(
+                f"{where('trigger')}, field 'trigger': real-time mode runs stateless queries only (Spark "
+                f"4.2 keeps no state in real-time mode), and program {app.program} keeps state ({kept}); "
+                "give this app a micro-batch interval such as '5 seconds'"
+            )
         if not isinstance(app.settings, dict):
             problems.append(f"{where('settings')}, field 'settings': must be a mapping (got {type(app.settings).__name__})")
             apps.append(app)

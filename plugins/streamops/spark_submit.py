@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamops.app_runtime import AppRuntime
-from streamops.catalog import AppSpec, catalog_path
+from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.toolchain import connector_jars
 
@@ -31,15 +32,44 @@ class SubmitSpec:
     py_files: list[str] = field(default_factory=list)
     version: str = ""  # the version that runs
     digest: str | None = None  # the artifact's digest (None: installed code)
+    # Task slots the app needs at once (a real-time app: one per input partition); a local master
+    # is given at least this many threads (see with_task_slots).
+    min_task_slots: int = 0
 
     def argv(self, master: str = DEFAULT_MASTER, spark_submit: str | None = None) -> list[str]:
         binary = spark_submit or str(Path(sys.executable).parent / "spark-submit")
+        master = with_task_slots(master, self.min_task_slots)
         argv = [binary, "--master", master, "--name", self.name, "--jars", ",".join(self.jars)]
         if self.py_files:
             argv += ["--py-files", ",".join(self.py_files)]
         for key, value in sorted(self.conf.items()):
             argv += ["--conf", f"{key}={value}"]
         return [*argv, self.application, *self.application_args]
+
+
+_LOCAL_MASTER = re.compile(r"^local(\[(?P<threads>\*|[0-9]+)(,[0-9]+)?\])?$")
+
+
+def with_task_slots(master: str, slots: int) -> str:
+    """A local master with at least `slots` threads (local[*] is this machine's cores, often
+    fewer than a real-time app's input partitions: the partitions left over would never be
+    read). Cluster masters are left as they are: the driver checks their slots when it starts."""
+    match = _LOCAL_MASTER.match(master.strip())
+    if not match or slots <= 0:
+        return master
+    threads = match["threads"]
+    have = (os.cpu_count() or 1) if threads == "*" else 1 if threads is None else int(threads)
+    return master if have >= slots else f"local[{slots}]"
+
+
+def real_time_task_slots(app: AppSpec, catalog: str | os.PathLike[str] | None, trigger: str | None) -> int:
+    """Task slots a real-time run of `app` holds at once: one per partition of every topic it
+    reads (the catalog's partition counts); 0 for a micro-batch run."""
+    if (trigger or app.trigger) != REAL_TIME:
+        return 0
+    partitions = {topic.name: topic.partitions for topic in load_catalog(catalog, check_programs=False).topics}
+    read = [*app.inputs.values(), *(app.outputs[role] for role in app.reads_outputs)]
+    return sum(partitions.get(topic, 1) for topic in read)
 
 
 def spark_env() -> dict[str, str]:
@@ -122,4 +152,5 @@ def submit_spec(
         py_files=[str(artifact.path)] if artifact is not None else [],
         version=version,
         digest=artifact.digest if artifact is not None else None,
+        min_task_slots=real_time_task_slots(app, catalog, trigger),
     )

@@ -262,7 +262,7 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
 def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[tuple[str, str]]:
     policy = spec.supervision
     problems: list[tuple[str, str]] = []
-    trigger_s = duration_ms(spec.trigger) / 1000
+    trigger_s = spec.commit_interval_ms() / 1000  # a real-time app commits every checkpoint interval
     stall_s = max(policy.stall_after_triggers * trigger_s, duration_ms(policy.stall_min) / 1000)
     # Per query: records waiting longer than the stall limit, and no batch of it (nor a report from
     # Spark that it had nothing to read) for that long. Records that arrived after an idle spell are
@@ -290,7 +290,7 @@ def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[t
         which = "; ".join(f"query {q}: {'no completed batch' if had else 'no batch since it started'} for {_words(quiet)} "
                           f"while {waiting} record(s) wait" for q, waiting, quiet, had in stalled)
         problems.append(("stalled", f"{which} (stalled after {_words(stall_s)}: {policy.stall_after_triggers} trigger "
-                                    f"intervals of {spec.trigger}, at least {policy.stall_min}); last batches {batches}{beat} "
+                                    f"intervals of {spec.real_time_interval() + ' (real-time checkpoints)' if spec.real_time else spec.trigger}, at least {policy.stall_min}); last batches {batches}{beat} "
                                     f"(driver pid {status.pid} on {status.driver_host or '?'})."))
     oldest = status.max_time_lag_s
     limit_s = duration_ms(policy.max_time_lag) / 1000

@@ -4,7 +4,8 @@
         plugins/streamops/entrypoints/driver.py --app oplog-router --program spark_apps.oplog_router \\
         [--artifact <artifact.zip> --artifact-digest sha256:...] \\
         [--catalog FILE] [--kafka-config FILE | --bootstrap-servers HOST:PORT] [--checkpoint DIR] \\
-        [--trigger "2 seconds" | --trigger available-now] [--starting-offsets earliest|latest|JSON] \\
+        [--trigger "2 seconds" | --trigger available-now | --trigger real-time] \\
+        [--starting-offsets earliest|latest|JSON] \\
         [--ending-offsets JSON] [--skip-records-of CHECKPOINT] [--version X.Y.Z]
 """
 
@@ -30,7 +31,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from spark_apps.common.kafka_io import kafka_sink_options, read_topics
 from spark_apps.common.session import apply_app_conf, build_session
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
-from streamops.catalog import AppSpec, catalog_path, load_catalog
+from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
 from streamops.checkpoint_batches import error_gist
 from streamops.program_contract import StreamingProgram
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
@@ -54,7 +55,10 @@ class OutputQuery:
 class RunOptions:
     kafka: KafkaClientConfig  # where and as whom the app connects (secrets masked in its repr)
     checkpoint: str  # this app's checkpoint root; each query has a folder under it
-    trigger: str = "5 seconds"  # a Spark interval, or "available-now" (process what is there, stop)
+    # A Spark interval, "available-now" (process what is there, stop), or "real-time" (Spark's
+    # real-time mode: records emitted as they come, progress committed every checkpoint_interval).
+    trigger: str = "5 seconds"
+    checkpoint_interval: str = "10 seconds"  # real-time only
     # Only for a new checkpoint: earliest, latest, or Spark's JSON of offsets per topic and partition.
     starting_offsets: str = "earliest"
     # Bounded runs (reprocessing): topic -> partition -> first offset NOT processed. Records at or
@@ -68,17 +72,25 @@ class RunOptions:
 
 
 
-def build_outputs(spark: SparkSession, spec: AppSpec, program: StreamingProgram, options: RunOptions) -> list[OutputQuery]:
-    """The app's queries as DataFrames, not started."""
+def build_outputs(
+    spark: SparkSession, spec: AppSpec, program: StreamingProgram, options: RunOptions,
+    sources_read: list[list[str]] | None = None,
+) -> list[OutputQuery]:
+    """The app's queries as DataFrames, not started. `sources_read` collects the topics of each
+    Kafka source the queries read (a real-time run needs a task slot per partition of each)."""
     spec = program.bind(spec)
     apply_app_conf(spark, spec)
     # Read once at start: recover_skip_records writes the list while the app is stopped.
     skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
 
     def source(topics: list[str]) -> DataFrame:
+        if sources_read is not None:
+            sources_read.append(list(topics))
+        # Real-time mode bounds a batch by time (its checkpoint interval), not by a record count.
+        limit = None if options.trigger == REAL_TIME else options.max_offsets_per_trigger or spec.max_offsets_per_trigger
         frame = read_topics(
             spark, options.kafka, topics, _starting_offsets(options.starting_offsets, topics),
-            options.max_offsets_per_trigger, group_id_prefix=f"streamops.{spec.name}",
+            limit, group_id_prefix=f"streamops.{spec.name}",
         ).withColumn(OPERATOR_SKIP, operator_skip(skipped, topics))
         ends = {t: e for t, e in (options.ending_offsets or {}).items() if t in topics}
         if not ends:
@@ -156,6 +168,40 @@ def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], b
     return write
 
 
+class RealTimeRefused(ValueError):
+    """The app cannot run in Spark's real-time mode here; the message says why and what to do."""
+
+
+def real_time_problems(program: StreamingProgram, outputs: list[OutputQuery]) -> list[str]:
+    """Why these queries cannot run in real-time mode: Spark runs stateless queries only there
+    (the program's declared state, or a stateful operator in a query's plan)."""
+    problems = [f"query {query}: keeps state ({', '.join(ops)}, declared by the program)"
+                for query, ops in sorted(program.stateful_operators.items())]
+    for query, lines in sorted(plan_fingerprint(outputs).items()):
+        if lines and query not in program.stateful_operators:
+            problems.append(f"query {query}: its plan has stateful operators ({'; '.join(lines)[:300]})")
+    return problems
+
+
+def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_read: list[list[str]], wait_s: float = 30) -> str | None:
+    """Real-time mode runs one long-lived task per input partition, all at once: with fewer task
+    slots than that, the partitions left over are never read (no error, just a silent stall).
+    Executors may still be registering, so a short slot count is waited on for up to `wait_s`."""
+    from streamops.kafka_records import end_offsets
+
+    partitions = {topic: len(end_offsets(kafka, topic)) for topics in sources_read for topic in topics}
+    needed = sum(partitions[topic] for topics in sources_read for topic in topics)
+    context = spark.sparkContext
+    try:
+        poll_until(lambda: context.defaultParallelism >= needed, timeout=wait_s, what="task slots", interval=0.5)
+        return None
+    except DeadlineExceeded:
+        listed = ", ".join(f"{t} ({n})" for t, n in sorted(partitions.items()))
+        return (f"real-time mode needs one task slot per input partition, {needed} here ({listed}), but this Spark "
+                f"({context.master}) has {context.defaultParallelism}: give it at least {needed} (local[{needed}], or "
+                "more executor cores), or run the app on a micro-batch trigger")
+
+
 def start_app(
     spark: SparkSession,
     spec: AppSpec,
@@ -163,23 +209,42 @@ def start_app(
     options: RunOptions,
     outputs: list[OutputQuery] | None = None,
     still_held: Callable[[], bool] | None = None,
+    sources_read: list[list[str]] | None = None,
 ) -> list[StreamingQuery]:
     """Start every query of the app. With available-now, run them one after the other (a later
     query may read an earlier one's output) and return them finished; else return them running.
-    `still_held` is the driver's lease check (None: no lease, e.g. a test's own session)."""
+    `still_held` is the driver's lease check (None: no lease, e.g. a test's own session).
+
+    Real-time: each query writes straight to Kafka (Spark's real-time mode has no foreachBatch),
+    so the lease is not checked per batch: a driver that loses it stops its queries at once (the
+    lease's on_lost), and a second writer of the same checkpoint fails on Spark's offset log."""
     started = []
     sink_options = kafka_sink_options(options.kafka, spec.producer)
-    for output in outputs or build_outputs(spark, spec, program, options):
-        writer = (
-            output.frame.writeStream.foreachBatch(fenced_kafka_writer(sink_options, still_held))
-            .option("checkpointLocation", f"{options.checkpoint}/{output.name}")
-            .outputMode(output.output_mode)
-            .queryName(f"{spec.name}.{output.name}")
-        )
-        if options.trigger == AVAILABLE_NOW:
-            writer = writer.trigger(availableNow=True)
+    if outputs is None:
+        sources_read = []
+        outputs = build_outputs(spark, spec, program, options, sources_read)
+    if options.trigger == REAL_TIME:
+        problems = real_time_problems(program, outputs)
+        if problems:
+            raise RealTimeRefused(f"{spec.name} cannot run in real-time mode, which runs stateless queries only: "
+                                  + "; ".join(problems) + "; give it a micro-batch trigger such as '5 seconds'")
+        slots = task_slot_problem(spark, options.kafka, sources_read or [list(spec.inputs.values())])
+        if slots:
+            raise RealTimeRefused(f"{spec.name}: {slots}")
+    for output in outputs:
+        if options.trigger == REAL_TIME:
+            # Stateless queries: update and append emit the same rows; real-time accepts update only.
+            writer = (output.frame.writeStream.format("kafka").options(**sink_options).outputMode("update")
+                      .trigger(realTime=options.checkpoint_interval))
         else:
-            writer = writer.trigger(processingTime=options.trigger)
+            writer = output.frame.writeStream.foreachBatch(fenced_kafka_writer(sink_options, still_held)).outputMode(
+                output.output_mode)
+            if options.trigger == AVAILABLE_NOW:
+                writer = writer.trigger(availableNow=True)
+            else:
+                writer = writer.trigger(processingTime=options.trigger)
+        writer = writer.option("checkpointLocation", f"{options.checkpoint}/{output.name}").queryName(
+            f"{spec.name}.{output.name}")
         query = writer.start()
         log.info("started query %s (id %s), checkpoint %s/%s", query.name, query.id, options.checkpoint, output.name)
         if options.trigger == AVAILABLE_NOW:
@@ -344,13 +409,17 @@ class ProgressPublisher(StreamingQueryListener):
             log.info("query %s stopped", event.id)
 
 
-def graceful_stop(queries: list[StreamingQuery], deadline_s: float) -> str:
+def graceful_stop(queries: list[StreamingQuery], deadline_s: float, real_time: bool = False) -> str:
     """Let each query finish its in-flight micro-batch, then stop it. Past the deadline, stop
     anyway: an interrupted batch is not committed and is re-run on restart, so the checkpoint
-    stays consistent either way."""
+    stays consistent either way. Real-time queries are always in a batch (the next starts as one
+    commits): each is stopped right after its next checkpoint."""
     outcomes = []
     for query in queries:
         if not query.isActive:
+            continue
+        if real_time:
+            outcomes.append(_stop_after_checkpoint(query, deadline_s))
             continue
         try:
             poll_until(
@@ -368,6 +437,24 @@ def graceful_stop(queries: list[StreamingQuery], deadline_s: float) -> str:
     for outcome in outcomes:
         log.info("graceful stop: %s", outcome)
     return "; ".join(outcomes)
+
+
+def _stop_after_checkpoint(query: StreamingQuery, deadline_s: float) -> str:
+    """Stop a real-time query right after its next commit: only what it wrote since then (a few
+    milliseconds' worth) is written again on restart, never lost."""
+    last = query.lastProgress
+    committed = last.batchId if last is not None else -1
+    try:
+        poll_until(
+            lambda: not query.isActive or (query.lastProgress is not None and query.lastProgress.batchId > committed),
+            timeout=deadline_s, what=f"{query.name} to reach its next checkpoint", interval=0.02, max_interval=0.05,
+        )
+        query.stop()
+        return f"{query.name}: stopped right after checkpoint {query.lastProgress.batchId if query.lastProgress else '?'}"
+    except DeadlineExceeded:
+        query.stop()
+        return (f"{query.name}: no checkpoint within {deadline_s:g}s, stopped (records since checkpoint {committed} are "
+                "written again on restart)")
 
 
 def record_failed_batches(runtime: AppRuntime, failed: list[StreamingQuery]) -> None:
@@ -406,7 +493,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a PLAINTEXT Kafka without credentials (default: $STREAMOPS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
     )
     parser.add_argument("--checkpoint", default=None, help="checkpoint root (default: from the catalog)")
-    parser.add_argument("--trigger", default=None, help=f"micro-batch interval such as '2 seconds', or {AVAILABLE_NOW}")
+    parser.add_argument("--trigger", default=None,
+                        help=f"micro-batch interval such as '2 seconds', {AVAILABLE_NOW}, or {REAL_TIME} (stateless apps)")
     parser.add_argument(
         "--starting-offsets", default="earliest",
         help="earliest, latest, or a JSON of offsets per topic and partition (new checkpoints only)",
@@ -489,9 +577,10 @@ def main(argv: list[str]) -> int:
         kafka=kafka,
         checkpoint=args.checkpoint or spec.checkpoint_location(),
         trigger=args.trigger or spec.trigger,
+        checkpoint_interval=spec.real_time_interval(),
         starting_offsets=args.starting_offsets,
         version=args.version,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        max_offsets_per_trigger=args.max_offsets_per_trigger or spec.max_offsets_per_trigger,
         ending_offsets=json.loads(args.ending_offsets) if args.ending_offsets else None,
         skip_records=AppRuntime(args.skip_records_of).skip_records() if args.skip_records_of else None,
     )
@@ -513,6 +602,7 @@ def main(argv: list[str]) -> int:
                 "version": options.version or spec.version,
                 "code": code_record(program, args),
                 "trigger": options.trigger,
+                **({"checkpoint_interval": options.checkpoint_interval} if options.trigger == REAL_TIME else {}),
                 "spark_conf": {k: str(v) for k, v in spec.spark_conf.items()},
                 "catalog": str(catalog_path(args.catalog)),
                 "kafka": options.kafka.describe(),
@@ -546,10 +636,12 @@ def main(argv: list[str]) -> int:
                        driver_host=context.getConf().get("spark.driver.host", None) or socket.gethostname())
         publisher = ProgressPublisher(runtime, None if args.no_consumer_group else f"streamops.{spec.name}", options.kafka)
         spark.streams.addListener(publisher)
-        outputs = build_outputs(spark, spec, program, options)
+        sources_read: list[list[str]] = []
+        outputs = build_outputs(spark, spec, program, options, sources_read)
         runtime.update(plan_fingerprint=stateful_fingerprint(program, outputs))
         running = options.trigger == AVAILABLE_NOW
-        queries = start_app(spark, spec, program, options, outputs, still_held=runtime.lease.still_held)
+        queries = start_app(spark, spec, program, options, outputs, still_held=runtime.lease.still_held,
+                            sources_read=sources_read)
         running = True
         stops.watch(queries)
         # Launchers wait for this: an idle query reports no progress, but it has started.
@@ -585,7 +677,7 @@ def main(argv: list[str]) -> int:
         request = runtime.stop_request()
         why = stops.describe() or f"stop requested by {request.get('by') or 'an operator'}"
         deadline = request.get("deadline_s") or float(os.environ.get("STREAMOPS_STOP_DEADLINE", 60))
-        reason = f"{why}; {graceful_stop(queries, deadline_s=float(deadline))}"
+        reason = f"{why}; {graceful_stop(queries, deadline_s=float(deadline), real_time=options.trigger == REAL_TIME)}"
         publisher.publish_last(queries)
         outcome = "stopped"
         return 0
