@@ -480,3 +480,12 @@ def test_real_time_is_refused_for_a_stateful_program_with_the_reason(tmp_path):
 def test_bad_trigger_settings_are_refused_with_the_reason(tmp_path, extra, message):
     found = problems(write(tmp_path, TOPICS + APP + extra))
     assert len(found) >= 1 and any(message in problem for problem in found), found
+
+
+def test_real_time_checkpoint_interval_is_bounded_and_an_environment_may_switch_back_to_micro_batches(tmp_path):
+    real_time = TOPICS + APP + "    trigger: real-time\n    checkpoint_interval: 30 seconds\n"
+    assert any("checkpoint_interval 2 minutes is longer than 60 seconds: a graceful stop waits for the next checkpoint"
+               in problem for problem in problems(write(tmp_path, real_time.replace("30 seconds", "2 minutes"))))
+    switched = real_time.replace("version: 1\n", "version: 1\nenvironments:\n  local:\n    apps:\n      router: {trigger: 2 seconds}\n", 1)
+    app = load_catalog(write(tmp_path, switched)).app("router")
+    assert (app.trigger, app.checkpoint_interval, app.real_time) == ("2 seconds", None, False)

@@ -24,8 +24,8 @@ from test_app_runs import routed_now, wait_until_all_routed
 
 @pytest.mark.parametrize(
     ("master", "slots", "expected"),
-    [("local[2]", 6, "local[6]"), ("local[*]", 64, "local[64]"), ("local[8]", 6, "local[8]"), ("local", 3, "local[3]"),
-     ("local[2]", 0, "local[2]"), ("spark://10.0.0.5:7077", 6, "spark://10.0.0.5:7077"), ("local[4,2]", 6, "local[6]")],
+    [("local[2]", 6, "local[6]"), ("local[*]", 10_000, "local[10000]"), ("local[8]", 6, "local[8]"), ("local", 3, "local[3]"),
+     ("local[2]", 0, "local[2]"), ("spark://10.0.0.5:7077", 6, "spark://10.0.0.5:7077"), ("local[4,2]", 6, "local[6,2]")],
 )
 def test_a_local_master_gets_a_thread_per_partition_a_real_time_app_reads(master, slots, expected):
     assert with_task_slots(master, slots) == expected

@@ -214,6 +214,9 @@ Trigger = Duration | Literal["real-time"]
 # Spark refuses a real-time batch shorter than spark.sql.streaming.realTimeMode.minBatchDuration.
 REAL_TIME_MIN_CHECKPOINT_MS = 5_000
 DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL = "10 seconds"
+# A graceful stop waits for the next checkpoint (within $STREAMOPS_STOP_DEADLINE, 60 s by default),
+# and status and lag move only at checkpoints: longer intervals would make both misleading.
+REAL_TIME_MAX_CHECKPOINT_MS = 60_000
 
 
 # Kafka's default for a topic's max.message.bytes (the broker's message.max.bytes), used when
@@ -347,6 +350,7 @@ class AppSpec(_Strict):
     checkpoint_interval: Duration | None = None
     # Back pressure: at most this many input records per micro-batch (live runs, backfills and
     # rebuilds alike), so the first batch after an outage is bounded. None: everything available.
+    # Not applied in real-time mode, where a batch is bounded by its checkpoint interval.
     max_offsets_per_trigger: StrictInt | None = Field(default=None, ge=1)
     max_record_bytes: StrictInt = Field(default=1_048_576, gt=0)
     spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
@@ -380,6 +384,16 @@ class AppSpec(_Strict):
             raise ValueError(
                 f"checkpoint_interval {self.checkpoint_interval} is shorter than Spark's real-time minimum of "
                 f"{REAL_TIME_MIN_CHECKPOINT_MS // 1000} seconds"
+            )
+        if duration_ms(self.checkpoint_interval) > REAL_TIME_MAX_CHECKPOINT_MS:
+            raise ValueError(
+                f"checkpoint_interval {self.checkpoint_interval} is longer than {REAL_TIME_MAX_CHECKPOINT_MS // 1000} seconds: "
+                "a graceful stop waits for the next checkpoint, and status and lag move only at checkpoints"
+            )
+        if duration_ms(self.checkpoint_interval) >= duration_ms(self.supervision.max_time_lag):
+            raise ValueError(
+                f"checkpoint_interval {self.checkpoint_interval} is not shorter than supervision.max_time_lag "
+                f"({self.supervision.max_time_lag}): lag is measured at checkpoints, so the app would always look lagging"
             )
         return self
 
@@ -665,6 +679,8 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
             for field in ("trigger", "checkpoint_interval", "max_offsets_per_trigger"):
                 if getattr(override, field) is not None:
                     app[field] = getattr(override, field)
+            if override.trigger is not None and override.trigger != REAL_TIME:
+                app.pop("checkpoint_interval", None)  # an environment may put a real-time app on micro-batches
             if override.supervision:
                 own = app.get("supervision") if isinstance(app.get("supervision"), dict) else {}
                 app["supervision"] = {**own, **override.supervision}

@@ -549,7 +549,7 @@ def _app_spec(name: str):
 @apps_app.command("run")
 def app_run(
     name: Annotated[str, typer.Argument(help="App name in the catalog.")],
-    trigger: Annotated[Optional[str], typer.Option(help="'2 seconds', or available-now to process what is there and stop.")] = None,
+    trigger: Annotated[Optional[str], typer.Option(help="'2 seconds', available-now to process what is there and stop, or real-time (stateless apps).")] = None,
     bootstrap_servers: BootstrapOpt = None,
     kafka_config: KafkaConfigOpt = None,
     checkpoint: Annotated[Optional[str], typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
@@ -677,6 +677,33 @@ def bench_router(
 
     kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
     typer.echo(table(router_benchmark(events, kafka)))
+
+
+@bench_app.command("report")
+def bench_report(
+    out: Annotated[Path, typer.Option(help="Folder for figures.json and the plots (drain, latency, roll).")] = Path("bench-report"),
+    events: Annotated[int, typer.Option(min=1000, help="Backlog to drain.")] = 200_000,
+    rates: Annotated[str, typer.Option(help="Steady loads for the latency runs, events/s, comma-separated.")] = "2000,10000",
+    seconds: Annotated[float, typer.Option(min=5, help="Measured seconds of each latency run (after 10 s of warm-up).")] = 30,
+    micro_batch: Annotated[str, typer.Option(help="The micro-batch trigger the live router is compared on.")] = "2 seconds",
+    roll_rate: Annotated[float, typer.Option(min=1, help="Load during the roll-restarts, events/s.")] = 1000,
+    bootstrap_servers: Annotated[
+        Optional[str], typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
+    ] = None,
+    kafka_config: KafkaConfigOpt = None,
+) -> None:
+    """Every router figure side by side (drain, latency in micro-batch and real-time mode, roll-restart), printed,
+    written as JSON and drawn as PNG into --out. Figures only: nothing is asserted."""
+    from streamops.bench_report import run_report, tables
+
+    try:
+        chosen = tuple(int(rate) for rate in rates.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"--rates {rates!r}: give whole events/s separated by commas, e.g. 2000,10000") from None
+    kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
+    figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka)
+    typer.echo(tables(figures))
+    typer.echo(f"figures and plots in {out}/")
 
 
 @bench_app.command("roll-restart")

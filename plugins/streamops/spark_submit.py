@@ -47,7 +47,7 @@ class SubmitSpec:
         return [*argv, self.application, *self.application_args]
 
 
-_LOCAL_MASTER = re.compile(r"^local(\[(?P<threads>\*|[0-9]+)(,[0-9]+)?\])?$")
+_LOCAL_MASTER = re.compile(r"^local(\[(?P<threads>\*|[0-9]+)(?P<failures>,[0-9]+)?\])?$")
 
 
 def with_task_slots(master: str, slots: int) -> str:
@@ -59,7 +59,7 @@ def with_task_slots(master: str, slots: int) -> str:
         return master
     threads = match["threads"]
     have = (os.cpu_count() or 1) if threads == "*" else 1 if threads is None else int(threads)
-    return master if have >= slots else f"local[{slots}]"
+    return master if have >= slots else f"local[{slots}{match['failures'] or ''}]"
 
 
 def real_time_task_slots(app: AppSpec, catalog: str | os.PathLike[str] | None, trigger: str | None) -> int:

@@ -177,10 +177,36 @@ def real_time_problems(program: StreamingProgram, outputs: list[OutputQuery]) ->
     (the program's declared state, or a stateful operator in a query's plan)."""
     problems = [f"query {query}: keeps state ({', '.join(ops)}, declared by the program)"
                 for query, ops in sorted(program.stateful_operators.items())]
+    # Joins and window expansions are left to Spark's own allow-list (a broadcast stream-static
+    # join and windows without state are allowed); aggregations, deduplication and group state are not.
     for query, lines in sorted(plan_fingerprint(outputs).items()):
-        if lines and query not in program.stateful_operators:
-            problems.append(f"query {query}: its plan has stateful operators ({'; '.join(lines)[:300]})")
+        stateful = [line for line in lines if any(node in line for node in _STATE_KEEPING)]
+        if stateful and query not in program.stateful_operators:
+            problems.append(f"query {query}: its plan has stateful operators ({'; '.join(stateful)[:300]})")
     return problems
+
+
+_STATE_KEEPING = ("FlatMapGroups", "Aggregate", "Deduplicate", "TransformWithState")
+_LOCAL_THREADS = re.compile(r"^local(\[(?P<threads>\*|[0-9]+)(,[0-9]+)?\])?$")
+
+
+def task_slots(context) -> int | None:
+    """Tasks this Spark runs at once: a local master's threads, or the executors' cores divided
+    by spark.task.cpus (defaultParallelism can be set to anything by spark.default.parallelism);
+    None when it cannot be told (cluster executors without spark.executor.cores)."""
+    conf = context.getConf()
+    match = _LOCAL_THREADS.match(context.master)
+    if match:
+        threads = match["threads"]
+        return context._jvm.java.lang.Runtime.getRuntime().availableProcessors() if threads == "*" else int(threads or 1)  # noqa: SLF001
+    task_cpus = int(conf.get("spark.task.cpus", "1"))
+    if conf.get("spark.default.parallelism", None) is None:
+        return context.defaultParallelism // task_cpus
+    cores = conf.get("spark.executor.cores", None)
+    if cores is None:
+        return None
+    executors = context._jsc.sc().getExecutorMemoryStatus().size() - 1  # noqa: SLF001 - the driver is listed too
+    return executors * int(cores) // task_cpus
 
 
 def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_read: list[list[str]], wait_s: float = 30) -> str | None:
@@ -192,13 +218,18 @@ def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_rea
     partitions = {topic: len(end_offsets(kafka, topic)) for topics in sources_read for topic in topics}
     needed = sum(partitions[topic] for topics in sources_read for topic in topics)
     context = spark.sparkContext
+    if _LOCAL_THREADS.match(context.master):
+        wait_s = 0  # a local master has all its threads from the start
     try:
-        poll_until(lambda: context.defaultParallelism >= needed, timeout=wait_s, what="task slots", interval=0.5)
+        poll_until(lambda: (task_slots(context) or needed) >= needed, timeout=wait_s, what="task slots", interval=0.5)
+        if task_slots(context) is None:
+            log.warning("real-time mode needs %d task slots at once; this cluster's cannot be counted (set "
+                        "spark.executor.cores): if it has fewer, some partitions are never read", needed)
         return None
     except DeadlineExceeded:
         listed = ", ".join(f"{t} ({n})" for t, n in sorted(partitions.items()))
         return (f"real-time mode needs one task slot per input partition, {needed} here ({listed}), but this Spark "
-                f"({context.master}) has {context.defaultParallelism}: give it at least {needed} (local[{needed}], or "
+                f"({context.master}) has {task_slots(context)}: give it at least {needed} (local[{needed}], or "
                 "more executor cores), or run the app on a micro-batch trigger")
 
 
@@ -415,11 +446,12 @@ def graceful_stop(queries: list[StreamingQuery], deadline_s: float, real_time: b
     stays consistent either way. Real-time queries are always in a batch (the next starts as one
     commits): each is stopped right after its next checkpoint."""
     outcomes = []
+    ends_at = time.monotonic() + deadline_s  # one deadline for all the app's queries
     for query in queries:
         if not query.isActive:
             continue
         if real_time:
-            outcomes.append(_stop_after_checkpoint(query, deadline_s))
+            outcomes.append(_stop_after_checkpoint(query, max(0.0, ends_at - time.monotonic())))
             continue
         try:
             poll_until(
@@ -566,6 +598,9 @@ def main(argv: list[str]) -> int:
     except ProgramError as exc:
         raise SystemExit(f"cannot run {spec.name}: {exc}") from None
     problems = app_problems(spec, program)
+    if (args.trigger or spec.trigger) == REAL_TIME and program.stateful_operators:
+        problems.append(f"trigger real-time: the program keeps state ({', '.join(sorted(program.stateful_operators))}) "
+                        "and real-time mode runs stateless queries only; use a micro-batch interval")
     if problems:
         raise SystemExit(f"cannot run {spec.name} with this version of {spec.program}: " + "; ".join(problems))
     try:
@@ -671,7 +706,7 @@ def main(argv: list[str]) -> int:
             reason = "; ".join(f"query {q.name} failed: {error_gist(str(q.exception()))}" for q in failed)
             log.error("%s", "; ".join(f"query {q.name} failed: {q.exception()}" for q in failed))
             log.error("in short: %s", reason)
-            graceful_stop(queries, deadline_s=30)
+            graceful_stop(queries, deadline_s=30, real_time=options.trigger == REAL_TIME)
             publisher.publish_last(queries)
             return 1
         request = runtime.stop_request()

@@ -1,0 +1,416 @@
+"""`streamops bench report`: the router's figures on this machine, side by side, as JSON and plots.
+
+One broker (a temporary local one unless given), topics with LogAppendTime so every timestamp
+compared comes from the broker's one clock:
+- drain: a 200,000-event backlog drained by the router run the project's way (a fresh
+  spark-submit, available-now): launch to first output, first to last output; beside it the
+  plain confluent-kafka Python loop (same parsing and routing) and the broker's raw consume rate;
+- latency: event-to-output p50/p99/max under a steady load (2,000 and 10,000 events/s) for the
+  live router on a micro-batch trigger and in real-time mode, and whether its backlog grew;
+- roll-restart: the largest gap in the output, records lost (must be 0) and duplicates, for a roll
+  under load in each mode.
+Figures are printed, written to <out>/figures.json and drawn to <out>/*.png (matplotlib). Nothing
+here asserts a goal: the README says what the goals are and what was reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from streamops.catalog import Catalog, load_catalog
+from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_records import end_offsets, read_all
+from streamops.loadgen import LoadSpec, background_load
+from streamops.loadgen import run as run_load
+from streamops.provisioning import ensure_topics
+from streamops.waiting import DeadlineExceeded, poll_until
+
+ROUTER = "oplog-router"
+# The master the live router runs on in these benchmarks, in both modes: a real-time run needs a
+# thread per input partition (six), and micro-batches get the same threads for a fair comparison.
+BENCH_MASTER = "local[6]"
+
+
+@dataclass
+class DrainFigure:
+    engine: str
+    records_in: int
+    records_out: int
+    seconds: float  # first to last output (the processing itself)
+    launch_to_first_s: float | None = None  # start-up: launch to the first output record
+    launch_to_last_s: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.records_in / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class LatencyFigure:
+    mode: str  # "micro-batch (2 seconds)" or "real-time (checkpoint every 10 seconds)"
+    target_rate: int
+    produced_rate: float  # what the load generator reached (measured records / their time span)
+    records: int  # records measured (after the warm-up)
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    # After the last input record, until the last output (None: not all routed within the limit).
+    caught_up_s: float | None
+    unrouted: int = 0  # measured records not routed within the limit (not in the percentiles)
+
+
+@dataclass
+class RollFigure:
+    mode: str
+    rate: float
+    downtime_s: float
+    largest_gap_s: float
+    expected: int
+    lost: int
+    duplicates: int
+
+
+def bench_catalog(kafka: KafkaClientConfig, prefix: str) -> Catalog:
+    """The project catalog under `prefix`, the router's topics created with LogAppendTime."""
+    catalog = load_catalog().with_topic_prefix(prefix)
+    app = catalog.app(ROUTER)
+    topics = [t.model_copy(update={"configs": {**t.configs, "message.timestamp.type": "LogAppendTime"}})
+              for t in catalog.topics if t.name in app.topics()]
+    ensure_topics(kafka.admin(), topics)
+    return catalog
+
+
+def _write_catalog(catalog: Catalog, workdir: Path, trigger: str | None = None) -> Path:
+    if trigger is not None:
+        apps = [a.model_copy(update={"trigger": trigger}) if a.name == ROUTER else a for a in catalog.apps]
+        catalog = catalog.model_copy(update={"apps": apps})
+    path = workdir / f"catalog-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(catalog.to_yaml())
+    return path
+
+
+def _output_times(kafka: KafkaClientConfig, catalog: Catalog) -> list[tuple[str, str, int]]:
+    """(event_id, category, broker timestamp ms) of every routed output record."""
+    app = catalog.app(ROUTER)
+    return [(r.json()["event_id"], r.json()["category"], r.timestamp_ms)
+            for topic in app.outputs.values() for r in read_all(kafka, topic)]
+
+
+def _written(kafka: KafkaClientConfig, catalog: Catalog) -> int:
+    app = catalog.app(ROUTER)
+    return sum(high for topic in [*app.outputs.values(), app.dead_letter_topic] for _, high in end_offsets(kafka, topic).values())
+
+
+def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, records_in: int) -> DrainFigure:
+    """The router as an operator runs it: `spark-submit ... --trigger available-now`, fresh JVM and checkpoint."""
+    from streamops.spark_submit import driver_env, submit_spec
+
+    app = catalog.app(ROUTER)
+    checkpoint = workdir / f"drain-{uuid.uuid4().hex[:6]}"
+    spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir), trigger="available-now",
+                       checkpoint=str(checkpoint))
+    launched_ms = time.time() * 1000
+    with open(workdir / "drain-driver.log", "wb") as log:
+        code = subprocess.run(spec.argv(master="local[*]"), stdout=log, stderr=subprocess.STDOUT, env=driver_env(),  # noqa: S603
+                              cwd=workdir, check=False).returncode
+    finished_ms = time.time() * 1000
+    if code != 0:
+        raise RuntimeError(f"the router's drain run failed ({code}); see {workdir / 'drain-driver.log'}")
+    stamps = sorted(t for _, _, t in _output_times(kafka, catalog))
+    first, last = stamps[0], stamps[-1]
+    return DrainFigure("Spark router (spark-submit, available-now)", records_in, _written(kafka, catalog),
+                       (last - first) / 1000, (first - launched_ms) / 1000, (finished_ms - launched_ms) / 1000)
+
+
+def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, version: str = "1.0.0",
+                 checkpoint: Path | None = None):
+    from streamops.app_ops import launch
+    from streamops.spark_submit import submit_spec
+
+    app = catalog.app(ROUTER).model_copy(update={"trigger": trigger})
+    checkpoint = checkpoint or workdir / f"live-{uuid.uuid4().hex[:6]}"
+    spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir, trigger), checkpoint=str(checkpoint),
+                       version=version)
+    launch(app, spec.argv(master=BENCH_MASTER), checkpoint=str(checkpoint), launched_by="bench", version=version,
+           record_desired=False)
+    return checkpoint
+
+
+def _stop_live(checkpoint: Path) -> None:
+    from streamops.app_runtime import AppRuntime
+
+    runtime = AppRuntime(checkpoint)
+    if runtime.is_running():
+        runtime.request_stop(by="bench", deadline_s=30)
+        poll_until(lambda: not runtime.is_running(), timeout=120, what="the bench router to stop")
+
+
+def _percentile(sorted_values: list[float], share: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * share))]
+
+
+def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: int,
+                seconds: float = 30, warmup_s: float = 10, catch_up_limit_s: float = 120) -> LatencyFigure:
+    """The live router under `rate` events/s for warm-up + `seconds`; latency of the records
+    produced after the warm-up: output's broker time minus input's broker time."""
+    from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL
+
+    app = catalog.app(ROUTER)
+    source = app.inputs["operations"]
+    checkpoint = _launch_live(catalog, kafka, workdir, trigger)
+    try:
+        started = time.time()
+        total = int(rate * (warmup_s + seconds))
+        with background_load(app, LoadSpec(count=total, keys=1000, rate=rate, seed=int(started)), kafka) as load:
+            load.join(timeout=warmup_s + seconds + 600)
+        measured_from_ms = (started + warmup_s) * 1000
+        inputs = {f"{r.topic}/{r.partition}/{r.offset}": r.timestamp_ms for r in read_all(kafka, source)
+                  if r.timestamp_ms >= measured_from_ms}
+        routed: dict[str, int] = {}
+
+        def all_routed() -> bool:
+            routed.clear()
+            for event_id, _, stamp in _output_times(kafka, catalog):
+                if event_id in inputs:
+                    routed[event_id] = max(stamp, routed.get(event_id, 0))
+            # Dead letters (about 1% here) are not in the outputs: compare against the routable share.
+            return len(routed) >= len(inputs) - _dead_lettered(kafka, catalog, inputs)
+
+        try:
+            poll_until(all_routed, timeout=catch_up_limit_s, what="the router to catch up", interval=2, max_interval=5)
+            caught_up: float | None = (max(routed.values()) - max(inputs.values())) / 1000
+        except DeadlineExceeded:
+            caught_up = None
+        latencies = sorted(float(t - inputs[e]) for e, _, t in _output_times(kafka, catalog) if e in inputs)
+    finally:
+        _stop_live(checkpoint)
+    mode = (f"real-time (checkpoint every {app.checkpoint_interval or DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL})"
+            if trigger == "real-time" else f"micro-batch ({trigger})")
+    span_s = (max(inputs.values()) - min(inputs.values())) / 1000 if inputs else 0
+    produced = round(len(inputs) / span_s) if span_s else 0
+    unrouted = len(inputs) - len(routed) - _dead_lettered(kafka, catalog, inputs)
+    if not latencies:
+        return LatencyFigure(mode, rate, produced, 0, 0, 0, 0, caught_up, unrouted)
+    return LatencyFigure(mode, rate, produced, len(latencies), _percentile(latencies, 0.5), _percentile(latencies, 0.99),
+                         latencies[-1], None if caught_up is None else round(caught_up, 1), max(unrouted, 0))
+
+
+def _dead_lettered(kafka: KafkaClientConfig, catalog: Catalog, inputs: dict[str, int]) -> int:
+    """Measured input records that went to the dead-letter topic (malformed, or an unknown op type)."""
+    app = catalog.app(ROUTER)
+    named = set()
+    for record in read_all(kafka, app.dead_letter_topic):
+        source = (record.json() or {}).get("source") or {}
+        named.add(f"{source.get('topic')}/{source.get('partition')}/{source.get('offset')}")
+    return len(named & set(inputs))
+
+
+def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: float) -> RollFigure:
+    """Roll the live router to a new version under load; reconcile input against output."""
+    from streamops.app_runtime import AppRuntime
+    from streamops.bench import routes
+    from streamops.rollout import roll_restart
+    from streamops.spark_submit import submit_spec
+
+    app = catalog.app(ROUTER)
+    catalog_file = _write_catalog(catalog, workdir, trigger)
+    checkpoint = workdir / f"roll-{uuid.uuid4().hex[:6]}"
+    app_here = app.model_copy(update={"checkpoint": str(checkpoint), "trigger": trigger})
+
+    def command(version: str) -> list[str]:
+        spec = submit_spec(app_here, kafka=kafka, catalog=catalog_file, checkpoint=str(checkpoint), version=version)
+        return spec.argv(master=BENCH_MASTER)
+
+    before = {(e, c) for e, c, _ in _output_times(kafka, catalog)}
+    _launch_live(catalog, kafka, workdir, trigger, checkpoint=checkpoint)
+    runtime = AppRuntime(checkpoint)
+    first_offset = {p: high for p, (_, high) in end_offsets(kafka, app.inputs["operations"]).items()}
+    try:
+        with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=7), kafka):
+            poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows"), timeout=120,
+                       what="the router to see load")
+            summary = roll_restart(app_here, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"),
+                                   new_version="1.1.0", kafka=kafka, run_id="bench", log=lambda line: None)
+            # Some load after the roll too, so the gap is measured between records on both sides.
+            settle = time.monotonic() + 5
+            poll_until(lambda: time.monotonic() > settle, timeout=10, what="load after the roll")
+        table = routes(app)
+        expected = set()
+        for record in read_all(kafka, app.inputs["operations"]):
+            if record.offset < first_offset.get(record.partition, 0):
+                continue
+            for category, _ in table.get(record.json()["op_type"], []):
+                expected.add((f"{record.topic}/{record.partition}/{record.offset}", category))
+        got: list = []
+
+        def complete() -> bool:
+            got[:] = [x for x in _output_times(kafka, catalog) if (x[0], x[1]) not in before]
+            return expected <= {(e, c) for e, c, _ in got}
+
+        try:
+            poll_until(complete, timeout=300, what="every record routed", max_interval=2)
+        except DeadlineExceeded:
+            pass
+    finally:
+        _stop_live(checkpoint)
+    stamps = sorted(t for _, _, t in got)
+    gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0) / 1000
+    counts = Counter((e, c) for e, c, _ in got)
+    return RollFigure(trigger, rate, summary["downtime_s"], round(gap, 2), len(expected),
+                      len(expected - set(counts)), sum(n - 1 for n in counts.values()))
+
+
+def machine() -> dict:
+    import pyspark
+
+    return {"cpus": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "platform": platform.platform(), "python": platform.python_version(), "spark": pyspark.__version__,
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,
+               micro_batch: str = "2 seconds", roll_rate: float = 1_000, kafka: KafkaClientConfig | None = None) -> dict:
+    from streamops.bench import python_router, raw_consume
+
+    out.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-report-"))
+    broker = None
+    previous_root = os.environ.get("STREAMOPS_CHECKPOINT_ROOT")
+    os.environ["STREAMOPS_CHECKPOINT_ROOT"] = str(workdir / "checkpoints")
+    try:
+        if kafka is None:
+            from streamops.local_stack.broker import LocalBroker, free_port_pair
+
+            broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
+            print(broker.start())
+            kafka = broker.client_config
+        run_id = f"bench{uuid.uuid4().hex[:8]}"
+        figures: dict = {"machine": machine(), "settings": {"events": events, "rates": list(rates), "seconds": seconds,
+                                                            "micro_batch": micro_batch, "roll_rate": roll_rate}}
+        drain_catalog = bench_catalog(kafka, f"{run_id}.drain")
+        python_catalog = bench_catalog(kafka, f"{run_id}.python")
+        app = drain_catalog.app(ROUTER)
+        print(f"preloading {events} events ...", flush=True)
+        preload = run_load(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=42), kafka)
+        drain = [drain_by_spark_submit(drain_catalog, kafka, workdir, preload.produced)]
+        print(f"  {drain[0]}", flush=True)
+        python_result = python_router(app, python_catalog.app(ROUTER), kafka, preload.produced)
+        drain.append(DrainFigure(python_result.engine, python_result.records_in, python_result.records_out, python_result.seconds))
+        raw = raw_consume(kafka, app.inputs["operations"], preload.produced)
+        drain.append(DrainFigure(raw.engine, raw.records_in, 0, raw.seconds))
+        figures["drain"] = [{**asdict(d), "rate": round(d.rate)} for d in drain]
+
+        latency = []
+        for trigger in (micro_batch, "real-time"):
+            for rate in rates:
+                catalog = bench_catalog(kafka, f"{run_id}.lat{len(latency)}")
+                print(f"latency: {trigger} at {rate} events/s ...", flush=True)
+                figure = latency_run(catalog, kafka, workdir, trigger, rate, seconds)
+                print(f"  {figure}", flush=True)
+                latency.append(figure)
+        figures["latency"] = [asdict(f) for f in latency]
+
+        rolls = []
+        for trigger in (micro_batch, "real-time"):
+            print(f"roll-restart: {trigger} under {roll_rate:g} events/s ...", flush=True)
+            figure = roll_run(bench_catalog(kafka, f"{run_id}.roll{len(rolls)}"), kafka, workdir, trigger, roll_rate)
+            print(f"  {figure}", flush=True)
+            rolls.append(figure)
+        figures["roll"] = [asdict(r) for r in rolls]
+        (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
+        draw(figures, out)
+        return figures
+    finally:
+        if previous_root is None:
+            os.environ.pop("STREAMOPS_CHECKPOINT_ROOT", None)
+        else:
+            os.environ["STREAMOPS_CHECKPOINT_ROOT"] = previous_root
+        if broker is not None:
+            print(broker.stop())
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def tables(figures: dict) -> str:
+    from tabulate import tabulate
+
+    drain = tabulate(
+        [[d["engine"], d["records_in"], d["records_out"], f"{d['seconds']:.1f}", f"{d['rate']:,}",
+          "" if d["launch_to_first_s"] is None else f"{d['launch_to_first_s']:.1f}",
+          "" if d["launch_to_last_s"] is None else f"{d['launch_to_last_s']:.1f}"] for d in figures["drain"]],
+        headers=["drain", "records in", "records out", "first to last output, s", "records/s", "launch to first, s",
+                 "launch to last, s"], disable_numparse=True)
+    latency = tabulate(
+        [[f["mode"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",
+          f"{f['p99_ms']:,.0f}", f"{f['max_ms']:,.0f}", "no (backlog grew)" if f["caught_up_s"] is None else f"{f['caught_up_s']} s"]
+         for f in figures["latency"]],
+        headers=["latency", "target events/s", "produced/s", "records", "p50 ms", "p99 ms", "max ms", "caught up after load"],
+        disable_numparse=True)
+    roll = tabulate(
+        [[r["mode"], f"{r['rate']:g}", r["downtime_s"], r["largest_gap_s"], r["expected"], r["lost"], r["duplicates"]]
+         for r in figures["roll"]],
+        headers=["roll-restart", "events/s", "downtime s", "largest output gap s", "routed records", "lost", "duplicates"],
+        disable_numparse=True)
+    m = figures["machine"]
+    head = f"{m['cpus']} cores, {m['memory_gib']} GiB, {m['platform']}, Python {m['python']}, Spark {m['spark']}, {m['at']}"
+    return "\n\n".join([head, drain, latency, roll])
+
+
+def draw(figures: dict, out: Path) -> list[Path]:
+    """drain.png (records/s per engine), latency.png (p50/p99/max per mode and rate, log scale)
+    and roll.png (largest output gap per mode)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    names = [d["engine"] for d in figures["drain"]]
+    ax.barh(names, [d["rate"] for d in figures["drain"]], color=["#d62728", "#1f77b4", "#7f7f7f"][: len(names)])
+    ax.set_xlabel("records/s (first to last output; raw consume: read only)")
+    ax.set_title(f"Drain of a {figures['settings']['events']:,}-event backlog")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    written.append(out / "drain.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    labels = [f"{f['mode'].split(' (')[0]}\n{f['target_rate']:,}/s" for f in figures["latency"]]
+    x = range(len(labels))
+    width = 0.27
+    for offset, key, color in ((-width, "p50_ms", "#2ca02c"), (0, "p99_ms", "#ff7f0e"), (width, "max_ms", "#d62728")):
+        ax.bar([i + offset for i in x], [max(f[key], 1) for f in figures["latency"]], width, label=key.replace("_ms", ""), color=color)
+    ax.set_yscale("log")
+    ax.set_xticks(list(x), labels)
+    ax.set_ylabel("event to output, ms (log)")
+    ax.axhline(250, color="#555", linestyle=":", linewidth=1)
+    ax.axhline(1000, color="#555", linestyle="--", linewidth=1)
+    ax.legend()
+    ax.set_title("Router latency under steady load (broker clock)")
+    fig.tight_layout()
+    written.append(out / "latency.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    ax.barh([r["mode"] for r in figures["roll"]], [r["largest_gap_s"] for r in figures["roll"]], color="#9467bd")
+    ax.axvline(3, color="#555", linestyle=":", linewidth=1)
+    ax.set_xlabel("largest gap in the output during a roll, s")
+    ax.set_title("Roll-restart under load (lost: " + ", ".join(str(r["lost"]) for r in figures["roll"]) + ")")
+    fig.tight_layout()
+    written.append(out / "roll.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
