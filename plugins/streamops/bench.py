@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from streamops.catalog import AppSpec, Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_records import end_offsets, producer
-from streamops.loadgen import LoadSpec, background_load
+from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics
 
@@ -208,84 +208,6 @@ def table(results: list[Result]) -> str:
 
     rows = [[r.engine, r.records_in, r.records_out, f"{r.seconds:.2f}", f"{r.rate:,.0f}", r.note] for r in results]
     return tabulate(rows, headers=["", "records in", "records out", "seconds", "records/s", "note"], disable_numparse=True)
-
-
-def roll_restart_benchmark(rate: float = 300.0, kafka: KafkaClientConfig | None = None) -> list[str]:
-    """Deploy the router, roll it to a new version under steady load, and measure the downtime
-    (no driver) and the gap in its output, then reconcile input against output."""
-    import os
-    from collections import Counter
-
-    from streamops.app_ops import launch
-    from streamops.app_runtime import AppRuntime
-    from streamops.kafka_records import read_all
-    from streamops.rollout import roll_restart
-    from streamops.spark_submit import submit_spec
-    from streamops.waiting import poll_until
-
-    workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-roll-"))
-    broker = None
-    previous_root = os.environ.get("STREAMOPS_CHECKPOINT_ROOT")
-    os.environ["STREAMOPS_CHECKPOINT_ROOT"] = str(workdir / "checkpoints")
-    try:
-        if kafka is None:
-            from streamops.local_stack.broker import LocalBroker, free_port_pair
-
-            broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair())
-            print(broker.start())
-            kafka = broker.client_config
-        catalog = _fresh_topics(kafka.admin(), f"bench{uuid.uuid4().hex[:8]}")
-        catalog_file = workdir / "catalog.yaml"
-        catalog_file.write_text(catalog.to_yaml())
-        app = catalog.app("oplog-router")
-
-        def command(version: str) -> list[str]:
-            spec = submit_spec(app, kafka=kafka, catalog=catalog_file, trigger="1 second", version=version)
-            return spec.argv(master="local[2]")
-
-        launch(app, command("1.0.0"), checkpoint=app.checkpoint_location(), launched_by="bench", version="1.0.0")
-        runtime = AppRuntime(app.checkpoint_location())
-        with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=1), kafka):
-            poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
-            summary = roll_restart(
-                app, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"), new_version="1.1.0",
-                kafka=kafka, run_id="bench", log=lambda line: None,
-            )
-        table = routes(app)
-        expected = set()
-        for record in read_all(kafka, app.inputs["operations"]):
-            for category, _ in table.get(record.json()["op_type"], []):
-                expected.add((f"{record.topic}/{record.partition}/{record.offset}", category))
-        got: list = []
-
-        def complete() -> bool:
-            got[:] = [
-                (r.json()["event_id"], r.json()["category"], r.timestamp_ms)
-                for topic in app.outputs.values()
-                for r in read_all(kafka, topic)
-            ]
-            return expected <= {(e, c) for e, c, _ in got}
-
-        poll_until(complete, timeout=300, what="every record routed", max_interval=2)
-        AppRuntime(app.checkpoint_location()).request_stop(by="bench")
-        stamps = sorted(t for _, _, t in got)
-        gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0) / 1000
-        duplicates = sum(n - 1 for n in Counter((e, c) for e, c, _ in got).values())
-        poll_until(lambda: not runtime.is_running(), timeout=120, what="the router to stop")
-        return [
-            f"roll-restart of the router under {rate:.0f} records/s: downtime (no driver) {summary['downtime_s']:.1f} s, "
-            f"largest gap between output records {gap:.1f} s",
-            f"reconciliation: {len(expected)} routed records expected, {len(expected - {(e, c) for e, c, _ in got})} lost, "
-            f"{duplicates} duplicates",
-        ]
-    finally:
-        if previous_root is None:
-            os.environ.pop("STREAMOPS_CHECKPOINT_ROOT", None)
-        else:
-            os.environ["STREAMOPS_CHECKPOINT_ROOT"] = previous_root
-        if broker is not None:
-            print(broker.stop())
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplog-router") -> list[Result]:

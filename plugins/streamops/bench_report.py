@@ -24,6 +24,8 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -284,17 +286,7 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
     from streamops.bench import python_router, raw_consume
 
     out.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-report-"))
-    broker = None
-    previous_root = os.environ.get("STREAMOPS_CHECKPOINT_ROOT")
-    os.environ["STREAMOPS_CHECKPOINT_ROOT"] = str(workdir / "checkpoints")
-    try:
-        if kafka is None:
-            from streamops.local_stack.broker import LocalBroker, free_port_pair
-
-            broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
-            print(broker.start())
-            kafka = broker.client_config
+    with workspace(kafka) as (kafka, workdir):
         run_id = f"bench{uuid.uuid4().hex[:8]}"
         figures: dict = {"machine": machine(), "settings": {"events": events, "rates": list(rates), "seconds": seconds,
                                                             "micro_batch": micro_batch, "roll_rate": roll_rate}}
@@ -331,6 +323,24 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
         (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
         draw(figures, out)
         return figures
+
+
+@contextmanager
+def workspace(kafka: KafkaClientConfig | None = None) -> Iterator[tuple[KafkaClientConfig, Path]]:
+    """A scratch folder (checkpoints under it) and a broker: `kafka`, or a temporary local one;
+    both gone afterwards, $STREAMOPS_CHECKPOINT_ROOT as it was."""
+    workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-"))
+    broker = None
+    previous_root = os.environ.get("STREAMOPS_CHECKPOINT_ROOT")
+    os.environ["STREAMOPS_CHECKPOINT_ROOT"] = str(workdir / "checkpoints")
+    try:
+        if kafka is None:
+            from streamops.local_stack.broker import LocalBroker, free_port_pair
+
+            broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
+            print(broker.start())
+            kafka = broker.client_config
+        yield kafka, workdir
     finally:
         if previous_root is None:
             os.environ.pop("STREAMOPS_CHECKPOINT_ROOT", None)
@@ -339,6 +349,12 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
         if broker is not None:
             print(broker.stop())
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def roll_restart(trigger: str, rate: float, kafka: KafkaClientConfig | None = None) -> RollFigure:
+    """`streamops bench roll-restart`: one roll of the router under load (see roll_run)."""
+    with workspace(kafka) as (kafka, workdir):
+        return roll_run(bench_catalog(kafka, f"bench{uuid.uuid4().hex[:8]}.roll"), kafka, workdir, trigger, rate)
 
 
 def tables(figures: dict) -> str:

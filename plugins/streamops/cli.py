@@ -709,12 +709,15 @@ def bench_report(
 @bench_app.command("roll-restart")
 def bench_roll_restart(
     rate: Annotated[float, typer.Option(min=1, help="Load in records/s during the roll.")] = 300,
+    trigger: Annotated[str, typer.Option(help="The router's trigger: a micro-batch interval, or real-time.")] = "2 seconds",
 ) -> None:
     """Roll the router to a new version under load: downtime, output gap, loss and duplicates."""
-    from streamops.bench import roll_restart_benchmark
+    from streamops.bench_report import roll_restart
 
-    for line in roll_restart_benchmark(rate):
-        typer.echo(line)
+    figure = roll_restart(trigger, rate)
+    typer.echo(f"roll-restart of the router ({figure.mode}) under {figure.rate:g} records/s: downtime (no driver) "
+               f"{figure.downtime_s:.1f} s, largest gap between output records {figure.largest_gap_s:.1f} s")
+    typer.echo(f"reconciliation: {figure.expected} routed records expected, {figure.lost} lost, {figure.duplicates} duplicates")
 
 
 @bench_app.command("parse")

@@ -47,14 +47,14 @@ class SubmitSpec:
         return [*argv, self.application, *self.application_args]
 
 
-_LOCAL_MASTER = re.compile(r"^local(\[(?P<threads>\*|[0-9]+)(?P<failures>,[0-9]+)?\])?$")
+LOCAL_MASTER = re.compile(r"^local(\[(?P<threads>\*|[0-9]+)(?P<failures>,[0-9]+)?\])?$")
 
 
 def with_task_slots(master: str, slots: int) -> str:
     """A local master with at least `slots` threads (local[*] is this machine's cores, often
     fewer than a real-time app's input partitions: the partitions left over would never be
     read). Cluster masters are left as they are: the driver checks their slots when it starts."""
-    match = _LOCAL_MASTER.match(master.strip())
+    match = LOCAL_MASTER.match(master.strip())
     if not match or slots <= 0:
         return master
     threads = match["threads"]

@@ -34,6 +34,7 @@ from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
 from streamops.checkpoint_batches import error_gist
 from streamops.program_contract import StreamingProgram
+from streamops.spark_submit import LOCAL_MASTER
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -187,7 +188,6 @@ def real_time_problems(program: StreamingProgram, outputs: list[OutputQuery]) ->
 
 
 _STATE_KEEPING = ("FlatMapGroups", "Aggregate", "Deduplicate", "TransformWithState")
-_LOCAL_THREADS = re.compile(r"^local(\[(?P<threads>\*|[0-9]+)(,[0-9]+)?\])?$")
 
 
 def task_slots(context) -> int | None:
@@ -195,7 +195,7 @@ def task_slots(context) -> int | None:
     by spark.task.cpus (defaultParallelism can be set to anything by spark.default.parallelism);
     None when it cannot be told (cluster executors without spark.executor.cores)."""
     conf = context.getConf()
-    match = _LOCAL_THREADS.match(context.master)
+    match = LOCAL_MASTER.match(context.master)
     if match:
         threads = match["threads"]
         return context._jvm.java.lang.Runtime.getRuntime().availableProcessors() if threads == "*" else int(threads or 1)  # noqa: SLF001
@@ -218,7 +218,7 @@ def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_rea
     partitions = {topic: len(end_offsets(kafka, topic)) for topics in sources_read for topic in topics}
     needed = sum(partitions[topic] for topics in sources_read for topic in topics)
     context = spark.sparkContext
-    if _LOCAL_THREADS.match(context.master):
+    if LOCAL_MASTER.match(context.master):
         wait_s = 0  # a local master has all its threads from the start
     try:
         poll_until(lambda: (task_slots(context) or needed) >= needed, timeout=wait_s, what="task slots", interval=0.5)
