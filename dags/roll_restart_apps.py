@@ -28,15 +28,19 @@ nothing; off: the roll starts at once (the API).
 One app at a time, upstream apps first (an app writing a topic another chosen app reads goes
 before it). For each app:
 
-1. **Plan check**: the new version's stateful operators are compared with the running version's.
+1. **Warm standby**: the new version/conf starts beside the running one (a second driver: its
+   Spark session and query plans built and rehearsed, no lease, nothing written). A version that
+   cannot get that far is **refused before the running app is touched** (the log names why).
+2. **Plan check**: the new version's stateful operators are compared with the running version's.
    A change Spark cannot restore from the checkpoint (a changed stateful operator, window or state
-   schema) is **refused before the running app is touched**.
-2. **Graceful stop** (the in-flight micro-batch finishes), then a **backup** of the checkpoint
+   schema) is **refused before the running app is touched**; the standby is sent away.
+3. **Graceful stop** (the in-flight micro-batch finishes), then a **backup** of the checkpoint
    (`<checkpoint root>/_backups/<app>/`, every snapshot kept; restorable).
-3. **Start** the new version/conf, then the **health gate**: the driver keeps running, every query
+4. **The standby takes over** (the lease, then its queries: seconds of output gap, not a JVM
+   start; a version built before standbys starts cold), then the **health gate**: the driver keeps running, every query
    completes new batches, lag does not grow, and the dead-letter rate stays under the limit, within
    the deadline.
-4. If the gate fails: stop the new version, **restore the backup**, start the **previous version**,
+5. If the gate fails: stop the new version, **restore the backup**, start the **previous version**,
    and fail this run with the reason. Apps after it are not touched.
 
 When every app passed, the run announces them on the asset `streamops://apps/deployments`, which
@@ -48,7 +52,7 @@ The XCom of each app has the downtime (seconds without a driver) and the backup 
 
 @dag(
     dag_id="roll_restart_apps",
-    description="Upgrade streaming apps one at a time: plan check, stop, backup, start, health gate, rollback.",
+    description="Upgrade streaming apps one at a time: warm standby, plan check, stop, backup, take-over, health gate, rollback.",
     doc_md=DOC,
     schedule=None,
     catchup=False,

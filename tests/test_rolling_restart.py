@@ -3,7 +3,9 @@ stateful change, all as real Airflow task runs with real detached drivers."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
+import psutil
 import yaml
 
 from streamops.app_runtime import AppRuntime
@@ -53,6 +55,9 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     (summary,) = rolled.xcoms["roll"]
     assert summary["version"] == "1.1.0" and summary["previous_version"] == "1.0.0"
     assert runtime.driver()["version"] == "1.1.0" and runtime.driver()["pid"] != first_pid
+    # 1.1.0 started as a warm standby (session built, plan rehearsed) and took over on the word.
+    new_log = Path(runtime.driver()["driver_log"]).read_text()
+    assert f"go from {rolled.run_id}" in new_log and "s (query route, the Kafka producer)" in new_log
     (audited,) = read_audit(run_id=rolled.run_id)
     assert (audited["step"], audited["outcome"], audited["app"]) == ("roll", "done", "oplog-router")
     assert under_load, "the load ended before the roll: it was not a restart under load"
@@ -110,6 +115,13 @@ def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env
         assert "query 'window-count' changes its stateful operators" in out
         assert runtime.state() == "running" and runtime.driver()["pid"] == running["pid"]
         assert list_backups(str(tmp_path / "checkpoints" / "browser-activity")) == []
+        # The new version's warm standby was sent away: no driver of it is left waiting.
+        (standby_log,) = [log for log in runtime.logs_dir.glob("driver-*.log") if " --standby " in log.read_text()]
+        said = standby_log.read_text()
+        assert "not needed, exiting without starting: the rollout stopped: browser-activity: the new version cannot" in said
+        assert list((runtime.dir / "standby").iterdir()) == []
+        assert not [p.pid for p in psutil.process_iter(["cmdline"])
+                    if "--standby" in (p.info["cmdline"] or []) and "browser-activity" in (p.info["cmdline"] or [])]
     finally:
         runtime.request_stop(by="test")
         poll_until(lambda: not runtime.is_running(), timeout=120, what="browser-activity to stop")

@@ -15,7 +15,8 @@ import os
 import re
 import signal
 import subprocess
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -23,11 +24,17 @@ import psutil
 from streamops.app_runtime import AlreadyRunningError, AppRuntime
 from streamops.catalog import AppSpec
 from streamops.spark_submit import SubmitSpec, driver_env, with_task_slots
+from streamops.standby import ABORT, GO, StandbySlot, new_token
 from streamops.waiting import DeadlineExceeded, poll_until
 
 
 class LaunchError(RuntimeError):
     pass
+
+
+class StandbyUnsupported(LaunchError):
+    """The version's driver predates warm standbys (an artifact built before them): it refused
+    --standby, so it can only be started cold."""
 
 
 @dataclass(frozen=True)
@@ -80,10 +87,30 @@ def launch(
     if runtime.is_running():
         raise AlreadyRunningError(runtime.refusal(app.name))
     if record_desired:
-        from streamops.audit import acting_user
+        _record_desired(runtime, launched_by, desired_by, version)
+    started = _start_driver(runtime, command, launched_by=launched_by, version=version, spark_conf=spark_conf)
+    return _await_queries(app, runtime, started, command, version=version, wait_for_start_s=wait_for_start_s)
 
-        runtime.set_desired("running", run_id=launched_by, by=desired_by or acting_user(), version=version)
+
+def _record_desired(runtime: AppRuntime, launched_by: str, desired_by: str | None, version: str) -> None:
+    from streamops.audit import acting_user
+
+    runtime.set_desired("running", run_id=launched_by, by=desired_by or acting_user(), version=version)
+
+
+@dataclass(frozen=True)
+class _Started:
+    process: subprocess.Popen
+    driver_log: Path
+    # Names this start in the driver's record: the launcher waits for its own driver, not for
+    # another one launched by the same run (a roll's old driver, a standby's predecessor).
+    launch_id: str
+
+
+def _start_driver(runtime: AppRuntime, command: list[str], *, launched_by: str, version: str,
+                  spark_conf: dict[str, str] | None) -> _Started:
     driver_log = runtime.new_driver_log()
+    launch_id = uuid.uuid4().hex
     with open(driver_log, "ab") as log:
         log.write(f"\n===== launch by {launched_by}: {' '.join(command)}\n".encode())
         log.flush()
@@ -96,30 +123,42 @@ def launch(
                 STREAMOPS_LAUNCHED_BY=launched_by,
                 STREAMOPS_DRIVER_LOG=str(driver_log),
                 # Recorded by the driver, so a rollback can start exactly this again.
-                STREAMOPS_LAUNCH=json.dumps({"version": version, "spark_conf": spark_conf or {}}),
+                STREAMOPS_LAUNCH=json.dumps({"version": version, "spark_conf": spark_conf or {}, "launch_id": launch_id}),
             ),
             start_new_session=True,  # the driver outlives the Airflow task that started it
             # Not the project folder: Spark's Python workers put their working folder first on the
             # path, where an installed copy of a package would hide the artifact's.
             cwd=runtime.dir,
         )
+    return _Started(process, driver_log, launch_id)
+
+
+def _exited(app: AppSpec, process: subprocess.Popen, driver_log: Path, when: str) -> LaunchError | None:
+    if process.poll() is None:
+        return None
+    return LaunchError(f"{app.name}: the driver exited with code {process.returncode} {when}; last lines of "
+                       f"{driver_log}:\n{readable_tail(driver_log)}")
+
+
+def _await_queries(app: AppSpec, runtime: AppRuntime, start: _Started, command: list[str], *, version: str,
+                   wait_for_start_s: float) -> Launch:
     expected_queries = _query_names(app, version)
+    process, driver_log = start.process, start.driver_log
 
     def started() -> bool:
-        if process.poll() is not None:
-            raise LaunchError(
-                f"{app.name}: the driver exited with code {process.returncode} during start-up; last lines of "
-                f"{driver_log}:\n{readable_tail(driver_log)}"
-            )
+        if error := _exited(app, process, driver_log, "during start-up"):
+            raise error
         record = runtime.driver() or {}
         return (
             runtime.is_running()
-            and record.get("launched_by") == launched_by
+            and (record.get("launch") or {}).get("launch_id") == start.launch_id
             and expected_queries <= set(record.get("queries_started") or [])
         )
 
     try:
-        poll_until(started, timeout=wait_for_start_s, what=f"{app.name} to start its queries", max_interval=2)
+        # Polled often: during a roll, the time to see the start is part of the reported downtime.
+        poll_until(started, timeout=wait_for_start_s, what=f"{app.name} to start its queries", interval=0.05,
+                   max_interval=0.5)
     except DeadlineExceeded:
         os.killpg(process.pid, signal.SIGTERM)
         raise LaunchError(
@@ -128,6 +167,108 @@ def launch(
         ) from None
     record = runtime.driver() or {}
     return Launch(app.name, int(record["pid"]), version, record.get("application_id"), str(driver_log), command)
+
+
+@dataclass
+class Standby:
+    """A warm standby driver (streamops.standby): started, ready, waiting for `take_over` or
+    `abort`."""
+
+    app: AppSpec
+    runtime: AppRuntime
+    slot: StandbySlot
+    start: _Started
+    command: list[str]
+    launched_by: str
+    version: str
+    ready_record: dict = field(default_factory=dict)  # what it reported when ready (kept: it clears its file)
+    told_go: bool = False
+
+    @property
+    def plan_fingerprint(self) -> dict[str, list[str]] | None:
+        return self.ready_record.get("plan_fingerprint")
+
+    def describe(self) -> str:
+        return f"driver pid {self.ready_record.get('pid', '?')} on {self.ready_record.get('host', '?')}, log {self.start.driver_log}"
+
+    def gone(self) -> LaunchError | None:
+        """Why it can no longer take over (it exited), or None."""
+        return _exited(self.app, self.start.process, self.start.driver_log, "while it waited as a standby")
+
+    def take_over(self, wait_for_start_s: float = 240.0, desired_by: str | None = None) -> Launch:
+        """Tell it to go (the old driver has stopped) and wait until it has started its queries."""
+        if error := self.gone():
+            raise error
+        _record_desired(self.runtime, self.launched_by, desired_by, self.version)
+        self.slot.say(GO, by=self.launched_by)
+        self.told_go = True
+        return _await_queries(self.app, self.runtime, self.start, self.command, version=self.version,
+                              wait_for_start_s=wait_for_start_s)
+
+    def abort(self, why: str, wait_s: float = 30.0) -> str:
+        """Send it away before it was told to go (it never took the lease); kill it if it will not
+        go. Never raises: it runs while a rollout is already handling a failure."""
+        process = self.start.process
+        try:
+            if process.poll() is not None:
+                return f"the standby had exited (code {process.returncode})"
+            self.slot.say(ABORT, why=why)
+            try:
+                poll_until(lambda: process.poll() is not None, timeout=wait_s, what=f"the {self.app.name} standby to exit")
+                return "the standby exited without starting"
+            except DeadlineExceeded:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+                return f"the standby did not exit within {wait_s:g}s and was killed"
+        except (OSError, subprocess.SubprocessError) as exc:  # gone meanwhile, or stuck in the kernel
+            return f"the standby could not be stopped cleanly ({exc}); its process group is {process.pid}"
+        finally:
+            self.slot.clear()
+
+
+def start_standby(
+    app: AppSpec,
+    command: list[str],
+    *,
+    checkpoint: str,
+    launched_by: str,
+    version: str,
+    spark_conf: dict[str, str] | None = None,
+    wait_ready_s: float = 240.0,
+    standby_timeout_s: float = 900.0,
+) -> Standby:
+    """Start `command` as a warm standby beside the running driver and wait until it is ready
+    (session and plans built); raise LaunchError with its log's tail if it exits or is not ready
+    in time (it is stopped then). The running driver is not touched."""
+    runtime = AppRuntime(checkpoint)
+    slot = StandbySlot(runtime.dir, new_token())
+    full = [*command, "--standby", slot.token, "--standby-timeout", f"{standby_timeout_s:g}"]
+    start = _start_driver(runtime, full, launched_by=launched_by, version=version, spark_conf=spark_conf)
+    process, driver_log = start.process, start.driver_log
+    standby = Standby(app, runtime, slot, start, command, launched_by, version)
+
+    def ready() -> bool:
+        if error := _exited(app, process, driver_log, "before it was ready as a standby"):
+            raise error
+        return slot.ready() is not None
+
+    try:
+        poll_until(ready, timeout=wait_ready_s, what=f"the {app.name} standby to be ready", max_interval=0.5)
+    except DeadlineExceeded:
+        standby.abort(f"not ready within {wait_ready_s:g}s", wait_s=5)
+        raise LaunchError(f"{app.name}: the standby was not ready within {wait_ready_s:g}s and was stopped; last lines of "
+                          f"{driver_log}:\n{readable_tail(driver_log)}") from None
+    except LaunchError as exited:
+        slot.clear()
+        told = driver_log.read_text(encoding="utf-8", errors="replace")  # this start's own log: short
+        if process.returncode == 2 and re.search(r"unrecognized arguments:.*--standby", told):
+            raise StandbyUnsupported(str(exited)) from None
+        raise
+    except BaseException:  # the task was killed or timed out: no standby is left behind
+        standby.abort("the rollout that started it stopped", wait_s=5)
+        raise
+    standby.ready_record = slot.ready() or {}
+    return standby
 
 
 def _query_names(app: AppSpec, version: str) -> set[str]:
@@ -146,7 +287,9 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
     runtime.request_stop(by=requested_by, deadline_s=deadline_s)
     # The driver's own deadline (STREAMOPS_STOP_DEADLINE) covers the batch; allow for exit too.
     try:
-        poll_until(lambda: not runtime.is_running(), timeout=deadline_s + 60, what=f"{app.name} to stop", max_interval=1)
+        # Polled often: during a roll the next driver waits for this.
+        poll_until(lambda: not runtime.is_running(), timeout=deadline_s + 60, what=f"{app.name} to stop", interval=0.05,
+                   max_interval=0.25)
         record = runtime.driver() or {}
         if record.get("pid") == pid and not record.get("stopped_at"):
             # Its lease ran out without a recorded stop: paused or cut off where it runs. If it

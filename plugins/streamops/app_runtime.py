@@ -244,8 +244,10 @@ class AppRuntime:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
         path = self.logs_dir / f"driver-{stamp}-{os.getpid()}.log"
         path.touch()
+        current = self.driver_log()  # the running driver's own log stays, however many starts were refused
         for old in sorted(self.logs_dir.glob("driver-*.log"))[:-DRIVER_LOGS_KEPT]:
-            old.unlink(missing_ok=True)
+            if old != current:
+                old.unlink(missing_ok=True)
         return path
 
     def driver_log(self) -> Path | None:

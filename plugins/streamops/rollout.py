@@ -1,10 +1,13 @@
 """Rolling restart (upgrade) of the streaming apps: one app at a time, with a backup of the
 checkpoint, a health gate, and a rollback to the previous version and checkpoint on failure.
 
-Per app: (1) compare the stateful plan of the new version with the running one and refuse before
-touching anything if Spark could not restore the checkpoint; (2) stop gracefully; (3) back up the
-checkpoint (taken while stopped, so the snapshot is consistent); (4) start the new version;
-(5) health gate; (6) on failure stop it, restore the backup, start the previous version, and fail.
+Per app: (1) start the new version as a warm standby beside the running one (streamops.standby:
+session and plans built, no lease); (2) compare its stateful plan with the running one's and
+refuse, stopping only the standby, if Spark could not restore the checkpoint; (3) stop the running
+version gracefully; (4) back up the checkpoint (taken while stopped, so the snapshot is
+consistent); (5) tell the standby to take over: it takes the lease and starts its queries, so the
+output gap is the stop plus a query start, not a JVM start; (6) health gate; (7) on failure stop
+it, restore the backup, start the previous version, and fail.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from streamops.app_ops import Launch, launch, stop
+from streamops.app_ops import Launch, LaunchError, Standby, StandbyUnsupported, launch, start_standby, stop
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
@@ -119,7 +122,8 @@ def retire_queries(checkpoint: str) -> None:
 
 
 def plan_fingerprint(command: list[str]) -> dict[str, list[str]]:
-    """Run the app's command with --plan-fingerprint: builds the queries, starts nothing."""
+    """The stateful plan of a version whose driver predates warm standbys: its --plan-fingerprint
+    builds the queries and starts nothing (a driver with standbys reports it when ready)."""
     result = subprocess.run(  # noqa: S603 - argv from the catalog
         [*command, "--plan-fingerprint"], capture_output=True, text=True, timeout=600, env=driver_env()
     )
@@ -240,28 +244,71 @@ def roll_restart(
     previous = runtime.driver() or {}
     if runtime.state() != "running":
         raise RolloutRefused(f"{app.name} is {runtime.state()}, not running: deploy it with deploy_apps instead")
-    new_plan = plan_fingerprint(new_command)
-    problems = incompatibilities(previous.get("plan_fingerprint") or {}, new_plan)
-    if problems:
-        raise RolloutRefused(
-            f"{app.name}: the new version cannot restart from the running version's checkpoint, so nothing was "
-            f"stopped:\n  " + "\n  ".join(problems) + "\nDeploy it on a new checkpoint (rebuild state) instead."
-        )
+    # The new version starts beside the running one as a warm standby: session and plans built,
+    # waiting for the word. A version that cannot get that far never stops the running one.
+    log(f"{app.name}: starting version {new_version} as a warm standby beside version {previous.get('version')}")
+    standby: Standby | None = None
+    try:
+        standby = start_standby(app, new_command, checkpoint=checkpoint, launched_by=run_id, version=new_version,
+                                spark_conf=new_spark_conf)
+        new_plan = standby.plan_fingerprint
+        log(f"{app.name}: standby ready ({standby.describe()})")
+    except StandbyUnsupported:
+        # An artifact built before warm standbys: the old way, a plan check, then stop and start.
+        log(f"{app.name}: version {new_version}'s driver predates warm standbys; cold roll (stop, then start)")
+        new_plan = plan_fingerprint(new_command)
+    except LaunchError as exc:
+        raise RolloutRefused(f"{app.name}: version {new_version} could not start as a standby, so nothing was "
+                             f"stopped: {exc}") from None
+    try:
+        if new_plan is None:
+            raise RolloutRefused(f"{app.name}: version {new_version}'s standby reported no plan, so nothing was stopped; "
+                                 f"see its log ({standby.describe() if standby else '?'})")
+        problems = incompatibilities(previous.get("plan_fingerprint") or {}, new_plan)
+        if problems:
+            raise RolloutRefused(
+                f"{app.name}: the new version cannot restart from the running version's checkpoint, so nothing was "
+                f"stopped:\n  " + "\n  ".join(problems) + "\nDeploy it on a new checkpoint (rebuild state) instead."
+            )
+        if not runtime.is_running():
+            raise RolloutRefused(f"{app.name} stopped while its standby started ({runtime.state()}): nothing was rolled; "
+                                 "see its status")
+        if standby is not None and (gone := standby.gone()):
+            raise RolloutRefused(f"{app.name}: version {new_version}'s standby is gone, so nothing was stopped: {gone}")
+    except BaseException as exc:
+        if standby is not None:
+            log(f"{app.name}: {standby.abort(f'the rollout stopped: {exc}')}")
+        raise
     log(f"{app.name}: stateful plan unchanged; stopping version {previous.get('version')} (pid {previous.get('pid')})")
     stop_began = time.monotonic()
-    log(stop(app, checkpoint=checkpoint, requested_by=run_id, deadline_s=stop_deadline_s))
-    backup = backup_checkpoint(checkpoint, f"before-{new_version}")
-    log(f"{app.name}: checkpoint backed up to {backup}")
     try:
-        started: Launch = launch(
-            app, new_command, checkpoint=checkpoint, launched_by=run_id, version=new_version, spark_conf=new_spark_conf
-        )
+        log(stop(app, checkpoint=checkpoint, requested_by=run_id, deadline_s=stop_deadline_s))
+        backup = backup_checkpoint(checkpoint, f"before-{new_version}")
+    except BaseException as exc:
+        if standby is not None:
+            log(f"{app.name}: {standby.abort(f'the running version could not be stopped: {exc}')}")
+        raise
+    log(f"{app.name}: checkpoint backed up to {backup}; " + ("the standby takes over" if standby else "starting"))
+    try:
+        if standby is not None:
+            started: Launch = standby.take_over()
+        else:
+            started = launch(app, new_command, checkpoint=checkpoint, launched_by=run_id, version=new_version,
+                             spark_conf=new_spark_conf)
         downtime = time.monotonic() - stop_began
         log(f"{app.name}: version {new_version} running (pid {started.pid}) after {downtime:.1f}s down; health gate")
-        gate = health_gate(app, kafka, gate_deadline_s, max_dead_letter_rate)
-    except Exception as exc:  # noqa: BLE001 - any start failure is a failed gate: roll back
+    except BaseException as exc:  # noqa: BLE001 - any start failure is a failed gate: roll back
+        if standby is not None and not standby.told_go:
+            log(f"{app.name}: {standby.abort(f'it did not take over: {exc}')}")
+        if not isinstance(exc, Exception):
+            raise
         gate = GateResult(False, f"the new version did not start: {exc}")
         downtime = time.monotonic() - stop_began
+    else:
+        try:
+            gate = health_gate(app, kafka, gate_deadline_s, max_dead_letter_rate)
+        except Exception as exc:  # noqa: BLE001 - a gate that cannot judge has not passed: roll back
+            gate = GateResult(False, f"the health gate could not be checked: {exc}")
     if gate.healthy:
         log(f"{app.name}: {gate.reason}")
         return {"app": app.name, "version": new_version, "previous_version": previous.get("version"),
@@ -270,8 +317,14 @@ def roll_restart(
     log(f"{app.name}: HEALTH GATE FAILED: {gate.reason}; rolling back to version {previous.get('version')}")
     if runtime.is_running():
         log(stop(app, checkpoint=checkpoint, requested_by=f"{run_id} (rollback)", deadline_s=stop_deadline_s))
-    replaced = restore_checkpoint(checkpoint, backup)
-    log(f"{app.name}: checkpoint restored from {backup} (the failed version's checkpoint is kept at {replaced})")
+    if standby is not None and not standby.told_go:
+        # It never started a query, so the checkpoint is as the previous version left it.
+        on = "its checkpoint, untouched (the new version never started a query)"
+        log(f"{app.name}: the standby never took over: the checkpoint needs no restore")
+    else:
+        replaced = restore_checkpoint(checkpoint, backup)
+        on = f"the checkpoint backup {backup}"
+        log(f"{app.name}: checkpoint restored from {backup} (the failed version's checkpoint is kept at {replaced})")
     # The version and conf previous_command was built from (and checked with): the launch record's.
     launched = previous.get("launch") or {}
     restored = launch(
@@ -280,5 +333,5 @@ def roll_restart(
     )
     raise RolloutFailed(
         f"{app.name}: version {new_version} failed its health gate ({gate.reason}); rolled back to version "
-        f"{previous.get('version')} on the checkpoint backup {backup}, running again as pid {restored.pid}"
+        f"{previous.get('version')} on {on}, running again as pid {restored.pid}"
     )

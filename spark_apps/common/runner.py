@@ -6,7 +6,7 @@
         [--catalog FILE] [--kafka-config FILE | --bootstrap-servers HOST:PORT] [--checkpoint DIR] \\
         [--trigger "2 seconds" | --trigger available-now | --trigger real-time] \\
         [--starting-offsets earliest|latest|JSON] \\
-        [--ending-offsets JSON] [--skip-records-of CHECKPOINT] [--version X.Y.Z]
+        [--ending-offsets JSON] [--skip-records-of CHECKPOINT] [--version X.Y.Z] [--standby TOKEN]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
 from streamops.checkpoint_batches import error_gist
 from streamops.program_contract import StreamingProgram
 from streamops.spark_submit import LOCAL_MASTER
+from streamops.standby import StandbySlot
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -144,11 +145,23 @@ class SinkWriteFailed(RuntimeError):
     """Writing a micro-batch to Kafka failed; the message is the Java error's gist."""
 
 
-def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], bool] | None) -> Callable[[DataFrame, int], None]:
+class StoppedBeforeBatch(RuntimeError):
+    """The driver is stopping: this micro-batch was not started (nothing written, nothing
+    committed; Spark runs it again on restart from its offset log)."""
+
+
+# In a query's error, the sign that it ended because the driver stopped it before a batch.
+STOPPED_BEFORE_BATCH = "StoppedBeforeBatch"
+
+
+def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], bool] | None,
+                        stopping: threading.Event | None = None) -> Callable[[DataFrame, int], None]:
     """The sink of every query: write the micro-batch to Kafka (each row's `topic`), checking the
     driver's lease before the write and again before Spark commits the batch (it commits when
     this returns). A driver that lost its lease (paused while another took over) raises, so the
-    batch is neither written by it nor committed; the new driver runs it instead."""
+    batch is neither written by it nor committed; the new driver runs it instead. Once `stopping`
+    is set (a graceful stop), a batch that starts is refused before it writes anything: a query
+    that runs batches back to back (falling behind) stops at its next boundary, not after a deadline."""
 
     def check(batch_id: int, when: str) -> None:
         if still_held is not None and not still_held():
@@ -157,6 +170,8 @@ def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], b
     def write(batch: DataFrame, batch_id: int) -> None:
         from py4j.protocol import Py4JJavaError
 
+        if stopping is not None and stopping.is_set():
+            raise StoppedBeforeBatch(f"batch {batch_id} not started: the driver is stopping (it runs on restart)")
         check(batch_id, "written")
         try:
             batch.write.format("kafka").options(**sink_options).save()
@@ -241,6 +256,7 @@ def start_app(
     outputs: list[OutputQuery] | None = None,
     still_held: Callable[[], bool] | None = None,
     sources_read: list[list[str]] | None = None,
+    stopping: threading.Event | None = None,
 ) -> list[StreamingQuery]:
     """Start every query of the app. With available-now, run them one after the other (a later
     query may read an earlier one's output) and return them finished; else return them running.
@@ -268,7 +284,7 @@ def start_app(
             writer = (output.frame.writeStream.format("kafka").options(**sink_options).outputMode("update")
                       .trigger(realTime=options.checkpoint_interval))
         else:
-            writer = output.frame.writeStream.foreachBatch(fenced_kafka_writer(sink_options, still_held)).outputMode(
+            writer = output.frame.writeStream.foreachBatch(fenced_kafka_writer(sink_options, still_held, stopping)).outputMode(
                 output.output_mode)
             if options.trigger == AVAILABLE_NOW:
                 writer = writer.trigger(availableNow=True)
@@ -434,21 +450,29 @@ class ProgressPublisher(StreamingQueryListener):
             self.runtime.update(last_idle_at=now_iso())
 
     def onQueryTerminated(self, event):  # noqa: N802
-        if event.exception:
+        if event.exception and STOPPED_BEFORE_BATCH in event.exception:
+            log.info("query %s stopped before its next micro-batch (graceful stop)", event.id)
+        elif event.exception:
             log.error("query %s terminated with an error: %s", event.id, event.exception)
         else:
             log.info("query %s stopped", event.id)
 
 
-def graceful_stop(queries: list[StreamingQuery], deadline_s: float, real_time: bool = False) -> str:
-    """Let each query finish its in-flight micro-batch, then stop it. Past the deadline, stop
-    anyway: an interrupted batch is not committed and is re-run on restart, so the checkpoint
-    stays consistent either way. Real-time queries are always in a batch (the next starts as one
-    commits): each is stopped right after its next checkpoint."""
+def graceful_stop(queries: list[StreamingQuery], deadline_s: float, real_time: bool = False,
+                  stopping: threading.Event | None = None) -> str:
+    """Let each query finish its in-flight micro-batch, then stop it; with `stopping` (the
+    queries' writers watch it) a query running batches back to back ends at the start of its
+    next one. Past the deadline, stop anyway: an interrupted batch is not committed and is re-run
+    on restart, so the checkpoint stays consistent either way. Real-time queries are always in a
+    batch (the next starts as one commits): each is stopped right after its next checkpoint."""
     outcomes = []
     ends_at = time.monotonic() + deadline_s  # one deadline for all the app's queries
+    if stopping is not None:
+        stopping.set()
     for query in queries:
         if not query.isActive:
+            if _ended_before_batch(query):
+                outcomes.append(f"{query.name}: stopped before its next micro-batch")
             continue
         if real_time:
             outcomes.append(_stop_after_checkpoint(query, max(0.0, ends_at - time.monotonic())))
@@ -461,14 +485,26 @@ def graceful_stop(queries: list[StreamingQuery], deadline_s: float, real_time: b
                 interval=0.05,
                 max_interval=0.2,
             )
+            ended_before_batch = _ended_before_batch(query)
             query.stop()
-            outcomes.append(f"{query.name}: stopped between micro-batches")
+            outcomes.append(f"{query.name}: " + ("stopped before its next micro-batch" if ended_before_batch
+                                                 else "stopped between micro-batches"))
         except DeadlineExceeded:
             query.stop()
             outcomes.append(f"{query.name}: batch still running after {deadline_s:g}s, interrupted (it re-runs on restart)")
     for outcome in outcomes:
         log.info("graceful stop: %s", outcome)
     return "; ".join(outcomes)
+
+
+def _ended_before_batch(query: StreamingQuery) -> bool:
+    return not query.isActive and STOPPED_BEFORE_BATCH in str(query.exception() or "")
+
+
+def _not_a_stop_refusal(record: logging.LogRecord) -> bool:
+    """py4j logs every exception of a Python callback with its traceback; a batch refused by a
+    graceful stop is not an error (the app logs its own line)."""
+    return not (record.exc_info and isinstance(record.exc_info[1], StoppedBeforeBatch))
 
 
 def _stop_after_checkpoint(query: StreamingQuery, deadline_s: float) -> str:
@@ -546,9 +582,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--version", default=None, help="the version that runs (written into dead letters)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument(
-        "--plan-fingerprint", action="store_true",
-        help="print the stateful plan fingerprint as JSON and exit (no lock, nothing started)",
+        "--standby", default=None, metavar="TOKEN",
+        help="a warm standby for a rolling restart: build the session and the plans, report ready, and wait "
+             "for the rollout's word before taking the lease (streamops.standby)",
     )
+    parser.add_argument("--standby-timeout", type=float, default=900.0,
+                        help="seconds a standby waits for the rollout's word before it exits by itself")
     return parser.parse_args(argv)
 
 
@@ -586,6 +625,7 @@ def main(argv: list[str]) -> int:
     from streamops.programs import ProgramError, import_program
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
+    logging.getLogger("py4j.clientserver").addFilter(_not_a_stop_refusal)
     args = parse_args(argv)
     # Only this app's program is checked (app_problems, against the code that runs): another
     # app's missing artifact is no reason not to start this one.
@@ -619,16 +659,19 @@ def main(argv: list[str]) -> int:
         ending_offsets=json.loads(args.ending_offsets) if args.ending_offsets else None,
         skip_records=AppRuntime(args.skip_records_of).skip_records() if args.skip_records_of else None,
     )
-    if args.plan_fingerprint:
-        spark = build_session(f"streamops-{spec.name}-plan")
-        spark.sparkContext.setLogLevel("ERROR")
-        fingerprint = stateful_fingerprint(program, build_outputs(spark, spec, program, options))
-        print("PLAN-FINGERPRINT " + json.dumps(fingerprint, sort_keys=True))
-        return 0
     log.info("app %s (%s %s) from %s: %s", spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
     runtime = AppRuntime(options.checkpoint)
     # Under spark-submit the Python driver is a child of the Spark JVM it talks to.
     jvm_pid = os.getppid() if "PYSPARK_GATEWAY_PORT" in os.environ else None
+    stops = StopSignals()
+    stopping = threading.Event()  # set by the graceful stop; the queries' writers start no batch after it
+    prepared: Prepared | None = None
+    if args.standby:
+        prepared = prepare(spec, program, options, runtime, group_id=None if args.no_consumer_group else f"streamops.{spec.name}")
+        log.info("warm standby %s: %s", args.standby,
+                 warm_up(prepared.spark, spec, program, options, interrupted=lambda: bool(stops.received)))
+        if not await_go(StandbySlot(runtime.dir, args.standby), prepared, args.standby_timeout, stops):
+            return 0
     try:
         runtime.acquire(
             {
@@ -653,7 +696,6 @@ def main(argv: list[str]) -> int:
     except AlreadyRunningError as exc:
         log.error("refused: %s", exc)
         return 3
-    stops = StopSignals()
     # A driver that finds another has taken its lease over stops its queries at once: the batch
     # in flight is not committed (the sink checks too) and the new driver runs it.
     runtime.lease.on_lost(lambda _taker: stops.stop_now("lease lost"))
@@ -663,20 +705,18 @@ def main(argv: list[str]) -> int:
     publisher: ProgressPublisher | None = None
     outcome, reason = "failed", "driver exited during start-up"
     try:
-        spark = build_session(f"streamops-{spec.name}")
-        spark.sparkContext.setLogLevel("WARN")
+        if prepared is None:
+            prepared = prepare(spec, program, options, runtime,
+                               group_id=None if args.no_consumer_group else f"streamops.{spec.name}")
+        spark, publisher = prepared.spark, prepared.publisher
         context = spark.sparkContext
         # Where it runs: the driver's host, its master and its UI (status lists executors from it).
         runtime.update(application_id=context.applicationId, spark_master=context.master, spark_ui=context.uiWebUrl,
-                       driver_host=context.getConf().get("spark.driver.host", None) or socket.gethostname())
-        publisher = ProgressPublisher(runtime, None if args.no_consumer_group else f"streamops.{spec.name}", options.kafka)
-        spark.streams.addListener(publisher)
-        sources_read: list[list[str]] = []
-        outputs = build_outputs(spark, spec, program, options, sources_read)
-        runtime.update(plan_fingerprint=stateful_fingerprint(program, outputs))
+                       driver_host=context.getConf().get("spark.driver.host", None) or socket.gethostname(),
+                       plan_fingerprint=prepared.fingerprint)
         running = options.trigger == AVAILABLE_NOW
-        queries = start_app(spark, spec, program, options, outputs, still_held=runtime.lease.still_held,
-                            sources_read=sources_read)
+        queries = start_app(spark, spec, program, options, prepared.outputs, still_held=runtime.lease.still_held,
+                            sources_read=prepared.sources_read, stopping=stopping)
         running = True
         stops.watch(queries)
         # Launchers wait for this: an idle query reports no progress, but it has started.
@@ -691,8 +731,9 @@ def main(argv: list[str]) -> int:
             lambda: stops.received or runtime.fenced or runtime.stop_requested() or any(not q.isActive for q in queries),
             timeout=10 * 365 * 86400,
             what="a stop request",
-            interval=0.5,
-            max_interval=1.0,
+            # Often: a rolling restart's output gap starts when the old driver notices its stop.
+            interval=0.1,
+            max_interval=0.2,
         )
         if runtime.fenced:
             graceful_stop(queries, deadline_s=0)
@@ -706,13 +747,14 @@ def main(argv: list[str]) -> int:
             reason = "; ".join(f"query {q.name} failed: {error_gist(str(q.exception()))}" for q in failed)
             log.error("%s", "; ".join(f"query {q.name} failed: {q.exception()}" for q in failed))
             log.error("in short: %s", reason)
-            graceful_stop(queries, deadline_s=30, real_time=options.trigger == REAL_TIME)
+            graceful_stop(queries, deadline_s=30, real_time=options.trigger == REAL_TIME, stopping=stopping)
             publisher.publish_last(queries)
             return 1
         request = runtime.stop_request()
         why = stops.describe() or f"stop requested by {request.get('by') or 'an operator'}"
         deadline = request.get("deadline_s") or float(os.environ.get("STREAMOPS_STOP_DEADLINE", 60))
-        reason = f"{why}; {graceful_stop(queries, deadline_s=float(deadline), real_time=options.trigger == REAL_TIME)}"
+        stopped = graceful_stop(queries, deadline_s=float(deadline), real_time=options.trigger == REAL_TIME, stopping=stopping)
+        reason = f"{why}; {stopped}"
         publisher.publish_last(queries)
         outcome = "stopped"
         return 0
@@ -728,6 +770,122 @@ def main(argv: list[str]) -> int:
         if publisher is not None:
             publisher.close()
         runtime.release(outcome, reason)
+
+
+@dataclass
+class Prepared:
+    """What a driver builds before its queries start: the session, the listener that publishes
+    progress, the queries' plans and their stateful fingerprint."""
+
+    spark: SparkSession
+    publisher: "ProgressPublisher"
+    outputs: list[OutputQuery]
+    sources_read: list[list[str]]
+    fingerprint: dict[str, list[str]]
+
+
+def prepare(spec: AppSpec, program: StreamingProgram, options: RunOptions, runtime: AppRuntime,
+            group_id: str | None) -> Prepared:
+    spark = build_session(f"streamops-{spec.name}")
+    spark.sparkContext.setLogLevel("WARN")
+    publisher = ProgressPublisher(runtime, group_id, options.kafka)
+    spark.streams.addListener(publisher)
+    sources_read: list[list[str]] = []
+    outputs = build_outputs(spark, spec, program, options, sources_read)
+    return Prepared(spark, publisher, outputs, sources_read, stateful_fingerprint(program, outputs))
+
+
+WARM_UP_RECORDS = 500  # per input partition
+WARM_UP_LIMIT_S = 60.0
+WARM_UP_TAG = "streamops-warm-up"
+
+
+def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, options: RunOptions,
+            interrupted: Callable[[], bool] = lambda: False) -> str:
+    """A standby's rehearsal, so the first micro-batch after a roll's stop does not pay for what
+    a fresh JVM does once: each query's plan run as a batch job over the latest records of its
+    inputs (WARM_UP_RECORDS per partition) into Spark's no-op sink, which compiles the plan's
+    generated code, loads the Kafka client and lets the JIT see the parser; and one empty write
+    through the Kafka sink, which opens the producer (Spark pools it with the sink's options).
+    Nothing is written to any topic, no offset is committed. Best effort, within WARM_UP_LIMIT_S:
+    a step that fails (a plan that runs only on streams, e.g. applyInPandasWithState) is skipped."""
+    from streamops.kafka_records import end_offsets
+
+    bound = program.bind(spec)
+    skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
+
+    def recent_records(topics: list[str]) -> DataFrame:
+        starts: dict[str, dict[str, int]] = {}
+        ends: dict[str, dict[str, int]] = {}
+        for topic in topics:
+            for partition, (low, high) in end_offsets(options.kafka, topic).items():
+                starts.setdefault(topic, {})[str(partition)] = max(low, high - WARM_UP_RECORDS)
+                ends.setdefault(topic, {})[str(partition)] = high
+        return (spark.read.format("kafka").options(**options.kafka.spark_options()).option("subscribe", ",".join(topics))
+                .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
+                .option("groupIdPrefix", f"streamops.{spec.name}").load()  # the prefix its ACLs allow
+                .withColumn(OPERATOR_SKIP, operator_skip(skipped, topics)))
+
+    began = time.monotonic()
+    context = spark.sparkContext
+    # Bounded: on a cluster without a spare executor its jobs would wait for ever. Tagged, so the
+    # timer cancels only these jobs; untagged after, so the queries started later are not.
+    context.addJobTag(WARM_UP_TAG)
+    timer = threading.Timer(WARM_UP_LIMIT_S, lambda: context.cancelJobsWithTag(WARM_UP_TAG))
+    timer.daemon = True
+    timer.start()
+    done, skipped_steps = [], []
+
+    def step(what: str, run: Callable[[], None]) -> None:
+        if interrupted() or time.monotonic() - began > WARM_UP_LIMIT_S:
+            skipped_steps.append(f"{what} (not reached)")
+            return
+        try:
+            run()
+            done.append(what)
+        except Exception as exc:  # noqa: BLE001 - a rehearsal: the real start reports real problems
+            skipped_steps.append(f"{what} ({error_gist(f'{type(exc).__name__}: {exc}', limit=200)})")
+
+    try:
+        try:
+            outputs = program.queries(bound, options.version or spec.version, recent_records)
+        except Exception as exc:  # noqa: BLE001 - e.g. a plan that runs only on streams
+            outputs = []
+            skipped_steps.append(f"the queries as batch jobs ({error_gist(f'{type(exc).__name__}: {exc}', limit=200)})")
+        for output in outputs:
+            step(f"query {output.name}", lambda o=output: o.frame.write.format("noop").mode("overwrite").save())
+        # One task and no rows (rand() is never above 2, and the optimizer cannot know it).
+        empty = spark.range(0, 1, 1, 1).where(F.rand() > 2).select(
+            F.lit(None).cast("binary").alias("value"), F.lit(spec.dead_letter_topic).alias("topic"))
+        step("the Kafka producer", lambda: empty.write.format("kafka").options(**kafka_sink_options(options.kafka, spec.producer)).save())
+    finally:
+        timer.cancel()
+        context.removeJobTag(WARM_UP_TAG)
+    summary = f"warmed up in {time.monotonic() - began:.1f}s ({', '.join(done) or 'nothing'})"
+    return summary + (f"; skipped: {'; '.join(skipped_steps)}" if skipped_steps else "")
+
+
+def await_go(slot: StandbySlot, prepared: Prepared, timeout_s: float, stops: "StopSignals") -> bool:
+    """As a warm standby: report ready (with the plan's fingerprint, which the rollout compares
+    with the running version's), then wait for the rollout's word. True: go and take the lease."""
+    if stops.received:  # signalled while it prepared: the rollout is gone or gave up
+        log.warning("warm standby %s: %s while it prepared; exiting without starting", slot.token, stops.describe())
+        prepared.publisher.close()
+        return False
+    slot.report_ready(plan_fingerprint=prepared.fingerprint, application_id=prepared.spark.sparkContext.applicationId)
+    log.info("warm standby %s ready; waiting up to %gs for the rollout's word", slot.token, timeout_s)
+    try:
+        word = slot.await_word(timeout_s, interrupted=lambda: bool(stops.received))
+    except DeadlineExceeded:
+        word = {"word": "abort", "why": f"no word from the rollout within {timeout_s:g}s (it is gone)"}
+    finally:
+        slot.clear()
+    if word.get("word") != "go":
+        log.warning("warm standby %s not needed, exiting without starting: %s", slot.token, word.get("why") or word)
+        prepared.publisher.close()
+        return False
+    log.info("warm standby %s: go from %s", slot.token, word.get("by") or "the rollout")
+    return True
 
 
 class StopSignals:
