@@ -798,6 +798,18 @@ def prepare(spec: AppSpec, program: StreamingProgram, options: RunOptions, runti
 WARM_UP_RECORDS = 500  # per input partition
 WARM_UP_LIMIT_S = 60.0
 WARM_UP_TAG = "streamops-warm-up"
+WARM_UP_EXECUTOR_WAIT_S = 10.0
+
+
+def _has_executor(context, wait_s: float) -> bool:
+    """An executor besides the driver has registered (waited for up to `wait_s`)."""
+    def registered() -> bool:
+        return context._jsc.sc().getExecutorMemoryStatus().size() > 1  # noqa: SLF001 - the driver is listed too
+
+    try:
+        return poll_until(registered, timeout=wait_s, what="an executor", interval=0.5, max_interval=1)
+    except DeadlineExceeded:
+        return False
 
 
 def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, options: RunOptions,
@@ -828,6 +840,11 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
 
     began = time.monotonic()
     context = spark.sparkContext
+    if not LOCAL_MASTER.match(context.master) and not _has_executor(context, WARM_UP_EXECUTOR_WAIT_S):
+        # The running version may hold every core the cluster gives these apps (spark.cores.max):
+        # the standby gets its executors when that driver stops.
+        return (f"rehearsal skipped: no executor registered within {WARM_UP_EXECUTOR_WAIT_S:g}s (the running version "
+                "may hold the cluster's cores; this driver gets executors when it stops)")
     # Bounded: on a cluster without a spare executor its jobs would wait for ever. Tagged, so the
     # timer cancels only these jobs; untagged after, so the queries started later are not.
     context.addJobTag(WARM_UP_TAG)
@@ -844,7 +861,10 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
             run()
             done.append(what)
         except Exception as exc:  # noqa: BLE001 - a rehearsal: the real start reports real problems
-            skipped_steps.append(f"{what} ({error_gist(f'{type(exc).__name__}: {exc}', limit=200)})")
+            if time.monotonic() - began >= WARM_UP_LIMIT_S:
+                skipped_steps.append(f"{what} (cut off after {WARM_UP_LIMIT_S:g}s)")
+            else:
+                skipped_steps.append(f"{what} ({error_gist(f'{type(exc).__name__}: {exc}', limit=200)})")
 
     try:
         try:
