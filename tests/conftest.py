@@ -30,7 +30,7 @@ os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
 os.environ.setdefault("STREAMOPS_CATALOG", str(Path(__file__).resolve().parents[1] / "catalog" / "pipelines.yaml"))
 
-from streamops.local_stack.broker import LocalBroker, free_port_pair  # noqa: E402,F401 (re-exported)
+from streamops.local_stack.broker import LocalBroker, free_port_pair  # noqa: E402 (re-exported)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

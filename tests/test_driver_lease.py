@@ -50,7 +50,7 @@ while True:
 
 def _holder(runtime_dir: Path, ttl: float, name: str, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     out = tmp_path / f"{name}.json"
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(runtime_dir), str(ttl), str(out)])  # noqa: S603
+    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(runtime_dir), str(ttl), str(out)])
     return process, out
 
 

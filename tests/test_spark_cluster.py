@@ -74,7 +74,7 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
         return app_status(router, kafka, checkpoint=str(tmp_path / "checkpoint"))
 
     with open(tmp_path / "driver.log", "wb") as log:
-        driver = subprocess.Popen(spec.argv(master=spark_cluster.master_url), env=driver_env(),  # noqa: S603
+        driver = subprocess.Popen(spec.argv(master=spark_cluster.master_url), env=driver_env(),
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         poll_until(lambda: expected_routes(kafka, router) <= set(routed(kafka, router)), timeout=300,
@@ -142,7 +142,7 @@ def test_a_paused_driver_is_taken_over_and_stops_without_committing_when_it_wake
                                                "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
                                                "spark.driver.bindAddress": "127.0.0.1"})
         with open(tmp_path / f"{name}.log", "wb") as log:
-            return subprocess.Popen(spec.argv(master=spark_cluster.master_url),  # noqa: S603
+            return subprocess.Popen(spec.argv(master=spark_cluster.master_url),
                                     env=driver_env(STREAMOPS_LEASE_TTL_S="8"), stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
 

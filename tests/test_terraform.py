@@ -219,7 +219,7 @@ class SecuredBroker:
                 try:
                     admin = AdminClient({**client_conf(self.bootstrap_servers, "admin"), "socket.timeout.ms": 2000, "log_level": 0})
                     return admin.describe_cluster(request_timeout=3).result(timeout=5).controller is not None
-                except Exception:  # noqa: BLE001 - not healthy yet
+                except Exception:  # not healthy yet
                     return False
 
         broker = _Broker(state_dir=state_dir, port=free_port_pair())

@@ -288,7 +288,7 @@ class DriverLease:
         for callback in self._lost_callbacks:
             try:
                 callback(self._lost)
-            except Exception:  # noqa: BLE001 - one callback must not keep the others from running
+            except Exception:  # one callback must not keep the others from running
                 log.exception("a lease-lost callback failed")
 
     def on_beat(self, callback: Callable[[], None]) -> None:

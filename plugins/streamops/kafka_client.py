@@ -328,7 +328,8 @@ def transient(exc: BaseException) -> bool:
     error = exc.args[0]
     return error.retriable() or error.code() in {
         KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.OFFSET_NOT_AVAILABLE,
-        KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+        # librdkafka's local error codes: confluent-kafka names them with a leading underscore.
+        KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,  # noqa: SLF001
     }
 
 

@@ -275,7 +275,7 @@ def roll_restart(
                                  "see its status")
         if standby is not None and (gone := standby.gone()):
             raise RolloutRefused(f"{app.name}: version {new_version}'s standby is gone, so nothing was stopped: {gone}")
-    except BaseException as exc:
+    except BaseException as exc:  # any start failure is a failed gate: roll back
         if standby is not None:
             log(f"{app.name}: {standby.abort(f'the rollout stopped: {exc}')}")
         raise
@@ -297,7 +297,7 @@ def roll_restart(
                              spark_conf=new_spark_conf)
         downtime = time.monotonic() - stop_began
         log(f"{app.name}: version {new_version} running (pid {started.pid}) after {downtime:.1f}s down; health gate")
-    except BaseException as exc:  # noqa: BLE001 - any start failure is a failed gate: roll back
+    except BaseException as exc:
         if standby is not None and not standby.told_go:
             log(f"{app.name}: {standby.abort(f'it did not take over: {exc}')}")
         if not isinstance(exc, Exception):

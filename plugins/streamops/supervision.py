@@ -364,7 +364,7 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
     try:
         result = restart_from_checkpoint(spec, version, spark_conf, lambda v, c: start(v, c, digest),
                                          label="before-supervisor-restart")
-    except BaseException as exc:  # noqa: BLE001 - recorded (it counts for the guard), audited, reported
+    except BaseException as exc:  # recorded (it counts for the guard), audited, reported
         runtime.record_restart({**entry, "outcome": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000]})
         if not isinstance(exc, Exception):  # the task is being ended: recorded, and on its way
             raise

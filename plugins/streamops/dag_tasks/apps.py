@@ -170,7 +170,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
         try:
             current = app_status(spec, kafka)
             health = evaluate(spec, current, runtime)
-        except Exception as exc:  # noqa: BLE001 - one app's unreadable status must not blind the others'
+        except Exception as exc:  # one app's unreadable status must not blind the others'
             log.exception("%s: its status could not be read", name)
             health = unreadable(name, exc)
             statuses.append(health.status)
@@ -181,7 +181,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
                 audit=_supervisor_audit(run_id), log=log.info)
             if health.action and health.action.startswith("restarted"):
                 current = app_status(spec, kafka)
-        except Exception as exc:  # noqa: BLE001 - the next apps still get their turn; this one is reported
+        except Exception as exc:  # the next apps still get their turn; this one is reported
             log.exception("%s: the supervisor's action failed", name)
             health.action = f"its action failed: {type(exc).__name__}: {str(exc)[:500]}"
         statuses.append(current)

@@ -58,6 +58,8 @@ def _who(config: KafkaClientConfig) -> str:
 
 def upsert(specs: list[dict]) -> list[str]:
     """Create or update each connection; remove per-app connections written earlier and not given now."""
+    # The ORM model, not the Task SDK's Connection: the local stack seeds the metadata database
+    # itself, before any task runs (ruff's AIR311 suggests the SDK class, which has no table).
     from airflow.models import Connection
     from airflow.utils.session import create_session
 

@@ -133,8 +133,9 @@ def value_contract_expectation(spec: TopicSpec) -> dict:
     return {
         "type": "unexpected_rows_expectation",
         "kwargs": {
+            # Every field path in `cases` matched _FIELD_PATH above; {batch} is GX's own placeholder.
             "unexpected_rows_query": (
-                f"SELECT partition, offset, key, problem FROM (SELECT partition, offset, key, CASE {cases} END AS problem "
+                f"SELECT partition, offset, key, problem FROM (SELECT partition, offset, key, CASE {cases} END AS problem "  # noqa: S608
                 "FROM {batch} WHERE value IS NOT NULL) WHERE problem IS NOT NULL ORDER BY partition, offset"
             ),
         },
