@@ -41,6 +41,7 @@ from typing import Any
 import psutil
 
 from streamops.driver_lease import DriverLease, Holder, LeaseTaken
+from streamops.runtime_files import read_json, write_json_atomic
 
 
 DRIVER_LOGS_KEPT = 20
@@ -64,12 +65,6 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def _write_atomic(path: Path, payload: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True))
-    os.replace(tmp, path)
-
-
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -81,13 +76,6 @@ def parse_recorded_time(moment: Any) -> datetime | None:
     try:
         return datetime.fromisoformat(str(moment).replace("Z", "+00:00")) if moment else None
     except ValueError:
-        return None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
         return None
 
 
@@ -145,7 +133,7 @@ class AppRuntime:
         self.lease.on_beat(self._keep_own_record)
 
     def _write_record(self, record: dict[str, Any]) -> None:
-        _write_atomic(self.driver_file, record)
+        write_json_atomic(self.driver_file, record, indent=1)
         self._own_record = record
 
     def _keep_own_record(self) -> None:
@@ -154,7 +142,7 @@ class AppRuntime:
             if self._own_record and current.get("lease_epoch") != self.lease.epoch and not self.fenced:
                 log.warning("driver.json named lease epoch %s, not this driver's %s (a stale driver wrote it): "
                             "restored", current.get("lease_epoch"), self.lease.epoch)
-                _write_atomic(self.driver_file, self._own_record)
+                write_json_atomic(self.driver_file, self._own_record, indent=1)
 
     def refusal(self, app: str, holder: Holder | None = None) -> str:
         holder = holder or self.lease.live_holder()
@@ -202,7 +190,7 @@ class AppRuntime:
         return self.lease.live_holder() is not None
 
     def driver(self) -> dict[str, Any] | None:
-        return _read_json(self.driver_file)
+        return read_json(self.driver_file)
 
     def driver_process(self) -> psutil.Process | None:
         """The recorded driver's process if it is alive on this host and is the same process
@@ -267,13 +255,13 @@ class AppRuntime:
 
     def request_stop(self, by: str, deadline_s: float | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.stop_marker, {"requested_at": now_iso(), "by": by, "deadline_s": deadline_s})
+        write_json_atomic(self.stop_marker, {"requested_at": now_iso(), "by": by, "deadline_s": deadline_s}, indent=1)
 
     def stop_requested(self) -> bool:
         return self.stop_marker.exists()
 
     def stop_request(self) -> dict[str, Any]:
-        return _read_json(self.stop_marker) or {}
+        return read_json(self.stop_marker) or {}
 
     # --- progress ---------------------------------------------------------------------------------
 
@@ -281,7 +269,7 @@ class AppRuntime:
         if self.fenced:
             return
         self.progress_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.progress_dir / f"{query}.json", progress)
+        write_json_atomic(self.progress_dir / f"{query}.json", progress, indent=1)
         try:
             self._append_rate(query, progress)
         except OSError as exc:  # the chart's history is a nicety: never the reason a batch's commit is skipped
@@ -319,26 +307,26 @@ class AppRuntime:
     def progress(self) -> dict[str, dict[str, Any]]:
         if not self.progress_dir.exists():
             return {}
-        return {path.stem: _read_json(path) for path in sorted(self.progress_dir.glob("*.json")) if _read_json(path)}
+        return {path.stem: read_json(path) for path in sorted(self.progress_dir.glob("*.json")) if read_json(path)}
 
     # --- records skipped by an operator ------------------------------------------------------------
 
     def skip_records(self) -> list[dict[str, Any]]:
         """Entries of the skip list, oldest first: topic, partition, first, last (inclusive),
         reason, run_id, user, at, note. The driver dead-letters those records with the reason."""
-        return list((_read_json(self.skip_file) or {}).get("entries") or [])
+        return list((read_json(self.skip_file) or {}).get("entries") or [])
 
     def add_skip_records(self, entries: list[dict[str, Any]]) -> None:
         """Append entries to the skip list (written whole and atomically: a driver starting
         meanwhile reads the old list or the new one, never half of one)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.skip_file, {"entries": [*self.skip_records(), *entries]})
+        write_json_atomic(self.skip_file, {"entries": [*self.skip_records(), *entries]}, indent=1)
 
     # --- desired state, operations in progress, the supervisor's restarts --------------------------
 
     def desired(self) -> dict[str, Any] | None:
         """{state: running | stopped, by, run_id, at, version} as last asked for (None: never)."""
-        return _read_json(self.desired_file)
+        return read_json(self.desired_file)
 
     def set_desired(self, state: str, *, run_id: str, by: str | None = None, version: str | None = None) -> None:
         """Record what an operator asked for. It supersedes a failed operation's marker: starting or
@@ -346,9 +334,9 @@ class AppRuntime:
         if state not in ("running", "stopped"):
             raise ValueError(f"desired state must be running or stopped, not {state!r}")
         self.dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.desired_file, {"state": state, "run_id": run_id, "by": by, "at": now_iso(), "version": version})
+        write_json_atomic(self.desired_file, {"state": state, "run_id": run_id, "by": by, "at": now_iso(), "version": version}, indent=1)
         with self._operation_lock():
-            if (_read_json(self.operation_file) or {}).get("failed_at"):
+            if (read_json(self.operation_file) or {}).get("failed_at"):
                 self.operation_file.unlink(missing_ok=True)
 
     def operation(self) -> dict[str, Any] | None:
@@ -356,7 +344,7 @@ class AppRuntime:
         kept until an operator's run takes it over, so nothing restarts a half-changed app); None
         when no run is at it. A run whose process died without ending its operation (killed, its
         worker lost; recorded on another host: begun more than OPERATION_MAX_S ago) counts as failed."""
-        record = _read_json(self.operation_file)
+        record = read_json(self.operation_file)
         if not record or record.get("failed_at"):
             return record or None
         if record.get("host") == socket.gethostname():
@@ -400,27 +388,27 @@ class AppRuntime:
                     raise OperationInProgress(
                         f"{self.checkpoint.name} is held: {current.get('what')} (run {current.get('run_id')}) failed while "
                         f"changing it ({current.get('error')}); an operator's start, stop or recovery decides what happens next")
-            _write_atomic(self.operation_file, {"run_id": run_id, "what": what, "started_at": now_iso(),
-                                                "host": socket.gethostname(), "pid": os.getpid(),
-                                                "pid_created": psutil.Process().create_time()})
+            write_json_atomic(self.operation_file, {"run_id": run_id, "what": what, "started_at": now_iso(),
+                                                    "host": socket.gethostname(), "pid": os.getpid(),
+                                                    "pid_created": psutil.Process().create_time()}, indent=1)
             return current if current and current.get("failed_at") else None
 
     def end_operation(self, run_id: str, restore: dict[str, Any] | None = None) -> None:
         """End this run's operation; with `restore`, put back the failed run's record it took over
         (this run changed nothing: the hold stands)."""
         with self._operation_lock():
-            if (_read_json(self.operation_file) or {}).get("run_id") == run_id:
+            if (read_json(self.operation_file) or {}).get("run_id") == run_id:
                 if restore:
-                    _write_atomic(self.operation_file, restore)
+                    write_json_atomic(self.operation_file, restore, indent=1)
                 else:
                     self.operation_file.unlink(missing_ok=True)
 
     def fail_operation(self, run_id: str, error: str, **details: Any) -> None:
         """Keep this run's operation marker, marked failed with the error and `details`."""
         with self._operation_lock():
-            record = _read_json(self.operation_file) or {}
+            record = read_json(self.operation_file) or {}
             if record.get("run_id") == run_id:
-                _write_atomic(self.operation_file, {**record, **details, "failed_at": now_iso(), "error": error[:1000]})
+                write_json_atomic(self.operation_file, {**record, **details, "failed_at": now_iso(), "error": error[:1000]}, indent=1)
 
     def restarts(self) -> list[dict[str, Any]]:
         if not self.restarts_file.exists():

@@ -39,6 +39,8 @@ from typing import Any, Callable
 
 import psutil
 
+from streamops.runtime_files import read_json_object, write_json_atomic
+
 
 log = logging.getLogger("streamops.lease")
 
@@ -127,14 +129,6 @@ def _alive(holder: Holder | None) -> Holder | None:
     return holder
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        value = json.loads(path.read_text())
-        return value if isinstance(value, dict) else None
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 class DriverLease:
     """The lease of one checkpoint's runtime folder."""
 
@@ -171,12 +165,12 @@ class DriverLease:
     def holder(self, epoch: int | None = None) -> Holder | None:
         """The holder of `epoch` (default: the latest), or None when no driver ever took one."""
         epoch = epoch if epoch is not None else self.latest_epoch()
-        record = _read(self._epoch_file(epoch)) if epoch else None
+        record = read_json_object(self._epoch_file(epoch)) if epoch else None
         if record is None:
             return None
-        beat = _read(self._beat_file(epoch)) or {}
+        beat = read_json_object(self._beat_file(epoch)) or {}
         last = max(float(record.get("taken_at_s", 0)), float(beat.get("at_s", 0)))
-        return Holder(epoch, record, last, _read(self._ended_file(epoch)))
+        return Holder(epoch, record, last, read_json_object(self._ended_file(epoch)))
 
     def live_holder(self) -> Holder | None:
         """The latest epoch's holder while it holds the lease: not ended, heartbeat within its
@@ -308,9 +302,7 @@ class DriverLease:
                 log.warning("could not renew the lease heartbeat: %s", exc)
 
     def _write(self, path: Path, payload: dict[str, Any]) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(payload, sort_keys=True))
-        os.replace(tmp, path)
+        write_json_atomic(path, payload)
 
     def _prune(self, epoch: int) -> None:
         for path in self.dir.glob("*-*.json"):

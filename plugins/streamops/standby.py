@@ -19,7 +19,6 @@ checkpoint's _runtime folder. Imported by the Spark apps, so no Airflow here.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -27,6 +26,7 @@ import socket
 from pathlib import Path
 from typing import Any, Callable
 
+from streamops.runtime_files import read_json_object, write_json_atomic
 from streamops.waiting import poll_until
 
 GO, ABORT = "go", "abort"
@@ -50,17 +50,7 @@ class StandbySlot:
 
     def _write(self, path: Path, payload: dict[str, Any]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(payload, sort_keys=True))
-        os.replace(temporary, path)
-
-    @staticmethod
-    def _read(path: Path) -> dict[str, Any] | None:
-        try:
-            value = json.loads(path.read_text())
-            return value if isinstance(value, dict) else None
-        except (FileNotFoundError, ValueError):
-            return None
+        write_json_atomic(path, payload)
 
     # --- the standby driver's side ---------------------------------------------------------------
 
@@ -73,7 +63,7 @@ class StandbySlot:
         def heard() -> dict[str, Any] | None:
             if interrupted():
                 return {"word": ABORT, "why": "signalled while waiting"}
-            return self._read(self.word_file)
+            return read_json_object(self.word_file)
 
         # Polled often: the time between the word and this driver's start is the roll's gap.
         return poll_until(heard, timeout=timeout_s, what="the rollout's word", interval=0.02, max_interval=0.05)
@@ -85,7 +75,7 @@ class StandbySlot:
     # --- the rollout's side ----------------------------------------------------------------------
 
     def ready(self) -> dict[str, Any] | None:
-        return self._read(self.ready_file)
+        return read_json_object(self.ready_file)
 
     def say(self, word: str, **details: Any) -> None:
         self._write(self.word_file, {"word": word, **details})
