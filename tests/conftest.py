@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 # Airflow reads its configuration when first imported: point it at a throwaway home before
 # any test module imports it.
@@ -30,16 +28,33 @@ os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
 os.environ.setdefault("STREAMOPS_CATALOG", str(Path(__file__).resolve().parents[1] / "catalog" / "pipelines.yaml"))
 
-from streamops.local_stack.broker import LocalBroker, free_port_pair  # noqa: E402 (re-exported)
+from streamops.local_stack.broker import LocalBroker  # noqa: E402
+from tests.support.ports import free_port_pair  # noqa: E402
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from streamops.paths import PROJECT_ROOT  # noqa: E402
+
+# Two tiers. tests/unit/ mirrors the package: pure functions, plans, parsers, selectors, in
+# seconds, with none of the session's real components. Every other test runs on real Kafka,
+# Spark, Airflow or processes and is marked `integration` (`bin/test -m "not integration"` is
+# the fast tier alone).
+UNIT_TESTS = Path(__file__).resolve().parent / "unit"
+REAL_COMPONENT_FIXTURES = {"broker", "secure_cluster", "airflow_db", "admin", "run_dag", "spark", "app_catalog", "app_env"}
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (the OS picks it)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def pytest_configure(config):
+    config.addinivalue_line("markers", "integration: runs on real components (Kafka, Spark, Airflow, processes); "
+                                       "every test outside tests/unit/")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if UNIT_TESTS in Path(str(item.path)).parents:
+            heavy = REAL_COMPONENT_FIXTURES.intersection(item.fixturenames)
+            if heavy:
+                raise pytest.UsageError(f"{item.nodeid} is in tests/unit/ but uses {', '.join(sorted(heavy))}: "
+                                        "a test on real components belongs outside tests/unit/")
+        else:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
@@ -118,24 +133,6 @@ def admin(broker: LocalBroker):
 def prefix() -> str:
     """A topic-name prefix no other test uses."""
     return f"t{uuid.uuid4().hex[:10]}"
-
-
-def topic_entry(name: str, partitions: int = 3, **extra) -> dict:
-    entry = {
-        "name": name,
-        "partitions": partitions,
-        "replication_factor": 1,
-        "owner": "tests",
-        "description": f"test topic {name}",
-    }
-    entry.update(extra)
-    return entry
-
-
-def write_catalog(directory: Path, topics: list[dict], name: str = "catalog.yaml") -> Path:
-    path = directory / name
-    path.write_text(yaml.safe_dump({"version": 1, "topics": topics}, sort_keys=False))
-    return path
 
 
 class DagRunResult:
@@ -231,21 +228,6 @@ def app_catalog(admin, prefix):
     return catalog
 
 
-def run_available_now(spark, catalog, app_name, broker, checkpoint, **options):
-    """Run every query of the app over what its inputs hold now, then stop; return the queries."""
-    from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, start_app
-    from streamops.programs import load_program
-
-    spec = catalog.app(app_name)
-    program = load_program(spec)
-    return start_app(
-        spark,
-        spec,
-        program,
-        RunOptions(kafka=broker.client_config, checkpoint=str(checkpoint), trigger=AVAILABLE_NOW, **options),
-    )
-
-
 @pytest.fixture
 def app_env(app_catalog, tmp_path, monkeypatch):
     """The app catalog as a file, checkpoints under tmp_path and spark_default in local mode, for
@@ -264,3 +246,13 @@ def app_env(app_catalog, tmp_path, monkeypatch):
         runtime = AppRuntime(tmp_path / "checkpoints" / name)
         if runtime.is_running():
             os.kill(runtime.driver()["pid"], signal.SIGKILL)
+
+
+@pytest.fixture
+def canary(tmp_path) -> tuple[Path, Path]:
+    """A canary path that must never appear, and a 'Python' that would create it if it ever ran."""
+    canary = tmp_path / "CANARY"
+    evil = tmp_path / "evil-python.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {canary}\nexec python3 \"$@\"\n")
+    evil.chmod(0o755)
+    return canary, evil

@@ -18,8 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import free_port
-from router_routes import wait_until_all_routed
+from tests.support.ports import free_port
+from tests.support.routes import wait_until_all_routed
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.catalog import Catalog, load_catalog

@@ -15,7 +15,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.kafka_records import end_offsets, read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.waiting import poll_until
-from test_app_runs import wait_until_all_routed
+from tests.support.routes import wait_until_all_routed
 
 STREAMOPS = str(Path(sys.executable).parent / "streamops")
 
@@ -113,7 +113,8 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
 
     second = launcher("oplog-router")
     wait_running(runtime, second, "route")
-    expected, duplicates = wait_until_all_routed(broker, spec)
+    routing = wait_until_all_routed(broker.client_config, spec)
+    expected, duplicates = routing.expected, routing.duplicates
     print(f"kill -9 and restart: {len(expected)} routed records, none lost, {duplicates} duplicates")
     runtime.request_stop(by="test")
     assert second.wait(timeout=120) == 0

@@ -7,68 +7,49 @@ import os
 import subprocess
 import sys
 import threading
-from collections import Counter
 from pathlib import Path
 
 from spark_apps import oplog_router
 from spark_apps.common.runner import RunOptions, start_app
-from streamops.kafka_records import read_all
+from streamops.kafka_records import end_offsets
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
-
-
-def expected_routes(broker, spec) -> set[tuple[str, str]]:
-    """(event_id, category) for every routable input record now in the input topic."""
-    table = oplog_router.routes(spec)
-    expected = set()
-    for record in read_all(broker.client_config, spec.inputs["operations"]):
-        event = record.json()
-        for category, _ in table.get(event["op_type"], []):
-            expected.add((f"{record.topic}/{record.partition}/{record.offset}", category))
-    return expected
-
-
-def routed_now(broker, spec) -> list[tuple[str, str]]:
-    out = []
-    for topic in spec.outputs.values():
-        out += [(r.json()["event_id"], r.json()["category"]) for r in read_all(broker.client_config, topic)]
-    return out
-
-
-def wait_until_all_routed(broker, spec, timeout: float = 180) -> tuple[set, int]:
-    """Poll until every routable input record is in the outputs; (expected, duplicates)."""
-    expected = expected_routes(broker, spec)
-    got: list[tuple[str, str]] = []
-
-    def complete() -> bool:
-        got[:] = routed_now(broker, spec)
-        return expected <= set(got)
-
-    poll_until(complete, timeout=timeout, what="every input record in the router's output", max_interval=2)
-    assert set(got) - expected == set(), "output records that no input explains"
-    return expected, sum(n - 1 for n in Counter(got).values())
+from tests.support.routes import expected_routes, routed, wait_until_all_routed
 
 
 def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, app_catalog, tmp_path):
     spec = app_catalog.app("oplog-router")
-    options = RunOptions(kafka=broker.client_config, checkpoint=str(tmp_path / "ckpt"), trigger="1 second")
-    load = LoadSpec(count=6000, keys=50, rate=400, seed=7)  # 15 s of load
-    producer = threading.Thread(target=run_load, args=(spec, load, broker.client_config))
-
-    (query,) = start_app(spark, spec, oplog_router.program, options)
-    poll_until(lambda: query.recentProgress, timeout=120, what="the router's first micro-batch")
-    producer.start()
-    poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=60, what="the router's first rows")
-    query.stop()  # mid-stream: the producer is still writing
-    assert producer.is_alive(), "the load finished before the stop: the test would not stop mid-stream"
+    kafka, source = broker.client_config, spec.inputs["operations"]
+    options = RunOptions(kafka=kafka, checkpoint=str(tmp_path / "ckpt"), trigger="1 second")
+    # The load runs until the restarted router has read some of it: it overlaps the stop however
+    # slow the machine is (a fixed-length load once ended before the stop on a busy host).
+    stop_load = threading.Event()
+    load = LoadSpec(count=10_000_000, keys=50, rate=400, seed=7)
+    producer = threading.Thread(target=run_load, args=(spec, load, kafka, stop_load))
 
     (query,) = start_app(spark, spec, oplog_router.program, options)
     try:
-        producer.join(timeout=120)
-        expected, duplicates = wait_until_all_routed(broker, spec)
-        assert len(expected) > 5000
+        poll_until(lambda: query.recentProgress, timeout=120, what="the router's first micro-batch")
+        producer.start()
+        poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=60, what="the router's first rows")
     finally:
+        query.stop()  # mid-stream: the producer is still writing
+    written_at_stop = sum(high for _, high in end_offsets(kafka, source).values())
+
+    (query,) = start_app(spark, spec, oplog_router.program, options)
+    try:
+        poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=120,
+                   what="the restarted router's first rows")
+        stop_load.set()
+        producer.join(timeout=60)
+        assert not producer.is_alive(), "the load did not stop"
+        assert sum(high for _, high in end_offsets(kafka, source).values()) > written_at_stop, \
+            "no record was written after the stop: the test would not have stopped mid-stream"
+        routing = wait_until_all_routed(kafka, spec)
+        expected, duplicates = routing.expected, routing.duplicates
+    finally:
+        stop_load.set()
         query.stop()
     print(f"router restart: {len(expected)} routed records expected, all present; {duplicates} duplicates")
 
@@ -92,7 +73,7 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert '"records_in": 500' in result.stdout
-    assert set(routed_now(broker, spec)) == expected_routes(broker, spec)
+    assert set(routed(broker.client_config, spec)) == expected_routes(broker.client_config, spec)
     assert (tmp_path / "checkpoints" / "oplog-router" / "route" / "commits" / "0").exists()
     assert load.produced == 500
     # The run's batch is recorded however fast the driver exits (Spark's listener is asynchronous;

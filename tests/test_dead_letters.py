@@ -15,7 +15,7 @@ import json
 
 from confluent_kafka import TopicPartition
 
-from conftest import run_available_now
+from tests.support.apps import run_available_now
 from streamops.kafka_records import end_offsets, produce, read_all
 
 LIMIT = 65536  # the catalog's max_record_bytes of oplog-router

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from conftest import free_port, free_port_pair, topic_entry, write_catalog
+from tests.support.catalogs import topic_entry, write_catalog
+from tests.support.ports import free_port, free_port_pair
 from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.process import AlreadyRunning, ServiceError
 from streamops.toolchain import check

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from conftest import run_available_now
+from tests.support.apps import run_available_now
 from spark_apps.common.runner import observed_totals
 from streamops.kafka_records import produce, read_all
 

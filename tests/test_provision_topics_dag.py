@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from conftest import topic_entry, write_catalog
+from tests.support.catalogs import topic_entry, write_catalog
 from streamops.audit import read_audit
 from streamops.provisioning import describe_broker
 

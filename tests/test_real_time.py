@@ -17,18 +17,8 @@ from streamops.app_status import app_status
 from streamops.kafka_records import end_offsets, read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
-from streamops.spark_submit import with_task_slots
 from streamops.waiting import poll_until
-from test_app_runs import routed_now, wait_until_all_routed
-
-
-@pytest.mark.parametrize(
-    ("master", "slots", "expected"),
-    [("local[2]", 6, "local[6]"), ("local[*]", 10_000, "local[10000]"), ("local[8]", 6, "local[8]"), ("local", 3, "local[3]"),
-     ("local[2]", 0, "local[2]"), ("spark://10.0.0.5:7077", 6, "spark://10.0.0.5:7077"), ("local[4,2]", 6, "local[6,2]")],
-)
-def test_a_local_master_gets_a_thread_per_partition_a_real_time_app_reads(master, slots, expected):
-    assert with_task_slots(master, slots) == expected
+from tests.support.routes import routed, wait_until_all_routed
 
 
 @pytest.fixture
@@ -45,7 +35,7 @@ def real_time_env(app_env, app_catalog):
 def test_max_offsets_per_trigger_bounds_every_batch_of_a_catch_up(spark, broker, app_catalog, tmp_path):
     """Back pressure from the catalog: a backlog is taken in batches of at most the limit (here an
     available-now run, as backfills and rebuilds run), and every record is still routed."""
-    from conftest import run_available_now
+    from tests.support.apps import run_available_now
 
     apps = [a.model_copy(update={"max_offsets_per_trigger": 100}) if a.name == "oplog-router" else a for a in app_catalog.apps]
     bounded = app_catalog.model_copy(update={"apps": apps})
@@ -54,7 +44,7 @@ def test_max_offsets_per_trigger_bounds_every_batch_of_a_catch_up(spark, broker,
     (query,) = run_available_now(spark, bounded, "oplog-router", broker, tmp_path / "ckpt")
     sizes = [p.numInputRows for p in query.recentProgress if p.numInputRows]
     assert sum(sizes) == 450 and max(sizes) <= 100 and len(sizes) >= 5, sizes
-    expected, _ = wait_until_all_routed(broker, spec, timeout=60)
+    expected, _ = wait_until_all_routed(broker.client_config, spec, timeout=60)
     assert expected
 
 
@@ -93,7 +83,8 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
     (summary,) = rolled.xcoms["roll"]
     assert (summary["version"], summary["previous_version"]) == ("1.1.0", "1.0.0")
     assert runtime.driver()["version"] == "1.1.0" and runtime.driver()["trigger"] == "real-time"
-    expected, duplicates = wait_until_all_routed(broker, spec)
+    routing = wait_until_all_routed(broker.client_config, spec)
+    expected, duplicates = routing.expected, routing.duplicates
     print(f"real-time router, kill -9 + recover_restart_app + roll under load: {len(expected)} routed records, none lost, "
           f"{duplicates} duplicates; roll downtime {summary['downtime_s']} s")
 
@@ -112,8 +103,8 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
     run_load(spec, LoadSpec(count=200, keys=20, seed=32, start_seq=50_000_000), broker.client_config)
     after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut_ms}
     assert len(after_cut) == 200
-    expected, _ = wait_until_all_routed(broker, spec)
-    routed_before = Counter(routed_now(broker, spec))
+    expected, _ = wait_until_all_routed(broker.client_config, spec)
+    routed_before = Counter(routed(broker.client_config, spec))
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=120, what="the driver to stop")
     assert runtime.state() == "stopped"
@@ -125,7 +116,7 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
     assert reset.state == "success", reset.task_states
     assert reset.xcoms["plan"]["replayed"] == 200 and runtime.driver()["trigger"] == "real-time"
     again = Counter({pair: 1 for pair in expected if pair[0] in after_cut})
-    poll_until(lambda: Counter(routed_now(broker, spec)) - routed_before == again, timeout=180,
+    poll_until(lambda: Counter(routed(broker.client_config, spec)) - routed_before == again, timeout=180,
                what="the records after the cut to be routed again, each once")
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=120, what="the driver to stop")

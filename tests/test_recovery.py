@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import run_available_now
+from tests.support.apps import run_available_now
 from streamops.app_runtime import AppRuntime
 from streamops.kafka_records import end_offsets, produce, read_all
 from streamops.loadgen import LoadSpec
@@ -24,22 +24,8 @@ from streamops.loadgen import run as run_load
 from streamops.audit import read_audit
 from streamops.rollout import backup_checkpoint, backup_info, list_backups
 from streamops.waiting import poll_until
-from test_app_runs import routed_now, wait_until_all_routed
-
-
-def checkpoint_state(checkpoint: Path) -> dict[str, bytes]:
-    """Every file of the checkpoint (runtime folder excluded) with its bytes."""
-    return {str(p.relative_to(checkpoint)): p.read_bytes() for p in sorted(checkpoint.rglob("*"))
-            if p.is_file() and "_runtime" not in p.parts}
-
-
-def steps_of(run_id: str) -> list[tuple[str, str]]:
-    return [(e["step"], e["outcome"]) for e in read_audit(run_id=run_id)]
-
-
-def stop_driver(runtime: AppRuntime) -> None:
-    runtime.request_stop(by="test")
-    poll_until(lambda: not runtime.is_running(), timeout=120, what="the driver to stop")
+from tests.support.routes import routed, wait_until_all_routed
+from tests.support.operations import checkpoint_state, steps_of, stop_driver
 
 
 def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing(run_dag, app_env, app_catalog, broker):
@@ -72,7 +58,9 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     # Nothing of the dead driver's process group is left.
     assert [p.pid for p in psutil.process_iter() if _group(p.pid) == dead["process_group"]] == []
 
-    expected, duplicates = wait_until_all_routed(broker, spec)
+    routing = wait_until_all_routed(broker.client_config, spec)
+
+    expected, duplicates = routing.expected, routing.duplicates
     print(f"recover_restart_app after kill -9: {len(expected)} routed records, none lost, {duplicates} duplicates; "
           f"left behind by the dead driver: {result.xcoms['plan']['leftovers']}")
     assert steps_of(result.run_id) == [("plan", "done"), ("apply", "done"), ("verify", "done")]
@@ -99,7 +87,7 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     poll_until(lambda: time.time() * 1000 > cut.timestamp() * 1000 + 1, timeout=5, what="the clock to pass the cut")
     run_load(spec, LoadSpec(count=250, keys=20, seed=22, start_seq=1000), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, spec.checkpoint_location())
-    routed_before = Counter(routed_now(broker, spec))
+    routed_before = Counter(routed(broker.client_config, spec))
     after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut.timestamp() * 1000}
     assert len(after_cut) == 250
     files_before = checkpoint_state(Path(spec.checkpoint_location()))
@@ -118,7 +106,7 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
 
     # The new driver processes the records written at or after the cut, each once, and no other.
     def replayed() -> Counter:
-        return Counter(routed_now(broker, spec)) - routed_before
+        return Counter(routed(broker.client_config, spec)) - routed_before
 
     expected = Counter({pair: 1 for pair in routed_before if pair[0] in after_cut})
     poll_until(lambda: replayed() == expected, timeout=180, what="the records after the cut to be routed again")
@@ -301,10 +289,10 @@ def test_restore_brings_back_the_previous_checkpoint(spark, run_dag, app_env, ap
     run_load(spec, LoadSpec(count=200, keys=10, seed=51), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
     good = backup_checkpoint(checkpoint, "known-good")
-    routed_at_snapshot = Counter(routed_now(broker, spec))
+    routed_at_snapshot = Counter(routed(broker.client_config, spec))
     run_load(spec, LoadSpec(count=150, keys=10, seed=52, start_seq=1000), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
-    routed_after = Counter(routed_now(broker, spec))
+    routed_after = Counter(routed(broker.client_config, spec))
     newer = checkpoint_state(Path(checkpoint))
 
     dry = run_dag("recover_restore_checkpoint", catalog_file, dry_run=True, app="oplog-router")
@@ -318,7 +306,7 @@ def test_restore_brings_back_the_previous_checkpoint(spark, run_dag, app_env, ap
     assert result.xcoms["apply"]["restored_batches"] == {"route": 0}
     # From the snapshot, the app routes the 150 later records again: they are there twice now.
     expected = routed_after + (routed_after - routed_at_snapshot)
-    poll_until(lambda: Counter(routed_now(broker, spec)) == expected, timeout=180, what="the records after the snapshot again")
+    poll_until(lambda: Counter(routed(broker.client_config, spec)) == expected, timeout=180, what="the records after the snapshot again")
     stop_driver(runtime)
     assert [n.split("-", 1)[1] for n in (p.name for p in list_backups(checkpoint))] == ["known-good", "replaced"]
 

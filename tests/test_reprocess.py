@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from conftest import run_available_now
+from tests.support.apps import run_available_now
 from streamops import loadgen
 from streamops.audit import read_audit
 from streamops.kafka_records import read_all
@@ -198,7 +198,7 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
 def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
     run_dag, app_env, reprocess_env, app_catalog, broker
 ):
-    from test_app_runs import wait_until_all_routed
+    from tests.support.routes import wait_until_all_routed
 
     from streamops.loadgen import LoadSpec, background_load
     from streamops.reprocess import target_catalog
@@ -224,7 +224,7 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
         ("plan", "planned"), ("backfill", "done"), ("validate", "done"), ("cutover", "done")]
 
     new_app = target_catalog(app_catalog, "oplog-router", targets).app("oplog-router")
-    expected, duplicates = wait_until_all_routed(broker, new_app)  # zero loss; nothing no input explains
+    expected, duplicates = wait_until_all_routed(broker.client_config, new_app)  # zero loss; nothing no input explains
     # No overlap: no record was written both by the backfill and by the app after the cutover.
     cut_ms = datetime.fromisoformat(runtime.driver()["started_at"]).timestamp() * 1000
     phases: dict[str, set] = {"backfill": set(), "live": set()}

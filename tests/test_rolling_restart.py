@@ -10,35 +10,12 @@ import yaml
 
 from streamops.app_runtime import AppRuntime
 from streamops.audit import read_audit
-from streamops.catalog import load_catalog
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import background_load
-from streamops.rollout import dependency_order, incompatibilities, list_backups
+from streamops.rollout import list_backups
 from streamops.waiting import poll_until
-from test_app_runs import wait_until_all_routed
-
-
-def test_dependency_order_puts_writers_before_their_readers():
-    catalog = load_catalog()
-    data = yaml.safe_load(catalog.to_yaml())
-    downstream = dict(data["apps"][0])
-    downstream.update(name="contacts-router", inputs={"operations": "oplog.category.contacts"},
-                      outputs={"contacts": "presence.ticks"}, dead_letter_topic="presence.events",
-                      settings={"categories": {"contacts": ["ADD_CONTACT"]}})
-    data["apps"] = [downstream] + [a for a in data["apps"] if a["name"] != "presence-notifier"]
-    chained = type(catalog).model_validate(data)
-    assert dependency_order(chained, ["contacts-router", "oplog-router", "browser-activity"]) == [
-        "oplog-router", "contacts-router", "browser-activity",
-    ]
-
-
-def test_incompatibilities_name_the_changed_operator():
-    assert incompatibilities({"q": ["Aggregate [a]"]}, {"q": ["Aggregate [a]"], "new": ["x"]}) == []
-    assert incompatibilities({"q": ["Aggregate [a]"]}, {"q": ["Aggregate [b]"]}) == [
-        "query 'q' changes its stateful operators:\n    - Aggregate [a]\n    + Aggregate [b]"
-    ]
-    assert incompatibilities({"gone": ["x"]}, {}) == ["query 'gone' is gone from the new version (its checkpoint would be orphaned)"]
+from tests.support.routes import wait_until_all_routed
 
 
 def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app_env, app_catalog, broker, capfd, monkeypatch):
@@ -62,7 +39,8 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert (audited["step"], audited["outcome"], audited["app"]) == ("roll", "done", "oplog-router")
     assert under_load, "the load ended before the roll: it was not a restart under load"
     print(f"roll-restart downtime: {summary['downtime_s']} s")
-    expected, duplicates = wait_until_all_routed(broker, spec)
+    routing = wait_until_all_routed(broker.client_config, spec)
+    expected, duplicates = routing.expected, routing.duplicates
     print(f"rolling restart under load: {len(expected)} routed records, none lost, {duplicates} duplicates")
 
     # A broken new version: its plan builds, but its queries cannot start. The gate fails and

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from router_routes import routed, wait_until_all_routed
+from tests.support.routes import routed, wait_until_all_routed
 from streamops.acls import AppAcl, app_acls, apply_acls
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
@@ -207,7 +207,7 @@ def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_princip
 
     import psycopg2
 
-    from conftest import free_port, free_port_pair
+    from tests.support.ports import free_port, free_port_pair
     from streamops.local_stack.metadata_services import MetadataServices
     from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
     from streamops.provisioning import describe_broker

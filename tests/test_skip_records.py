@@ -8,68 +8,20 @@ from __future__ import annotations
 import base64
 import json
 import random
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import run_available_now
+from tests.support.apps import run_available_now
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.kafka_records import end_offsets, produce, read_all
 from streamops.audit import read_audit
 from streamops.rollout import backup_info, list_backups
 from streamops.waiting import DeadlineExceeded, poll_until
-from test_app_runs import expected_routes, routed_now
-from test_recovery import checkpoint_state, steps_of, stop_driver
-
-OP_TYPES = ["ADD_CONTACT", "SEND_MESSAGE", "CREATE_GROUP", "BLOCK_CONTACT", "READ_MESSAGE"]
-# Around the poison, records that are not routed to the contacts topic: the poison is then alone in
-# its producer batch to that topic, and the broker's refusal fails the write at once. (Once, with
-# other contacts records in the same producer batch, the Kafka producer split the refused batch,
-# retried, and the micro-batch committed without an error: see the report.)
-NOT_CONTACTS = ["SEND_MESSAGE", "CREATE_GROUP", "READ_MESSAGE"]
-POISON_PARTITION = 2
-
-
-def event(seq: int, op_type: str | None = None, op_types: list[str] = OP_TYPES, **extra) -> tuple[str, str]:
-    user = f"u{seq % 7}"
-    body = {"seq": seq, "user_id": user, "op_type": op_type or op_types[seq % len(op_types)],
-            "event_time": "2026-11-22T03:00:00.000Z", **extra}
-    return user, json.dumps(body)
-
-
-def produce_to_partitions(kafka, topic: str, seqs: range, op_types: list[str] = OP_TYPES) -> None:
-    """Records spread over partitions 0-3 (explicitly: the test knows where each one is)."""
-    for partition in range(4):
-        produce(kafka, topic, [event(s, op_types=op_types) for s in seqs if s % 4 == partition], partition=partition)
-
-
-def with_small_output_topic(app_catalog, admin, catalog_file: Path, topic: str, max_bytes: int):
-    """The catalog with `topic`'s broker-side max.message.bytes lowered, applied to the broker."""
-    from streamops.provisioning import ensure_topics
-
-    catalog = app_catalog.model_copy(update={"topics": [
-        t.model_copy(update={"configs": {**t.configs, "max.message.bytes": max_bytes}}) if t.name == topic else t
-        for t in app_catalog.topics]})
-    ensure_topics(admin, [catalog.topic(topic)])
-    catalog_file.write_text(catalog.to_yaml())
-    return catalog
-
-
-def routed_except(broker, spec, skipped: set[str], timeout: float = 240) -> tuple[set, Counter]:
-    """Poll until every routable input record but `skipped` is in the outputs; (expected, got)."""
-    expected = {pair for pair in expected_routes(broker, spec) if pair[0] not in skipped}
-    got: Counter = Counter()
-
-    def complete() -> bool:
-        got.clear()
-        got.update(routed_now(broker, spec))
-        return expected <= set(got)
-
-    poll_until(complete, timeout=timeout, what="every record but the skipped one in the router's output", max_interval=2)
-    return expected, got
-
+from tests.support.routes import expected_routes, routed, routed_except
+from tests.support.operations import checkpoint_state, steps_of, stop_driver
+from tests.support.oplog_events import NOT_CONTACTS, POISON_PARTITION, event, produce_to_partitions, with_small_output_topic
 
 def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_it_loses_nothing(
     run_dag, app_env, app_catalog, broker, admin
@@ -85,7 +37,7 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     produce_to_partitions(kafka, source, range(1, 41))
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])
     assert deployed.state == "success", deployed.task_states
-    routed_except(broker, spec, set())
+    routed_except(broker.client_config, spec, set())
 
     # The poison: valid JSON, a known op type, 48 KB of incompressible text (lz4 cannot shrink
     # it under the limit), IN THE MIDDLE of partition 2, with valid records around it.
@@ -159,7 +111,7 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     assert result.xcoms["verify"]["dead_lettered"] == 1 and runtime.state() == "running"
 
     produce_to_partitions(kafka, source, range(300, 320))  # and the app runs on
-    expected, got = routed_except(broker, spec, {poison_id})
+    expected, got = routed_except(broker.client_config, spec, {poison_id})
     assert set(got) - expected == set(), "output records no input explains (the poison must not be routed)"
     duplicates = {pair: n - 1 for pair, n in got.items() if n > 1}
     letters = read_all(kafka, spec.dead_letter_topic)
@@ -249,4 +201,4 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
     assert [(v["reason"], v["source"]["partition"], v["source"]["offset"]) for v in letters] == [
         ("skipped by operator test (run r2)", 1, o) for o in range(ends[1] - 4, ends[1] - 1)]
     skipped = {f"{source}/1/{o}" for o in range(ends[1] - 4, ends[1] - 1)}
-    assert set(routed_now(broker, spec)) == {pair for pair in expected_routes(broker, spec) if pair[0] not in skipped}
+    assert set(routed(broker.client_config, spec)) == {pair for pair in expected_routes(broker.client_config, spec) if pair[0] not in skipped}

@@ -15,8 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import free_port
-from router_routes import expected_routes, routed, wait_until_all_routed
+from tests.support.ports import free_port
+from tests.support.routes import expected_routes, routed, wait_until_all_routed
 from streamops.app_status import app_status, status_table
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load

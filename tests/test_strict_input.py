@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 
-from conftest import run_available_now
+from tests.support.apps import run_available_now
 from spark_apps.common import records
 from spark_apps.common.runner import observed_totals
 from spark_apps.presence_notifier import EVENT_FIELDS

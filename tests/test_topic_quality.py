@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 from confluent_kafka import TopicPartition
 
-from conftest import run_available_now
+from tests.support.apps import run_available_now
 from streamops import loadgen
 from streamops.kafka_records import end_offsets, produce, read_all
 from streamops.quality import docs, docs_assets, results
