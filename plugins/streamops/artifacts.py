@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from streamops import settings
 from streamops.paths import RUN_DIR
 
-STORE_ENV_VAR = "STREAMOPS_ARTIFACT_STORE"
 ARTIFACT_FILE = "artifact.zip"
 MANIFEST_FILE = "manifest.json"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{1,62}$")
@@ -76,7 +76,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 def store_location() -> str:
-    return os.environ.get(STORE_ENV_VAR) or str(RUN_DIR / "artifacts")
+    return settings.ARTIFACT_STORE.get() or str(RUN_DIR / "artifacts")
 
 
 class ArtifactStore:
@@ -89,7 +89,7 @@ class ArtifactStore:
         elif "://" in location:
             raise ArtifactError(
                 f"artifact store {location}: object-store URLs are not supported yet; use a folder every host mounts "
-                f"(${STORE_ENV_VAR})"
+                f"(${settings.ARTIFACT_STORE.name})"
             )
         self.root = Path(location)
 

@@ -11,7 +11,6 @@ outcome, params, code, and summary (what changed) or error. `streamops audit` pr
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -21,6 +20,7 @@ from typing import Any
 
 from streamops.app_runtime import now_iso
 from streamops.catalog import checkpoint_root
+from streamops import settings
 
 
 ERROR_CHARS = 2000
@@ -44,7 +44,7 @@ def acting_user() -> str | None:
 
 
 def audit_file() -> Path:
-    return Path(os.environ.get("STREAMOPS_AUDIT_LOG") or checkpoint_root() / "_audit" / "audit.jsonl")
+    return Path(settings.AUDIT_LOG.get() or checkpoint_root() / "_audit" / "audit.jsonl")
 
 
 @dataclass

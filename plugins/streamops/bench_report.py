@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from streamops import settings
 from streamops.catalog import Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_records import end_offsets, read_all
@@ -331,8 +332,8 @@ def workspace(kafka: KafkaClientConfig | None = None) -> Iterator[tuple[KafkaCli
     both gone afterwards, $STREAMOPS_CHECKPOINT_ROOT as it was."""
     workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-"))
     broker = None
-    previous_root = os.environ.get("STREAMOPS_CHECKPOINT_ROOT")
-    os.environ["STREAMOPS_CHECKPOINT_ROOT"] = str(workdir / "checkpoints")
+    previous_root = os.environ.get(settings.CHECKPOINT_ROOT.name)
+    os.environ[settings.CHECKPOINT_ROOT.name] = str(workdir / "checkpoints")
     try:
         if kafka is None:
             from streamops.local_stack.broker import LocalBroker, free_port_pair
@@ -343,9 +344,9 @@ def workspace(kafka: KafkaClientConfig | None = None) -> Iterator[tuple[KafkaCli
         yield kafka, workdir
     finally:
         if previous_root is None:
-            os.environ.pop("STREAMOPS_CHECKPOINT_ROOT", None)
+            os.environ.pop(settings.CHECKPOINT_ROOT.name, None)
         else:
-            os.environ["STREAMOPS_CHECKPOINT_ROOT"] = previous_root
+            os.environ[settings.CHECKPOINT_ROOT.name] = previous_root
         if broker is not None:
             print(broker.stop())
         shutil.rmtree(workdir, ignore_errors=True)

@@ -28,12 +28,13 @@ from pydantic import StringConstraints
 
 from streamops.paths import PROJECT_ROOT
 from streamops.programs import REFERENCE_PATTERN
+from streamops import settings
 
 DEFAULT_CATALOG_PATH = PROJECT_ROOT / "catalog" / "pipelines.yaml"
-CATALOG_ENV_VAR = "STREAMOPS_CATALOG"
+CATALOG_ENV_VAR = settings.CATALOG.name
 # Which of the catalog's environments this process works in (Airflow's workers, the drivers they
 # start, the CLI and the tests all read it); the catalog's `environments` say what each changes.
-ENVIRONMENT_ENV_VAR = "STREAMOPS_ENVIRONMENT"
+ENVIRONMENT_ENV_VAR = settings.ENVIRONMENT.name
 DEFAULT_ENVIRONMENT = "local"
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
@@ -85,7 +86,7 @@ _CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
 
 def checkpoint_root() -> Path:
     """Where relative app checkpoints live: $STREAMOPS_CHECKPOINT_ROOT, else .run/checkpoints."""
-    return Path(os.environ.get("STREAMOPS_CHECKPOINT_ROOT") or PROJECT_ROOT / ".run" / "checkpoints")
+    return Path(settings.CHECKPOINT_ROOT.get() or PROJECT_ROOT / ".run" / "checkpoints")
 
 
 class CatalogError(ValueError):
@@ -269,7 +270,7 @@ def supervisor_schedule() -> timedelta | None:
     """app_status's schedule: every SUPERVISOR_EVERY_S, or None (runs only when triggered) with
     $STREAMOPS_SUPERVISOR=manual, e.g. while another supervisor watches the apps, or in the
     browser test (a scheduled run must not race the crash it watches)."""
-    return None if os.environ.get("STREAMOPS_SUPERVISOR", "").lower() == "manual" else timedelta(seconds=SUPERVISOR_EVERY_S)
+    return None if (settings.SUPERVISOR.get() or "").lower() == "manual" else timedelta(seconds=SUPERVISOR_EVERY_S)
 
 
 class SupervisionSpec(_Strict):
@@ -460,7 +461,7 @@ class EnvironmentSpec(_Strict):
 
 def selected_environment(environment: str | None = None) -> str:
     """The environment to work in: the argument, else $STREAMOPS_ENVIRONMENT, else local."""
-    return environment or os.environ.get(ENVIRONMENT_ENV_VAR) or DEFAULT_ENVIRONMENT
+    return environment or settings.ENVIRONMENT.get() or DEFAULT_ENVIRONMENT
 
 
 class Catalog(_Strict):
@@ -571,7 +572,7 @@ def catalog_path(path: str | os.PathLike[str] | None = None) -> Path:
     """The catalog to use: the argument, else $STREAMOPS_CATALOG, else catalog/pipelines.yaml."""
     if path is not None:
         return Path(path)
-    return Path(os.environ.get(CATALOG_ENV_VAR) or DEFAULT_CATALOG_PATH)
+    return Path(settings.CATALOG.get() or DEFAULT_CATALOG_PATH)
 
 
 def load_catalog(path: str | os.PathLike[str] | None = None, environment: str | None = None,

@@ -28,6 +28,7 @@ from typing import Annotated, Optional
 import typer
 from confluent_kafka import KafkaException
 
+from streamops import settings
 from streamops.catalog import CatalogError, catalog_path, load_catalog
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.local_stack.airflow_stack import ADMIN_USER, LocalAirflow
@@ -162,6 +163,15 @@ def _print_login(airflow: LocalAirflow) -> None:
     typer.echo(f"Metrics: {airflow.url}/streamops/metrics  (Prometheus bearer token in {airflow.metrics_token_file()})")
 
 
+@app.command("settings")
+def show_settings() -> None:
+    """Every environment variable streamops reads, with the value in effect (or its default)."""
+    from tabulate import tabulate
+
+    rows = [[row["variable"], row["kind"], row["value"], row["what"]] for row in settings.table()]
+    typer.echo(tabulate(rows, headers=["variable", "kind", "value", "what it is for"]))
+
+
 # --- the whole suite ---------------------------------------------------------------------------
 
 
@@ -176,7 +186,7 @@ def up(
     from streamops.catalog import selected_environment
     from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
 
-    environment = (os.environ.get("STREAMOPS_ENVIRONMENT") or "cluster") if cluster else selected_environment()
+    environment = (settings.ENVIRONMENT.get() or "cluster") if cluster else selected_environment()
     try:
         catalog = load_catalog(environment=environment)
         _check_environment_fits(catalog, brokers=3 if cluster else 1)
@@ -335,7 +345,7 @@ def _cluster_profile() -> dict:
     metadata = MetadataServices.from_env()
     for line in metadata.start():
         typer.echo(line)
-    log_ports = ports_from_env("STREAMOPS_CELERY_LOG_PORTS", tuple(CELERY_WORKER_ADDRESSES)) or dict(DEFAULT_CELERY_LOG_PORTS)
+    log_ports = ports_from_env(settings.CELERY_LOG_PORTS, tuple(CELERY_WORKER_ADDRESSES)) or dict(DEFAULT_CELERY_LOG_PORTS)
     return {"metadata": metadata, "celery_workers": dict(CELERY_WORKER_ADDRESSES), "celery_log_ports": log_ports,
             "spark_master": spark.master_url, "spark_conf_dir": spark.write_client_conf(cores=1)}
 
@@ -509,7 +519,7 @@ BootstrapOpt = Annotated[
 ]
 KafkaConfigOpt = Annotated[
     Optional[Path], typer.Option(
-        "--kafka-config", envvar="STREAMOPS_KAFKA_CONFIG",
+        "--kafka-config", envvar=settings.KAFKA_CONFIG.name,
         help="JSON file of librdkafka settings (bootstrap.servers, security.protocol, sasl.*, ssl.*), "
              "as in the Airflow connection's extra; readable by you only. Default: the local broker.")
 ]

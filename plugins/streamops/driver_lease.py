@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 import psutil
 
+from streamops import settings
 from streamops.runtime_files import read_json_object, write_json_atomic
 
 
@@ -51,7 +52,7 @@ EPOCHS_KEPT = 50
 def lease_ttl_s() -> float:
     """The ttl a driver declares when it takes the lease (STREAMOPS_LEASE_TTL_S, default 30 s):
     how long another driver waits for a silent holder before taking over."""
-    raw = os.environ.get("STREAMOPS_LEASE_TTL_S")
+    raw = settings.LEASE_TTL_S.get()
     if not raw:
         return DEFAULT_TTL_S
     try:
@@ -192,7 +193,7 @@ class DriverLease:
             raise LeaseTaken(f"the lease is held ({current.describe()})", current)
         epoch = latest + 1
         now = time.time()
-        record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": os.environ.get("STREAMOPS_HOST_ADDRESS"), "pid": os.getpid(),
+        record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": settings.HOST_ADDRESS.get(), "pid": os.getpid(),
                   "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
                   "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
         staged = self.dir / f".epoch-{epoch:010d}.{socket.gethostname()}.{os.getpid()}.tmp"

@@ -8,10 +8,11 @@ drivers a worker launches bind to it (SPARK_LOCAL_IP), so "which worker ran this
 
 from __future__ import annotations
 
-import os
 import socket
+
+from streamops import settings
 
 
 def host_address() -> str:
     """This host's name as Airflow records it: the address the profile gave it, else the FQDN."""
-    return os.environ.get("STREAMOPS_HOST_ADDRESS") or socket.getfqdn()
+    return settings.HOST_ADDRESS.get() or socket.getfqdn()

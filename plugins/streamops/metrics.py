@@ -26,16 +26,15 @@ prometheus_client (the reference client): names, types and escaping follow its c
 # runtime, and those are imported inside metrics_app().
 import hmac
 import logging
-import os
 from pathlib import Path
 
+from streamops import settings
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, observe, unreadable
 
 log = logging.getLogger(__name__)
 URL_PREFIX = "/streamops"
-TOKEN_FILE_ENV = "STREAMOPS_METRICS_TOKEN_FILE"
 
 
 def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
@@ -113,7 +112,7 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
 def scrape_token() -> str | None:
     """The bearer token Prometheus sends (its `authorization.credentials_file`), read from the
     file $STREAMOPS_METRICS_TOKEN_FILE names (None: only the UI's login is accepted)."""
-    path = os.environ.get(TOKEN_FILE_ENV)
+    path = settings.METRICS_TOKEN_FILE.get()
     if not path:
         return None
     try:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from streamops import settings
+
 # plugins/streamops/paths.py -> the checkout root. Images may relocate it with STREAMOPS_HOME.
-PROJECT_ROOT = Path(os.environ.get("STREAMOPS_HOME") or Path(__file__).resolve().parents[2])
+PROJECT_ROOT = Path(settings.HOME.get() or Path(__file__).resolve().parents[2])
 
 CACHE_DIR = PROJECT_ROOT / ".cache"
 JARS_DIR = CACHE_DIR / "jars"
@@ -14,4 +15,4 @@ KAFKA_BROKER_JARS = JARS_DIR / "kafka-broker"
 SPARK_KAFKA_JARS = JARS_DIR / "spark-kafka"
 
 # Runtime state of the local stack (pid files, logs, data), ignored by git.
-RUN_DIR = Path(os.environ.get("STREAMOPS_RUN_DIR") or PROJECT_ROOT / ".run")
+RUN_DIR = Path(settings.RUN_DIR.get() or PROJECT_ROOT / ".run")

@@ -38,6 +38,7 @@ from streamops.spark_submit import LOCAL_MASTER
 from streamops.standby import StandbySlot
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.waiting import DeadlineExceeded, poll_until
+from streamops import settings
 
 log = logging.getLogger("streamops.app")
 
@@ -557,7 +558,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     connection.add_argument(
         "--bootstrap-servers",
-        default=os.environ.get("STREAMOPS_KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        default=settings.KAFKA_BOOTSTRAP.get() or "127.0.0.1:9092",
         help="a PLAINTEXT Kafka without credentials (default: $STREAMOPS_KAFKA_BOOTSTRAP or 127.0.0.1:9092)",
     )
     parser.add_argument("--checkpoint", default=None, help="checkpoint root (default: from the catalog)")
@@ -685,12 +686,12 @@ def main(argv: list[str]) -> int:
                 "catalog": str(catalog_path(args.catalog)),
                 "kafka": options.kafka.describe(),
                 "environment": catalog.environment,
-                "launched_by": os.environ.get("STREAMOPS_LAUNCHED_BY", "command line"),
-                "launch": json.loads(os.environ.get("STREAMOPS_LAUNCH") or "{}"),
+                "launched_by": settings.LAUNCHED_BY.get() or "command line",
+                "launch": json.loads(settings.LAUNCH.get() or "{}"),
                 # spark-submit and its JVM share it: a recovery can find what a dead driver left.
                 "process_group": os.getpgrp(),
                 "jvm_pid": jvm_pid,
-                "driver_log": os.environ.get("STREAMOPS_DRIVER_LOG"),
+                "driver_log": settings.DRIVER_LOG.get(),
             }
         )
     except AlreadyRunningError as exc:
@@ -752,7 +753,7 @@ def main(argv: list[str]) -> int:
             return 1
         request = runtime.stop_request()
         why = stops.describe() or f"stop requested by {request.get('by') or 'an operator'}"
-        deadline = request.get("deadline_s") or float(os.environ.get("STREAMOPS_STOP_DEADLINE", 60))
+        deadline = request.get("deadline_s") or float(settings.STOP_DEADLINE.get() or 60)
         stopped = graceful_stop(queries, deadline_s=float(deadline), real_time=options.trigger == REAL_TIME, stopping=stopping)
         reason = f"{why}; {stopped}"
         publisher.publish_last(queries)

@@ -7,6 +7,7 @@ import logging
 import re
 from pathlib import Path
 
+from streamops import settings
 from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.catalog import load_catalog
 from streamops.launch_overrides import LaunchOverrideRefused, checked_version
@@ -28,9 +29,7 @@ log = logging.getLogger(__name__)
 
 def work_root() -> Path:
     """Reprocessing runs keep their checkpoint, catalog and measured rate here."""
-    import os
-
-    return Path(os.environ.get("STREAMOPS_REPROCESS_ROOT") or RUN_DIR / "reprocess")
+    return Path(settings.REPROCESS_ROOT.get() or RUN_DIR / "reprocess")
 
 
 def measured_rate(app: str) -> float | None:

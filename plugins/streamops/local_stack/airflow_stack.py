@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from streamops import settings
 from streamops.catalog import CATALOG_ENV_VAR, ENVIRONMENT_ENV_VAR, selected_environment
 from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
@@ -71,7 +72,7 @@ class LocalAirflow:
         spark_conf_dir) when `up --cluster` sets it up."""
         from streamops.local_stack.broker import LocalBroker
 
-        port = port or int(os.environ.get("STREAMOPS_AIRFLOW_PORT", DEFAULT_PORT))
+        port = port or int(settings.AIRFLOW_PORT.get() or DEFAULT_PORT)
         home = RUN_DIR / "airflow"
         record = read_stack_record(home)
         if kafka_bootstrap is None and kafka_settings_files is None and record:
@@ -136,7 +137,7 @@ class LocalAirflow:
                 # One secret shared by the API server and the task runners that call it.
                 "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
-                CATALOG_ENV_VAR: os.environ.get(CATALOG_ENV_VAR, str(PROJECT_ROOT / "catalog" / "pipelines.yaml")),
+                CATALOG_ENV_VAR: settings.CATALOG.get() or str(PROJECT_ROOT / "catalog" / "pipelines.yaml"),
                 ENVIRONMENT_ENV_VAR: self.environment,
                 # Connection extras (the secured cluster's passwords) encrypted in the metadata DB.
                 "AIRFLOW__CORE__FERNET_KEY": self._fernet_key(),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from streamops import settings
 from streamops.kafka_client import KafkaClientConfig
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
 from streamops.paths import KAFKA_BROKER_JARS, RUN_DIR
@@ -56,8 +57,8 @@ class LocalBroker:
     @classmethod
     def from_env(cls, port: int | None = None, data_dir: Path | None = None) -> LocalBroker:
         """Settings from arguments, else STREAMOPS_KAFKA_PORT / STREAMOPS_KAFKA_DATA_DIR."""
-        port = port or int(os.environ.get("STREAMOPS_KAFKA_PORT", DEFAULT_PORT))
-        env_data = os.environ.get("STREAMOPS_KAFKA_DATA_DIR")
+        port = port or int(settings.KAFKA_PORT.get() or DEFAULT_PORT)
+        env_data = settings.KAFKA_DATA_DIR.get()
         return cls(port=port, data_dir=data_dir or (Path(env_data) if env_data else None))
 
     def __post_init__(self) -> None:

@@ -19,13 +19,14 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamops import settings
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, ports_from_env
 from streamops.paths import RUN_DIR
 
 METADATA_ADDRESS = "127.0.0.30"
 DEFAULT_POSTGRES_PORT = 15432
 DEFAULT_REDIS_PORT = 16379
-POSTGRES_BIN = Path(os.environ.get("STREAMOPS_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))
+POSTGRES_BIN = Path(settings.POSTGRES_BIN.get() or "/usr/lib/postgresql/15/bin")
 DATABASE = "airflow"
 DB_USER = "airflow"
 
@@ -219,8 +220,8 @@ class MetadataServices:
     def from_env(cls) -> MetadataServices:
         """$STREAMOPS_METADATA_DIR (default <run dir>/cluster-metadata) and $STREAMOPS_METADATA_PORTS
         ("postgres,redis", default 15432,16379), both on 127.0.0.30."""
-        ports = ports_from_env("STREAMOPS_METADATA_PORTS", ("postgres_port", "redis_port"))
-        return cls(state_dir=Path(os.environ.get("STREAMOPS_METADATA_DIR") or RUN_DIR / "cluster-metadata"), **ports)
+        ports = ports_from_env(settings.METADATA_PORTS, ("postgres_port", "redis_port"))
+        return cls(state_dir=Path(settings.METADATA_DIR.get() or RUN_DIR / "cluster-metadata"), **ports)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psutil
 
+from streamops.settings import Setting
 from streamops.waiting import DeadlineExceeded, poll_until
 
 
@@ -22,11 +23,11 @@ class AlreadyRunning(ServiceError):
     pass
 
 
-def ports_from_env(variable: str, names: Sequence[str], error: type[Exception] = ServiceError) -> dict[str, int]:
-    """The ports a service's CLI manages, from `variable` ("p1,p2,...", one per name, in order):
+def ports_from_env(setting: Setting, names: Sequence[str], error: type[Exception] = ServiceError) -> dict[str, int]:
+    """The ports a service's CLI manages, from `setting` ("p1,p2,...", one per name, in order):
     {} when unset (the service's defaults), else each name -> port; `error` names the variable and
     the expected order when the value is not that many ports."""
-    raw = os.environ.get(variable)
+    variable, raw = setting.name, setting.get()
     if not raw:
         return {}
     parts = [part.strip() for part in raw.split(",")]

@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamops import settings
 from streamops.kafka_client import KafkaClientConfig, _jaas_quote
 from streamops.local_stack.broker import _LOG4J2, _cluster_id, _require_jars
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
@@ -119,8 +120,8 @@ class SecureCluster:
     def from_env(cls) -> SecureCluster:
         """The cluster the CLI manages: $STREAMOPS_CLUSTER_DIR (default <run dir>/kafka-secure) and
         $STREAMOPS_CLUSTER_PORTS ("client,controller,internal", default 19092,19093,19094)."""
-        numbers = ports_from_env("STREAMOPS_CLUSTER_PORTS", ("client_port", "controller_port", "internal_port"), ClusterError)
-        return cls(state_dir=Path(os.environ.get("STREAMOPS_CLUSTER_DIR") or RUN_DIR / "kafka-secure"), **numbers)
+        numbers = ports_from_env(settings.CLUSTER_PORTS, ("client_port", "controller_port", "internal_port"), ClusterError)
+        return cls(state_dir=Path(settings.CLUSTER_DIR.get() or RUN_DIR / "kafka-secure"), **numbers)
 
     def is_running(self) -> bool:
         return any(process.pid() is not None for process in self.processes.values())

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from streamops import settings
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
 from streamops.paths import RUN_DIR
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -59,9 +60,9 @@ class SparkStandalone:
     def from_env(cls) -> SparkStandalone:
         """The cluster the CLI manages: $STREAMOPS_SPARK_DIR (default <run dir>/spark-standalone) and
         $STREAMOPS_SPARK_PORTS ("master,master-ui,worker,worker-ui", default 17077,18080,17078,18081)."""
-        numbers = ports_from_env("STREAMOPS_SPARK_PORTS", ("master_port", "master_ui_port", "worker_port", "worker_ui_port"),
+        numbers = ports_from_env(settings.SPARK_PORTS, ("master_port", "master_ui_port", "worker_port", "worker_ui_port"),
                                  SparkClusterError)
-        return cls(state_dir=Path(os.environ.get("STREAMOPS_SPARK_DIR") or RUN_DIR / "spark-standalone"), **numbers)
+        return cls(state_dir=Path(settings.SPARK_DIR.get() or RUN_DIR / "spark-standalone"), **numbers)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir)

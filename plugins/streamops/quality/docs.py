@@ -10,10 +10,10 @@ STREAMOPS_SERVE_DATA_DOCS=false turns the mount off (publish the site your own w
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
+from streamops import settings
 from streamops.quality.results import quality_root
 
 URL_PREFIX = "/streamops/data-docs"
@@ -25,7 +25,7 @@ def site_dir(root: Path | None = None) -> Path:
 
 
 def serving_enabled() -> bool:
-    return os.environ.get("STREAMOPS_SERVE_DATA_DOCS", "true").lower() not in ("0", "false", "no")
+    return (settings.SERVE_DATA_DOCS.get() or "true").lower() not in ("0", "false", "no")
 
 
 def ui_link(file_url: str, base_url: str | None, root: Path | None = None) -> str | None:

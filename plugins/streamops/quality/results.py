@@ -9,14 +9,13 @@ or `streamops quality results [--topic T] [--failed]`. One row per topic per run
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+from streamops import settings
 from streamops.paths import RUN_DIR
 
-QUALITY_ROOT_ENV_VAR = "STREAMOPS_QUALITY_ROOT"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS validation_results (
@@ -45,7 +44,7 @@ _JSON_COLUMNS = ("range_offsets", "failed_expectations", "warnings", "reconcilia
 
 def quality_root() -> Path:
     """Where Data Docs, the GX project and the results file live."""
-    return Path(os.environ.get(QUALITY_ROOT_ENV_VAR) or RUN_DIR / "quality")
+    return Path(settings.QUALITY_ROOT.get() or RUN_DIR / "quality")
 
 
 def results_path(root: Path | None = None) -> Path:
