@@ -5,6 +5,8 @@ Wiring only; the logic is in plugins/streamops/reprocess.py and streamops/dag_ta
 
 from __future__ import annotations
 
+from typing import Any
+
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
@@ -20,6 +22,8 @@ from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.reprocess import TAG_PATTERN, VERSION_SUFFIX_PATTERN
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
+# The form offers the catalog's apps (a catalog without apps still parses; the plan then refuses).
+APP_CHOICES: dict[str, Any] = {"enum": APP_NAMES} if APP_NAMES else {}
 
 DOC = """
 ### Reprocess an app (backfill)
@@ -58,10 +62,9 @@ job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned 
     tags=["spark", "apps", "reprocessing", "backfill"],
     default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
     params={
-        # A catalog without apps still parses (plan then refuses: there is nothing to reprocess).
         "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App",
                      description="The app whose outputs are recomputed from its retained input (the plan waits for approval before anything is written).",
-                     **({"enum": APP_NAMES} if APP_NAMES else {})),
+                     **APP_CHOICES),
         "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
         "end": range_end_param("now, or an ISO-8601 time with timezone."),
         "target": Param("versioned", type="string", enum=["versioned", "scratch"], title="Target",

@@ -107,7 +107,7 @@ def audit_table(entries: list[dict[str, Any]]) -> str:
     from tabulate import tabulate
 
     rows = [[e["at"], e["user"], e["dag_id"], e.get("app") or "-", e["step"], e["outcome"], _summary(e)] for e in entries]
-    return tabulate(rows, headers=["at (UTC)", "user", "DAG", "app", "step", "outcome", "what"])
+    return str(tabulate(rows, headers=["at (UTC)", "user", "DAG", "app", "step", "outcome", "what"]))
 
 
 def _summary(entry: dict[str, Any]) -> str:

@@ -113,7 +113,7 @@ def _process_gone(record: dict[str, Any]) -> bool:
         process = psutil.Process(pid)
         # A whole second apart: another process with the recycled pid. (Start times move with a
         # stepped clock by less than that; a false "gone" would let a second driver in.)
-        return abs(process.create_time() - created) >= 1.0 or process.status() == psutil.STATUS_ZOMBIE
+        return bool(abs(process.create_time() - created) >= 1.0 or process.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:
@@ -293,9 +293,10 @@ class DriverLease:
     def _beat_loop(self, interval_s: float) -> None:
         while not self._stop_beating.wait(interval_s):
             try:
-                if not self.still_held():
+                epoch = self.epoch
+                if epoch is None or not self.still_held():
                     return
-                self._write(self._beat_file(self.epoch), {"at_s": time.time(), "pid": os.getpid()})
+                self._write(self._beat_file(epoch), {"at_s": time.time(), "pid": os.getpid()})
                 self._last_beat = time.monotonic()
                 for callback in self._beat_callbacks:
                     callback()

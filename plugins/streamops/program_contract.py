@@ -140,7 +140,7 @@ def contract_problems(program: object, reference: str) -> list[str]:
     return problems
 
 
-def describe(program: StreamingProgram) -> dict:
+def describe(program: StreamingProgram) -> dict[str, Any]:
     """The program's declarations as JSON data: what an artifact's manifest records, so the
     catalog can check an app against a version without importing its code."""
     return {

@@ -7,6 +7,10 @@ can print each with the value in effect. An empty value counts as unset everywhe
 Three kinds: what an operator sets (where things live, which catalog and environment, how the
 supervisor and the lease behave), what the suite sets for a driver it starts (an operator never
 needs these), and the ports and folders of the local dev stack.
+
+Not pydantic-settings: each value is read when it is used (a test or a CLI command may set it just
+before), and each user checks its own value with its own message, so one bad variable refuses only
+what uses it instead of every import of the package.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from tenacity import RetryError, Retrying, retry_if_result, stop_after_delay, wait_exponential
 
@@ -15,7 +15,7 @@ class DeadlineExceeded(TimeoutError):
 
 
 def poll_until(
-    probe: Callable[[], T],
+    probe: Callable[[], T | None],
     *,
     timeout: float,
     what: str,
@@ -33,6 +33,6 @@ def poll_until(
         retry=retry_if_result(lambda result: not result),
     )
     try:
-        return retrying(probe)
+        return cast(T, retrying(probe))  # retried until truthy, so never None
     except RetryError:
         raise DeadlineExceeded(f"gave up after {timeout:g}s waiting for {what}") from None
