@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable, Iterator
 
 import pandas as pd
+from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
@@ -95,7 +96,7 @@ def challenge_fingerprint(
 
 
 def _challenge_group(settings: BrowserActivitySettings, topic: str):
-    options = dict(captcha_logger=settings.captcha_logger, threshold=settings.challenge_threshold, topic=topic)
+    options: dict[str, Any] = dict(captcha_logger=settings.captcha_logger, threshold=settings.challenge_threshold, topic=topic)
 
     def apply(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
         (fingerprint,) = key

@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Iterator
 
 import pandas as pd
+from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
@@ -117,7 +118,7 @@ def notify_user(
 
 
 def _notify_group(settings: PresenceSettings, spec: AppSpec):
-    options = dict(
+    options: dict[str, Any] = dict(
         message=settings.message,
         horizon_ms=duration_ms(settings.watermark),
         notifications_topic=spec.outputs["notifications"],

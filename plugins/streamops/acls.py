@@ -64,7 +64,9 @@ def apply_acls(admin: AdminClient, acls: set[AppAcl], timeout: float = 30.0) -> 
     ACLs that are not in the set are left alone (other tools may own them)."""
     existing = set()
     for binding in admin.describe_acls(
-        AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY, AclPermissionType.ANY),
+        # None matches any name, principal and host (confluent-kafka documents it; its stubs say str).
+        AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+                         AclOperation.ANY, AclPermissionType.ANY),
         request_timeout=timeout,
     ).result(timeout=timeout):
         existing.add(AppAcl(binding.principal, binding.restype.name.title(), binding.resource_pattern_type.name.title(),

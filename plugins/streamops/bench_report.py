@@ -304,7 +304,7 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
         drain.append(DrainFigure(raw.engine, raw.records_in, 0, raw.seconds))
         figures["drain"] = [{**asdict(d), "rate": round(d.rate)} for d in drain]
 
-        latency = []
+        latency: list[LatencyFigure] = []
         for trigger in (micro_batch, "real-time"):
             for rate in rates:
                 catalog = bench_catalog(kafka, f"{run_id}.lat{len(latency)}")
@@ -314,12 +314,12 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
                 latency.append(figure)
         figures["latency"] = [asdict(f) for f in latency]
 
-        rolls = []
+        rolls: list[RollFigure] = []
         for trigger in (micro_batch, "real-time"):
             print(f"roll-restart: {trigger} under {roll_rate:g} events/s ...", flush=True)
-            figure = roll_run(bench_catalog(kafka, f"{run_id}.roll{len(rolls)}"), kafka, workdir, trigger, roll_rate)
-            print(f"  {figure}", flush=True)
-            rolls.append(figure)
+            roll_figure = roll_run(bench_catalog(kafka, f"{run_id}.roll{len(rolls)}"), kafka, workdir, trigger, roll_rate)
+            print(f"  {roll_figure}", flush=True)
+            rolls.append(roll_figure)
         figures["roll"] = [asdict(r) for r in rolls]
         (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
         draw(figures, out)

@@ -576,6 +576,7 @@ def app_run(
 
     app_spec = _app_spec(name)
     kafka = _kafka(bootstrap_servers, kafka_config)
+    settings_file: Path | None
     if print_only and kafka_config is None:
         # A printed command must name a settings file that exists and stays: the operator's own.
         settings_file = _print_settings_file(kafka)
@@ -613,7 +614,7 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
     # Not this folder: Spark's Python workers put their working folder first on the path.
     process = subprocess.Popen(argv, env=driver_env(STREAMOPS_LAUNCHED_BY=me), process_group=0,  # noqa: S603
                                cwd=runtime.dir)
-    signals: list[int] = []
+    signals: list[signal.Signals] = []
 
     def on_signal(signum, _frame):
         signals.append(signum)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from enum import Enum
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
@@ -209,7 +210,7 @@ def plan_topics(specs: Sequence[TopicSpec], broker: BrokerSnapshot, *, report_un
 def _plan_one(spec: TopicSpec, broker: BrokerSnapshot) -> TopicPlan:
     desired_configs = spec.kafka_configs()
     current = broker.topics.get(spec.name)
-    common = dict(
+    common: dict[str, Any] = dict(
         topic=spec.name,
         partitions_desired=spec.partitions,
         replication_factor=spec.replication_factor,
@@ -327,8 +328,8 @@ def apply_plan(admin: AdminClient, plan: ProvisioningPlan) -> list[TopicResult]:
             )
             for p in alters
         ]
-        futures = admin.incremental_alter_configs(resources, request_timeout=ADMIN_TIMEOUT_S)
-        _collect(futures, results, "configs altered", key=lambda resource: resource.name)
+        altered = admin.incremental_alter_configs(resources, request_timeout=ADMIN_TIMEOUT_S)
+        _collect(altered, results, "configs altered", key=lambda resource: resource.name)
 
     return list(results.values())
 

@@ -58,7 +58,7 @@ def markdown_table(text: str) -> str | None:
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) < 2 or not re.fullmatch(r"[- ]+", lines[1]):
         return None
-    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[1])]
+    spans: list[tuple[int, int | None]] = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[1])]
     # The last column runs to the end of its line (a long value may pass the dashes).
     spans[-1] = (spans[-1][0], None)
 

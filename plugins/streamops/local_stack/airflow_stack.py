@@ -12,6 +12,7 @@ import secrets
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,7 +139,7 @@ class LocalAirflow:
                 "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 CATALOG_ENV_VAR: settings.CATALOG.get() or str(PROJECT_ROOT / "catalog" / "pipelines.yaml"),
-                ENVIRONMENT_ENV_VAR: self.environment,
+                ENVIRONMENT_ENV_VAR: self.environment or selected_environment(),
                 # Connection extras (the secured cluster's passwords) encrypted in the metadata DB.
                 "AIRFLOW__CORE__FERNET_KEY": self._fernet_key(),
                 # The bearer token Prometheus scrapes /streamops/metrics with (streamops.metrics).
@@ -504,5 +505,5 @@ def read_stack_record(home: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _pids(pids: dict[str, int | None]) -> str:
+def _pids(pids: Mapping[str, int | None]) -> str:
     return ", ".join(f"{name} {pid}" for name, pid in pids.items() if pid is not None)

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +24,11 @@ class AlreadyRunning(ServiceError):
     pass
 
 
-def ports_from_env(setting: Setting, names: Sequence[str], error: type[Exception] = ServiceError) -> dict[str, int]:
+def ports_from_env(setting: Setting, names: Sequence[str], error: type[Exception] = ServiceError) -> dict[str, Any]:
     """The ports a service's CLI manages, from `setting` ("p1,p2,...", one per name, in order):
     {} when unset (the service's defaults), else each name -> port; `error` names the variable and
-    the expected order when the value is not that many ports."""
+    the expected order when the value is not that many ports. (Any: they are keyword arguments of a
+    service's constructor, next to its other settings.)"""
     variable, raw = setting.name, setting.get()
     if not raw:
         return {}

@@ -38,6 +38,7 @@ import socket
 import stat
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -342,7 +343,9 @@ class SecureCluster:
             outcome = self.processes[node].stop(timeout=timeout)
             # A JVM's main thread shows as a zombie while its other threads still exit; reap it
             # for good, so no trace of the node is left in the process table.
-            poll_until(lambda: _reaped(pids[node]), timeout=15, what=f"{self.processes[node].name} to be reaped")
+            pid = pids[node]
+            if pid is not None:
+                poll_until(lambda: _reaped(pid), timeout=15, what=f"{self.processes[node].name} to be reaped")
             return outcome
 
         with ThreadPoolExecutor(max_workers=len(running)) as pool:
@@ -675,13 +678,13 @@ class SecureCluster:
     def _admin(self, user: str = ADMIN_USER, servers: str | None = None, quiet: bool = False):
         from confluent_kafka.admin import AdminClient
 
-        settings = {**self.client_settings(user), "socket.timeout.ms": 5000}
+        config: dict[str, Any] = {**self.client_settings(user), "socket.timeout.ms": 5000}
         if servers:
-            settings["bootstrap.servers"] = servers
+            config["bootstrap.servers"] = servers
         if quiet:
             # A node still starting refuses connections; while polling that is expected, not news.
-            settings["log_level"] = 0
-        return AdminClient(settings)
+            config["log_level"] = 0
+        return AdminClient(config)
 
     def _registered_nodes(self) -> set[int]:
         """The broker ids the cluster reports as registered and unfenced (empty: no answer)."""

@@ -270,7 +270,9 @@ def _run_part(context, suite: TopicSuite, part: str, frame: DataFrame, run_name:
         expectation_parameters=suite.parameters,
         run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(timezone.utc)),
     )
-    failures, warnings, urls = [], [], []
+    failures: list[FailedExpectation] = []
+    warnings: list[FailedExpectation] = []
+    urls: list[str] = []
     for identifier, validation in run.run_results.items():
         urls += [site["site_url"] for site in context.get_docs_sites_urls(resource_identifier=identifier)]
         for result in validation.results:
