@@ -10,41 +10,15 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog, supervisor_schedule
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param
+from streamops.dag_tasks import apps_param, runbook
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
-
-DOC = """
-### Streaming app status, health and supervision
-
-Every 2 minutes (and on demand), per app: **running / stopped / failed / crashed**, version and
-code, driver pid and host, Spark application, the last batch of each query, and **lag per
-partition** (each query's last committed batch in its checkpoint against the topics' end offsets)
-with the time lag (age of the oldest unprocessed record).
-
-Then its **health**, from what the app should be doing (deployed / stopped by an operator, who
-and when) and the catalog's `supervision` thresholds: healthy, stopped, not deployed, in
-operation (a roll or recovery is changing it), **crashed**, **crash-loop**, **held** (down after
-a run failed while changing it: nothing restarts it), **stalled**, **lagging**, **degraded**,
-**unreadable**.
-
-**Supervisor**: an app that should run and does not is restarted from its checkpoint with the
-version, Spark conf and code it last ran, if its restart policy is `on-failure`: the first
-restart at once, later ones after an exponential backoff; after `max_restarts` within
-`restart_window` the crash-loop guard leaves it down. Every restart is in `streamops audit`.
-
-**The run fails** (task `check_health`) when any app is crashed, in a crash loop, held, stalled,
-lagging, degraded or unreadable, naming each with its evidence, so Airflow's failure notifications page
-someone (README "Supervision" shows how to wire a notifier). A crash loop names the batch and
-offsets it failed on; the way out is recover_skip_records, recover_reset_offsets or
-recover_replay_dead_letters, then recover_restart_app or deploy_apps (which resets the guard).
-"""
 
 
 @dag(
     dag_id="app_status",
     description="Supervisor: status, health and lag of the streaming apps; restarts crashed apps; fails when one needs someone.",
-    doc_md=DOC,
+    doc_md=runbook("app_status"),
     schedule=supervisor_schedule(),
     catchup=False,
     max_active_runs=1,

@@ -11,38 +11,17 @@ from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, audited_step
+from streamops.dag_tasks import apps_param, audited_step, runbook
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
 
-DOC = """
-### Deploy streaming apps
-
-Starts each chosen app with `spark-submit` through the `spark_default` connection (Spark local
-mode here; a cluster master in production). The driver runs **detached**: it keeps running after
-this task ends, holding no Airflow worker slot.
-
-* **Exactly one driver per app.** An app that is already running, launched by any DAG run or by
-  hand, is refused with the running driver named (pid, host, version, Spark application, start
-  time). The guard is a lease the driver holds beside its checkpoint (an epoch and a heartbeat), so it
-  holds across Airflow workers, across hosts and outside Airflow too.
-* The task waits until the driver holds its lease and every query started, or fails with
-  the driver log's last lines.
-* Each deployed app is announced as an event of the asset `streamops://apps/deployments`, which
-  triggers **validate_topic_quality** on that app's output topics.
-* **Spark conf** takes only tuning keys (memory, cores, parallelism; the list is in the field's
-  help) with bounded values; programs, paths, jars and JVM options come only from the catalog.
-* What runs where is recorded beside each checkpoint (`_runtime/driver.json`, history in
-  `runs.jsonl`); the **app_status** DAG reads it. Stop with **stop_apps**.
-"""
-
 
 @dag(
     dag_id="deploy_apps",
     description="Start streaming apps (one detached Spark driver per app).",
-    doc_md=DOC,
+    doc_md=runbook("deploy_apps"),
     schedule=None,
     catchup=False,
     tags=["spark", "apps", "deploy"],

@@ -11,7 +11,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import audited_step, is_dry_run
+from streamops.dag_tasks import audited_step, is_dry_run, runbook
 from streamops.dag_tasks import provision_topics as steps
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 
@@ -20,29 +20,11 @@ from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_p
 CATALOG = load_catalog(check_programs=False)
 TOPIC_NAMES = CATALOG.topic_names()
 
-DOC = """
-### Provision Kafka topics from the catalog
-
-Brings the broker in line with `catalog/pipelines.yaml` (the one source of truth).
-
-1. **plan** compares every selected catalog topic with the broker: *create*, *add partitions*,
-   *alter configs* or *no change*. Changes Kafka cannot make safely are **refused** with the
-   reason (lowering partitions, changing the replication factor) and the topic is left untouched.
-   Topics on the broker that are not in the catalog are listed, never deleted.
-2. **apply** carries out the plan through the `kafka_default` connection. Skipped on a dry run.
-3. **verify** describes the topics again and fails if the broker does not match the catalog.
-
-**Approve the plan in one run**: with the form's defaults the run plans, then waits at
-**approve** (the run's *Required actions*) showing the plan; *Approve* applies exactly that plan,
-*Reject* changes nothing. *Dry run* only plans; *Wait for approval* off applies at once (the API,
-`streamops up`). A second apply shows every topic as *no change*.
-"""
-
 
 @dag(
     dag_id="provision_topics",
     description="Create and update Kafka topics from the catalog (plan, apply, verify).",
-    doc_md=DOC,
+    doc_md=runbook("provision_topics"),
     schedule=None,
     catchup=False,
     max_active_runs=1,

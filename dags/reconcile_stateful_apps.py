@@ -10,7 +10,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import audited_step
+from streamops.dag_tasks import audited_step, runbook
 from streamops.dag_tasks import reconcile_apps as steps
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.dag_tasks.apps import kafka_connection
@@ -19,25 +19,11 @@ from streamops.dag_tasks.quality import spark_master
 
 STATEFUL = steps.stateful_app_names(load_catalog(check_programs=False))
 
-DOC = """
-### Nightly reconciliation of stateful apps
-
-For each app with windowed counts: a reprocessing run of the app's own code from the **earliest**
-retained offsets into **scratch topics** (`scratch.recon-<time>.<topic>`), then a comparison of
-every **closed** window (end at or before the live count query's watermark, read from its
-checkpoint) with the live output: matching, differing, only live, only recomputed. Windows still
-open are skipped and counted. Examples of mismatches are in the log.
-
-The run fails when the mismatched share is above **Max mismatch ratio** (0: any mismatch fails).
-The scratch topics are deleted at the end, also when the run fails. Records the live app
-dropped as late show up as mismatches (the live query's progress counts them).
-"""
-
 
 @dag(
     dag_id="reconcile_stateful_apps",
     description="Nightly: recompute stateful apps' closed windows from earliest and compare with the live output.",
-    doc_md=DOC,
+    doc_md=runbook("reconcile_stateful_apps"),
     schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -9,39 +9,18 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
+from streamops.dag_tasks import runbook
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.quality import spark_master
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, range_end_param, range_start_param
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 
-DOC = """
-### Replay dead letters (on-call)
-
-**Symptom**: an app's dead-letter topic filled up because of a bug or a limit that has since
-been fixed (a new parser version, a raised `max_record_bytes` in the catalog), and those records
-must now be processed.
-
-**Params**: *App*; *Start* / *End* of the dead letters (`earliest`, an ISO-8601 time with a
-timezone, or a duration back such as `6 hours`; `now`); *Reason contains*: only dead letters
-whose reason contains this text (case-insensitive), e.g. `byte limit`; empty for all.
-
-1. **plan**: reads the dead letters in the range and runs the app's **current** parsing over the
-   original records: per reason, how many **now pass** (to replay), **still fail** (they stay,
-   with the reason they fail now), were **already replayed** (ledger), or are filtered out.
-2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: produces the passing records, byte for byte, to their input topic and
-   original partition, with headers `streamops.replay.source` / `.dead-letter` / `.run`; each
-   acknowledged record enters the **replay ledger**, so running this again replays nothing twice.
-3. **verify**: every replayed record is on its input topic at the acknowledged offset.
-
-The dead-letter topic is never changed. Audited (`streamops audit`).
-"""
-
 
 @dag(
     dag_id="recover_replay_dead_letters",
     description="On-call: replay dead letters that pass the app's parsing now back to the input topic, once.",
-    doc_md=DOC,
+    doc_md=runbook("recover_replay_dead_letters"),
     schedule=None,
     catchup=False,
     max_active_runs=1,

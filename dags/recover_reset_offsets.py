@@ -9,42 +9,18 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
+from streamops.dag_tasks import runbook
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.quality.ranges import DURATION_PATTERN, MAX_OFFSET, TIME_PATTERN
 
-DOC = """
-### Reset an app's input position (on-call)
-
-Kafka's `kafka-consumer-groups --reset-offsets` does nothing to a Spark app: its position is in
-its checkpoint. This DAG is the Spark counterpart.
-
-**Symptoms**: a poison batch of records must be skipped (*shift* +N, *latest*, or a *datetime*
-after it); records must be processed again after a downstream loss (*datetime*, *duration*,
-*shift* -N, *earliest*); an exact position is known (*offsets*).
-
-**Params**: *App*; *Mode* and its value (*To datetime* `2026-11-22T03:00:00Z`, with a timezone;
-*Duration* `2 hours`; *Shift* `-500`; *Offsets* `{"<input topic>": {"0": 1200, "1": 980}}`);
-*Partitions*: empty for every input partition, or `topic` / `topic:N` items. The app must be
-**stopped** first (`stop_apps`).
-
-1. **plan**: per input partition the current checkpoint offset, the new offset and the records
-   **replayed** or **skipped**; for a stateful app, that its **state starts empty** (to rebuild it
-   from everything retained, use `recover_rebuild_state` instead).
-2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: **backs up** the checkpoint (`<time>-before-reset`), retires it, and
-   starts the app on a **new checkpoint** at exactly the planned offsets.
-3. **verify**: every query recorded the planned starting offsets, and it makes progress.
-
-To undo: `recover_restore_checkpoint` with the `before-reset` snapshot. Audited (`streamops audit`).
-"""
-
 
 @dag(
     dag_id="recover_reset_offsets",
     description="On-call: reset a Spark app's input offsets (earliest, latest, datetime, duration, shift, explicit).",
-    doc_md=DOC,
+    doc_md=runbook("recover_reset_offsets"),
     schedule=None,
     catchup=False,
     max_active_runs=1,

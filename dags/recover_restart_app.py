@@ -9,42 +9,16 @@ from airflow.sdk import dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
+from streamops.dag_tasks import runbook
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.recovery_params import app_param, dry_run_param, verify_deadline_param
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
-
-DOC = """
-### Restart a crashed app (on-call)
-
-**Symptom**: `app_status` shows the app **CRASHED** or **FAILED** (or it was stopped), its lag grows,
-its output topics go quiet. The supervisor (`app_status`) restarts crashed apps itself when their
-policy is `on-failure`; this DAG is for the rest: policy `never`, a **CRASH-LOOP** once the record
-that fails it is skipped (this start resets the guard), or a restart by hand.
-
-**Params**: *App*; *Dry run* (only the plan) and *Wait for approval* (on: the plan waits for your Approve).
-
-1. **plan**: the app's state and how its last driver ended (pid, host, version, reason), its
-   checkpoint batches and lag, and any process its dead driver **left behind** (spark-submit, the
-   JVM that runs the queries). A running app is refused: if it is stuck, stop it with `stop_apps`.
-   For a **FAILED** app: the micro-batch its query failed on, the offsets per partition that
-   batch covers, and the error. A restart runs exactly that batch again, so when the driver
-   before failed on the **same batch**, the plan says *"failed on batch N again ...: restarting
-   will fail the same way"*, lists the batch's largest records, and points to
-   `recover_skip_records` to skip the one record that fails it.
-2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: ends the leftover processes (SIGTERM, then SIGKILL), **backs up** the
-   checkpoint (`_backups/<app>/<time>-before-restart`), starts the version and Spark conf it last
-   ran with, from its checkpoint: it resumes exactly after its last committed micro-batch, so
-   nothing is lost (a batch cut short by the crash is written again: duplicates, not gaps).
-3. **verify**: waits until every query completes micro-batches again and the lag shrinks.
-
-Every step is written to the recovery audit log (`streamops audit`).
-"""
 
 
 @dag(
     dag_id="recover_restart_app",
     description="On-call: restart a crashed app from its checkpoint, ending what its dead driver left.",
-    doc_md=DOC,
+    doc_md=runbook("recover_restart_app"),
     schedule=None,
     catchup=False,
     max_active_runs=1,

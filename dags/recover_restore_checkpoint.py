@@ -9,37 +9,16 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import recovery as steps
+from streamops.dag_tasks import runbook
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
-
-DOC = """
-### Restore a checkpoint snapshot (rollback, on-call)
-
-**Symptoms**: a reset, rebuild or upgrade went wrong and the app must go back to where it was;
-the checkpoint was damaged after a known-good snapshot.
-
-Snapshots are taken before every restart, reset, rebuild, rolling restart and cutover, and kept:
-`<checkpoint root>/_backups/<app>/<UTC time>-<label>`.
-
-**Params**: *App*; *Snapshot*: `latest`, or a name from the history (run a dry run first: the plan
-lists them); *Stop if running*: let this DAG stop a running app gracefully first (else a running
-app is refused).
-
-1. **plan**: the snapshot history (label, version that wrote it, batches), and for the chosen one
-   the offsets per partition now and after the restore (records processed again).
-2. **approve** (the run's *Required actions*: the plan, Approve / Reject; skipped on a dry run or with *Wait for approval* off), then **apply**: stops the app if allowed, keeps the current checkpoint as a snapshot
-   of its own (`replaced`), puts the chosen one in its place, and starts the version that wrote it.
-3. **verify**: the app makes progress and its checkpoint continues the snapshot's batches.
-
-Audited (`streamops audit`).
-"""
 
 
 @dag(
     dag_id="recover_restore_checkpoint",
     description="On-call: roll an app back to one of its checkpoint snapshots.",
-    doc_md=DOC,
+    doc_md=runbook("recover_restore_checkpoint"),
     schedule=None,
     catchup=False,
     max_active_runs=1,

@@ -11,7 +11,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import audited_step, is_dry_run
+from streamops.dag_tasks import audited_step, is_dry_run, runbook
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 from streamops.dag_tasks import reprocess as steps
 from streamops.dag_tasks.apps import kafka_connection
@@ -25,37 +25,11 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
 # The form offers the catalog's apps (a catalog without apps still parses; the plan then refuses).
 APP_CHOICES: dict[str, Any] = {"enum": APP_NAMES} if APP_NAMES else {}
 
-DOC = """
-### Reprocess an app (backfill)
-
-Re-runs the app's **own transformation code** over a range of its retained input, as a bounded
-job (Trigger.AvailableNow on a fresh checkpoint, stopped exactly at the planned end offsets), into
-**new topics**; the live topics and the live app are never touched.
-
-* **Start**: `earliest`, an ISO-8601 time with a timezone (`2026-11-22T08:00:00Z`: records written
-  from then on), or a duration back from now (`6 hours`). **End**: `now` or an ISO-8601 time.
-* **Target**: *versioned* topics `<topic>.<version>` (e.g. `oplog.category.contacts.v2`) or
-  *scratch* topics `scratch.<tag>.<topic>`, created from the live topics' catalog definitions.
-  A target that already holds records is refused (no mixing of two runs).
-
-1. **plan**: per input partition the start and end offsets and record counts, the estimated run
-   time from this deployment's last measured rate, and a **warning** where retention could delete
-   the start of the range before the run reaches it. **A dry run stops here; otherwise the run waits for an operator to approve this plan (Required actions).**
-2. **run**: creates the targets and runs the job; logs records in, out per topic, dead letters
-   and the rate.
-3. **validate**: the targets, whole, with the live topics' expectation suites (the
-   validate_topic_quality code); the run fails if they fail.
-4. **cut_over** (only with *Cut over*; versioned targets, end `now`): the live app stops
-   gracefully, its checkpoint is kept as a snapshot and replaced by the backfill's, and it starts
-   again from there writing to the new topics: no gap, no overlap. The old topics are kept and
-   named in the log, with the catalog change to make next.
-"""
-
 
 @dag(
     dag_id="reprocess",
     description="Backfill: recompute an app's outputs from its retained input into new topics.",
-    doc_md=DOC,
+    doc_md=runbook("reprocess"),
     schedule=None,
     catchup=False,
     max_active_runs=1,

@@ -9,7 +9,7 @@ from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, audited_step
+from streamops.dag_tasks import apps_param, audited_step, runbook
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
@@ -18,42 +18,11 @@ from streamops.rollout import dependency_order
 CATALOG = load_catalog(check_programs=False)
 APP_NAMES = CATALOG.app_names()
 
-DOC = """
-### Rolling restart (upgrade) of streaming apps
-
-With *Wait for approval* on (the default), the run first shows the apps in roll order with the
-request and waits for an operator's **Approve** (the run's *Required actions*); Reject changes
-nothing; off: the roll starts at once (the API).
-
-One app at a time, upstream apps first (an app writing a topic another chosen app reads goes
-before it). For each app:
-
-1. **Warm standby**: the new version/conf starts beside the running one (a second driver: its
-   Spark session and query plans built and rehearsed, no lease, nothing written). A version that
-   cannot get that far is **refused before the running app is touched** (the log names why).
-2. **Plan check**: the new version's stateful operators are compared with the running version's.
-   A change Spark cannot restore from the checkpoint (a changed stateful operator, window or state
-   schema) is **refused before the running app is touched**; the standby is sent away.
-3. **Graceful stop** (the in-flight micro-batch finishes), then a **backup** of the checkpoint
-   (`<checkpoint root>/_backups/<app>/`, every snapshot kept; restorable).
-4. **The standby takes over** (the lease, then its queries: seconds of output gap, not a JVM
-   start; a version built before standbys starts cold), then the **health gate**: the driver keeps running, every query
-   completes new batches, lag does not grow, and the dead-letter rate stays under the limit, within
-   the deadline.
-5. If the gate fails: stop the new version, **restore the backup**, start the **previous version**,
-   and fail this run with the reason. Apps after it are not touched.
-
-When every app passed, the run announces them on the asset `streamops://apps/deployments`, which
-triggers **validate_topic_quality** on their output topics.
-
-The XCom of each app has the downtime (seconds without a driver) and the backup path.
-"""
-
 
 @dag(
     dag_id="roll_restart_apps",
     description="Upgrade streaming apps one at a time: warm standby, plan check, stop, backup, take-over, health gate, rollback.",
-    doc_md=DOC,
+    doc_md=runbook("roll_restart_apps"),
     schedule=None,
     catchup=False,
     max_active_runs=1,

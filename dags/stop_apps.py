@@ -9,26 +9,15 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, audited_step
+from streamops.dag_tasks import apps_param, audited_step, runbook
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
-
-DOC = """
-### Stop streaming apps gracefully
-
-Asks each chosen driver to stop: it lets the in-flight micro-batch finish, then stops its
-queries, records the stop beside its checkpoint and ends its lease. Any Airflow worker can ask
-(the request is a file beside the checkpoint that the driver reads). If a batch is still
-running at the deadline the query is stopped anyway, which is still safe: an uncommitted batch
-is re-run from the checkpoint on restart. A driver of this host that does not exit is sent
-SIGTERM, then killed, and the task says which happened; one on another host is named instead.
-"""
 
 
 @dag(
     dag_id="stop_apps",
     description="Stop streaming apps after their in-flight micro-batch.",
-    doc_md=DOC,
+    doc_md=runbook("stop_apps"),
     schedule=None,
     catchup=False,
     tags=["spark", "apps", "stop"],

@@ -13,48 +13,18 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import quality as steps
+from streamops.dag_tasks import runbook
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.quality.ranges import MAX_LAST_RECORDS, MAX_OFFSET, MODES, TIME_PATTERN
 
 CATALOG = load_catalog(check_programs=False)
 
-DOC = """
-### Validate output topic quality
-
-Reads a **bounded range** of each chosen output topic from Kafka as a Spark batch, decodes it
-with the topic's `value_schema` from the catalog and validates it with the topic's expectation
-suite (`catalog/expectations/<topic>.json`, reviewed like code).
-
-**Range** (offsets are per partition, end exclusive; times are when the records were written):
-
-| choice | reads |
-|---|---|
-| *Automatic* | scheduled runs: the last closed hour; after a deploy or backfill: the last N records |
-| *Last N records* | the last *Last records* records of each partition |
-| *Time range* | records written from *Start time* up to *End time* (ISO-8601 with a timezone) |
-| *Explicit offsets* | *Offsets*, e.g. `{"oplog.category.contacts": {"0": [100, 200]}}` |
-
-Bad params (unknown topic, inverted time range, offsets beyond the end) fail the **plan** task
-with every problem listed, before anything is read.
-
-Cross-record checks run too: the router's category topics are reconciled record by record with
-the operation log (missing, unexpected and duplicate outputs), windowed counts against a
-recomputation by the app's own code.
-
-**validate** fails when a critical expectation fails; its log lists each failed expectation
-with sample offending records and their offsets, and the **Data Docs** page of the run. Results
-are kept: `streamops quality results` or the SQLite file `.run/quality/results.sqlite`.
-
-Runs every hour over the last closed hour, and after each deploy or roll of an app (its topics).
-Backfills (the **reprocess** DAG) validate their target topics with this same code themselves.
-"""
-
 
 @dag(
     dag_id="validate_topic_quality",
     description="Validate output topic ranges with the catalog's Great Expectations suites.",
-    doc_md=DOC,
+    doc_md=runbook("validate_topic_quality"),
     schedule=AssetOrTimeSchedule(
         timetable=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
         # Airflow annotates this with its serialized asset type; the SDK's Asset is what it documents.

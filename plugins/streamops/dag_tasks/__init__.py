@@ -5,7 +5,24 @@ arguments and return JSON-friendly dicts for XCom; they never touch the metadata
 """
 
 import logging
+import re
 from contextlib import contextmanager
+
+
+def runbook(dag_id: str) -> str:
+    """The DAG's runbook, its doc in the Airflow UI (doc_md): the markdown file
+    dags/docs/<dag_id>.md, the one place it is written (the README links it). A missing file
+    fails the DAG's import, naming the file."""
+    from streamops.paths import RUNBOOKS_DIR
+
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", dag_id):
+        raise ValueError(f"not a DAG id: {dag_id!r}")
+    path = RUNBOOKS_DIR / f"{dag_id}.md"
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"the runbook of DAG {dag_id!r} is missing: {path} "
+                                "(each DAG's doc in the UI is dags/docs/<dag_id>.md)") from None
 
 
 def apps_param(names: list[str], *, required: bool, description: str):
