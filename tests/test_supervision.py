@@ -22,7 +22,8 @@ from streamops.app_runtime import AppRuntime
 from streamops.app_status import AppStatus, PartitionLag
 from streamops.audit import read_audit
 from streamops.catalog import SupervisionSpec, load_catalog
-from streamops.kafka_records import end_offsets, produce
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import produce
 from streamops.supervision import evaluate, restart_decision
 from streamops.waiting import poll_until
 

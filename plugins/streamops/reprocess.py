@@ -33,7 +33,8 @@ from tabulate import tabulate
 
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.catalog import VERSION_PATTERN, AppSpec, Catalog, TopicSpec
-from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
+from streamops.kafka_offsets import offsets_for_time, topic_partitions, watermarks
+from streamops.quality.ranges import DURATION_BACK, parse_time, time_back
 from streamops.kafka_client import KafkaClientConfig
 
 # Used for the estimate until this machine has measured a run of the app.

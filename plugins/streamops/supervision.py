@@ -156,7 +156,7 @@ class Observation:
 def observe(spec: AppSpec, kafka) -> Observation:
     """Read one app (raises when it cannot be read: callers report it as `unreadable`)."""
     from streamops.app_status import app_status
-    from streamops.kafka_records import end_offsets
+    from streamops.kafka_offsets import end_offsets
 
     runtime = AppRuntime(spec.checkpoint_location())
     status = app_status(spec, kafka)

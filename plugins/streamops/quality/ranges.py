@@ -17,19 +17,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Literal
 
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import Catalog, duration_ms
+from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, offsets_for_time, topic_partitions, watermarks
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
 MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
-_TIMEOUT_S = 15
 
-# Bounds of every offset, time and count a DAG param names: the form's schema uses them and the
-# parsing code below checks them again (an API trigger or a direct call bypasses the form).
-MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit
-MAX_PARTITION = 2**31 - 1  # Kafka partitions are signed 32-bit
+# Bounds of every time and count a DAG param names (offsets and partitions: kafka_offsets): the
+# form's schema uses them and the parsing code below checks them again (an API trigger or a
+# direct call bypasses the form).
 MAX_LAST_RECORDS = 1_000_000  # per partition, for a validation batch
 # Kafka timestamps count milliseconds from 1970; a time past year 2999 is a typo, not a plan.
 EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -131,42 +129,6 @@ def time_back(text: str, what: str, now: datetime) -> datetime:
     if moment < EARLIEST_TIME:
         raise ValueError(f"{what} {text!r} reaches back before 1970-01-01T00:00:00Z, where Kafka timestamps start")
     return moment
-
-
-def watermarks(admin: AdminClient, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
-    """partition -> (earliest, latest) offsets now."""
-    low = _list_offsets(admin, topic, {p: OffsetSpec.earliest() for p in partitions})
-    high = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
-    return {p: (low[p], high[p]) for p in partitions}
-
-
-def offsets_for_time(admin: AdminClient, topic: str, partitions: Sequence[int], epoch_ms: int) -> dict[int, int]:
-    """partition -> the first offset whose timestamp is at or after `epoch_ms` (the end if none)."""
-    found = _list_offsets(admin, topic, {p: OffsetSpec.for_timestamp(epoch_ms) for p in partitions})
-    latest = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
-    return {p: latest[p] if found[p] < 0 else found[p] for p in partitions}
-
-
-def _list_offsets(admin: AdminClient, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
-    """Offsets per partition. A partition without a leader for a moment (a topic just created, a
-    leader election after a broker restart) answers with a retriable error: asked again until
-    the deadline, then the error is raised."""
-    from streamops.kafka_client import while_transient
-
-    def ask() -> dict[int, int]:
-        futures = admin.list_offsets({TopicPartition(topic, p): spec for p, spec in specs.items()}, request_timeout=_TIMEOUT_S)
-        return {tp.partition: future.result().offset for tp, future in futures.items()}
-
-    return while_transient(ask, timeout=_TIMEOUT_S)
-
-
-def topic_partitions(admin: AdminClient, topics: Sequence[str]) -> dict[str, list[int] | None]:
-    """topic -> its partitions on the broker (None: the topic does not exist)."""
-    metadata = admin.list_topics(timeout=_TIMEOUT_S)
-    return {
-        t: sorted(metadata.topics[t].partitions) if t in metadata.topics and metadata.topics[t].error is None else None
-        for t in topics
-    }
 
 
 def resolve(

@@ -30,8 +30,9 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.catalog import AppSpec, Catalog
-from streamops.kafka_records import end_offsets, held_offsets, producer, read_spans
-from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
+from streamops.kafka_offsets import end_offsets, offsets_for_time, topic_partitions, watermarks
+from streamops.kafka_records import held_offsets, producer, read_spans
+from streamops.quality.ranges import DURATION_BACK, parse_time, time_back
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
 from streamops.kafka_client import KafkaClientConfig

@@ -19,14 +19,8 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
-from streamops.quality.ranges import (
-    MAX_OFFSET,
-    offsets_for_time,
-    parse_time,
-    time_back,
-    topic_partitions,
-    watermarks,
-)
+from streamops.kafka_offsets import MAX_OFFSET, offsets_for_time, topic_partitions, watermarks
+from streamops.quality.ranges import parse_time, time_back
 from streamops.recovery.common import (
     RecoveryRefused,
     batch_marks,
