@@ -8,8 +8,12 @@
 No other module asks the broker for offsets (AdminClient.list_offsets, a consumer's watermarks
 or offsets_for_times): they call these.
 
-This module imports no other streamops module at import time but `kafka_client`'s retry helper,
-and confluent-kafka only when it talks to a broker.
+The duration grammar ("10 minutes", "1 day") is both the catalog's Spark interval grammar and
+how a form says "this long back from now" (`DURATION_PATTERN`, `duration_ms`): written here once.
+
+This module imports no other streamops module at import time but `kafka_client`'s retry helper
+(the catalog imports the duration grammar from here), and confluent-kafka only when it talks to
+a broker.
 """
 
 from __future__ import annotations
@@ -28,6 +32,28 @@ if TYPE_CHECKING:
 # parsing code checks them again (an API trigger or a direct call bypasses a form).
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit
 MAX_PARTITION = 2**31 - 1  # Kafka partitions are signed 32-bit
+
+# ---------------------------------------------------------------------------------------------
+# The duration grammar: Spark interval strings ("10 minutes", "2 seconds"), used by the catalog for
+# triggers, windows and watermarks, and by the forms for a time back from now.
+
+DURATION_UNITS_MS = {"millisecond": 1, "second": 1_000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
+_UNITS = "|".join(DURATION_UNITS_MS)
+# Any amount: the catalog's durations and the code's check of a time back (which bounds it in words).
+DURATION_PATTERN = rf"^[1-9][0-9]* ({_UNITS})s?$"
+# The forms' pattern: at most 12 digits, so the schema never lets a number through that the code
+# could only refuse as absurd.
+DURATION_FORM_PATTERN = rf"^[1-9][0-9]{{0,11}} ({_UNITS})s?$"
+
+
+def duration_ms(value: str) -> int:
+    """'10 minutes' -> 600000 (a text DURATION_PATTERN matches)."""
+    amount, unit = value.split()
+    return int(amount) * DURATION_UNITS_MS[unit.rstrip("s")]
+
+
+# ---------------------------------------------------------------------------------------------
+# The broker
 
 _TIMEOUT_S = 15
 

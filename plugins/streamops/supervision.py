@@ -36,7 +36,8 @@ from typing import Any
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.app_runtime import parse_recorded_time as _parse
 from streamops.app_status import AppStatus
-from streamops.catalog import AppSpec, SupervisionSpec, duration_ms
+from streamops.catalog import AppSpec, SupervisionSpec
+from streamops.kafka_offsets import duration_ms
 
 NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "lagging", "degraded")
 # The state as a number for Prometheus (streamops_app_state): higher is worse.

@@ -51,9 +51,10 @@ def range_start_param(description: str):
     """Where a time range starts: earliest, a bounded duration back, or a time from 1970 to 2999."""
     from airflow.sdk import Param
 
-    from streamops.quality.ranges import DURATION_PATTERN, TIME_PATTERN
+    from streamops.kafka_offsets import DURATION_FORM_PATTERN
+    from streamops.quality.ranges import TIME_PATTERN
 
-    return Param("earliest", type="string", minLength=1, maxLength=64, pattern=_either("^earliest$", DURATION_PATTERN, TIME_PATTERN),
+    return Param("earliest", type="string", minLength=1, maxLength=64, pattern=_either("^earliest$", DURATION_FORM_PATTERN, TIME_PATTERN),
                  title="Start", description=description)
 
 

@@ -19,8 +19,16 @@ from typing import Literal
 
 from confluent_kafka.admin import AdminClient
 
-from streamops.catalog import Catalog, duration_ms
-from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, offsets_for_time, topic_partitions, watermarks
+from streamops.catalog import Catalog
+from streamops.kafka_offsets import (
+    DURATION_PATTERN,
+    MAX_OFFSET,
+    MAX_PARTITION,
+    duration_ms,
+    offsets_for_time,
+    topic_partitions,
+    watermarks,
+)
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
 MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
@@ -33,11 +41,10 @@ MAX_LAST_RECORDS = 1_000_000  # per partition, for a validation batch
 EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
 LATEST_TIME = datetime(3000, 1, 1, tzinfo=timezone.utc)
 MAX_LOOKBACK = timedelta(days=3650)
-# The forms' patterns: a time starts with a year from 1970 to 2999; a duration has at most 12 digits.
+# The forms' pattern: a time starts with a year from 1970 to 2999 (a duration: kafka_offsets).
 # (The timezone is optional here so the code can say it is missing in plain words.)
 TIME_PATTERN = r"^(19[7-9][0-9]|2[0-9]{3})-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?$"
-DURATION_PATTERN = r"^[1-9][0-9]{0,11} (millisecond|second|minute|hour|day)s?$"
-DURATION_BACK = re.compile(r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
+DURATION_BACK = re.compile(DURATION_PATTERN)
 
 
 class RangeError(ValueError):
