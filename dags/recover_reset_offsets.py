@@ -13,8 +13,7 @@ from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
-from streamops.kafka_offsets import DURATION_FORM_PATTERN, MAX_OFFSET
-from streamops.quality.ranges import TIME_PATTERN
+from streamops.kafka_offsets import DURATION_FORM_PATTERN, MAX_OFFSET, TIME_PATTERN
 
 DOC = """
 ### Reset an app's input position (on-call)
