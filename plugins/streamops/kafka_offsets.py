@@ -177,7 +177,9 @@ def topic_partitions(admin: AdminClient, topics: Sequence[str]) -> dict[str, lis
     }
 
 
-def watermarks(admin: AdminClient, topic: str, partitions: Sequence[int], *, committed: bool = False) -> dict[int, tuple[int, int]]:
+def watermarks(
+    admin: AdminClient, topic: str, partitions: Sequence[int], *, committed: bool = False
+) -> dict[int, tuple[int, int]]:
     """partition -> (earliest, latest) offsets now. `committed`: the latest as a read_committed
     reader sees it (the last stable offset, before any open transaction), else the high watermark."""
     from confluent_kafka.admin import OffsetSpec

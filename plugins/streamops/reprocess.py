@@ -39,7 +39,6 @@ from streamops.kafka_client import KafkaClientConfig
 # Used for the estimate until this machine has measured a run of the app.
 log = logging.getLogger(__name__)
 DEFAULT_RATE = 5_000.0
-# "6 hours": a duration back from now, as the start of a range.
 # A version suffix becomes part of topic names: "v" and at most 6 digits (the forms use the pattern).
 VERSION_SUFFIX_PATTERN = r"^v[0-9]{1,6}$"
 _VERSION = re.compile(VERSION_SUFFIX_PATTERN)

@@ -30,7 +30,17 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.catalog import AppSpec, Catalog
-from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, end_offsets, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.kafka_offsets import (
+    BACK,
+    EARLIEST,
+    NOW,
+    TIME,
+    end_offsets,
+    offsets_for_time,
+    parse_moment,
+    topic_partitions,
+    watermarks,
+)
 from streamops.kafka_records import held_offsets, producer, read_spans
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
