@@ -14,7 +14,7 @@ from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
 from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
-from streamops.quality.ranges import DURATION_PATTERN, MAX_OFFSET, TIME_PATTERN
+from streamops.kafka_offsets import DURATION_FORM_PATTERN, MAX_OFFSET, TIME_PATTERN
 
 
 @dag(
@@ -39,7 +39,7 @@ from streamops.quality.ranges import DURATION_PATTERN, MAX_OFFSET, TIME_PATTERN
                              section="Where to (the field of the chosen mode)",
                              description="Mode datetime: ISO-8601 with a timezone, e.g. 2026-11-22T03:00:00Z "
                                          "(from 1970 to 2999)."),
-        "duration": Param(None, type=["null", "string"], pattern=DURATION_PATTERN,
+        "duration": Param(None, type=["null", "string"], pattern=DURATION_FORM_PATTERN,
                           section="Where to (the field of the chosen mode)",
                           title="Duration", description="Mode duration: e.g. '2 hours' back from now (at most 3650 days)."),
         "shift": Param(None, type=["null", "integer"], minimum=-MAX_OFFSET, maximum=MAX_OFFSET, title="Shift",

@@ -16,7 +16,8 @@ from streamops.dag_tasks import quality as steps
 from streamops.dag_tasks import runbook
 from streamops.dag_tasks.apps import kafka_connection
 from streamops.dag_tasks.provision_topics import admin_client
-from streamops.quality.ranges import MAX_LAST_RECORDS, MAX_OFFSET, MODES, TIME_PATTERN
+from streamops.kafka_offsets import MAX_OFFSET, TIME_PATTERN
+from streamops.quality.ranges import MAX_LAST_RECORDS, MODES
 
 CATALOG = load_catalog(check_programs=False)
 

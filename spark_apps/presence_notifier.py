@@ -29,7 +29,8 @@ from spark_apps.common.records import iso_ms
 from spark_apps.common.runner import OutputQuery
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamops.catalog import AppSpec, Duration, duration_ms
+from streamops.catalog import AppSpec, Duration
+from streamops.kafka_offsets import duration_ms
 from streamops.program_contract import StreamingProgram, WindowCountOutput
 
 

@@ -23,7 +23,8 @@ from tests.support.routes import wait_until_all_routed
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.catalog import Catalog, load_catalog
-from streamops.kafka_records import end_offsets, read_all
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.local_stack.airflow_api import AirflowApi

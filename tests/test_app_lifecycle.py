@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from streamops.app_runtime import AppRuntime
-from streamops.kafka_records import end_offsets, read_all
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.waiting import poll_until
 from tests.support.routes import wait_until_all_routed

@@ -81,7 +81,7 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_
     from confluent_kafka import TopicPartition
 
     from streamops.app_runtime import AppRuntime
-    from streamops.kafka_records import end_offsets
+    from streamops.kafka_offsets import end_offsets
 
     topic = spec.inputs["operations"]
     ends = {p: high for p, (_, high) in end_offsets(broker.client_config, topic).items()}

@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from streamops.app_status import app_status
-from streamops.kafka_records import end_offsets, read_all
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until

@@ -18,7 +18,8 @@ import pytest
 
 from tests.support.apps import run_available_now
 from streamops.app_runtime import AppRuntime
-from streamops.kafka_records import end_offsets, produce, read_all
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import produce, read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.audit import read_audit

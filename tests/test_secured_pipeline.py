@@ -187,7 +187,7 @@ def router_partitions(catalog, topic: str) -> int:
 
 
 def _size(kafka, topic: str, partition: int) -> int:
-    from streamops.kafka_records import end_offsets
+    from streamops.kafka_offsets import end_offsets
 
     low, high = end_offsets(kafka, topic)[partition]
     return high - low

@@ -15,7 +15,8 @@ import pytest
 from tests.support.apps import run_available_now
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
-from streamops.kafka_records import end_offsets, produce, read_all
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import produce, read_all
 from streamops.audit import read_audit
 from streamops.rollout import backup_info, list_backups
 from streamops.waiting import DeadlineExceeded, poll_until

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from streamops.audit import read_audit
 from streamops.catalog import SupervisionSpec, load_catalog
-from streamops.kafka_records import end_offsets, produce
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import produce
 from streamops.waiting import poll_until
 
 

@@ -16,7 +16,8 @@ from confluent_kafka import TopicPartition
 
 from tests.support.apps import run_available_now
 from streamops import loadgen
-from streamops.kafka_records import end_offsets, produce, read_all
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import produce, read_all
 from streamops.quality import docs, docs_assets, results
 
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'

@@ -158,7 +158,8 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
 def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, app_catalog, broker):
     from datetime import datetime, timezone
 
-    from streamops.quality.ranges import RangeError, RangeRequest, parse_time, resolve, time_back
+    from streamops.kafka_offsets import parse_time, time_back
+    from streamops.quality.ranges import RangeError, RangeRequest, resolve
     from streamops.recovery.common import RecoveryRefused
     from streamops.recovery.replay import ReplayRequest, resolve_spans
     from streamops.recovery.reset import ResetRequest, plan_reset

@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec
-from streamops.kafka_records import end_offsets
+from streamops.kafka_offsets import end_offsets
 from streamops.kafka_client import KafkaClientConfig
 
 

@@ -24,7 +24,8 @@ from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import AppSpec, Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_records import end_offsets, producer
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import producer
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics

@@ -33,7 +33,8 @@ from pathlib import Path
 from streamops import settings
 from streamops.catalog import Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_records import end_offsets, read_all
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic import StringConstraints
 
+from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 from streamops.paths import PROJECT_ROOT
 from streamops.programs import REFERENCE_PATTERN
 from streamops import settings
@@ -197,15 +198,8 @@ def _kafka_string(value: ConfigValue) -> str:
 # Apps
 
 # Spark interval strings ("10 minutes", "2 seconds"): used for triggers, windows and watermarks.
-DURATION_PATTERN = r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$"
+# The grammar (DURATION_PATTERN, duration_ms) is the one the forms' "6 hours back" uses: kafka_offsets.
 Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
-_DURATION_UNITS_MS = {"millisecond": 1, "second": 1_000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000}
-
-
-def duration_ms(value: str) -> int:
-    """'10 minutes' -> 600000."""
-    amount, unit = value.split()
-    return int(amount) * _DURATION_UNITS_MS[unit.rstrip("s")]
 
 
 # An app's trigger: a micro-batch interval (a Duration), or Spark's real-time mode (long-running

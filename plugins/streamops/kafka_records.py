@@ -2,6 +2,7 @@
 
 Small helpers over confluent-kafka used by the load generator, the tests and validation of
 bounded ranges. Reading assigns partitions directly (no consumer group, nothing committed).
+Where a topic begins and ends: `streamops.kafka_offsets`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from streamops.kafka_client import KafkaClientConfig, transient, while_transient
+from streamops.kafka_client import KafkaClientConfig, transient
+from streamops.kafka_offsets import end_offsets
 from streamops.waiting import poll_until
 
 
@@ -32,26 +34,6 @@ class Record:
     @property
     def key_text(self) -> str | None:
         return None if self.key is None else self.key.decode("utf-8", errors="replace")
-
-
-def end_offsets(kafka: KafkaClientConfig, topic: str) -> dict[int, tuple[int, int]]:
-    """partition -> (low, high) watermarks."""
-    consumer = kafka.consumer("streamops-offsets")
-
-    def ask() -> dict[int, tuple[int, int]]:
-        metadata = consumer.list_topics(topic, timeout=15)
-        if metadata.topics[topic].error is not None:
-            raise KafkaException(metadata.topics[topic].error)
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
-            for p in sorted(metadata.topics[topic].partitions)
-        }
-
-    try:
-        # A broker restarting or a leader being elected answers for a moment with an error.
-        return while_transient(ask)
-    finally:
-        consumer.close()
 
 
 def held_offsets(low: int, high: int) -> str:

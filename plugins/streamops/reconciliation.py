@@ -24,7 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamops.app_status import last_committed_batch
-from streamops.catalog import AppSpec, Catalog, duration_ms
+from streamops.catalog import AppSpec, Catalog
+from streamops.kafka_offsets import duration_ms
 from streamops.quality.batches import read_decoded
 from streamops.quality.ranges import whole_topics
 from streamops.programs import ProgramError, program_info, settings_dict

@@ -33,13 +33,12 @@ from tabulate import tabulate
 
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.catalog import VERSION_PATTERN, AppSpec, Catalog, TopicSpec
-from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
+from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.kafka_client import KafkaClientConfig
 
 # Used for the estimate until this machine has measured a run of the app.
 log = logging.getLogger(__name__)
 DEFAULT_RATE = 5_000.0
-# "6 hours": a duration back from now, as the start of a range.
 # A version suffix becomes part of topic names: "v" and at most 6 digits (the forms use the pattern).
 VERSION_SUFFIX_PATTERN = r"^v[0-9]{1,6}$"
 _VERSION = re.compile(VERSION_SUFFIX_PATTERN)
@@ -222,22 +221,15 @@ def plan_reprocess(
     except KeyError as exc:
         raise ReprocessRefused([str(exc.args[0])]) from None
     start_time = end_time = None
-    if request.start != "earliest":
-        if DURATION_BACK.match(request.start or ""):
-            try:
-                start_time = time_back(request.start, "start", now)
-            except ValueError as exc:
-                problems.append(str(exc))
-        else:
-            try:
-                start_time = parse_time(request.start, "start")
-            except ValueError as exc:
-                problems.append(f"{exc}; or use 'earliest' or a duration such as '6 hours'")
-    if request.end != "now":
-        try:
-            end_time = parse_time(request.end, "end")
-        except ValueError as exc:
-            problems.append(f"{exc}; or use 'now'")
+    try:
+        start_time = parse_moment(request.start, "start", now, allowed={EARLIEST, TIME, BACK},
+                                  hint="; or use 'earliest' or a duration such as '6 hours'").at
+    except ValueError as exc:
+        problems.append(str(exc))
+    try:
+        end_time = parse_moment(request.end, "end", now, allowed={NOW, TIME}, hint="; or use 'now'").at
+    except ValueError as exc:
+        problems.append(str(exc))
     if end_time and end_time > now:
         problems.append(f"end {request.end} is in the future; use 'now' to process up to the current end")
     if start_time and (end_time or now) <= start_time:

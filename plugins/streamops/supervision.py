@@ -36,7 +36,8 @@ from typing import Any
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.app_runtime import parse_recorded_time as _parse
 from streamops.app_status import AppStatus
-from streamops.catalog import AppSpec, SupervisionSpec, duration_ms
+from streamops.catalog import AppSpec, SupervisionSpec
+from streamops.kafka_offsets import duration_ms
 
 NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "lagging", "degraded")
 # The state as a number for Prometheus (streamops_app_state): higher is worse.
@@ -156,7 +157,7 @@ class Observation:
 def observe(spec: AppSpec, kafka) -> Observation:
     """Read one app (raises when it cannot be read: callers report it as `unreadable`)."""
     from streamops.app_status import app_status
-    from streamops.kafka_records import end_offsets
+    from streamops.kafka_offsets import end_offsets
 
     runtime = AppRuntime(spec.checkpoint_location())
     status = app_status(spec, kafka)

@@ -229,7 +229,7 @@ def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_rea
     """Real-time mode runs one long-lived task per input partition, all at once: with fewer task
     slots than that, the partitions left over are never read (no error, just a silent stall).
     Executors may still be registering, so a short slot count is waited on for up to `wait_s`."""
-    from streamops.kafka_records import end_offsets
+    from streamops.kafka_offsets import end_offsets
 
     partitions = {topic: len(end_offsets(kafka, topic)) for topics in sources_read for topic in topics}
     needed = sum(partitions[topic] for topics in sources_read for topic in topics)
@@ -822,7 +822,7 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
     through the Kafka sink, which opens the producer (Spark pools it with the sink's options).
     Nothing is written to any topic, no offset is committed. Best effort, within WARM_UP_LIMIT_S:
     a step that fails (a plan that runs only on streams, e.g. applyInPandasWithState) is skipped."""
-    from streamops.kafka_records import end_offsets
+    from streamops.kafka_offsets import end_offsets
 
     bound = program.bind(spec)
     skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()

@@ -42,18 +42,13 @@ def shared_param_problems(params: dict) -> list[str]:
     return [problem] if problem else []
 
 
-def _either(*patterns: str) -> str:
-    """One JSON-schema pattern matching any of `patterns` (each anchored ^...$)."""
-    return "^(" + "|".join(p.removeprefix("^").removesuffix("$") for p in patterns) + ")$"
-
-
 def range_start_param(description: str):
     """Where a time range starts: earliest, a bounded duration back, or a time from 1970 to 2999."""
     from airflow.sdk import Param
 
-    from streamops.quality.ranges import DURATION_PATTERN, TIME_PATTERN
+    from streamops.kafka_offsets import BACK, EARLIEST, TIME, moment_pattern
 
-    return Param("earliest", type="string", minLength=1, maxLength=64, pattern=_either("^earliest$", DURATION_PATTERN, TIME_PATTERN),
+    return Param("earliest", type="string", minLength=1, maxLength=64, pattern=moment_pattern({EARLIEST, BACK, TIME}),
                  title="Start", description=description)
 
 
@@ -61,7 +56,7 @@ def range_end_param(description: str):
     """Where a time range ends: now, or a time from 1970 to 2999."""
     from airflow.sdk import Param
 
-    from streamops.quality.ranges import TIME_PATTERN
+    from streamops.kafka_offsets import NOW, TIME, moment_pattern
 
-    return Param("now", type="string", minLength=1, maxLength=64, pattern=_either("^now$", TIME_PATTERN),
+    return Param("now", type="string", minLength=1, maxLength=64, pattern=moment_pattern({NOW, TIME}),
                  title="End", description=description)

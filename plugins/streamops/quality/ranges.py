@@ -14,32 +14,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
 from typing import Literal
 
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient
 
-from streamops.catalog import Catalog, duration_ms
+from streamops.catalog import Catalog
+from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
 MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
-_TIMEOUT_S = 15
 
-# Bounds of every offset, time and count a DAG param names: the form's schema uses them and the
-# parsing code below checks them again (an API trigger or a direct call bypasses the form).
-MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit
-MAX_PARTITION = 2**31 - 1  # Kafka partitions are signed 32-bit
+# Bounds of a count a DAG param names (offsets, partitions, times: kafka_offsets): the form's
+# schema uses it and the parsing code below checks it again (an API trigger or a direct call
+# bypasses the form).
 MAX_LAST_RECORDS = 1_000_000  # per partition, for a validation batch
-# Kafka timestamps count milliseconds from 1970; a time past year 2999 is a typo, not a plan.
-EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LATEST_TIME = datetime(3000, 1, 1, tzinfo=timezone.utc)
-MAX_LOOKBACK = timedelta(days=3650)
-# The forms' patterns: a time starts with a year from 1970 to 2999; a duration has at most 12 digits.
-# (The timezone is optional here so the code can say it is missing in plain words.)
-TIME_PATTERN = r"^(19[7-9][0-9]|2[0-9]{3})-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?$"
-DURATION_PATTERN = r"^[1-9][0-9]{0,11} (millisecond|second|minute|hour|day)s?$"
-DURATION_BACK = re.compile(r"^[1-9][0-9]* (millisecond|second|minute|hour|day)s?$")
 
 
 class RangeError(ValueError):
@@ -103,70 +92,6 @@ class RangeRequest:
             end_time=params.get("end_time") or None,
             offsets=params.get("offsets") or None,
         )
-
-
-def parse_time(text: str, what: str) -> datetime:
-    """An ISO-8601 time that says its timezone; a naive one means different instants on
-    different hosts, so it is refused."""
-    try:
-        value = datetime.fromisoformat(text.strip())
-    except (ValueError, AttributeError):
-        raise ValueError(f"{what} {text!r} is not an ISO-8601 time (e.g. 2026-11-22T10:00:00Z)") from None
-    if value.tzinfo is None:
-        raise ValueError(f"{what} {text!r} has no timezone: add Z or an offset such as +01:00")
-    if not EARLIEST_TIME <= value < LATEST_TIME:
-        raise ValueError(f"{what} {text!r} is out of range: a time must be from 1970-01-01T00:00:00Z (where Kafka "
-                         "timestamps start) to before 3000-01-01T00:00:00Z")
-    return value
-
-
-def time_back(text: str, what: str, now: datetime) -> datetime:
-    """The moment a duration such as '6 hours' back from `now` names, at most MAX_LOOKBACK back."""
-    if not isinstance(text, str) or not DURATION_BACK.fullmatch(text):
-        raise ValueError(f"{what} {text!r} must look like '30 minutes' or '6 hours' (a time back from now)")
-    back_ms = duration_ms(text)
-    if back_ms > MAX_LOOKBACK // timedelta(milliseconds=1):
-        raise ValueError(f"{what} {text!r} is more than {MAX_LOOKBACK.days} days back; for everything retained use 'earliest'")
-    moment = now - timedelta(milliseconds=back_ms)
-    if moment < EARLIEST_TIME:
-        raise ValueError(f"{what} {text!r} reaches back before 1970-01-01T00:00:00Z, where Kafka timestamps start")
-    return moment
-
-
-def watermarks(admin: AdminClient, topic: str, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
-    """partition -> (earliest, latest) offsets now."""
-    low = _list_offsets(admin, topic, {p: OffsetSpec.earliest() for p in partitions})
-    high = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
-    return {p: (low[p], high[p]) for p in partitions}
-
-
-def offsets_for_time(admin: AdminClient, topic: str, partitions: Sequence[int], epoch_ms: int) -> dict[int, int]:
-    """partition -> the first offset whose timestamp is at or after `epoch_ms` (the end if none)."""
-    found = _list_offsets(admin, topic, {p: OffsetSpec.for_timestamp(epoch_ms) for p in partitions})
-    latest = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
-    return {p: latest[p] if found[p] < 0 else found[p] for p in partitions}
-
-
-def _list_offsets(admin: AdminClient, topic: str, specs: dict[int, OffsetSpec]) -> dict[int, int]:
-    """Offsets per partition. A partition without a leader for a moment (a topic just created, a
-    leader election after a broker restart) answers with a retriable error: asked again until
-    the deadline, then the error is raised."""
-    from streamops.kafka_client import while_transient
-
-    def ask() -> dict[int, int]:
-        futures = admin.list_offsets({TopicPartition(topic, p): spec for p, spec in specs.items()}, request_timeout=_TIMEOUT_S)
-        return {tp.partition: future.result().offset for tp, future in futures.items()}
-
-    return while_transient(ask, timeout=_TIMEOUT_S)
-
-
-def topic_partitions(admin: AdminClient, topics: Sequence[str]) -> dict[str, list[int] | None]:
-    """topic -> its partitions on the broker (None: the topic does not exist)."""
-    metadata = admin.list_topics(timeout=_TIMEOUT_S)
-    return {
-        t: sorted(metadata.topics[t].partitions) if t in metadata.topics and metadata.topics[t].error is None else None
-        for t in topics
-    }
 
 
 def resolve(
@@ -261,7 +186,7 @@ def _check_times(request: RangeRequest, problems: list[str]) -> tuple[datetime |
             times.append(None)
             continue
         try:
-            times.append(parse_time(text, what))
+            times.append(parse_moment(text, what, allowed={TIME}).at)
         except ValueError as exc:
             problems.append(str(exc))
             times.append(None)

@@ -30,9 +30,10 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamops.catalog import AppSpec, Catalog, duration_ms
+from streamops.catalog import AppSpec, Catalog
 from streamops.quality.batches import read_decoded, read_range
-from streamops.quality.ranges import TopicRange, offsets_for_time, topic_partitions, watermarks, whole_topics
+from streamops.kafka_offsets import duration_ms, offsets_for_time, topic_partitions, watermarks
+from streamops.quality.ranges import TopicRange, whole_topics
 from streamops.kafka_client import KafkaClientConfig
 from streamops.program_contract import LineageOutput, WindowCountOutput
 from streamops.programs import load_program, program_info, running_version, settings_dict

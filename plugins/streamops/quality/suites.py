@@ -24,13 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamops.programs import settings_dict
-from streamops.catalog import (
-    DURATION_PATTERN,
-    AppSpec,
-    Catalog,
-    TopicSpec,
-    duration_ms,
-)
+from streamops.catalog import AppSpec, Catalog, TopicSpec
+from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 
 
 class SuiteError(ValueError):

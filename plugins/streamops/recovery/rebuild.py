@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
-from streamops.quality.ranges import topic_partitions, watermarks
+from streamops.kafka_offsets import topic_partitions, watermarks
 from streamops.recovery.common import RecoveryRefused, batch_marks, keeps_state, query_dirs, resolve_app
 
 TARGETS = ("live", "versioned")

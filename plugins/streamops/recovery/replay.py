@@ -30,8 +30,18 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.catalog import AppSpec, Catalog
-from streamops.kafka_records import end_offsets, held_offsets, producer, read_spans
-from streamops.quality.ranges import DURATION_BACK, offsets_for_time, parse_time, time_back, topic_partitions, watermarks
+from streamops.kafka_offsets import (
+    BACK,
+    EARLIEST,
+    NOW,
+    TIME,
+    end_offsets,
+    offsets_for_time,
+    parse_moment,
+    topic_partitions,
+    watermarks,
+)
+from streamops.kafka_records import held_offsets, producer, read_spans
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
 from streamops.kafka_client import KafkaClientConfig
@@ -106,11 +116,10 @@ def replayed_sources(app: AppSpec) -> set[str]:
     return {json.loads(line)["source"] for line in path.read_text().splitlines() if line.strip()}
 
 
-def _time(text: str, what: str, now: datetime, problems: list[str]) -> datetime | None:
+def _time(text: str, what: str, now: datetime, allowed: set[str], problems: list[str]) -> datetime | None:
+    """The instant `text` names (None: earliest or now, the partitions' ends, or refused in `problems`)."""
     try:
-        if DURATION_BACK.match(text or ""):
-            return time_back(text, what, now)
-        return parse_time(text, what)
+        return parse_moment(text, what, now, allowed=allowed).at
     except ValueError as exc:
         problems.append(str(exc))
         return None
@@ -121,8 +130,9 @@ def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, 
     now = now or datetime.now(timezone.utc)
     problems: list[str] = []
     app = resolve_app(catalog, request.app, problems)
-    start = None if request.start == "earliest" else _time(request.start, "start", now, problems)
-    end = None if request.end == "now" else _time(request.end, "end", now, problems)
+    start = _time(request.start, "start", now, {EARLIEST, TIME, BACK}, problems)
+    # An end may be a duration back too ("until 1 hour ago"); the form offers now or a time.
+    end = _time(request.end, "end", now, {NOW, TIME, BACK}, problems)
     if start and end and end <= start:
         problems.append(f"end {request.end} is not after start {request.start}")
     if len(request.reason_contains or "") > 200:

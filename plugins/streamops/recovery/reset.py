@@ -19,14 +19,7 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
-from streamops.quality.ranges import (
-    MAX_OFFSET,
-    offsets_for_time,
-    parse_time,
-    time_back,
-    topic_partitions,
-    watermarks,
-)
+from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.recovery.common import (
     RecoveryRefused,
     batch_marks,
@@ -196,7 +189,7 @@ def plan_reset(
         problems.append(f"mode {request.mode!r} must be one of: {', '.join(MODES)}")
     elif request.mode == "datetime":
         try:
-            moment = parse_time(request.to_datetime or "", "to_datetime")
+            moment = parse_moment(request.to_datetime or "", "to_datetime", allowed={TIME}).at
         except ValueError as exc:
             problems.append(str(exc))
         else:
@@ -204,7 +197,7 @@ def plan_reset(
                 problems.append(f"to_datetime {request.to_datetime} is in the future; use mode 'latest' to skip to the end")
     elif request.mode == "duration":
         try:
-            moment = time_back(request.duration or "", "duration", now)
+            moment = parse_moment(request.duration or "", "duration", now, allowed={BACK}).at
         except ValueError as exc:
             problems.append(str(exc))
     elif request.mode == "shift" and (isinstance(request.shift, bool) or not isinstance(request.shift, int) or request.shift == 0):

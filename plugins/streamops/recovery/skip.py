@@ -28,8 +28,8 @@ from streamops.app_runtime import AppRuntime, now_iso
 from streamops.kafka_client import KafkaClientConfig
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoint_batches import describe_failed_batches, uncommitted_batch
-from streamops.kafka_records import end_offsets, held_offsets, read_spans
-from streamops.quality.ranges import topic_partitions, watermarks
+from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, end_offsets, topic_partitions, watermarks
+from streamops.kafka_records import held_offsets, read_spans
 from streamops.recovery.common import (
     RecoveryRefused,
     batch_marks,
@@ -50,8 +50,6 @@ RECORD_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,248}:(0|[1-9][0-9]{0,9}):(0|[1-9
 # Digits bounded so int() never meets a huge string; the bounds themselves are checked in words.
 _SPEC = re.compile(r"^(?P<topic>[A-Za-z0-9][A-Za-z0-9._-]{0,248}):(?P<partition>[0-9]{1,30}):(?P<first>[0-9]{1,30})"
                    r"(?:-(?P<last>[0-9]{1,30}))?$")
-_MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit
-_MAX_PARTITION = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -85,11 +83,11 @@ def parse_specs(items: object, problems: list[str]) -> list[SkipSpec]:
             continue
         partition, first = int(found["partition"]), int(found["first"])
         last = int(found["last"]) if found["last"] is not None else first
-        if partition > _MAX_PARTITION:
-            problems.append(f"record {item!r}: partition {partition} is out of range (at most {_MAX_PARTITION})")
-        elif max(first, last) > _MAX_OFFSET:
+        if partition > MAX_PARTITION:
+            problems.append(f"record {item!r}: partition {partition} is out of range (at most {MAX_PARTITION})")
+        elif max(first, last) > MAX_OFFSET:
             problems.append(f"record {item!r}: offset {max(first, last)} is out of range (Kafka offsets are at most "
-                            f"{_MAX_OFFSET})")
+                            f"{MAX_OFFSET})")
         elif last < first:
             problems.append(f"record {item!r}: the range ends before it starts ({first}-{last})")
         else:
@@ -308,7 +306,7 @@ def entry_problems(app: AppSpec, entries: object) -> list[str]:
         numbers = [entry.get(k) for k in ("partition", "first", "last")] if isinstance(entry, dict) else []
         if (not isinstance(entry, dict) or entry.get("topic") not in app.inputs.values()
                 or any(isinstance(n, bool) or not isinstance(n, int) for n in numbers)
-                or not (0 <= entry["partition"] <= _MAX_PARTITION and 0 <= entry["first"] <= entry["last"] <= _MAX_OFFSET)
+                or not (0 <= entry["partition"] <= MAX_PARTITION and 0 <= entry["first"] <= entry["last"] <= MAX_OFFSET)
                 or not isinstance(entry.get("reason"), str) or not entry["reason"].startswith(SKIP_REASON)
                 or len(entry["reason"]) > MAX_REASON):
             problems.append(f"entry {str(entry)[:200]} is not an input record range of {app.name} with an operator's reason")
