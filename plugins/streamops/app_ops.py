@@ -10,7 +10,6 @@ the driver itself, so a launch by hand is refused the same way.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from streamops.app_runtime import AlreadyRunningError, AppRuntime, DriverRecord
+from streamops.app_runtime import AlreadyRunningError, AppRuntime, DriverRecord, LaunchRecord
 from streamops.catalog import AppSpec
 from streamops.spark_submit import SubmitSpec, driver_env, with_task_slots
 from streamops.standby import ABORT, GO, StandbySlot, new_token
@@ -123,7 +122,7 @@ def _start_driver(runtime: AppRuntime, command: list[str], *, launched_by: str, 
                 STREAMOPS_LAUNCHED_BY=launched_by,
                 STREAMOPS_DRIVER_LOG=str(driver_log),
                 # Recorded by the driver, so a rollback can start exactly this again.
-                STREAMOPS_LAUNCH=json.dumps({"version": version, "spark_conf": spark_conf or {}, "launch_id": launch_id}),
+                STREAMOPS_LAUNCH=LaunchRecord(version=version, spark_conf=spark_conf or {}, launch_id=launch_id).to_env(),
             ),
             start_new_session=True,  # the driver outlives the Airflow task that started it
             # Not the project folder: Spark's Python workers put their working folder first on the

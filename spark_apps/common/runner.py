@@ -686,6 +686,8 @@ def main(argv: list[str]) -> int:
                 "kafka": options.kafka.describe(),
                 "environment": catalog.environment,
                 "launched_by": os.environ.get("STREAMOPS_LAUNCHED_BY", "command line"),
+                # The launcher's record (streamops.app_runtime.LaunchRecord.to_env), kept as it came:
+                # readers parse it with LaunchRecord.from_json.
                 "launch": json.loads(os.environ.get("STREAMOPS_LAUNCH") or "{}"),
                 # spark-submit and its JVM share it: a recovery can find what a dead driver left.
                 "process_group": os.getpgrp(),
