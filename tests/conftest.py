@@ -245,7 +245,7 @@ def app_env(app_catalog, tmp_path, monkeypatch):
     for name in app_catalog.app_names():  # never leave a driver behind
         runtime = AppRuntime(tmp_path / "checkpoints" / name)
         if runtime.is_running():
-            os.kill(runtime.driver()["pid"], signal.SIGKILL)
+            os.kill(runtime.driver().pid, signal.SIGKILL)
 
 
 @pytest.fixture

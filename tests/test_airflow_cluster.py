@@ -87,7 +87,7 @@ def cluster_profile(broker, admin, tmp_path_factory):
             for name in catalog.app_names():  # never leave a driver behind
                 runtime = AppRuntime(work / "checkpoints" / name)
                 if runtime.is_running() and runtime.driver_process() is not None:
-                    os.killpg(runtime.driver()["process_group"], signal.SIGKILL)
+                    os.killpg(runtime.driver().process_group, signal.SIGKILL)
             if airflow is not None:
                 airflow.stop()
                 assert airflow._task_processes() == []  # no task process outlives the stack
@@ -127,7 +127,7 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
         "deploy_apps", deployed, "launch", map_index=0)
     assert _launch(profile, deployed)["hostname"] == AIRFLOW_WORKERS["worker-1"]
     driver = runtime.driver()
-    assert (driver["launched_by"], driver["spark_master"], driver["driver_host"]) == (
+    assert (driver.launched_by, driver.spark_master, driver.driver_host) == (
         deployed, profile.spark.master_url, AIRFLOW_WORKERS["worker-1"])
     # Executors on the standalone cluster's workers (the client conf caps an app at one core).
     poll_until(lambda: len(app_status(router, kafka).executor_hosts or []) == 1, timeout=120,
@@ -138,7 +138,7 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
     # kill -9 of the Airflow worker that launched the driver: the driver is not its child any more.
     profile.airflow.kill_worker("worker-1")
     assert profile.airflow._task_processes(host_address=AIRFLOW_WORKERS["worker-1"]) == []  # the whole "host" is gone
-    assert runtime.is_running() and psutil.pid_exists(driver["pid"])
+    assert runtime.is_running() and psutil.pid_exists(driver.pid)
     profile.airflow.start_worker("worker-2")
     status_run = api.trigger("app_status", {"apps": ["oplog-router"]})
     assert api.wait_for_run("app_status", status_run, timeout=600) == "success"
@@ -154,9 +154,9 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
     (stop_ti,) = [ti for ti in api.task_instances("stop_apps", stopped) if ti["task_id"] == "stop"]
     assert stop_ti["hostname"] == AIRFLOW_WORKERS["worker-2"]
     record = runtime.driver()
-    assert record["pid"] == driver["pid"] and record["outcome"] == "stopped"
-    assert record["reason"].startswith(f"stop requested by {stopped}; ")
-    assert "stopped between micro-batches" in record["reason"]
+    assert record.pid == driver.pid and record.outcome == "stopped"
+    assert record.reason.startswith(f"stop requested by {stopped}; ")
+    assert "stopped between micro-batches" in record.reason
     assert not runtime.is_running()
 
     # Two deploys of the stopped app at the same moment, both workers up: exactly one driver.
@@ -167,14 +167,14 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
     (winner,) = [run for run, state in states.items() if state == "success"]
     (loser,) = [run for run, state in states.items() if state == "failed"]
     running = runtime.driver()
-    assert running["launched_by"] == winner and runtime.is_running()
+    assert running.launched_by == winner and runtime.is_running()
     refusal = api.task_log("deploy_apps", loser, "launch", map_index=0)
     # Which guard answers depends on the moment: while the winner is still starting, its run holds
     # the app (_runtime/operation.json); once its driver runs, the driver's lease does.
     if "is being changed by another run" in refusal:
         assert f"oplog-router is being changed by another run: deploy_apps deploy (run {winner}, since " in refusal
     else:
-        assert f"oplog-router is already running: driver pid {running['pid']} on " in refusal
+        assert f"oplog-router is already running: driver pid {running.pid} on " in refusal
         # The host, with the Airflow worker's address the driver was launched from.
         assert f" ({_launch(profile, winner)['hostname']}), version " in refusal
     starts = [e for e in runtime.history() if e["event"] == "started" and e.get("launched_by") in runs]
@@ -203,19 +203,19 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     assert api.wait_for_run("roll_restart_apps", rolled, timeout=900) == "success", api.task_log(
         "roll_restart_apps", rolled, "roll")
     after = runtime.driver()
-    assert (after["version"], after["spark_master"]) == ("1.1.0", profile.spark.master_url)
-    assert after["pid"] != before["pid"] and after["driver_host"] in AIRFLOW_WORKERS.values()
+    assert (after.version, after.spark_master) == ("1.1.0", profile.spark.master_url)
+    assert after.pid != before.pid and after.driver_host in AIRFLOW_WORKERS.values()
     wait_until_all_routed(kafka, router, timeout=300, what="the rolled router to route the load")
 
     # A crash: the driver's whole process group killed; recover_restart_app brings back 1.1.0.
-    os.killpg(after["process_group"], signal.SIGKILL)
+    os.killpg(after.process_group, signal.SIGKILL)
     poll_until(lambda: runtime.state() == "crashed", timeout=60, what="the killed driver to show as crashed")
     run_load(router, LoadSpec(count=200, keys=20, seed=53, start_seq=31_000_000), kafka)
     restarted = api.trigger("recover_restart_app", {"app": "oplog-router", "dry_run": False, "approve_in_ui": False})
     assert api.wait_for_run("recover_restart_app", restarted, timeout=900) == "success"
     again = runtime.driver()
-    assert runtime.is_running() and again["version"] == "1.1.0" and again["pid"] != after["pid"]
-    assert again["spark_master"] == profile.spark.master_url
+    assert runtime.is_running() and again.version == "1.1.0" and again.pid != after.pid
+    assert again.spark_master == profile.spark.master_url
     expected, got = wait_until_all_routed(kafka, router, timeout=300, what="the restarted router to route the load")
     print(f"\nroll + recover_restart through Celery: {len(expected)} routes, {len(got) - len(set(got))} duplicates")
 
@@ -229,7 +229,7 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     inputs = sum(high - low for low, high in end_offsets(kafka, router.inputs["operations"]).values())
     assert api.xcom("reprocess", backfill, "run")["records_in"] == inputs
     cut = runtime.driver()
-    assert runtime.is_running() and cut["version"] == "1.1.0+v2" and cut["spark_master"] == profile.spark.master_url
+    assert runtime.is_running() and cut.version == "1.1.0+v2" and cut.spark_master == profile.spark.master_url
     for live in router.outputs.values():  # every routed record is on the new topics too (the old may hold duplicates)
         assert {(r.key, r.value) for r in read_all(kafka, live)} <= {(r.key, r.value) for r in read_all(kafka, f"{live}.v2")}
     runtime.request_stop(by="test")

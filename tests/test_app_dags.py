@@ -20,20 +20,20 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.1")
     assert deployed.state == "success", deployed.task_states
     driver = runtime.driver()
-    assert deployed.xcoms["launch"]["pid"] == driver["pid"]
-    assert driver["version"] == "1.0.1" and driver["launched_by"].startswith("manual__")
+    assert deployed.xcoms["launch"]["pid"] == driver.pid
+    assert driver.version == "1.0.1" and driver.launched_by.startswith("manual__")
     assert runtime.state() == "running"  # the driver outlived the task
     (audited,) = read_audit(run_id=deployed.run_id)
     assert (audited["step"], audited["outcome"], audited["app"], audited["user"]) == ("deploy", "done", "oplog-router", "dag_test")
-    assert audited["result"]["pid"] == driver["pid"] and audited["code"]["version"] == "1.0.1"
+    assert audited["result"]["pid"] == driver.pid and audited["code"]["version"] == "1.0.1"
     assert runtime.desired()["state"] == "running" and runtime.desired()["run_id"] == deployed.run_id
 
     capfd.readouterr()
     again = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])
     assert again.state == "failed"
     task_log = capfd.readouterr().out
-    assert f"refused: oplog-router is already running: driver pid {driver['pid']} on {driver['host']}, version 1.0.1" in task_log
-    assert runtime.driver()["pid"] == driver["pid"]
+    assert f"refused: oplog-router is already running: driver pid {driver.pid} on {driver.host}, version 1.0.1" in task_log
+    assert runtime.driver().pid == driver.pid
 
     run_load(spec, LoadSpec(count=1000, keys=10, seed=9), broker.client_config)
     def caught_up() -> bool:
@@ -51,7 +51,7 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
 
     stopped = run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=30)
     assert stopped.state == "success"
-    assert stopped.xcoms["stop"].startswith(f"oplog-router stopped (pid {driver['pid']}): stop requested by {stopped.run_id};")
+    assert stopped.xcoms["stop"].startswith(f"oplog-router stopped (pid {driver.pid}): stop requested by {stopped.run_id};")
     assert runtime.state() == "stopped"
     assert [(e["step"], e["outcome"], e["app"]) for e in read_audit(run_id=stopped.run_id)] == [("stop", "done", "oplog-router")]
     after = run_dag("app_status", catalog_file, apps=["oplog-router"])

@@ -55,7 +55,7 @@ def launcher(broker, app_catalog, tmp_path):
     for app in app_catalog.app_names():
         runtime = launch.runtime(app)
         if runtime.is_running():
-            os.killpg(runtime.driver()["process_group"], signal.SIGKILL)
+            os.killpg(runtime.driver().process_group, signal.SIGKILL)
 
 
 def end_offsets_total(broker, spec) -> int:
@@ -81,17 +81,17 @@ def test_second_launch_is_refused_and_ctrl_c_stops_gracefully(launcher, broker):
     assert second.wait(timeout=300) == 3
     log = Path(second.log_path).read_text()
     assert (
-        f"refused: oplog-router is already running: driver pid {running['pid']} on {running['host']}, "
-        f"version 1.0.0, Spark application {running['application_id']}, started {running['started_at']}"
+        f"refused: oplog-router is already running: driver pid {running.pid} on {running.host}, "
+        f"version 1.0.0, Spark application {running.application_id}, started {running.started_at}"
     ) in log
-    assert runtime.state() == "running" and runtime.driver()["pid"] == running["pid"]
+    assert runtime.state() == "running" and runtime.driver().pid == running.pid
 
     os.killpg(first.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the CLI's process group
     assert first.wait(timeout=120) == 0
     record = runtime.driver()
     assert runtime.state() == "stopped"
-    assert record["outcome"] == "stopped"
-    assert record["reason"] == (f"stop requested by Ctrl-C at the terminal (streamops app run (pid {first.pid})); "
+    assert record.outcome == "stopped"
+    assert record.reason == (f"stop requested by Ctrl-C at the terminal (streamops app run (pid {first.pid})); "
                                 "oplog-router.route: stopped between micro-batches")
     assert [entry["event"] for entry in runtime.history()] == ["started", "stopped"]
 
@@ -104,7 +104,7 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
     # The load runs until the block ends, so the kill lands mid-stream however fast this machine is.
     with background_load(spec, LoadSpec(count=10_000_000, keys=30, rate=400, seed=5), broker.client_config) as producer:
         poll_until(lambda: runtime.progress()["route"]["input_rows"] > 0, timeout=120, what="a micro-batch with data")
-        os.kill(runtime.driver()["pid"], signal.SIGKILL)
+        os.kill(runtime.driver().pid, signal.SIGKILL)
         at_kill = end_offsets_total(broker, spec)
         first.wait(timeout=60)
         assert runtime.state() == "crashed"
@@ -139,7 +139,7 @@ def test_kill_dash_9_of_the_spark_jvm_is_recorded_as_what_happened(launcher, bro
     runtime = launcher.runtime("oplog-router")
     first = launcher("oplog-router")
     wait_running(runtime, first, "route")
-    jvm = runtime.driver()["jvm_pid"]
+    jvm = runtime.driver().jvm_pid
     assert "java" in psutil.Process(jvm).name()
     os.kill(jvm, signal.SIGKILL)
     first.wait(timeout=120)  # the CLI ends with its spark-submit; the Python driver notices next
@@ -148,4 +148,4 @@ def test_kill_dash_9_of_the_spark_jvm_is_recorded_as_what_happened(launcher, bro
     assert runtime.state() == "failed"
     assert re.fullmatch(
         rf"the driver's Spark JVM \(pid {jvm}\) went away after \d+ s of running \(killed, or out of memory: see the driver "
-        r"log\); the app stopped with it\. Last error: .{1,400}", record["reason"]), record["reason"]
+        r"log\); the app stopped with it\. Last error: .{1,400}", record.reason), record.reason

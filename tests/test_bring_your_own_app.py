@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, CodeRecord
 from streamops.artifacts import ArtifactError, ArtifactStore, build
 from streamops.catalog import CatalogError, load_catalog
 from streamops.kafka_records import produce, read_all
@@ -211,7 +211,7 @@ def test_a_program_from_outside_the_project_is_provisioned_deployed_validated_re
         v10 = store.resolve("acme-dedup", "1.0.0")
         status = run_dag("app_status", catalog_file, apps=["acme-dedup"]).xcoms["status"]["acme-dedup"]
         assert (status["state"], status["version"], status["code"]) == ("running", "1.0.0", v10.digest)
-        assert runtime.driver()["code"] == {"artifact": str(v10.path), "digest": v10.digest}
+        assert runtime.driver().code == CodeRecord(artifact=str(v10.path), digest=v10.digest)
 
         validated = run_dag("validate_topic_quality", catalog_file, topics=[unique], range="last_records", last_records=1000)
         assert validated.state == "success", validated.task_states
@@ -233,7 +233,7 @@ def test_a_program_from_outside_the_project_is_provisioned_deployed_validated_re
         # version's input contract now accepts them, and 1.1.0 writes them once.
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["acme-dedup"], version="1.1.0", gate_deadline_s=120)
         assert rolled.state == "success", rolled.task_states
-        assert runtime.driver()["code"]["digest"] == v11.digest
+        assert runtime.driver().code.digest == v11.digest
         replayed = run_dag("recover_replay_dead_letters", catalog_file, app="acme-dedup", dry_run=False)
         assert replayed.state == "success", replayed.task_states
         assert replayed.xcoms["apply"]["count"] == 3
@@ -250,7 +250,7 @@ def test_a_program_from_outside_the_project_is_provisioned_deployed_validated_re
         assert {v["revision"] for v in old_output} == {1}
         assert sorted(v["event_id"] for v in old_output) == sorted(f"pay-{n}" for n in range(20))
         assert len(read_all(kafka, f"{app.dead_letter_topic}.v3")) == 6  # the 3 originals and their 3 replays
-        assert runtime.driver()["code"]["digest"] == v11.digest  # live stayed on 1.1.0
+        assert runtime.driver().code.digest == v11.digest  # live stayed on 1.1.0
     finally:
         if runtime.is_running():
             run_dag("stop_apps", catalog_file, apps=["acme-dedup"], deadline_s=30)
@@ -294,7 +294,7 @@ def test_a_rollback_runs_the_previous_artifact_again(run_dag, app_env, app_catal
     messages, kafka = spec.outputs["messages"], broker.client_config
 
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"]).state == "success"
-    assert runtime.driver()["code"]["digest"] == v1.digest
+    assert runtime.driver().code.digest == v1.digest
     produce(kafka, spec.inputs["operations"], [routed_event(seq, "before") for seq in range(1, 11)])
     poll_until(lambda: len(read_all(kafka, messages)) >= 10, timeout=120, what="v1's output")
 
@@ -312,7 +312,7 @@ def test_a_rollback_runs_the_previous_artifact_again(run_dag, app_env, app_catal
     assert v2_letters and v2_routed, "2.0.0 ran: its marked records and its dead letters are in the topics"
 
     # The rollback runs 1.0.0's code again: what arrives now is routed unmarked, none refused.
-    assert runtime.driver()["version"] == "1.0.0" and runtime.driver()["code"]["digest"] == v1.digest
+    assert runtime.driver().version == "1.0.0" and runtime.driver().code.digest == v1.digest
     produce(kafka, spec.inputs["operations"], [routed_event(seq, "after") for seq in range(1, 21)])
 
     def after_rollback() -> list[dict]:

@@ -155,7 +155,7 @@ def test_a_holder_on_another_host_is_trusted_until_its_heartbeat_is_older_than_i
                         crashed.reason)
     runtime.acquire({"app": "demo"})
     try:
-        assert runtime.driver()["lease_epoch"] == 5 and runtime.driver()["host"] == socket.gethostname()
+        assert runtime.driver().lease_epoch == 5 and runtime.driver().host == socket.gethostname()
     finally:
         runtime.release("stopped", "test")
     assert runtime.state() == "stopped" and not runtime.is_running()
@@ -168,13 +168,13 @@ def test_a_fenced_driver_leaves_the_new_drivers_record_alone(tmp_path):
     new = DriverLease(old.dir)
     (new.dir / "epoch-0000000002.json").write_text(json.dumps(
         {"epoch": 2, "host": "worker-b.example", "pid": 7, "pid_created": 0.0, "ttl_s": 30, "taken_at_s": time.time()}))
-    record = {**old.driver(), "pid": 7, "host": "worker-b.example", "lease_epoch": 2, "version": "2"}
+    record = {**json.loads(old.driver_file.read_text()), "pid": 7, "host": "worker-b.example", "lease_epoch": 2, "version": "2"}
     (old.dir / "driver.json").write_text(json.dumps(record))
     assert old.fenced
     old.update(application_id="stale")
     old.write_progress("route", {"batch_id": 99})
     old.release("stopped", "the old driver ends")
-    assert old.driver() == record  # untouched: the new driver's
+    assert json.loads(old.driver_file.read_text()) == record  # untouched: the new driver's
     assert old.progress() == {}
     last = old.history()[-1]
     assert (last["event"], last["lease_epoch"]) == ("fenced", 1)

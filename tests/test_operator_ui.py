@@ -72,7 +72,7 @@ def stack(tmp_path_factory, request):
         for name in catalog.app_names():  # never leave a driver behind
             runtime = AppRuntime(tmp / "run" / "checkpoints" / name)
             if runtime.is_running():
-                os.kill(runtime.driver()["pid"], signal.SIGKILL)
+                os.kill(runtime.driver().pid, signal.SIGKILL)
         subprocess.run([STREAMOPS, "down"], env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -164,7 +164,7 @@ def test_the_operator_path_in_a_real_browser(stack, browser):
 
     # kill -9 of the driver: red, with the evidence; the supervisor's run (from its form) restarts it.
     runtime = stack.runtime(APP)
-    killed = runtime.driver()["pid"]
+    killed = runtime.driver().pid
     os.kill(killed, signal.SIGKILL)
     poll_until(lambda: operator.app_state(APP) == ("crashed", True), timeout=120, what="the router to turn red")
     assert "1 of 3 apps need attention: oplog-router" in operator.page.locator("#headline").inner_text()
@@ -173,7 +173,7 @@ def test_the_operator_path_in_a_real_browser(stack, browser):
     # The run fails (it pages: the app was down when it looked) after restarting the app.
     assert api.wait_for_run("app_status", status_run, timeout=600) == "failed"
     poll_until(lambda: operator.app_state(APP) == ("healthy", False), timeout=300, what="the router to run again")
-    assert runtime.driver()["pid"] != killed
+    assert runtime.driver().pid != killed
     assert operator.page.locator(f'tr[data-app="{APP}"]').get_attribute("data-restarts") == "1"
     operator.shot("router-restarted")
 

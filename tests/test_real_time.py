@@ -65,25 +65,25 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
     assert deployed.state == "success", deployed.task_states
     record = runtime.driver()
     # Six input partitions: spark_default's local[2] became local[6] (one long-lived task each).
-    assert (record["trigger"], record["checkpoint_interval"], record["spark_master"]) == ("real-time", "5 seconds", "local[6]")
+    assert (record.trigger, record.checkpoint_interval, record.spark_master) == ("real-time", "5 seconds", "local[6]")
 
     with background_load(spec, LoadSpec(count=10_000_000, keys=40, rate=300, seed=31), broker.client_config) as load:
         poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120,
                    what="a real-time checkpoint with data")
         dead = runtime.driver()
-        os.kill(dead["pid"], signal.SIGKILL)  # mid-stream: records since the last checkpoint are in flight
+        os.kill(dead.pid, signal.SIGKILL)  # mid-stream: records since the last checkpoint are in flight
         poll_until(lambda: not runtime.is_running(), timeout=30, what="the lock to be released")
         assert runtime.state() == "crashed"
         restarted = run_dag("recover_restart_app", catalog_file, app="oplog-router", dry_run=False)
         assert restarted.state == "success", restarted.task_states
-        assert runtime.driver()["pid"] != dead["pid"] and runtime.driver()["trigger"] == "real-time"
+        assert runtime.driver().pid != dead.pid and runtime.driver().trigger == "real-time"
 
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.1.0", gate_deadline_s=120)
         assert rolled.state == "success", rolled.task_states
         assert load.is_alive(), "the load ended before the roll: it was not a roll under load"
     (summary,) = rolled.xcoms["roll"]
     assert (summary["version"], summary["previous_version"]) == ("1.1.0", "1.0.0")
-    assert runtime.driver()["version"] == "1.1.0" and runtime.driver()["trigger"] == "real-time"
+    assert runtime.driver().version == "1.1.0" and runtime.driver().trigger == "real-time"
     routing = wait_until_all_routed(broker.client_config, spec)
     expected, duplicates = routing.expected, routing.duplicates
     print(f"real-time router, kill -9 + recover_restart_app + roll under load: {len(expected)} routed records, none lost, "
@@ -109,13 +109,13 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=120, what="the driver to stop")
     assert runtime.state() == "stopped"
-    assert runtime.driver()["reason"].startswith("stop requested by test; oplog-router.route: stopped right after checkpoint ")
+    assert runtime.driver().reason.startswith("stop requested by test; oplog-router.route: stopped right after checkpoint ")
 
     # Reset to the cut: the real-time checkpoint goes back, and exactly those 200 records are routed again.
     reset = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", mode="datetime",
                     to_datetime=datetime.fromtimestamp(cut_ms / 1000, tz=timezone.utc).isoformat(), dry_run=False)
     assert reset.state == "success", reset.task_states
-    assert reset.xcoms["plan"]["replayed"] == 200 and runtime.driver()["trigger"] == "real-time"
+    assert reset.xcoms["plan"]["replayed"] == 200 and runtime.driver().trigger == "real-time"
     again = Counter({pair: 1 for pair in expected if pair[0] in after_cut})
     poll_until(lambda: Counter(routed(broker.client_config, spec)) - routed_before == again, timeout=180,
                what="the records after the cut to be routed again, each once")

@@ -38,7 +38,7 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     producer.start()
     poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120, what="a batch with data")
     dead = runtime.driver()
-    os.kill(dead["pid"], signal.SIGKILL)  # mid-stream
+    os.kill(dead.pid, signal.SIGKILL)  # mid-stream
     poll_until(lambda: not runtime.is_running(), timeout=30, what="the lock to be released")
     assert runtime.state() == "crashed"
 
@@ -52,12 +52,12 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     result = run_dag("recover_restart_app", catalog_file, app="oplog-router", dry_run=False)
     assert result.state == "success", result.task_states
     applied, verified = result.xcoms["apply"], result.xcoms["verify"]
-    assert runtime.state() == "running" and runtime.driver()["pid"] == applied["pid"] != dead["pid"]
-    assert runtime.driver()["version"] == "1.0.3"
+    assert runtime.state() == "running" and runtime.driver().pid == applied["pid"] != dead.pid
+    assert runtime.driver().version == "1.0.3"
     assert backup_info(Path(applied["backup"]))["label"] == "before-restart"
     assert verified["lag_after"] < result.xcoms["plan"]["lag"] or verified["lag_after"] == 0
     # Nothing of the dead driver's process group is left.
-    assert [p.pid for p in psutil.process_iter() if _group(p.pid) == dead["process_group"]] == []
+    assert [p.pid for p in psutil.process_iter() if _group(p.pid) == dead.process_group] == []
 
     routing = wait_until_all_routed(broker.client_config, spec)
 
@@ -315,10 +315,12 @@ def test_restore_brings_back_the_previous_checkpoint(spark, run_dag, app_env, ap
 def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
     """A JVM that outlived its Python driver could still write the checkpoint: the restart ends
     every Spark process of the dead driver's process group (real processes, own session)."""
+    import dataclasses
     import socket
     import subprocess
     import sys
 
+    from streamops.app_runtime import DriverRecord
     from streamops.recovery.lifecycle import end_leftovers, leftovers
 
     # Ignores SIGTERM, like a JVM stuck in shutdown: only SIGKILL ends it.
@@ -329,11 +331,11 @@ def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
     assert stuck.stdout.readline() == b"ready\n"
     unrelated = subprocess.Popen(["sleep", "600"], start_new_session=True)
     try:
-        driver = {"app": "oplog-router", "process_group": stuck.pid, "host": socket.gethostname(), "pid": 999999}
+        driver = DriverRecord(app="oplog-router", process_group=stuck.pid, host=socket.gethostname(), pid=999999)
         found = leftovers(driver)
         assert [p.pid for p in found] == [stuck.pid]
-        assert leftovers({**driver, "app": "oplog-route"}) == []  # only this app's processes
-        assert leftovers({**driver, "host": "another-host"}) == []  # cannot see other hosts' processes
+        assert leftovers(dataclasses.replace(driver, app="oplog-route")) == []  # only this app's processes
+        assert leftovers(dataclasses.replace(driver, host="another-host")) == []  # cannot see other hosts' processes
         ended = end_leftovers(found, grace_s=1)
         assert ended == [{"pid": stuck.pid, "name": found[0].name, "command": found[0].command, "signal": "SIGKILL"}]
         assert not psutil.pid_exists(stuck.pid)  # (psutil reaped it: its exit status is not ours to read)
@@ -365,7 +367,7 @@ def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spar
     assert applied["new_topics"] == [f"{t}.v2" for t in [*spec.outputs.values(), spec.dead_letter_topic]]
     assert backup_info(Path(applied["backup"]))["label"] == "before-cutover"
     runtime = AppRuntime(spec.checkpoint_location())
-    assert runtime.state() == "running" and runtime.driver()["version"] == "1.0.0+v2"
+    assert runtime.state() == "running" and runtime.driver().version == "1.0.0+v2"
     for live in spec.outputs.values():
         rebuilt = Counter((r.key, r.value) for r in read_all(broker.client_config, f"{live}.v2"))
         assert rebuilt == Counter((r.key, r.value) for r in read_all(broker.client_config, live)), live

@@ -219,14 +219,14 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
     handed_over = result.xcoms["cut_over"]
     targets = dict(zip(handed_over["old_topics"], handed_over["new_topics"]))
     assert handed_over["old_topics"] == [*spec.outputs.values(), spec.dead_letter_topic]
-    assert runtime.state() == "running" and runtime.driver()["version"] == "1.0.0+v2"
+    assert runtime.state() == "running" and runtime.driver().version == "1.0.0+v2"
     assert [(e["step"], e["outcome"]) for e in read_audit(run_id=result.run_id)] == [
         ("plan", "planned"), ("backfill", "done"), ("validate", "done"), ("cutover", "done")]
 
     new_app = target_catalog(app_catalog, "oplog-router", targets).app("oplog-router")
     expected, duplicates = wait_until_all_routed(broker.client_config, new_app)  # zero loss; nothing no input explains
     # No overlap: no record was written both by the backfill and by the app after the cutover.
-    cut_ms = datetime.fromisoformat(runtime.driver()["started_at"]).timestamp() * 1000
+    cut_ms = datetime.fromisoformat(runtime.driver().started_at).timestamp() * 1000
     phases: dict[str, set] = {"backfill": set(), "live": set()}
     for topic in new_app.outputs.values():
         for record in read_all(broker.client_config, topic):

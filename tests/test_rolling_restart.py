@@ -22,7 +22,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0").state == "success"
-    first_pid = runtime.driver()["pid"]
+    first_pid = runtime.driver().pid
 
     with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.client_config) as load:
         poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
@@ -31,9 +31,9 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert rolled.state == "success", rolled.task_states
     (summary,) = rolled.xcoms["roll"]
     assert summary["version"] == "1.1.0" and summary["previous_version"] == "1.0.0"
-    assert runtime.driver()["version"] == "1.1.0" and runtime.driver()["pid"] != first_pid
+    assert runtime.driver().version == "1.1.0" and runtime.driver().pid != first_pid
     # 1.1.0 started as a warm standby (session built, plan rehearsed) and took over on the word.
-    new_log = Path(runtime.driver()["driver_log"]).read_text()
+    new_log = Path(runtime.driver().driver_log).read_text()
     assert f"go from {rolled.run_id}" in new_log and "s (query route, the Kafka producer)" in new_log
     (audited,) = read_audit(run_id=rolled.run_id)
     assert (audited["step"], audited["outcome"], audited["app"]) == ("roll", "done", "oplog-router")
@@ -45,7 +45,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
 
     # A broken new version: its plan builds, but its queries cannot start. The gate fails and
     # 1.1.0 comes back on its checkpoint.
-    good_pid = runtime.driver()["pid"]
+    good_pid = runtime.driver().pid
     backups_before = list_backups(spec.checkpoint_location())
     capfd.readouterr()
     # The trigger allow-list refuses values that break an app (streamops.launch_overrides); this
@@ -66,7 +66,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     (audited,) = read_audit(run_id=broken.run_id)
     assert (audited["step"], audited["outcome"]) == ("roll", "failed") and "rolled back to version 1.1.0" in audited["error"]
     record = runtime.driver()
-    assert runtime.state() == "running" and record["version"] == "1.1.0" and record["pid"] != good_pid
+    assert runtime.state() == "running" and record.version == "1.1.0" and record.pid != good_pid
     backups = list_backups(spec.checkpoint_location())
     assert len(backups) == len(backups_before) + 2  # the pre-roll snapshot and the replaced one
     assert [e["event"] for e in runtime.history()][-2:] == ["stopped", "started"]
@@ -91,7 +91,7 @@ def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env
         out = capfd.readouterr().out
         assert "browser-activity: the new version cannot restart from the running version's checkpoint, so nothing was stopped" in out
         assert "query 'window-count' changes its stateful operators" in out
-        assert runtime.state() == "running" and runtime.driver()["pid"] == running["pid"]
+        assert runtime.state() == "running" and runtime.driver().pid == running.pid
         assert list_backups(str(tmp_path / "checkpoints" / "browser-activity")) == []
         # The new version's warm standby was sent away: no driver of it is left waiting.
         (standby_log,) = [log for log in runtime.logs_dir.glob("driver-*.log") if " --standby " in log.read_text()]

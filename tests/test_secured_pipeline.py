@@ -51,7 +51,7 @@ def secured(secure_cluster, tmp_path, monkeypatch, prefix):
     for name in catalog.app_names():  # never leave a driver behind
         runtime = AppRuntime(tmp_path / "checkpoints" / name)
         if runtime.is_running():
-            os.kill(runtime.driver()["pid"], 9)
+            os.kill(runtime.driver().pid, 9)
 
 
 def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
@@ -82,9 +82,9 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     assert deployed.state == "success", deployed.task_states
     runtime = AppRuntime(router.checkpoint_location())
     driver = runtime.driver()
-    assert " as oplog-router (SCRAM-SHA-512) (from connection kafka_app_oplog_router)" in driver["kafka"]
-    assert driver["environment"] == "cluster"
-    argv = [_command_line(p) for p in psutil.process_iter() if _in_group(p, driver["process_group"])]
+    assert " as oplog-router (SCRAM-SHA-512) (from connection kafka_app_oplog_router)" in driver.kafka
+    assert driver.environment == "cluster"
+    argv = [_command_line(p) for p in psutil.process_iter() if _in_group(p, driver.process_group)]
     assert any("--kafka-config" in line for line in argv)
 
     # The write it is not allowed fails the query with Kafka's authorization error, said plainly.
@@ -143,7 +143,7 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     assert reset.state == "success", reset.task_states
     assert reset.xcoms["plan"]["replayed"] == len(after_cut)
     assert "every query (route) started exactly at the planned offsets" in reset.xcoms["verify"]["summary"]
-    assert " as oplog-router (SCRAM-SHA-512)" in runtime.driver()["kafka"]
+    assert " as oplog-router (SCRAM-SHA-512)" in runtime.driver().kafka
     again_expected = Counter({pair: 1 for pair in expected if pair[0] in after_cut})
     poll_until(lambda: Counter(routed(admin_kafka, router)) - before_reset == again_expected, timeout=240,
                what="the records written since the reset time to be routed again")

@@ -58,10 +58,10 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
                  for t in [*spec.outputs.values(), spec.dead_letter_topic]}
         raise AssertionError(f"the poison record did not fail the router: records over 20000 bytes: {where}; "
                              f"progress {runtime.progress()}") from None
-    (failed,) = runtime.driver()["failed_batches"]
+    (failed,) = runtime.driver().failed_batches
     assert failed["query"] == "route" and "RecordTooLargeException" in failed["error"], failed
     # The record says what went wrong in a line; Spark's whole plan stays in the driver log.
-    assert runtime.driver()["reason"] == f"query {spec.name}.route failed: {failed['error']}"
+    assert runtime.driver().reason == f"query {spec.name}.route failed: {failed['error']}"
     assert failed["error"].startswith("org.apache.kafka.common.errors.RecordTooLargeException: ") and len(failed["error"]) <= 400
     assert "Logical Plan" in runtime.driver_log().read_text()
     assert any(r["topic"] == source and r["partition"] == POISON_PARTITION and r["first"] <= poison_offset <= r["last"]
@@ -76,7 +76,7 @@ def test_a_poison_record_mid_partition_fails_every_restart_and_skipping_exactly_
     # start-up wait ends, else in verify): either way the run fails, saying why.
     assert restarted.state == "failed", restarted.task_states
     poll_until(lambda: runtime.state() == "failed", timeout=120, what="the restarted router to fail again")
-    (second,) = runtime.driver()["failed_batches"]
+    (second,) = runtime.driver().failed_batches
     assert {k: second[k] for k in ("query", "batch", "ranges")} == {k: failed[k] for k in ("query", "batch", "ranges")}
 
     again = run_dag("recover_restart_app", catalog_file, dry_run=True, app="oplog-router")

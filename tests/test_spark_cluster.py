@@ -125,7 +125,7 @@ def test_a_paused_driver_is_taken_over_and_stops_without_committing_when_it_wake
     is paused (SIGSTOP of its whole process group, as a frozen host), the second takes the lease
     over once the first's heartbeat is older than its ttl, and when the first wakes (SIGCONT) it
     stops without committing. Zero loss, and the checkpoint stays one the second driver runs on."""
-    from streamops.app_runtime import AppRuntime
+    from streamops.app_runtime import AppRuntime, DriverRecord
 
     for worker, address in WORKER_ADDRESSES.items():  # one core each: one per driver
         if address not in spark_cluster.alive_worker_hosts():
@@ -161,25 +161,25 @@ def test_a_paused_driver_is_taken_over_and_stops_without_committing_when_it_wake
             assert runtime.is_running()
             poll_until(lambda: not runtime.is_running(), timeout=60, what="the paused driver's lease to run out")
             new = start_driver("new")
-            poll_until(lambda: (runtime.driver() or {}).get("lease_epoch") == old_record["lease_epoch"] + 1, timeout=300,
+            poll_until(lambda: (runtime.driver() or DriverRecord()).lease_epoch == old_record.lease_epoch + 1, timeout=300,
                        what="the second driver to take the lease")
             new_record = runtime.driver()
             poll_until(lambda: committed() >= paused_at + 3, timeout=300, what="the second driver to commit batches")
             os.killpg(old.pid, signal.SIGCONT)
             assert old.wait(timeout=180) == 4, (tmp_path / "old.log").read_text()[-3000:]
             fenced = [e for e in runtime.history() if e["event"] == "fenced"]
-            assert [(e["pid"], e["lease_epoch"]) for e in fenced] == [(old_record["pid"], old_record["lease_epoch"])]
-            assert fenced[0]["reason"].startswith(f"the lease of epoch {old_record['lease_epoch']} was taken over by driver "
-                                                  f"pid {new_record['pid']} on ")
+            assert [(e["pid"], e["lease_epoch"]) for e in fenced] == [(old_record.pid, old_record.lease_epoch)]
+            assert fenced[0]["reason"].startswith(f"the lease of epoch {old_record.lease_epoch} was taken over by driver "
+                                                  f"pid {new_record.pid} on ")
             # The record and the state are the new driver's; it goes on.
-            assert (runtime.driver()["pid"], runtime.state()) == (new_record["pid"], "running")
+            assert (runtime.driver().pid, runtime.state()) == (new_record.pid, "running")
             resumed_at = committed()
             poll_until(lambda: committed() >= resumed_at + 2, timeout=300, what="the second driver to go on committing")
             assert new.poll() is None
         expected, got = wait_until_all_routed(kafka, router, timeout=300, what="every record routed after the takeover")
         runtime.request_stop(by="test")
         assert new.wait(timeout=180) == 0
-        assert runtime.driver()["outcome"] == "stopped"
+        assert runtime.driver().outcome == "stopped"
         offsets = max(int(f.name) for f in (checkpoint / "route" / "offsets").glob("[0-9]*"))
         assert committed() == offsets, "a batch planned but not committed after a graceful stop"
         print(f"\nlease takeover: {len(expected)} routes expected and found, {sum(n - 1 for n in Counter(got).values())} "

@@ -79,7 +79,7 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
 
     # kill -9: the next status run fails naming the app, and the supervisor restarts it.
     killed = runtime.driver()
-    os.kill(killed["pid"], signal.SIGKILL)
+    os.kill(killed.pid, signal.SIGKILL)
     poll_until(lambda: not runtime.is_running(), timeout=30, what="the killed driver's lease to free")
     capfd.readouterr()
     first = run_dag("app_status", catalog_file, apps=["oplog-router"])
@@ -87,12 +87,12 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     said = capfd.readouterr().out
     assert "1 streaming app(s) need attention: oplog-router (crashed)" in said
     assert f"- oplog-router: CRASHED: should be running (version 1.0.7, asked for by dag_test (run {deployed.run_id})" in said
-    assert f"but its driver is crashed (pid {killed['pid']}," in said
+    assert f"but its driver is crashed (pid {killed.pid}," in said
     health = _health(first)
     assert health["action"].startswith("restarted it (restart 1 of at most 3 within 1 hour): driver pid ")
     restarted = runtime.driver()
-    assert runtime.state() == "running" and restarted["pid"] != killed["pid"]
-    assert restarted["launched_by"] == first.run_id and restarted["version"] == "1.0.7"  # what it last ran
+    assert runtime.state() == "running" and restarted.pid != killed.pid
+    assert restarted.launched_by == first.run_id and restarted.version == "1.0.7"  # what it last ran
     (audited,) = read_audit(run_id=first.run_id)
     assert (audited["dag_id"], audited["user"], audited["step"], audited["outcome"]) == ("app_status", "supervisor", "restart", "done")
     assert audited["app"] == "oplog-router" and audited["restart"]["attempt"] == 1
@@ -111,7 +111,7 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     # (It may fail on the batch before its start-up wait ends: a failed start counts for the guard too.)
     assert entry["attempt"] == 2 and entry["backoff_s"] == 1 and entry["outcome"] in ("started", "failed")
     assert entry["not_before"] > first_restart["at"] and entry["at"] >= entry["not_before"]
-    poll_until(lambda: runtime.state() == "failed" and runtime.driver()["launched_by"] == second.run_id, timeout=180,
+    poll_until(lambda: runtime.state() == "failed" and runtime.driver().launched_by == second.run_id, timeout=180,
                what="the restarted router to fail on the same batch")
 
     # A longer backoff: the supervisor waits, and says until when.
@@ -128,7 +128,7 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     said = capfd.readouterr().out
     assert looped.state == "failed" and runtime.state() == "failed" and _health(looped)["state"] == "crash-loop"
     assert "1 streaming app(s) need attention: oplog-router (crash-loop)" in said
-    failed = runtime.driver()["failed_batches"][0]
+    failed = runtime.driver().failed_batches[0]
     assert f"query route failed on batch {failed['batch']} ({source} partition {POISON_PARTITION} offsets" in said
     assert "crash loop: restarted 2 time(s) within 1 hour (the guard's limit is 2;" in said
     assert "it stays down until an operator acts" in said and "recover_skip_records" in said and "recover_reset_offsets" in said
@@ -165,7 +165,7 @@ def test_a_driver_frozen_with_sigstop_is_reported_stalled(run_dag, app_env, app_
     assert deployed.state == "success", deployed.task_states
     run_load(spec, LoadSpec(count=200, keys=10, seed=3), broker.client_config)
     poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120, what="a batch with data")
-    group = runtime.driver()["process_group"]
+    group = runtime.driver().process_group
     os.killpg(group, signal.SIGSTOP)  # spark-submit, its JVM and the Python driver
     try:
         run_load(spec, LoadSpec(count=200, keys=10, seed=4), broker.client_config)

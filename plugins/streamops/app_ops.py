@@ -10,7 +10,6 @@ the driver itself, so a launch by hand is refused the same way.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from streamops.app_runtime import AlreadyRunningError, AppRuntime
+from streamops.app_runtime import AlreadyRunningError, AppRuntime, DriverRecord, LaunchRecord
 from streamops.catalog import AppSpec
 from streamops.spark_submit import SubmitSpec, driver_env, with_task_slots
 from streamops.standby import ABORT, GO, StandbySlot, new_token
@@ -123,7 +122,7 @@ def _start_driver(runtime: AppRuntime, command: list[str], *, launched_by: str, 
                 STREAMOPS_LAUNCHED_BY=launched_by,
                 STREAMOPS_DRIVER_LOG=str(driver_log),
                 # Recorded by the driver, so a rollback can start exactly this again.
-                STREAMOPS_LAUNCH=json.dumps({"version": version, "spark_conf": spark_conf or {}, "launch_id": launch_id}),
+                STREAMOPS_LAUNCH=LaunchRecord(version=version, spark_conf=spark_conf or {}, launch_id=launch_id).to_env(),
             ),
             start_new_session=True,  # the driver outlives the Airflow task that started it
             # Not the project folder: Spark's Python workers put their working folder first on the
@@ -148,11 +147,11 @@ def _await_queries(app: AppSpec, runtime: AppRuntime, start: _Started, command: 
     def started() -> bool:
         if error := _exited(app, process, driver_log, "during start-up"):
             raise error
-        record = runtime.driver() or {}
+        record = runtime.driver() or DriverRecord()
         return (
             runtime.is_running()
-            and (record.get("launch") or {}).get("launch_id") == start.launch_id
-            and expected_queries <= set(record.get("queries_started") or [])
+            and record.launch.launch_id == start.launch_id
+            and expected_queries <= set(record.queries_started)
         )
 
     try:
@@ -165,8 +164,10 @@ def _await_queries(app: AppSpec, runtime: AppRuntime, start: _Started, command: 
             f"{app.name} did not start its queries within {wait_for_start_s:g}s and was stopped; last lines of "
             f"{driver_log}:\n{readable_tail(driver_log)}"
         ) from None
-    record = runtime.driver() or {}
-    return Launch(app.name, int(record["pid"]), version, record.get("application_id"), str(driver_log), command)
+    record = runtime.driver()
+    if record is None or record.pid is None:  # seen started a moment ago: only a record replaced since
+        raise LaunchError(f"{app.name} started, but its driver record ({runtime.driver_file}) no longer names its pid")
+    return Launch(app.name, int(record.pid), version, record.application_id, str(driver_log), command)
 
 
 @dataclass
@@ -282,7 +283,7 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
     runtime = AppRuntime(checkpoint)
     if not runtime.is_running():
         return f"{app.name} is not running (state: {runtime.state()})"
-    pid = (runtime.driver() or {}).get("pid")
+    pid = (runtime.driver() or DriverRecord()).pid
     process = runtime.driver_process()
     runtime.request_stop(by=requested_by, deadline_s=deadline_s)
     # The driver's own deadline (STREAMOPS_STOP_DEADLINE) covers the batch; allow for exit too.
@@ -290,13 +291,13 @@ def stop(app: AppSpec, *, checkpoint: str, requested_by: str, deadline_s: float 
         # Polled often: during a roll the next driver waits for this.
         poll_until(lambda: not runtime.is_running(), timeout=deadline_s + 60, what=f"{app.name} to stop", interval=0.05,
                    max_interval=0.25)
-        record = runtime.driver() or {}
-        if record.get("pid") == pid and not record.get("stopped_at"):
+        record = runtime.driver() or DriverRecord()
+        if record.pid == pid and not record.stopped_at:
             # Its lease ran out without a recorded stop: paused or cut off where it runs. If it
             # wakes up it finds its lease lapsed and stops without committing.
             return (f"{app.name} did not record a stop, but its lease ran out (no heartbeat from driver pid {pid} on "
-                    f"{record.get('host')}): it is paused or cut off there, and stops without committing if it wakes")
-        return f"{app.name} stopped (pid {pid}): {record.get('reason', '')}"
+                    f"{record.host}): it is paused or cut off there, and stops without committing if it wakes")
+        return f"{app.name} stopped (pid {pid}): {record.reason or ''}"
     except DeadlineExceeded:
         pass
     if process is None:

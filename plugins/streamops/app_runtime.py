@@ -5,6 +5,7 @@
                                            checkpoint, across hosts
     <checkpoint>/_runtime/driver.json      the current or last driver: app, version, conf, pid,
                                            host, Spark application id, started/stopped at
+                                           (read as a DriverRecord)
     <checkpoint>/_runtime/runs.jsonl       every start and stop, appended
     <checkpoint>/_runtime/progress/Q.json  the latest progress of query Q (a StreamingQueryListener)
     <checkpoint>/_runtime/progress/rates.jsonl  input rows per batch over the last hour (the apps page's chart)
@@ -34,6 +35,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -41,7 +43,7 @@ from typing import Any
 import psutil
 
 from streamops.driver_lease import DriverLease, Holder, LeaseTaken
-from streamops.runtime_files import read_json, write_json_atomic
+from streamops.runtime_files import read_json, read_json_object, write_json_atomic
 
 
 DRIVER_LOGS_KEPT = 20
@@ -71,12 +73,173 @@ def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     os.replace(partial, path)
 
 
+def shown(value: Any) -> Any:
+    """A recorded value as a message shows it: '?' when it is not recorded."""
+    return "?" if value is None else value
+
+
 def parse_recorded_time(moment: Any) -> datetime | None:
     """An ISO-8601 time as written here ('...Z'), or None for nothing or something else."""
     try:
         return datetime.fromisoformat(str(moment).replace("Z", "+00:00")) if moment else None
     except ValueError:
         return None
+
+
+# --- driver.json, typed --------------------------------------------------------------------------
+#
+# The driver writes driver.json as a JSON object (AppRuntime.acquire, update, release: the keys
+# spark_apps/common/runner.py hands over, kept as written); everyone else reads it through
+# DriverRecord.from_json. A driver of an older artifact writes it too, so every key may be missing
+# (None, or an empty list or object), and a key this version does not know is ignored here and
+# kept when the driver rewrites the file. The file is on a shared volume: values are kept as the
+# file has them, not converted, and whatever of them reaches a command line, a path or a signal
+# is checked where it is used (checked_version and checked_spark_conf in
+# streamops.launch_overrides, running_version, driver_process, driver_log), with the error naming
+# it. Only the nested records must be objects: `launch` or `code` of another kind counts as absent.
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """How a launcher started a driver, so that a restart, rollback or restore can start exactly
+    that again: the version, the trigger's Spark conf overrides, and the id naming this one start
+    (a launcher waits for its own driver). It travels to the driver in STREAMOPS_LAUNCH (`to_env`)
+    and the driver records it, as it got it, as driver.json's `launch`; `from_json` reads it back.
+    None: not recorded (launchers before launch ids wrote version and spark_conf only; a driver
+    started by hand, or by a launcher before launch records, has none)."""
+
+    version: str | None = None
+    spark_conf: dict[str, str] | None = None
+    launch_id: str | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> LaunchRecord:
+        if not isinstance(value, dict):
+            return cls()
+        return cls(version=value.get("version"), spark_conf=value.get("spark_conf"), launch_id=value.get("launch_id"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (without the keys that are None): what the driver records."""
+        return {key: value for key, value in (("version", self.version), ("spark_conf", self.spark_conf),
+                                              ("launch_id", self.launch_id)) if value is not None}
+
+    def to_env(self) -> str:
+        """STREAMOPS_LAUNCH's value for the driver."""
+        return json.dumps(self.to_json())
+
+
+@dataclass(frozen=True)
+class CodeRecord:
+    """The code a driver ran: an artifact (its zip and digest) or the installed module (its file
+    and that file's digest)."""
+
+    artifact: str | None = None
+    installed: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> CodeRecord | None:
+        """None for a record from before artifacts (no `code`, or an empty one)."""
+        if not isinstance(value, dict) or not value:
+            return None
+        return cls(artifact=value.get("artifact"), installed=value.get("installed"), digest=value.get("digest"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object as the driver wrote it ({artifact, digest} or {installed, digest})."""
+        return {key: value for key, value in (("artifact", self.artifact), ("installed", self.installed),
+                                              ("digest", self.digest)) if value is not None}
+
+    @property
+    def artifact_digest(self) -> str | None:
+        """The artifact's digest (None: installed code)."""
+        return self.digest if self.artifact else None
+
+    @property
+    def label(self) -> str | None:
+        """What status shows: the artifact's digest, or 'installed'."""
+        return self.digest if self.artifact else "installed"
+
+
+@dataclass(frozen=True)
+class DriverRecord:
+    """driver.json: the current or last driver of an app (see the notes above on missing keys and
+    on values). `DriverRecord()`, every field absent, stands for no record where callers need one."""
+
+    # What runs, as the driver started (AppRuntime.acquire's info).
+    app: str | None = None
+    program: str | None = None
+    version: str | None = None
+    code: CodeRecord | None = None  # None: a driver from before artifacts
+    trigger: str | None = None
+    checkpoint_interval: str | None = None  # real-time apps only
+    spark_conf: dict[str, str] = field(default_factory=dict)  # the catalog's, as the driver got it
+    catalog: str | None = None
+    kafka: str | None = None  # where and as whom it connects (KafkaClientConfig.describe)
+    environment: str | None = None
+    launched_by: str | None = None  # a DAG run id, "streamops app run (pid N)", "command line"
+    launch: LaunchRecord = field(default_factory=LaunchRecord)  # empty: none recorded
+    # The process, and its lease (acquire).
+    pid: int | None = None
+    pid_created: float | None = None  # the process's start time: a reused pid is never taken for it
+    host: str | None = None
+    process_group: int | None = None  # spark-submit's, shared with its JVM
+    jvm_pid: int | None = None
+    driver_log: str | None = None
+    lease_epoch: int | None = None
+    started_at: str | None = None
+    # Where Spark runs it, and its queries (update).
+    application_id: str | None = None
+    spark_master: str | None = None
+    spark_ui: str | None = None
+    driver_host: str | None = None
+    plan_fingerprint: dict[str, list[str]] = field(default_factory=dict)  # query -> its stateful operators
+    queries_started: list[str] = field(default_factory=list)
+    queries_started_at: str | None = None
+    last_idle_at: str | None = None
+    failed_batches: list[dict[str, Any]] = field(default_factory=list)  # streamops.checkpoint_batches
+    # How it ended (release); none while it runs, or after it died unrecorded.
+    stopped_at: str | None = None
+    outcome: str | None = None  # stopped | failed | fenced
+    reason: str | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> DriverRecord | None:
+        """The record in a parsed driver.json; None if it is not a JSON object."""
+        if not isinstance(value, dict):
+            return None
+        found: dict[str, Any] = {}
+        for item in fields(cls):
+            raw = value.get(item.name)
+            if item.name == "launch":
+                found[item.name] = LaunchRecord.from_json(raw)
+            elif item.name == "code":
+                found[item.name] = CodeRecord.from_json(raw)
+            elif item.default_factory is not MISSING:  # a list or an object: missing, null or empty alike
+                found[item.name] = raw or item.default_factory()
+            else:
+                found[item.name] = raw
+        return cls(**found)
+
+    @classmethod
+    def read(cls, path: Path) -> DriverRecord | None:
+        """The record in a driver.json file; None when there is none, or it cannot be read (torn)."""
+        return cls.from_json(read_json(path))
+
+    @property
+    def launched_version(self) -> str | None:
+        """The version to start again: the launch record's, else (no launch record) the one the
+        driver recorded. Unchecked: see checked_version."""
+        return self.launch.version or self.version
+
+    @property
+    def launched_spark_conf(self) -> dict[str, str]:
+        """The Spark conf overrides to start again ({}: none). Unchecked: see checked_spark_conf."""
+        return self.launch.spark_conf or {}
+
+    @property
+    def artifact_digest(self) -> str | None:
+        """The artifact digest it ran (None: installed code, or a record from before artifacts)."""
+        return self.code.artifact_digest if self.code else None
 
 
 class AppRuntime:
@@ -138,23 +301,23 @@ class AppRuntime:
 
     def _keep_own_record(self) -> None:
         with self._record_lock:
-            current = self.driver() or {}
-            if self._own_record and current.get("lease_epoch") != self.lease.epoch and not self.fenced:
+            current = self.driver() or DriverRecord()
+            if self._own_record and current.lease_epoch != self.lease.epoch and not self.fenced:
                 log.warning("driver.json named lease epoch %s, not this driver's %s (a stale driver wrote it): "
-                            "restored", current.get("lease_epoch"), self.lease.epoch)
+                            "restored", current.lease_epoch, self.lease.epoch)
                 write_json_atomic(self.driver_file, self._own_record, indent=1)
 
     def refusal(self, app: str, holder: Holder | None = None) -> str:
         holder = holder or self.lease.live_holder()
-        running = self.driver() or {}
-        if holder is not None and running.get("lease_epoch") not in (None, holder.epoch):
-            running = {}  # the record is an earlier driver's: the lease's own words only
-        pid = holder.pid if holder else running.get("pid", "?")
-        host = holder.where if holder else running.get("host", "?")
+        running = self.driver() or DriverRecord()
+        if holder is not None and running.lease_epoch not in (None, holder.epoch):
+            running = DriverRecord()  # the record is an earlier driver's: the lease's own words only
+        pid = holder.pid if holder else shown(running.pid)
+        host = holder.where if holder else shown(running.host)
         beat = f", heartbeat {holder.silent_for_s():.0f}s ago" if holder else ""
         return (
-            f"{app} is already running: driver pid {pid} on {host}, version {running.get('version', '?')}, "
-            f"Spark application {running.get('application_id', '?')}, started {running.get('started_at', '?')} "
+            f"{app} is already running: driver pid {pid} on {host}, version {shown(running.version)}, "
+            f"Spark application {shown(running.application_id)}, started {shown(running.started_at)} "
             f"(lease epoch {holder.epoch if holder else '?'}{beat}, {self.lease.dir}); stop it first"
         )
 
@@ -167,7 +330,7 @@ class AppRuntime:
         with self._record_lock:
             if self.fenced:
                 return  # driver.json is the new driver's now
-            record = {**(self._own_record or self.driver() or {}), **fields}
+            record = {**(self._own_record or self._driver_json() or {}), **fields}
             self._write_record(record)
 
     def release(self, outcome: str, reason: str = "") -> None:
@@ -180,7 +343,8 @@ class AppRuntime:
                                       "reason": self.lease.lost_reason()})
                 self.lease.end("fenced")
                 return
-            record = {**(self._own_record or self.driver() or {}), "stopped_at": now_iso(), "outcome": outcome, "reason": reason}
+            record = {**(self._own_record or self._driver_json() or {}), "stopped_at": now_iso(), "outcome": outcome,
+                      "reason": reason}
             self._write_record(record)
         self._append_history({"event": "stopped", **record})
         self.lease.end(outcome)
@@ -189,15 +353,20 @@ class AppRuntime:
         """True while a live driver holds the lease (on any host: its heartbeat is fresh)."""
         return self.lease.live_holder() is not None
 
-    def driver(self) -> dict[str, Any] | None:
-        return read_json(self.driver_file)
+    def driver(self) -> DriverRecord | None:
+        """The current or last driver's record (None: never started here, or driver.json is torn)."""
+        return DriverRecord.read(self.driver_file)
+
+    def _driver_json(self) -> dict[str, Any] | None:
+        """driver.json as written, every key kept: the driver rewrites it from this."""
+        return read_json_object(self.driver_file)
 
     def driver_process(self) -> psutil.Process | None:
         """The recorded driver's process if it is alive on this host and is the same process
         (same start time), else None: a signal never goes to a pid the record merely names."""
-        record = self.driver() or {}
-        pid, created = record.get("pid"), record.get("pid_created")
-        if record.get("host") != socket.gethostname() or not isinstance(pid, int) or not isinstance(created, (int, float)):
+        record = self.driver() or DriverRecord()
+        pid, created = record.pid, record.pid_created
+        if record.host != socket.gethostname() or not isinstance(pid, int) or not isinstance(created, (int, float)):
             return None
         try:
             process = psutil.Process(pid)
@@ -212,7 +381,7 @@ class AppRuntime:
         record = self.driver()
         if record is None:
             return "never started"
-        return record.get("outcome", "crashed") if record.get("stopped_at") else "crashed"
+        return ("crashed" if record.outcome is None else record.outcome) if record.stopped_at else "crashed"
 
     def history(self) -> list[dict[str, Any]]:
         if not self.history_file.exists():
@@ -242,7 +411,7 @@ class AppRuntime:
         """The log of the current or last driver (as driver.json names it, if that is one of this
         app's driver logs: driver.json is written by the app's process, so it is not trusted to
         point anywhere else), else the newest."""
-        named = (self.driver() or {}).get("driver_log")
+        named = (self.driver() or DriverRecord()).driver_log
         if isinstance(named, str) and named:
             path = Path(named).resolve()
             if path.parent == self.logs_dir.resolve() and path.name.startswith("driver-") and path.suffix == ".log" \
@@ -326,7 +495,7 @@ class AppRuntime:
 
     def desired(self) -> dict[str, Any] | None:
         """{state: running | stopped, by, run_id, at, version} as last asked for (None: never)."""
-        return read_json(self.desired_file)
+        return read_json_object(self.desired_file)
 
     def set_desired(self, state: str, *, run_id: str, by: str | None = None, version: str | None = None) -> None:
         """Record what an operator asked for. It supersedes a failed operation's marker: starting or
@@ -344,7 +513,7 @@ class AppRuntime:
         kept until an operator's run takes it over, so nothing restarts a half-changed app); None
         when no run is at it. A run whose process died without ending its operation (killed, its
         worker lost; recorded on another host: begun more than OPERATION_MAX_S ago) counts as failed."""
-        record = read_json(self.operation_file)
+        record = read_json_object(self.operation_file)
         if not record or record.get("failed_at"):
             return record or None
         if record.get("host") == socket.gethostname():

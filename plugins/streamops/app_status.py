@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_client import KafkaClientConfig
@@ -134,24 +134,24 @@ def _record_timestamps(kafka: KafkaClientConfig, positions: list[TopicPartition]
 def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None = None) -> AppStatus:
     location = checkpoint or spec.checkpoint_location()
     runtime = AppRuntime(location)
-    record = runtime.driver() or {}
+    record = runtime.driver() or DriverRecord()
     status = AppStatus(
         app=spec.name,
         state=runtime.state(),
-        version=record.get("version"),
-        code=code_label(record.get("code")),
-        pid=record.get("pid"),
-        application_id=record.get("application_id"),
-        spark_master=record.get("spark_master"),
-        driver_host=record.get("driver_host"),
-        spark_ui=record.get("spark_ui"),
-        started_at=record.get("started_at"),
-        stopped_at=record.get("stopped_at"),
-        reason=record.get("reason"),
-        last_idle_at=record.get("last_idle_at"),
+        version=record.version,
+        code=record.code.label if record.code else None,
+        pid=record.pid,
+        application_id=record.application_id,
+        spark_master=record.spark_master,
+        driver_host=record.driver_host,
+        spark_ui=record.spark_ui,
+        started_at=record.started_at,
+        stopped_at=record.stopped_at,
+        reason=record.reason,
+        last_idle_at=record.last_idle_at,
     )
     holder = runtime.lease.holder()
-    if holder is not None and holder.epoch == record.get("lease_epoch"):
+    if holder is not None and holder.epoch == record.lease_epoch:
         status.heartbeat_age_s = round(holder.silent_for_s(), 1)
         status.lease_ttl_s = float(holder.record.get("ttl_s") or 0) or None
         if status.state == "crashed":
@@ -161,10 +161,10 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
     if status.state == "running" and status.spark_ui and status.application_id \
             and not (status.spark_master or "").startswith("local"):
         status.executor_hosts = executor_hosts(status.spark_ui, status.application_id)
-    if status.state == "failed" and record.get("failed_batches"):  # the batch a restart would run again
+    if status.state == "failed" and record.failed_batches:  # the batch a restart would run again
         from streamops.checkpoint_batches import describe_failed_batches
 
-        status.reason = f"{describe_failed_batches(record['failed_batches'])}: {status.reason or ''}"
+        status.reason = f"{describe_failed_batches(record.failed_batches)}: {status.reason or ''}"
     progress = runtime.progress()
     if progress:
         latest = max((p.get("published_at") or "" for p in progress.values()), default="")
@@ -232,12 +232,6 @@ def executor_hosts(spark_ui: str, application_id: str) -> list[str] | None:
     return sorted({e["hostPort"].rsplit(":", 1)[0] for e in executors
                    if isinstance(e, dict) and e.get("id") != "driver" and e.get("isActive", True)
                    and isinstance(e.get("hostPort"), str)})
-
-
-def code_label(code: dict | None) -> str | None:
-    if not code:
-        return None
-    return code.get("digest") if code.get("artifact") else "installed"
 
 
 def status_table(statuses: list[AppStatus]) -> str:

@@ -85,10 +85,10 @@ def app_code(app_name: Any) -> dict[str, Any] | None:
     from streamops.catalog import CatalogError, load_catalog
 
     try:
-        record = AppRuntime(load_catalog().app(app_name).checkpoint_location()).driver() or {}
+        record = AppRuntime(load_catalog().app(app_name).checkpoint_location()).driver()
     except (CatalogError, KeyError, OSError, ValueError):
         return None
-    return {"version": record.get("version"), **(record.get("code") or {})} if record else None
+    return {"version": record.version, **(record.code.to_json() if record.code else {})} if record is not None else None
 
 
 def read_audit(app: str | None = None, run_id: str | None = None) -> list[dict[str, Any]]:

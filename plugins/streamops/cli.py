@@ -605,7 +605,7 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
     import signal
     import subprocess
 
-    from streamops.app_runtime import AppRuntime
+    from streamops.app_runtime import AppRuntime, DriverRecord
     from streamops.spark_submit import driver_env
 
     runtime = AppRuntime(checkpoint)
@@ -638,7 +638,7 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
             pass
         # The request is written once our driver holds the lock: a driver still starting would
         # clear a stop request it found (it belongs to the driver before).
-        if signals and not asked and runtime.is_running() and (runtime.driver() or {}).get("launched_by") == me:
+        if signals and not asked and runtime.is_running() and (runtime.driver() or DriverRecord()).launched_by == me:
             said = {signal.SIGINT: f"Ctrl-C at the terminal ({me})", signal.SIGHUP: f"the terminal of {me} closing"}
             runtime.request_stop(by=said.get(signals[0], f"SIGTERM to {me}"))
             # Stopped on purpose: the supervisor must not take it for a crash and restart it.

@@ -186,12 +186,11 @@ def program_info(app: AppSpec, version: str | None = None, expected_digest: str 
 
 def running_version(app: AppSpec) -> str:
     """The version the app's driver last ran (its driver record), else the catalog's."""
-    from streamops.app_runtime import AppRuntime
+    from streamops.app_runtime import AppRuntime, DriverRecord
 
     from streamops.catalog import VERSION_PATTERN
 
-    record = AppRuntime(app.checkpoint_location()).driver() or {}
-    version = (record.get("launch") or {}).get("version") or record.get("version")
+    version = (AppRuntime(app.checkpoint_location()).driver() or DriverRecord()).launched_version
     # driver.json is a file on the shared checkpoint volume: its version becomes a store path.
     if not isinstance(version, str) or len(version) > 64 or not re.fullmatch(VERSION_PATTERN, version):
         return app.version
@@ -201,14 +200,13 @@ def running_version(app: AppSpec) -> str:
 def ran_digest(app: AppSpec, version: str) -> str | None:
     """The artifact digest the app's last driver ran `version` with (None: it did not run it):
     a version that ran is pinned to those bytes."""
-    from streamops.app_runtime import AppRuntime
+    from streamops.app_runtime import AppRuntime, DriverRecord
 
-    record = AppRuntime(app.checkpoint_location()).driver() or {}
-    code = record.get("code") or {}
-    ran = str((record.get("launch") or {}).get("version") or record.get("version") or "")
+    record = AppRuntime(app.checkpoint_location()).driver() or DriverRecord()
+    ran = str(record.launched_version or "")
     # Build metadata (a cutover's 1.0.0+v2) names the same code.
     same = ran.split("+", 1)[0] == version.split("+", 1)[0]
-    return code.get("digest") if code.get("artifact") and same else None
+    return record.artifact_digest if same else None
 
 
 def resolve_artifact(app: AppSpec, version: str, expected_digest: str | None = None) -> Artifact:

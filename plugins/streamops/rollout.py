@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from streamops.app_ops import Launch, LaunchError, Standby, StandbyUnsupported, launch, start_standby, stop
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.spark_submit import driver_env
@@ -71,13 +71,13 @@ def backup_checkpoint(checkpoint: str, label: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     target = backups_dir(checkpoint) / f"{stamp}-{label}"
     shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns("_runtime"))
-    driver = AppRuntime(checkpoint).driver() or {}
+    driver = AppRuntime(checkpoint).driver() or DriverRecord()
     info = {
         "label": label,
         "taken_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-        "version": driver.get("version"),
-        "launch": driver.get("launch") or {},
-        "code": driver.get("code"),  # the artifact (digest) that wrote it
+        "version": driver.version,
+        "launch": driver.launch.to_json(),
+        "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
     }
     (target / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
     return target
@@ -178,7 +178,7 @@ def health_gate(app: AppSpec, kafka: KafkaClientConfig, deadline_s: float, max_d
     def check() -> bool:
         nonlocal records, dead
         if not runtime.is_running():
-            raise _GateFailure(f"the new driver is {runtime.state()}: {(runtime.driver() or {}).get('reason', 'it died')}")
+            raise _GateFailure(f"the new driver is {runtime.state()}: {_reason(runtime.driver())}")
         for name, progress in runtime.progress().items():
             if progress["batch_id"] != seen.get(name):
                 seen[name] = progress["batch_id"]
@@ -220,6 +220,10 @@ class _GateFailure(Exception):
     pass
 
 
+def _reason(record: DriverRecord | None) -> str:
+    return "it died" if record is None or record.reason is None else record.reason
+
+
 # --- the roll -----------------------------------------------------------------------------------------
 
 
@@ -227,7 +231,7 @@ def roll_restart(
     app: AppSpec,
     *,
     new_command: list[str],
-    previous_command: Callable[[dict], list[str]],
+    previous_command: Callable[[DriverRecord], list[str]],
     new_version: str,
     kafka: KafkaClientConfig,
     new_spark_conf: dict | None = None,
@@ -241,12 +245,12 @@ def roll_restart(
     touched) or RolloutFailed (rolled back to the previous version and checkpoint)."""
     checkpoint = app.checkpoint_location()
     runtime = AppRuntime(checkpoint)
-    previous = runtime.driver() or {}
+    previous = runtime.driver() or DriverRecord()
     if runtime.state() != "running":
         raise RolloutRefused(f"{app.name} is {runtime.state()}, not running: deploy it with deploy_apps instead")
     # The new version starts beside the running one as a warm standby: session and plans built,
     # waiting for the word. A version that cannot get that far never stops the running one.
-    log(f"{app.name}: starting version {new_version} as a warm standby beside version {previous.get('version')}")
+    log(f"{app.name}: starting version {new_version} as a warm standby beside version {previous.version}")
     standby: Standby | None = None
     try:
         standby = start_standby(app, new_command, checkpoint=checkpoint, launched_by=run_id, version=new_version,
@@ -264,7 +268,7 @@ def roll_restart(
         if new_plan is None:
             raise RolloutRefused(f"{app.name}: version {new_version}'s standby reported no plan, so nothing was stopped; "
                                  f"see its log ({standby.describe() if standby else '?'})")
-        problems = incompatibilities(previous.get("plan_fingerprint") or {}, new_plan)
+        problems = incompatibilities(previous.plan_fingerprint, new_plan)
         if problems:
             raise RolloutRefused(
                 f"{app.name}: the new version cannot restart from the running version's checkpoint, so nothing was "
@@ -279,7 +283,7 @@ def roll_restart(
         if standby is not None:
             log(f"{app.name}: {standby.abort(f'the rollout stopped: {exc}')}")
         raise
-    log(f"{app.name}: stateful plan unchanged; stopping version {previous.get('version')} (pid {previous.get('pid')})")
+    log(f"{app.name}: stateful plan unchanged; stopping version {previous.version} (pid {previous.pid})")
     stop_began = time.monotonic()
     try:
         log(stop(app, checkpoint=checkpoint, requested_by=run_id, deadline_s=stop_deadline_s))
@@ -311,10 +315,10 @@ def roll_restart(
             gate = GateResult(False, f"the health gate could not be checked: {exc}")
     if gate.healthy:
         log(f"{app.name}: {gate.reason}")
-        return {"app": app.name, "version": new_version, "previous_version": previous.get("version"),
+        return {"app": app.name, "version": new_version, "previous_version": previous.version,
                 "backup": str(backup), "downtime_s": round(downtime, 1), "gate": gate.reason}
 
-    log(f"{app.name}: HEALTH GATE FAILED: {gate.reason}; rolling back to version {previous.get('version')}")
+    log(f"{app.name}: HEALTH GATE FAILED: {gate.reason}; rolling back to version {previous.version}")
     if runtime.is_running():
         log(stop(app, checkpoint=checkpoint, requested_by=f"{run_id} (rollback)", deadline_s=stop_deadline_s))
     if standby is not None and not standby.told_go:
@@ -326,12 +330,11 @@ def roll_restart(
         on = f"the checkpoint backup {backup}"
         log(f"{app.name}: checkpoint restored from {backup} (the failed version's checkpoint is kept at {replaced})")
     # The version and conf previous_command was built from (and checked with): the launch record's.
-    launched = previous.get("launch") or {}
     restored = launch(
         app, previous_command(previous), checkpoint=checkpoint, launched_by=f"{run_id} (rollback)",
-        version=str(launched.get("version") or previous.get("version")), spark_conf=launched.get("spark_conf"),
+        version=str(previous.launched_version), spark_conf=previous.launched_spark_conf,
     )
     raise RolloutFailed(
         f"{app.name}: version {new_version} failed its health gate ({gate.reason}); rolled back to version "
-        f"{previous.get('version')} on {on}, running again as pid {restored.pid}"
+        f"{previous.version} on {on}, running again as pid {restored.pid}"
     )

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
 from streamops.app_runtime import parse_recorded_time as _parse
 from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, SupervisionSpec
@@ -173,11 +173,11 @@ def desired_state(runtime: AppRuntime) -> dict[str, Any] | None:
     if desired:
         return desired
     record = runtime.driver()
-    if not record:
+    if record is None:
         return None
-    stopped = record.get("stopped_at") and record.get("outcome") == "stopped"
-    return {"state": "stopped" if stopped else "running", "by": None, "run_id": record.get("launched_by"),
-            "at": record.get("started_at"), "version": record.get("version"), "inferred": True}
+    stopped = record.stopped_at and record.outcome == "stopped"
+    return {"state": "stopped" if stopped else "running", "by": None, "run_id": record.launched_by,
+            "at": record.started_at, "version": record.version, "inferred": True}
 
 
 def _who(desired: dict[str, Any]) -> str:
@@ -349,12 +349,10 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
     if decision.action == "wait":
         health.action = decision.reason
         return
-    record = runtime.driver() or {}
-    launched = record.get("launch") or {}
-    version = launched.get("version") or record.get("version") or (health.desired or {}).get("version") or spec.version
-    spark_conf = launched.get("spark_conf") or {}
-    code = record.get("code") or {}
-    digest = code.get("digest") if code.get("artifact") else None
+    record = runtime.driver() or DriverRecord()
+    version = record.launched_version or (health.desired or {}).get("version") or spec.version
+    spark_conf = record.launched_spark_conf
+    digest = record.artifact_digest
     entry = {"at": now_iso(), "run_id": run_id, "attempt": decision.attempt, "backoff_s": decision.backoff_s,
              "not_before": decision.not_before, "version": version, "after": health.status.reason if health.status else None}
     try:

@@ -687,6 +687,8 @@ def main(argv: list[str]) -> int:
                 "kafka": options.kafka.describe(),
                 "environment": catalog.environment,
                 "launched_by": settings.LAUNCHED_BY.get() or "command line",
+                # The launcher's record (streamops.app_runtime.LaunchRecord.to_env), kept as it came:
+                # readers parse it with LaunchRecord.from_json.
                 "launch": json.loads(settings.LAUNCH.get() or "{}"),
                 # spark-submit and its JVM share it: a recovery can find what a dead driver left.
                 "process_group": os.getpgrp(),

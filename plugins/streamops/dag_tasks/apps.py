@@ -67,12 +67,6 @@ def command_for(app_name: str, version: str | None, spark_conf: dict | None, sta
     return spark_submit_command(spec)
 
 
-def ran_artifact_digest(record: dict) -> str | None:
-    """The artifact digest a driver record ran (None: installed code, or a record from before artifacts)."""
-    code = record.get("code") or {}
-    return code.get("digest") if code.get("artifact") else None
-
-
 def checked_overrides(version: object, spark_conf: object, where: str = "") -> tuple[str | None, dict[str, str]]:
     """The trigger's version and Spark conf, checked and normalised, or a task failure (no retries)
     naming what is not allowed, raised before anything is built or started."""
@@ -110,7 +104,7 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
     """Roll one app to `version`/`spark_conf`, or refuse, or roll back and fail loudly."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.app_runtime import AppRuntime
+    from streamops.app_runtime import AppRuntime, DriverRecord
     from streamops.rollout import RolloutFailed, RolloutRefused, roll_restart
 
     version, spark_conf = checked_overrides(version, spark_conf)
@@ -120,16 +114,14 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
     checked_number(max_dead_letter_rate, "max_dead_letter_rate", 0, 1, whole=False)
     app = load_catalog().app(app_name)
     # A rollback restarts what the launch record on disk says: check it before anything is stopped.
-    previous = AppRuntime(app.checkpoint_location()).driver() or {}
-    launched = previous.get("launch") or {}
-    checked_overrides(launched.get("version") or previous.get("version"), launched.get("spark_conf"),
+    previous = AppRuntime(app.checkpoint_location()).driver() or DriverRecord()
+    checked_overrides(previous.launched_version, previous.launched_spark_conf,
                       f"the running version's launch record ({app.name}): ")
 
-    def previous_command(previous: dict) -> list[str]:
-        launched = previous.get("launch") or {}
+    def previous_command(previous: DriverRecord) -> list[str]:
         # Exactly the code that ran: an artifact whose digest changed since is refused.
-        return command_for(app_name, launched.get("version") or previous.get("version"), launched.get("spark_conf"),
-                           expected_digest=ran_artifact_digest(previous))
+        return command_for(app_name, previous.launched_version, previous.launched_spark_conf,
+                           expected_digest=previous.artifact_digest)
 
     try:
         new_command = command_for(app_name, version, spark_conf)

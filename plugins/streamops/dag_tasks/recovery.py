@@ -105,12 +105,11 @@ def trusted_launch(app_name: str, version: object, spark_conf: object) -> tuple[
 
 def last_launch(app_name: str) -> tuple[str, dict]:
     """The version and Spark conf the app last ran with (the catalog's version if never run)."""
-    from streamops.app_runtime import AppRuntime
+    from streamops.app_runtime import AppRuntime, DriverRecord
 
     app = load_catalog().app(app_name)
-    driver = AppRuntime(app.checkpoint_location()).driver() or {}
-    launched = driver.get("launch") or {}
-    return trusted_launch(app_name, launched.get("version") or driver.get("version") or app.version, launched.get("spark_conf") or {})
+    driver = AppRuntime(app.checkpoint_location()).driver() or DriverRecord()
+    return trusted_launch(app_name, driver.launched_version or app.version, driver.launched_spark_conf)
 
 
 def _launch(app_name: str, run_id: str, version: str, spark_conf: dict, starting_offsets: str | None = None,

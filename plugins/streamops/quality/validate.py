@@ -176,7 +176,7 @@ def validate_topics(
 def writer_code(catalog: Catalog, topic: str, written_by: dict[str, str] | None = None) -> str | None:
     """'oplog-router 1.2.0 sha256 1a2b3c4d5e6f' (an artifact) or '... installed': the code of the
     app that writes the topic (as given, else its driver's record); None: no app writes it."""
-    from streamops.app_runtime import AppRuntime
+    from streamops.app_runtime import AppRuntime, DriverRecord
 
     writer = catalog.writer(topic)
     if writer is None:
@@ -184,12 +184,16 @@ def writer_code(catalog: Catalog, topic: str, written_by: dict[str, str] | None 
     app = writer[0]
     if written_by and app.name in written_by:
         return f"{app.name} {written_by[app.name]}"
-    record = AppRuntime(app.checkpoint_location()).driver() or {}
-    code = record.get("code") or {}
-    digest = code.get("digest") or ""
+    record = AppRuntime(app.checkpoint_location()).driver() or DriverRecord()
+    code = record.code
     # No ':' or '/': the run name becomes part of a Data Docs path.
-    said = f"sha256 {digest.removeprefix('sha256:')[:12]}" if code.get("artifact") else ("installed" if code else "not run yet")
-    return f"{app.name} {record.get('version') or app.version} {said}"
+    if code is None:
+        said = "not run yet"
+    elif code.artifact:
+        said = f"sha256 {(code.digest or '').removeprefix('sha256:')[:12]}"
+    else:
+        said = "installed"
+    return f"{app.name} {record.version or app.version} {said}"
 
 
 def raise_on_failures(outcomes: list[TopicResult]) -> None:

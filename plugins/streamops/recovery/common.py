@@ -6,7 +6,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, DriverRecord, shown
 from streamops.app_status import committed_offsets
 from streamops.catalog import AppSpec, Catalog
 
@@ -85,16 +85,16 @@ def keeps_state(app: AppSpec) -> bool:
     checkpoint = app.checkpoint_location()
     if any((d / "state").exists() for d in query_dirs(checkpoint)):
         return True
-    fingerprint = (AppRuntime(checkpoint).driver() or {}).get("plan_fingerprint") or {}
+    fingerprint = (AppRuntime(checkpoint).driver() or DriverRecord()).plan_fingerprint
     return any(fingerprint.values())
 
 
 def refuse_if_running(app: AppSpec, what: str, problems: list[str]) -> None:
     runtime = AppRuntime(app.checkpoint_location())
     if runtime.is_running():
-        driver = runtime.driver() or {}
+        driver = runtime.driver() or DriverRecord()
         problems.append(
-            f"{app.name} is running (driver pid {driver.get('pid', '?')} on {driver.get('host', '?')}, version "
-            f"{driver.get('version', '?')}, started {driver.get('started_at', '?')}); {what} needs it stopped: "
+            f"{app.name} is running (driver pid {shown(driver.pid)} on {shown(driver.host)}, version "
+            f"{shown(driver.version)}, started {shown(driver.started_at)}); {what} needs it stopped: "
             "stop it with the stop_apps DAG first"
         )

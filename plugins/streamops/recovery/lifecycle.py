@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import psutil
 
 from streamops.app_ops import driver_log_tail
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -25,12 +25,12 @@ class Leftover:
     command: str
 
 
-def leftovers(driver: dict) -> list[Leftover]:
+def leftovers(driver: DriverRecord) -> list[Leftover]:
     """Processes of the last driver's process group still alive on this host: spark-submit,
     its JVM (which runs the queries) and Python workers. With the lease free the Python driver
     is gone, but a JVM that outlived it could still write to the checkpoint."""
-    group = driver.get("process_group")
-    if not group or driver.get("host") != socket.gethostname():
+    group = driver.process_group
+    if not group or driver.host != socket.gethostname():
         return []
     found = []
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
@@ -42,7 +42,7 @@ def leftovers(driver: dict) -> list[Leftover]:
             continue
         # Only this app's Spark processes (spark-submit, its JVM and the Python driver name the app;
         # Python workers are PySpark's): the group of a driver started from a shell may hold others.
-        if f"--app {driver.get('app')} " in f"{command} " or "pyspark.daemon" in command or "pyspark.worker" in command:
+        if f"--app {driver.app} " in f"{command} " or "pyspark.daemon" in command or "pyspark.worker" in command:
             found.append(Leftover(proc.pid, proc.info["name"] or "?", command[:300]))
     return found
 
@@ -84,15 +84,15 @@ def await_resumed(app: AppSpec, kafka: KafkaClientConfig, lag_before: int | None
 
     def resumed() -> bool:
         if not runtime.is_running():
-            record = runtime.driver() or {}
+            record = runtime.driver() or DriverRecord()
             raise NotResumed(
-                f"{app.name} is {runtime.state()} again: {record.get('reason') or 'the driver died'}; last lines of its log:\n"
+                f"{app.name} is {runtime.state()} again: {record.reason or 'the driver died'}; last lines of its log:\n"
                 f"{driver_log_tail(app.checkpoint_location())}"
             )
-        record = runtime.driver() or {}
+        record = runtime.driver() or DriverRecord()
         status = app_status(app, kafka)
-        seen.update(batches=status.batches, lag=status.total_lag, idle=bool(record.get("last_idle_at")))
-        progressed = set(status.batches) >= set(record.get("queries_started") or ["?"])
+        seen.update(batches=status.batches, lag=status.total_lag, idle=bool(record.last_idle_at))
+        progressed = set(status.batches) >= set(record.queries_started or ["?"])
         if not (progressed or (seen["idle"] and status.lags and status.total_lag == 0)):
             return False
         if caught_up:

@@ -7,7 +7,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoint_batches import describe_failed_batches, describe_ranges
@@ -87,12 +87,12 @@ def plan_restart(catalog: Catalog, app_name: str, kafka: KafkaClientConfig) -> R
         raise RecoveryRefused(problems)
     runtime = AppRuntime(app.checkpoint_location())
     state = runtime.state()
-    driver = runtime.driver() or {}
+    driver = runtime.driver() or DriverRecord()
     if state == "running":
         status = app_status(app, kafka)
         age = f"{status.progress_age_s:.0f} s ago" if status.progress_age_s is not None else "never"
         raise RecoveryRefused([
-            f"{app.name} is running (driver pid {driver.get('pid')} on {driver.get('host')}, last progress {age}, "
+            f"{app.name} is running (driver pid {driver.pid} on {driver.host}, last progress {age}, "
             f"lag {status.total_lag}): there is nothing to restart. If it is stuck, stop it with stop_apps "
             "(it escalates to SIGTERM and SIGKILL), then run this DAG"
         ])
@@ -100,24 +100,24 @@ def plan_restart(catalog: Catalog, app_name: str, kafka: KafkaClientConfig) -> R
         raise RecoveryRefused([f"{app.name} has never been started here: start it with deploy_apps"])
     notes = []
     if state == "stopped":
-        notes.append(f"{app.name} was stopped on purpose ({driver.get('reason') or 'a stop request'}), not crashed")
-    if driver.get("host") and driver.get("host") != socket.gethostname():
-        notes.append(f"the last driver ran on {driver['host']}, not here: its processes there (process group "
-                     f"{driver.get('process_group')}: spark-submit, its JVM) cannot be checked or ended from here; its lease "
+        notes.append(f"{app.name} was stopped on purpose ({driver.reason or 'a stop request'}), not crashed")
+    if driver.host and driver.host != socket.gethostname():
+        notes.append(f"the last driver ran on {driver.host}, not here: its processes there (process group "
+                     f"{driver.process_group}: spark-submit, its JVM) cannot be checked or ended from here; its lease "
                      "ran out (no heartbeat), so its Python driver is gone or paused, and it can no longer write a batch "
-                     f"(a paused one stops when it wakes). Check that host with `ps -g {driver.get('process_group')}`")
+                     f"(a paused one stops when it wakes). Check that host with `ps -g {driver.process_group}`")
     if not query_dirs(app.checkpoint_location()):
         notes.append("the checkpoint holds no query yet: the app starts from the catalog's starting position")
-    failed = (driver.get("failed_batches") or []) if state == "failed" else []
-    launched = driver.get("launch") or {}
+    failed = driver.failed_batches if state == "failed" else []
     return RestartPlan(
         app=app.name, state=state,
-        last_driver={k: driver.get(k) for k in ("pid", "host", "version", "started_at", "stopped_at", "outcome", "reason")},
+        last_driver={"pid": driver.pid, "host": driver.host, "version": driver.version, "started_at": driver.started_at,
+                     "stopped_at": driver.stopped_at, "outcome": driver.outcome, "reason": driver.reason},
         leftovers=[asdict(p) for p in leftovers(driver)],
         lag=app_status(app, kafka).total_lag,
         batches=batch_marks(app.checkpoint_location()),
-        version=launched.get("version") or driver.get("version") or app.version,
-        spark_conf=launched.get("spark_conf") or {},
+        version=driver.launched_version or app.version,
+        spark_conf=driver.launched_spark_conf,
         notes=notes,
         failed_batches=failed,
         failed_again=bool(failed) and _same_as_previous_failure(runtime, failed),
@@ -172,7 +172,7 @@ def restart_from_checkpoint(app: AppSpec, version: str, spark_conf: dict, start,
     if runtime.is_running():
         raise RecoveryRefused([f"{app.name} was started by someone else since the plan ({runtime.refusal(app.name)})"])
     # Re-scan: the plan may be minutes old.
-    ended = end_leftovers(leftovers(runtime.driver() or {}))
+    ended = end_leftovers(leftovers(runtime.driver() or DriverRecord()))
     backup = str(backup_checkpoint(checkpoint, label)) if query_dirs(checkpoint) else None
     if before_start is not None:
         before_start()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, DriverRecord, LaunchRecord
 from streamops.catalog import AppSpec, Catalog
 from streamops.recovery.common import RecoveryRefused, batch_marks, name_problem, positions, resolve_app
 
@@ -109,13 +109,14 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
         {"query": q, "topic": t, "partition": p, "now": now.get(q).offsets.get(t, {}).get(p) if q in now else None, "restored": o}
         for q, pos in then.items() for t, parts in pos.offsets.items() for p, o in sorted(parts.items())
     ]
-    driver = runtime.driver() or {}
-    info_launch = chosen.launch or driver.get("launch") or {}
+    driver = runtime.driver() or DriverRecord()
+    # The launch record of the driver that wrote the snapshot (older snapshots: the last driver's).
+    info_launch = LaunchRecord.from_json(chosen.launch) if chosen.launch else driver.launch
     return RestorePlan(
         app=app.name, snapshot=chosen.name, history=[asdict(s) for s in history], current=batch_marks(app.checkpoint_location()),
         restored=chosen.batches, moves=moves, running=running,
-        version=info_launch.get("version") or chosen.version or driver.get("version") or app.version,
-        spark_conf=info_launch.get("spark_conf") or {}, marks=batch_marks(app.checkpoint_location()),
+        version=info_launch.version or chosen.version or driver.version or app.version,
+        spark_conf=info_launch.spark_conf or {}, marks=batch_marks(app.checkpoint_location()),
     )
 
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
 from streamops.kafka_client import KafkaClientConfig
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoint_batches import describe_failed_batches, uncommitted_batch
@@ -243,8 +243,8 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
         raise RecoveryRefused([f"the dead letters' reason would be {len(reason)} characters (user, run id and note); at most "
                                f"{MAX_REASON}: shorten the note"])
     at = now_iso()
-    driver = runtime.driver() or {}
-    failed = driver.get("failed_batches") or []
+    driver = runtime.driver() or DriverRecord()
+    failed = driver.failed_batches
     pending = {d.name: uncommitted_batch(d) for d in query_dirs(checkpoint)}
     notes: list[str] = []
     entries, shown = [], []
@@ -270,10 +270,9 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
         outside = [s.text for s in specs if s.text not in in_failed]
         notes.append(f"{', '.join(outside)} not in the batch the last driver failed on ({describe_failed_batches(failed)}): "
                      "check the offsets")
-    launched = driver.get("launch") or {}
     return SkipPlan(
         app=app.name, state=state, entries=entries, shown=shown, marks=batch_marks(checkpoint),
-        version=launched.get("version") or driver.get("version") or app.version, spark_conf=launched.get("spark_conf") or {},
+        version=driver.launched_version or app.version, spark_conf=driver.launched_spark_conf,
         dead_letter_topic=app.dead_letter_topic, reason=reason, failed_batches=failed, notes=notes,
     )
 
@@ -355,11 +354,11 @@ def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientC
 
     def done() -> bool:
         if not runtime.is_running():
-            record = runtime.driver() or {}
-            failed = record.get("failed_batches")
+            record = runtime.driver() or DriverRecord()
+            failed = record.failed_batches
             raise NotResumed(f"{app.name} is {runtime.state()} again: "
                              + (describe_failed_batches(failed) + ": " if failed else "")
-                             + f"{record.get('reason') or 'the driver died'}; last lines of its log:\n{driver_log_tail(checkpoint)}")
+                             + f"{record.reason or 'the driver died'}; last lines of its log:\n{driver_log_tail(checkpoint)}")
         spans = {p: (start.get(p, 0), high) for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
         for letter in read_spans(kafka, app.dead_letter_topic, spans):
             value = json.loads(letter.value or b"{}")
