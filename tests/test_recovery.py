@@ -22,7 +22,7 @@ from streamops.kafka_records import end_offsets, produce, read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.audit import read_audit
-from streamops.rollout import backup_checkpoint, backup_info, list_backups
+from streamops.checkpoints import backup_checkpoint, backup_info, list_backups
 from streamops.waiting import poll_until
 from test_app_runs import routed_now, wait_until_all_routed
 

@@ -11,10 +11,11 @@ import yaml
 from streamops.app_runtime import AppRuntime
 from streamops.audit import read_audit
 from streamops.catalog import load_catalog
+from streamops.checkpoints import list_backups
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import background_load
-from streamops.rollout import dependency_order, incompatibilities, list_backups
+from streamops.rollout import dependency_order, incompatibilities
 from streamops.waiting import poll_until
 from test_app_runs import wait_until_all_routed
 

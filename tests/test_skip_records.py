@@ -18,7 +18,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
 from streamops.kafka_records import end_offsets, produce, read_all
 from streamops.audit import read_audit
-from streamops.rollout import backup_info, list_backups
+from streamops.checkpoints import backup_info, list_backups
 from streamops.waiting import DeadlineExceeded, poll_until
 from test_app_runs import expected_routes, routed_now
 from test_recovery import checkpoint_state, steps_of, stop_driver

@@ -464,7 +464,7 @@ def cutover(
     """Stop the live app gracefully, put the backfill's checkpoint in place of its own (the old
     one is kept as a snapshot), and start it on the targets from there: no gap, no overlap."""
     from streamops.app_ops import launch, stop
-    from streamops.rollout import backup_checkpoint, restore_checkpoint
+    from streamops.checkpoints import backup_checkpoint, restore_checkpoint
 
     checkpoint = live.checkpoint_location()
     stopped = stop(live, checkpoint=checkpoint, requested_by=requested_by, deadline_s=stop_deadline_s)

@@ -19,6 +19,7 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import backup_checkpoint, retire_queries
 from streamops.quality.ranges import (
     MAX_OFFSET,
     offsets_for_time,
@@ -279,8 +280,6 @@ def plan_reset(
 
 def apply_reset(app: AppSpec, plan: ResetPlan, start) -> dict:
     """Back up and retire the checkpoint, then `start(starting_offsets_json)` on a new one."""
-    from streamops.rollout import backup_checkpoint, retire_queries
-
     problems: list[str] = []
     refuse_if_running(app, "a reset", problems)
     checkpoint = app.checkpoint_location()

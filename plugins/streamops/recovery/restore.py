@@ -10,6 +10,7 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import backup_info, backups_dir, list_backups, restore_checkpoint
 from streamops.recovery.common import RecoveryRefused, batch_marks, name_problem, positions, resolve_app
 
 
@@ -25,16 +26,12 @@ class Snapshot:
 
     @classmethod
     def of(cls, path: Path) -> Snapshot:
-        from streamops.rollout import backup_info
-
         info = backup_info(path)
         return cls(path.name, info.get("label", "?"), info.get("taken_at"), info.get("version"), batch_marks(path),
                    info.get("launch") or {}, info.get("code"))
 
 
 def snapshots(app: AppSpec) -> list[Snapshot]:
-    from streamops.rollout import list_backups
-
     return [Snapshot.of(p) for p in list_backups(app.checkpoint_location())]
 
 
@@ -80,8 +77,6 @@ class RestorePlan:
 
 
 def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_running: bool, for_apply: bool = False) -> RestorePlan:
-    from streamops.rollout import backups_dir
-
     problems: list[str] = []
     app = resolve_app(catalog, app_name, problems)
     problem = None if snapshot == "latest" else name_problem(snapshot, "snapshot")
@@ -121,8 +116,6 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
 
 def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
     """Stop (if it runs and that was allowed), restore the snapshot, start `plan.version`."""
-    from streamops.rollout import backups_dir, list_backups, restore_checkpoint
-
     checkpoint = app.checkpoint_location()
     # The plan came from another task (XCom): its snapshot must still be a name in the list.
     problem = name_problem(plan.snapshot, "snapshot")
@@ -151,8 +144,6 @@ def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
 def verify_restore(app: AppSpec, plan: RestorePlan) -> dict:
     """The running checkpoint continues the snapshot's history: each query's offset log holds the
     snapshot's last batch unchanged, and later batches follow it."""
-    from streamops.rollout import backups_dir
-
     checkpoint = Path(app.checkpoint_location())
     problems = []
     for query, batch in plan.restored.items():
