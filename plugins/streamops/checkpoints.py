@@ -31,11 +31,104 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
+
+Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
 
 RUNTIME_FOLDER = "_runtime"
 BACKUP_INFO = "_backup.json"
+
+
+# --- queries and batches ----------------------------------------------------------------------------
+
+
+def query_dirs(checkpoint: str | Path) -> list[Path]:
+    """The checkpoint's query folders (those with an offset log), by name."""
+    root = Path(checkpoint)
+    if not root.exists():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_") and (p / "offsets").exists())
+
+
+def query_dir(checkpoint: str | Path, query: str) -> Path:
+    """The folder of query `query` in the checkpoint (it may not exist yet)."""
+    return Path(checkpoint) / query
+
+
+def _batch_ids(folder: Path) -> list[int]:
+    return sorted(int(p.name) for p in folder.glob("[0-9]*") if p.name.isdigit()) if folder.exists() else []
+
+
+def last_batch_id(query_dir: Path) -> int | None:
+    """The query's last committed micro-batch (None: none yet)."""
+    committed = _batch_ids(query_dir / "commits")
+    return committed[-1] if committed else None
+
+
+def _source_offsets(lines: list[str]) -> Offsets:
+    merged: Offsets = {}
+    for line in lines:
+        if line.startswith("{"):
+            for topic, partitions in json.loads(line).items():
+                merged.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
+    return merged
+
+
+def offset_log_entry(query_dir: Path, batch: int) -> str | None:
+    """The offset log's entry for `batch` as Spark wrote it (None: no such batch)."""
+    path = query_dir / "offsets" / str(batch)
+    return path.read_text() if path.exists() else None
+
+
+def _last_committed_lines(query_dir: Path) -> list[str] | None:
+    last = last_batch_id(query_dir)
+    if last is None:
+        return None
+    return (query_dir / "offsets" / str(last)).read_text().splitlines()
+
+
+def committed_offsets(query_dir: Path) -> Offsets | None:
+    """topic -> partition -> next offset, as of the query's last committed batch (None: none yet)."""
+    lines = _last_committed_lines(query_dir)
+    return None if lines is None else _source_offsets(lines[2:])
+
+
+def committed_batch_metadata(query_dir: Path) -> dict[str, Any] | None:
+    """The metadata of the query's last committed batch (batchWatermarkMs, batchTimestampMs,
+    conf); None: none yet."""
+    lines = _last_committed_lines(query_dir)
+    return None if lines is None else json.loads(lines[1])
+
+
+def has_state(checkpoint: str | Path) -> bool:
+    """Does a query of the checkpoint keep a state store?"""
+    return any((d / "state").exists() for d in query_dirs(checkpoint))
+
+
+# --- positions --------------------------------------------------------------------------------------
+
+
+@dataclass
+class QueryPosition:
+    query: str
+    batch: int | None  # last committed micro-batch (None: none yet)
+    offsets: Offsets  # topic -> partition -> next offset to read
+
+
+def positions(checkpoint: str | Path) -> dict[str, QueryPosition]:
+    """Per query of the checkpoint: its last committed batch and the offsets it will read next."""
+    return {
+        d.name: QueryPosition(d.name, last_batch_id(d), committed_offsets(d) or {})
+        for d in query_dirs(checkpoint)
+    }
+
+
+def batch_marks(checkpoint: str | Path) -> dict[str, int | None]:
+    """query -> last committed batch: compared between plan and apply to catch a moved checkpoint."""
+    return {name: pos.batch for name, pos in positions(checkpoint).items()}
 
 
 # --- snapshots --------------------------------------------------------------------------------------

@@ -442,11 +442,11 @@ def _report_progress(driver: subprocess.Popen, checkpoint: Path, plan: Reprocess
 
 def _records_read(checkpoint: Path, plan: ReprocessPlan) -> int:
     """Records the run read: from the planned start to the offsets its checkpoint committed."""
-    from streamops.app_status import committed_offsets
+    from streamops.checkpoints import positions
 
     read = 0
-    for query_dir in checkpoint.iterdir():
-        ends = committed_offsets(query_dir) or {}
+    for position in positions(checkpoint).values():
+        ends = position.offsets
         read += sum(ends.get(p.topic, {}).get(p.partition, p.start) - p.start for p in plan.inputs if p.topic in ends)
     return read
 

@@ -18,9 +18,9 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
-from streamops.checkpoints import backup_checkpoint, retire_queries
+from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs, retire_queries
 from streamops.quality.ranges import topic_partitions, watermarks
-from streamops.recovery.common import RecoveryRefused, batch_marks, keeps_state, query_dirs, resolve_app
+from streamops.recovery.common import RecoveryRefused, keeps_state, resolve_app
 
 TARGETS = ("live", "versioned")
 

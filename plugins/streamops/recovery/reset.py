@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
-from streamops.checkpoints import backup_checkpoint, retire_queries
+from streamops.checkpoints import backup_checkpoint, batch_marks, positions, query_dirs, retire_queries
 from streamops.quality.ranges import (
     MAX_OFFSET,
     offsets_for_time,
@@ -28,16 +28,7 @@ from streamops.quality.ranges import (
     topic_partitions,
     watermarks,
 )
-from streamops.recovery.common import (
-    RecoveryRefused,
-    batch_marks,
-    keeps_state,
-    name_problem,
-    positions,
-    query_dirs,
-    refuse_if_running,
-    resolve_app,
-)
+from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 

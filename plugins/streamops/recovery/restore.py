@@ -10,8 +10,17 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
-from streamops.checkpoints import backup_info, backups_dir, list_backups, restore_checkpoint
-from streamops.recovery.common import RecoveryRefused, batch_marks, name_problem, positions, resolve_app
+from streamops.checkpoints import (
+    backup_info,
+    backups_dir,
+    batch_marks,
+    list_backups,
+    offset_log_entry,
+    positions,
+    query_dir,
+    restore_checkpoint,
+)
+from streamops.recovery.common import RecoveryRefused, name_problem, resolve_app
 
 
 @dataclass
@@ -149,9 +158,9 @@ def verify_restore(app: AppSpec, plan: RestorePlan) -> dict:
     for query, batch in plan.restored.items():
         if batch is None:
             continue
-        ours = checkpoint / query / "offsets" / str(batch)
-        theirs = backups_dir(str(checkpoint)) / plan.snapshot / query / "offsets" / str(batch)
-        if not ours.exists() or ours.read_text() != theirs.read_text():
+        ours = offset_log_entry(query_dir(checkpoint, query), batch)
+        theirs = offset_log_entry(query_dir(backups_dir(checkpoint) / plan.snapshot, query), batch)
+        if ours is None or ours != theirs:
             problems.append(f"query {query}: batch {batch} of the checkpoint is not the snapshot's")
     if problems:
         raise RuntimeError("the restored checkpoint does not continue the snapshot:\n  " + "\n  ".join(problems))

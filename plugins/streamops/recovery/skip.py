@@ -28,16 +28,10 @@ from streamops.app_runtime import AppRuntime, now_iso
 from streamops.kafka_client import KafkaClientConfig
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoint_batches import describe_failed_batches, uncommitted_batch
+from streamops.checkpoints import batch_marks, positions, query_dirs
 from streamops.kafka_records import end_offsets, held_offsets, read_spans
 from streamops.quality.ranges import topic_partitions, watermarks
-from streamops.recovery.common import (
-    RecoveryRefused,
-    batch_marks,
-    positions,
-    query_dirs,
-    refuse_if_running,
-    resolve_app,
-)
+from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
