@@ -139,7 +139,7 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
             and not (status.spark_master or "").startswith("local"):
         status.executor_hosts = executor_hosts(status.spark_ui, status.application_id)
     if status.state == "failed" and record.get("failed_batches"):  # the batch a restart would run again
-        from streamops.checkpoint_batches import describe_failed_batches
+        from streamops.failures import describe_failed_batches
 
         status.reason = f"{describe_failed_batches(record['failed_batches'])}: {status.reason or ''}"
     progress = runtime.progress()

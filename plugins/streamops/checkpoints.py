@@ -77,6 +77,15 @@ def _source_offsets(lines: list[str]) -> Offsets:
     return merged
 
 
+def batch_offsets(query_dir: Path, batch: int) -> Offsets | None:
+    """topic -> partition -> end offset (the next one to read) of `batch` in the offset log
+    (None: the log has no such batch)."""
+    path = query_dir / "offsets" / str(batch)
+    if not path.exists():
+        return None
+    return _source_offsets(path.read_text().splitlines()[2:])
+
+
 def offset_log_entry(query_dir: Path, batch: int) -> str | None:
     """The offset log's entry for `batch` as Spark wrote it (None: no such batch)."""
     path = query_dir / "offsets" / str(batch)
@@ -101,6 +110,43 @@ def committed_batch_metadata(query_dir: Path) -> dict[str, Any] | None:
     conf); None: none yet."""
     lines = _last_committed_lines(query_dir)
     return None if lines is None else json.loads(lines[1])
+
+
+def initial_offsets(query_dir: Path) -> Offsets | None:
+    """Where the query's Kafka sources started on this checkpoint: sources/<n>/0 of each (None:
+    no source has recorded its start yet). A source whose start is not Kafka offsets (a rate
+    source writes a number) or not readable is left out."""
+    written = sorted((query_dir / "sources").glob("*/0")) if (query_dir / "sources").exists() else []
+    merged: Offsets = {}
+    found = False
+    for path in written:
+        try:
+            _version, _, payload = path.read_bytes().lstrip(b"\x00").decode().partition("\n")
+            for topic, parts in json.loads(payload).items():
+                merged.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+        except (ValueError, AttributeError, TypeError):
+            continue
+        found = True
+    return merged if found else None
+
+
+def uncommitted_batch(query_dir: Path) -> dict[str, Any] | None:
+    """The batch the query planned (offsets/<N>) but did not commit (no commits/<N>): the one a
+    failed query stopped on, which a restart runs again with the same offsets. With the input it
+    covers: {"batch": N, "ranges": [{"topic", "partition", "first", "last"}, ...]} (last
+    inclusive, only partitions with records in it). None: every planned batch was committed."""
+    planned, committed = _batch_ids(query_dir / "offsets"), _batch_ids(query_dir / "commits")
+    if not planned or (committed and planned[-1] <= committed[-1]):
+        return None
+    batch = planned[-1]
+    ends = batch_offsets(query_dir, batch) or {}
+    starts = (batch_offsets(query_dir, committed[-1]) if committed else None) or initial_offsets(query_dir) or {}
+    ranges = [
+        {"topic": topic, "partition": partition, "first": starts.get(topic, {}).get(partition, 0), "last": end - 1}
+        for topic, partitions in sorted(ends.items()) for partition, end in sorted(partitions.items())
+        if end > starts.get(topic, {}).get(partition, 0)
+    ]
+    return {"batch": batch, "ranges": ranges}
 
 
 def has_state(checkpoint: str | Path) -> bool:

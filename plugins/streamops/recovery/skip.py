@@ -27,8 +27,8 @@ from tabulate import tabulate
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.kafka_client import KafkaClientConfig
 from streamops.catalog import AppSpec, Catalog
-from streamops.checkpoint_batches import describe_failed_batches, uncommitted_batch
-from streamops.checkpoints import batch_marks, positions, query_dirs
+from streamops.checkpoints import batch_marks, positions, query_dirs, uncommitted_batch
+from streamops.failures import describe_failed_batches
 from streamops.kafka_records import end_offsets, held_offsets, read_spans
 from streamops.quality.ranges import topic_partitions, watermarks
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
