@@ -186,6 +186,11 @@ def backups_dir(checkpoint: str | Path) -> Path:
     return location.parent / "_backups" / location.name
 
 
+def backup_path(checkpoint: str | Path, name: str) -> Path:
+    """The snapshot called `name` (as list_backups names them) of the checkpoint."""
+    return backups_dir(checkpoint) / name
+
+
 def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
     """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all.
     The snapshot says what it holds in `_backup.json`: label, time, and the driver that last

@@ -12,7 +12,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import (
     backup_info,
-    backups_dir,
+    backup_path,
     batch_marks,
     list_backups,
     offset_log_entry,
@@ -108,7 +108,7 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
         raise RecoveryRefused([f"{app.name} is running; a restore replaces its checkpoint: stop it with stop_apps, or set "
                                "'stop_if_running' to let this DAG stop it gracefully"])
     now = positions(app.checkpoint_location())
-    then = positions(backups_dir(app.checkpoint_location()) / chosen.name)
+    then = positions(backup_path(app.checkpoint_location(), chosen.name))
     moves = [
         {"query": q, "topic": t, "partition": p, "now": now.get(q).offsets.get(t, {}).get(p) if q in now else None, "restored": o}
         for q, pos in then.items() for t, parts in pos.offsets.items() for p, o in sorted(parts.items())
@@ -138,10 +138,10 @@ def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
         stopped = stop_app()
     elif batch_marks(checkpoint) != plan.marks:
         raise RecoveryRefused([f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"])
-    replaced = restore_checkpoint(checkpoint, backups_dir(checkpoint) / plan.snapshot)
+    replaced = restore_checkpoint(checkpoint, backup_path(checkpoint, plan.snapshot))
     restored = batch_marks(checkpoint)
     # The code that wrote the snapshot, read from the snapshot itself (not from the plan's XCom).
-    code = Snapshot.of(backups_dir(checkpoint) / plan.snapshot).code or {}
+    code = Snapshot.of(backup_path(checkpoint, plan.snapshot)).code or {}
     pinned = code.get("digest") if code.get("artifact") else None
     started = start(plan.version, plan.spark_conf, pinned)
     return {"stopped": stopped, "replaced_snapshot": str(replaced), "restored_batches": restored, "pid": started.pid,
@@ -159,7 +159,7 @@ def verify_restore(app: AppSpec, plan: RestorePlan) -> dict:
         if batch is None:
             continue
         ours = offset_log_entry(query_dir(checkpoint, query), batch)
-        theirs = offset_log_entry(query_dir(backups_dir(checkpoint) / plan.snapshot, query), batch)
+        theirs = offset_log_entry(query_dir(backup_path(checkpoint, plan.snapshot), query), batch)
         if ours is None or ours != theirs:
             problems.append(f"query {query}: batch {batch} of the checkpoint is not the snapshot's")
     if problems:
