@@ -21,8 +21,8 @@ the checkpoint, its snapshots:
 
 Spark writes each log file atomically (a hidden temporary file, then a rename), so a reader sees
 a whole file or none; only files named by a batch number count. A commit whose offset log entry is
-missing, or an entry that does not parse, is a damaged checkpoint: reading it raises, nothing here
-guesses.
+missing, or an offset log entry that does not parse, is a damaged checkpoint: reading it raises,
+nothing here guesses (a source's start that does not parse is left out: see initial_offsets).
 
 Imported by the Spark apps' driver (spark_apps.common.runner): no Airflow, no Kafka client here.
 """
