@@ -23,7 +23,7 @@ from streamops.kafka_records import produce, read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.audit import read_audit
-from streamops.rollout import backup_checkpoint, backup_info, list_backups
+from streamops.checkpoints import backup_checkpoint, backup_info, list_backups
 from streamops.waiting import poll_until
 from tests.support.routes import routed, wait_until_all_routed
 from tests.support.operations import checkpoint_state, steps_of, stop_driver

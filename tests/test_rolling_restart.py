@@ -10,10 +10,10 @@ import yaml
 
 from streamops.app_runtime import AppRuntime
 from streamops.audit import read_audit
+from streamops.checkpoints import list_backups
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import background_load
-from streamops.rollout import list_backups
 from streamops.waiting import poll_until
 from tests.support.routes import wait_until_all_routed
 

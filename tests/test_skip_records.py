@@ -18,7 +18,7 @@ from streamops.app_status import app_status
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce, read_all
 from streamops.audit import read_audit
-from streamops.rollout import backup_info, list_backups
+from streamops.checkpoints import backup_info, list_backups
 from streamops.waiting import DeadlineExceeded, poll_until
 from tests.support.routes import expected_routes, routed, routed_except
 from tests.support.operations import checkpoint_state, steps_of, stop_driver

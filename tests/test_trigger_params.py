@@ -124,7 +124,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
     from streamops.dag_tasks import recovery as recovery_steps
     from streamops.audit import read_audit
     from streamops.recovery.common import RecoveryRefused
-    from streamops.rollout import list_backups
+    from streamops.checkpoints import list_backups
 
     catalog_file, _ = app_env
     checkpoint = Path(app_catalog.app(APP).checkpoint_location())

@@ -196,7 +196,7 @@ class DriverRecord:
     queries_started: list[str] = field(default_factory=list)
     queries_started_at: str | None = None
     last_idle_at: str | None = None
-    failed_batches: list[dict[str, Any]] = field(default_factory=list)  # streamops.checkpoint_batches
+    failed_batches: list[dict[str, Any]] = field(default_factory=list)  # streamops.checkpoints.uncommitted_batch
     # How it ended (release); none while it runs, or after it died unrecorded.
     stopped_at: str | None = None
     outcome: str | None = None  # stopped | failed | fenced

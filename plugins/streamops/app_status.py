@@ -1,23 +1,22 @@
 """Status and lag of the streaming apps, read from their checkpoints and the broker.
 
 Spark keeps its offsets in the checkpoint, not in a consumer group, so lag is computed here:
-for each query, the offsets of its last committed micro-batch (offsets/<N> where commits/<N>
-exists) against the topics' end offsets. Time lag is the age of the oldest unprocessed record.
+for each query, the offsets of its last committed micro-batch (streamops.checkpoints.positions)
+against the topics' end offsets. Time lag is the age of the oldest unprocessed record.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec
+from streamops.checkpoints import positions
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_client import KafkaClientConfig
 
@@ -83,28 +82,6 @@ class AppStatus:
         return {**asdict(self), "total_lag": self.total_lag, "max_time_lag_s": self.max_time_lag_s}
 
 
-def last_committed_batch(query_dir: Path) -> list[str] | None:
-    """The offset-log lines of the query's last committed batch (None: none yet). Line 0 is the
-    log version, line 1 the batch metadata (watermark, time, conf), then one line per source."""
-    commits = [int(p.name) for p in (query_dir / "commits").glob("[0-9]*") if p.name.isdigit()]
-    if not commits:
-        return None
-    return (query_dir / "offsets" / str(max(commits))).read_text().splitlines()
-
-
-def committed_offsets(query_dir: Path) -> dict[str, dict[int, int]] | None:
-    """topic -> partition -> next offset, as of the query's last committed batch (None: none yet)."""
-    lines = last_committed_batch(query_dir)
-    if lines is None:
-        return None
-    merged: dict[str, dict[int, int]] = {}
-    for line in lines[2:]:
-        if line.startswith("{"):
-            for topic, partitions in json.loads(line).items():
-                merged.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
-    return merged
-
-
 def _age_seconds(iso: str | None) -> float | None:
     if not iso:
         return None
@@ -162,7 +139,7 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
             and not (status.spark_master or "").startswith("local"):
         status.executor_hosts = executor_hosts(status.spark_ui, status.application_id)
     if status.state == "failed" and record.failed_batches:  # the batch a restart would run again
-        from streamops.checkpoint_batches import describe_failed_batches
+        from streamops.failures import describe_failed_batches
 
         status.reason = f"{describe_failed_batches(record.failed_batches)}: {status.reason or ''}"
     progress = runtime.progress()
@@ -183,17 +160,14 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
 
     ends_cache: dict[str, dict[int, tuple[int, int]]] = {}
     behind: list[TopicPartition] = []
-    for query_dir in sorted(Path(runtime.checkpoint).iterdir()) if Path(runtime.checkpoint).exists() else []:
-        if query_dir.name.startswith("_") or not (query_dir / "offsets").exists():
-            continue
-        offsets = committed_offsets(query_dir) or {}
-        for topic, partitions in offsets.items():
+    for query, position in positions(runtime.checkpoint).items():
+        for topic, partitions in position.offsets.items():
             if topic not in ends_cache:
                 ends_cache[topic] = end_offsets(kafka, topic)
             for partition, (_, high) in ends_cache[topic].items():
                 done = partitions.get(partition, 0)
                 lag = max(high - done, 0)
-                status.lags.append(PartitionLag(query_dir.name, topic, partition, done, high, lag, None))
+                status.lags.append(PartitionLag(query, topic, partition, done, high, lag, None))
                 if lag:
                     behind.append(TopicPartition(topic, partition, done))
     stamps = _record_timestamps(kafka, behind)

@@ -13,18 +13,16 @@ The scratch topics are deleted afterwards: they were created by this run and hol
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamops.app_status import last_committed_batch
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import committed_batch_metadata, query_dir
 from streamops.kafka_offsets import duration_ms
 from streamops.quality.batches import read_decoded
 from streamops.quality.ranges import whole_topics
@@ -85,10 +83,10 @@ def window_outputs(catalog: Catalog) -> list[tuple[AppSpec, str]]:
 
 def live_watermark_ms(checkpoint: str, query: str) -> int | None:
     """The watermark of the query's last committed micro-batch (0 or None: none yet)."""
-    lines = last_committed_batch(Path(checkpoint) / query)
-    if lines is None:
+    metadata = committed_batch_metadata(query_dir(checkpoint, query))
+    if metadata is None:
         return None
-    return int(json.loads(lines[1]).get("batchWatermarkMs") or 0) or None
+    return int(metadata.get("batchWatermarkMs") or 0) or None
 
 
 def _final_counts(spark: SparkSession, kafka: KafkaClientConfig, admin: AdminClient, catalog: Catalog, topic: str, key: str, name: str) -> DataFrame:

@@ -434,11 +434,11 @@ def _report_progress(driver: subprocess.Popen, checkpoint: Path, plan: Reprocess
 
 def _records_read(checkpoint: Path, plan: ReprocessPlan) -> int:
     """Records the run read: from the planned start to the offsets its checkpoint committed."""
-    from streamops.app_status import committed_offsets
+    from streamops.checkpoints import positions
 
     read = 0
-    for query_dir in checkpoint.iterdir():
-        ends = committed_offsets(query_dir) or {}
+    for position in positions(checkpoint).values():
+        ends = position.offsets
         read += sum(ends.get(p.topic, {}).get(p.partition, p.start) - p.start for p in plan.inputs if p.topic in ends)
     return read
 
@@ -456,7 +456,7 @@ def cutover(
     """Stop the live app gracefully, put the backfill's checkpoint in place of its own (the old
     one is kept as a snapshot), and start it on the targets from there: no gap, no overlap."""
     from streamops.app_ops import launch, stop
-    from streamops.rollout import backup_checkpoint, restore_checkpoint
+    from streamops.checkpoints import backup_checkpoint, restore_checkpoint
 
     checkpoint = live.checkpoint_location()
     stopped = stop(live, checkpoint=checkpoint, requested_by=requested_by, deadline_s=stop_deadline_s)

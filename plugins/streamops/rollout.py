@@ -13,18 +13,16 @@ it, restore the backup, start the previous version, and fail.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 
 from streamops.app_ops import Launch, LaunchError, Standby, StandbyUnsupported, launch, start_standby, stop
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import backup_checkpoint, restore_checkpoint
 from streamops.spark_submit import driver_env
 from streamops.waiting import DeadlineExceeded, poll_until
 from streamops.kafka_client import KafkaClientConfig
@@ -51,71 +49,6 @@ def dependency_order(catalog: Catalog, names: list[str]) -> list[str]:
             raise RolloutRefused(f"the chosen apps read each other's outputs in a cycle: {', '.join(cycle)}")
         ordered.append(ready[0])
     return ordered
-
-
-# --- checkpoint backups ---------------------------------------------------------------------------
-
-
-def backups_dir(checkpoint: str) -> Path:
-    location = Path(checkpoint)
-    return location.parent / "_backups" / location.name
-
-
-BACKUP_INFO = "_backup.json"
-
-
-def backup_checkpoint(checkpoint: str, label: str) -> Path:
-    """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all.
-    The snapshot says what it holds in `_backup.json`: label, time, and the driver that last
-    wrote the checkpoint (version and launch conf, so a restore can start that version again)."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-    target = backups_dir(checkpoint) / f"{stamp}-{label}"
-    shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns("_runtime"))
-    driver = AppRuntime(checkpoint).driver() or DriverRecord()
-    info = {
-        "label": label,
-        "taken_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-        "version": driver.version,
-        "launch": driver.launch.to_json(),
-        "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
-    }
-    (target / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
-    return target
-
-
-def backup_info(backup: Path) -> dict:
-    """What `backup_checkpoint` recorded about a snapshot (older snapshots: the label only)."""
-    try:
-        return json.loads((backup / BACKUP_INFO).read_text())
-    except (FileNotFoundError, ValueError):
-        return {"label": backup.name.split("-", 1)[-1]}
-
-
-def list_backups(checkpoint: str) -> list[Path]:
-    """The app's snapshots, oldest first (names start with their UTC time)."""
-    root = backups_dir(checkpoint)
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
-
-
-def restore_checkpoint(checkpoint: str, backup: Path) -> Path:
-    """Put `backup` in place of the checkpoint's query folders. What was there is kept as a
-    snapshot of its own ("replaced-..."), never deleted. Returns that snapshot."""
-    replaced = backup_checkpoint(checkpoint, "replaced")
-    retire_queries(checkpoint)
-    for child in backup.iterdir():
-        if child.name.startswith("_"):  # _backup.json, never a query folder
-            continue
-        target = Path(checkpoint) / child.name
-        shutil.copytree(child, target) if child.is_dir() else shutil.copy2(child, target)
-    return replaced
-
-
-def retire_queries(checkpoint: str) -> None:
-    """Remove the query folders, keeping _runtime (lease, history, ledgers). Callers take a
-    backup first: the checkpoint then starts new, and the snapshot is the way back."""
-    for child in Path(checkpoint).iterdir() if Path(checkpoint).exists() else []:
-        if child.name != "_runtime":
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
 
 
 # --- the stateful plan check ------------------------------------------------------------------------

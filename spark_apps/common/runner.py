@@ -32,7 +32,8 @@ from spark_apps.common.kafka_io import kafka_sink_options, read_topics
 from spark_apps.common.session import apply_app_conf, build_session
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
-from streamops.checkpoint_batches import error_gist
+from streamops.checkpoints import query_dir, uncommitted_batch
+from streamops.failures import error_gist
 from streamops.program_contract import StreamingProgram
 from streamops.spark_submit import LOCAL_MASTER
 from streamops.standby import StandbySlot
@@ -530,12 +531,10 @@ def record_failed_batches(runtime: AppRuntime, failed: list[StreamingQuery]) -> 
     """Record in driver.json, per failed query, the micro-batch it failed on and the input
     offsets that batch covers: a restart runs exactly that batch again, so recover_restart_app
     can say when it failed twice and name the records to skip (recover_skip_records)."""
-    from streamops.checkpoint_batches import uncommitted_batch
-
     found = []
     for query in failed:
         name = query.name.rsplit(".", 1)[-1]
-        batch = uncommitted_batch(runtime.checkpoint / name) or {"batch": None, "ranges": []}
+        batch = uncommitted_batch(query_dir(runtime.checkpoint, name)) or {"batch": None, "ranges": []}
         found.append({"query": name, **batch, "error": error_gist(str(query.exception()))})
     try:
         runtime.update(failed_batches=found)

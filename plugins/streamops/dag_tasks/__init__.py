@@ -100,7 +100,7 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
     from streamops.app_runtime import AppRuntime, OperationInProgress
     from streamops.catalog import load_catalog
     from streamops.recovery.common import RecoveryRefused
-    from streamops.rollout import list_backups
+    from streamops.checkpoints import list_backups
 
     catalog = load_catalog(check_programs=False)
     if not isinstance(app_name, str) or app_name not in catalog.app_names():

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def _snapshots(app_name: object) -> set[str]:
     """The app's checkpoint snapshots now (none for a name the catalog does not know)."""
-    from streamops.rollout import list_backups
+    from streamops.checkpoints import list_backups
 
     catalog = load_catalog()
     if app_name not in catalog.app_names():

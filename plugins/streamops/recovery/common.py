@@ -1,14 +1,13 @@
-"""What the recoveries share: refusals, parameter checks, and the checkpoint as it stands."""
+"""What the recoveries share: refusals, parameter checks, and the questions every plan asks (does
+the app keep state, is it running). The checkpoint's files are read through streamops.checkpoints."""
 
 from __future__ import annotations
 
 import string
-from dataclasses import dataclass
-from pathlib import Path
 
 from streamops.app_runtime import AppRuntime, DriverRecord, shown
-from streamops.app_status import committed_offsets
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import has_state
 
 
 class RecoveryRefused(ValueError):
@@ -48,42 +47,10 @@ def resolve_app(catalog: Catalog, name: object, problems: list[str]) -> AppSpec 
     return catalog.app(str(name))
 
 
-def query_dirs(checkpoint: str | Path) -> list[Path]:
-    root = Path(checkpoint)
-    if not root.exists():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_") and (p / "offsets").exists())
-
-
-def last_batch_id(query_dir: Path) -> int | None:
-    commits = [int(p.name) for p in (query_dir / "commits").glob("[0-9]*") if p.name.isdigit()]
-    return max(commits) if commits else None
-
-
-@dataclass
-class QueryPosition:
-    query: str
-    batch: int | None  # last committed micro-batch (None: none yet)
-    offsets: dict[str, dict[int, int]]  # topic -> partition -> next offset to read
-
-
-def positions(checkpoint: str | Path) -> dict[str, QueryPosition]:
-    """Per query of the checkpoint: its last committed batch and the offsets it will read next."""
-    return {
-        d.name: QueryPosition(d.name, last_batch_id(d), committed_offsets(d) or {})
-        for d in query_dirs(checkpoint)
-    }
-
-
-def batch_marks(checkpoint: str | Path) -> dict[str, int | None]:
-    """query -> last committed batch: compared between plan and apply to catch a moved checkpoint."""
-    return {name: pos.batch for name, pos in positions(checkpoint).items()}
-
-
 def keeps_state(app: AppSpec) -> bool:
     """Does the app keep state a new checkpoint would lose? (state folders, or a stateful plan)"""
     checkpoint = app.checkpoint_location()
-    if any((d / "state").exists() for d in query_dirs(checkpoint)):
+    if has_state(checkpoint):
         return True
     fingerprint = (AppRuntime(checkpoint).driver() or DriverRecord()).plan_fingerprint
     return any(fingerprint.values())

@@ -18,8 +18,9 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs, retire_queries
 from streamops.kafka_offsets import topic_partitions, watermarks
-from streamops.recovery.common import RecoveryRefused, batch_marks, keeps_state, query_dirs, resolve_app
+from streamops.recovery.common import RecoveryRefused, keeps_state, resolve_app
 
 TARGETS = ("live", "versioned")
 
@@ -90,8 +91,6 @@ def plan_rebuild(admin: AdminClient, catalog: Catalog, app_name: str, target: st
 
 def apply_rebuild_live(app: AppSpec, plan: RebuildPlan, start, stop_app) -> dict:
     """Stop, back up and retire the checkpoint, start on a new one from earliest."""
-    from streamops.rollout import backup_checkpoint, retire_queries
-
     checkpoint = app.checkpoint_location()
     stopped = stop_app() if AppRuntime(checkpoint).is_running() else None
     backup = str(backup_checkpoint(checkpoint, "before-rebuild")) if query_dirs(checkpoint) else None

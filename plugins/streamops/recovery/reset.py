@@ -12,24 +12,15 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import backup_checkpoint, batch_marks, initial_offsets, positions, query_dirs, retire_queries
 from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
-from streamops.recovery.common import (
-    RecoveryRefused,
-    batch_marks,
-    keeps_state,
-    name_problem,
-    positions,
-    query_dirs,
-    refuse_if_running,
-    resolve_app,
-)
+from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 
@@ -272,8 +263,6 @@ def plan_reset(
 
 def apply_reset(app: AppSpec, plan: ResetPlan, start) -> dict:
     """Back up and retire the checkpoint, then `start(starting_offsets_json)` on a new one."""
-    from streamops.rollout import backup_checkpoint, retire_queries
-
     problems: list[str] = []
     refuse_if_running(app, "a reset", problems)
     checkpoint = app.checkpoint_location()
@@ -290,17 +279,6 @@ def apply_reset(app: AppSpec, plan: ResetPlan, start) -> dict:
                        f"old checkpoint backed up to {backup}"}
 
 
-def initial_offsets(query_dir: Path) -> dict[str, dict[str, int]] | None:
-    """The offsets a query's Kafka source started from on its checkpoint (Spark writes them once,
-    to sources/0/0: a NUL byte, a version line, then the JSON)."""
-    written = query_dir / "sources" / "0" / "0"
-    if not written.exists():
-        return None
-    text = written.read_bytes().lstrip(b"\x00").decode()
-    _version, _, payload = text.partition("\n")
-    return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in json.loads(payload).items()}
-
-
 def verify_reset(app: AppSpec, plan: ResetPlan, deadline_s: float = 120.0) -> dict:
     """Every query of the new checkpoint started exactly at the planned offsets."""
     from streamops.waiting import poll_until
@@ -312,8 +290,8 @@ def verify_reset(app: AppSpec, plan: ResetPlan, deadline_s: float = 120.0) -> di
     def recorded() -> bool:
         for query in query_dirs(checkpoint):
             offsets = initial_offsets(query)
-            if offsets is not None:
-                started[query.name] = offsets
+            if offsets is not None:  # partitions as the plan's JSON names them
+                started[query.name] = {t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()}
         return bool(started) and len(started) == len(query_dirs(checkpoint))
 
     poll_until(recorded, timeout=deadline_s, what=f"{app.name}'s queries to record their starting offsets", max_interval=1)

@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, field
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
-from streamops.checkpoint_batches import describe_failed_batches, describe_ranges
-from streamops.recovery.common import RecoveryRefused, batch_marks, query_dirs, resolve_app
+from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs
+from streamops.failures import describe_failed_batches, describe_ranges
+from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.lifecycle import end_leftovers, leftovers
 from streamops.kafka_client import KafkaClientConfig
 
@@ -165,8 +166,6 @@ def restart_from_checkpoint(app: AppSpec, version: str, spark_conf: dict, start,
                             before_start: Callable[[], None] | None = None) -> dict:
     """The restart itself (also recover_skip_records'): end leftovers, back up the checkpoint
     (`<time>-<label>`), run `before_start`, start via `start(version, spark_conf)`."""
-    from streamops.rollout import backup_checkpoint
-
     checkpoint = app.checkpoint_location()
     runtime = AppRuntime(checkpoint)
     if runtime.is_running():

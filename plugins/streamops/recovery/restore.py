@@ -10,7 +10,17 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, DriverRecord, LaunchRecord
 from streamops.catalog import AppSpec, Catalog
-from streamops.recovery.common import RecoveryRefused, batch_marks, name_problem, positions, resolve_app
+from streamops.checkpoints import (
+    backup_info,
+    backup_path,
+    batch_marks,
+    list_backups,
+    offset_log_entry,
+    positions,
+    query_dir,
+    restore_checkpoint,
+)
+from streamops.recovery.common import RecoveryRefused, name_problem, resolve_app
 
 
 @dataclass
@@ -25,16 +35,12 @@ class Snapshot:
 
     @classmethod
     def of(cls, path: Path) -> Snapshot:
-        from streamops.rollout import backup_info
-
         info = backup_info(path)
         return cls(path.name, info.get("label", "?"), info.get("taken_at"), info.get("version"), batch_marks(path),
                    info.get("launch") or {}, info.get("code"))
 
 
 def snapshots(app: AppSpec) -> list[Snapshot]:
-    from streamops.rollout import list_backups
-
     return [Snapshot.of(p) for p in list_backups(app.checkpoint_location())]
 
 
@@ -80,8 +86,6 @@ class RestorePlan:
 
 
 def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_running: bool, for_apply: bool = False) -> RestorePlan:
-    from streamops.rollout import backups_dir
-
     problems: list[str] = []
     app = resolve_app(catalog, app_name, problems)
     problem = None if snapshot == "latest" else name_problem(snapshot, "snapshot")
@@ -104,7 +108,7 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
         raise RecoveryRefused([f"{app.name} is running; a restore replaces its checkpoint: stop it with stop_apps, or set "
                                "'stop_if_running' to let this DAG stop it gracefully"])
     now = positions(app.checkpoint_location())
-    then = positions(backups_dir(app.checkpoint_location()) / chosen.name)
+    then = positions(backup_path(app.checkpoint_location(), chosen.name))
     moves = [
         {"query": q, "topic": t, "partition": p, "now": now.get(q).offsets.get(t, {}).get(p) if q in now else None, "restored": o}
         for q, pos in then.items() for t, parts in pos.offsets.items() for p, o in sorted(parts.items())
@@ -122,8 +126,6 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
 
 def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
     """Stop (if it runs and that was allowed), restore the snapshot, start `plan.version`."""
-    from streamops.rollout import backups_dir, list_backups, restore_checkpoint
-
     checkpoint = app.checkpoint_location()
     # The plan came from another task (XCom): its snapshot must still be a name in the list.
     problem = name_problem(plan.snapshot, "snapshot")
@@ -137,10 +139,10 @@ def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
         stopped = stop_app()
     elif batch_marks(checkpoint) != plan.marks:
         raise RecoveryRefused([f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"])
-    replaced = restore_checkpoint(checkpoint, backups_dir(checkpoint) / plan.snapshot)
+    replaced = restore_checkpoint(checkpoint, backup_path(checkpoint, plan.snapshot))
     restored = batch_marks(checkpoint)
     # The code that wrote the snapshot, read from the snapshot itself (not from the plan's XCom).
-    code = Snapshot.of(backups_dir(checkpoint) / plan.snapshot).code or {}
+    code = Snapshot.of(backup_path(checkpoint, plan.snapshot)).code or {}
     pinned = code.get("digest") if code.get("artifact") else None
     started = start(plan.version, plan.spark_conf, pinned)
     return {"stopped": stopped, "replaced_snapshot": str(replaced), "restored_batches": restored, "pid": started.pid,
@@ -152,16 +154,14 @@ def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
 def verify_restore(app: AppSpec, plan: RestorePlan) -> dict:
     """The running checkpoint continues the snapshot's history: each query's offset log holds the
     snapshot's last batch unchanged, and later batches follow it."""
-    from streamops.rollout import backups_dir
-
     checkpoint = Path(app.checkpoint_location())
     problems = []
     for query, batch in plan.restored.items():
         if batch is None:
             continue
-        ours = checkpoint / query / "offsets" / str(batch)
-        theirs = backups_dir(str(checkpoint)) / plan.snapshot / query / "offsets" / str(batch)
-        if not ours.exists() or ours.read_text() != theirs.read_text():
+        ours = offset_log_entry(query_dir(checkpoint, query), batch)
+        theirs = offset_log_entry(query_dir(backup_path(checkpoint, plan.snapshot), query), batch)
+        if ours is None or ours != theirs:
             problems.append(f"query {query}: batch {batch} of the checkpoint is not the snapshot's")
     if problems:
         raise RuntimeError("the restored checkpoint does not continue the snapshot:\n  " + "\n  ".join(problems))

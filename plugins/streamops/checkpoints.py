@@ -1,0 +1,247 @@
+"""The checkpoint floor: the one module that reads and copies an app's checkpoint files.
+
+An app's checkpoint is a folder with one folder per streaming query (Spark's checkpointLocation
+of that query), beside the runtime folder the suite writes (streamops.app_runtime) and, next to
+the checkpoint, its snapshots:
+
+    <checkpoint>/<query>/metadata          the query's id (JSON)
+    <checkpoint>/<query>/offsets/<N>       batch N's offset log entry, written before the batch
+                                           runs: "v1", the batch metadata (JSON: watermark, time,
+                                           conf), then one JSON line per source, topic ->
+                                           partition -> end offset (the next one to read)
+    <checkpoint>/<query>/commits/<N>       written after batch N succeeded
+    <checkpoint>/<query>/sources/<n>/0     where source n started on this checkpoint: a NUL byte,
+                                           "v1", then JSON (a Kafka source: topic -> partition ->
+                                           offset)
+    <checkpoint>/<query>/state/            the state store of a stateful query
+    <checkpoint>/_runtime/                 the suite's own files (lease, driver.json, ...): never
+                                           a query, never part of a snapshot
+    <checkpoint root>/_backups/<app>/<UTC time>-<label>/   a snapshot: the query folders and
+                                           `_backup.json` (label, time, the driver that wrote it)
+
+Spark writes each log file atomically (a hidden temporary file, then a rename), so a reader sees
+a whole file or none; only files named by a batch number count. A commit whose offset log entry is
+missing, or an offset log entry that does not parse, is a damaged checkpoint: reading it raises,
+nothing here guesses (a source's start that does not parse is left out: see initial_offsets).
+
+Imported by the Spark apps' driver (spark_apps.common.runner): no Airflow, no Kafka client here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
+
+RUNTIME_FOLDER = "_runtime"
+BACKUP_INFO = "_backup.json"
+
+
+# --- queries and batches ----------------------------------------------------------------------------
+
+
+def query_dirs(checkpoint: str | Path) -> list[Path]:
+    """The checkpoint's query folders (those with an offset log), by name."""
+    root = Path(checkpoint)
+    if not root.exists():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("_") and (p / "offsets").exists())
+
+
+def query_dir(checkpoint: str | Path, query: str) -> Path:
+    """The folder of query `query` in the checkpoint (it may not exist yet)."""
+    return Path(checkpoint) / query
+
+
+def _batch_ids(folder: Path) -> list[int]:
+    return sorted(int(p.name) for p in folder.glob("[0-9]*") if p.name.isdigit()) if folder.exists() else []
+
+
+def last_batch_id(query_dir: Path) -> int | None:
+    """The query's last committed micro-batch (None: none yet)."""
+    committed = _batch_ids(query_dir / "commits")
+    return committed[-1] if committed else None
+
+
+def _source_offsets(lines: list[str]) -> Offsets:
+    merged: Offsets = {}
+    for line in lines:
+        if line.startswith("{"):
+            for topic, partitions in json.loads(line).items():
+                merged.setdefault(topic, {}).update({int(p): int(o) for p, o in partitions.items()})
+    return merged
+
+
+def batch_offsets(query_dir: Path, batch: int) -> Offsets | None:
+    """topic -> partition -> end offset (the next one to read) of `batch` in the offset log
+    (None: the log has no such batch)."""
+    path = query_dir / "offsets" / str(batch)
+    if not path.exists():
+        return None
+    return _source_offsets(path.read_text().splitlines()[2:])
+
+
+def offset_log_entry(query_dir: Path, batch: int) -> str | None:
+    """The offset log's entry for `batch` as Spark wrote it (None: no such batch)."""
+    path = query_dir / "offsets" / str(batch)
+    return path.read_text() if path.exists() else None
+
+
+def _last_committed_lines(query_dir: Path) -> list[str] | None:
+    last = last_batch_id(query_dir)
+    if last is None:
+        return None
+    return (query_dir / "offsets" / str(last)).read_text().splitlines()
+
+
+def committed_offsets(query_dir: Path) -> Offsets | None:
+    """topic -> partition -> next offset, as of the query's last committed batch (None: none yet)."""
+    lines = _last_committed_lines(query_dir)
+    return None if lines is None else _source_offsets(lines[2:])
+
+
+def committed_batch_metadata(query_dir: Path) -> dict[str, Any] | None:
+    """The metadata of the query's last committed batch (batchWatermarkMs, batchTimestampMs,
+    conf); None: none yet."""
+    lines = _last_committed_lines(query_dir)
+    return None if lines is None else json.loads(lines[1])
+
+
+def initial_offsets(query_dir: Path) -> Offsets | None:
+    """Where the query's Kafka sources started on this checkpoint: sources/<n>/0 of each (None:
+    no source has recorded its start yet). A source whose start is not Kafka offsets (a rate
+    source writes a number) or not readable is left out."""
+    written = sorted((query_dir / "sources").glob("*/0")) if (query_dir / "sources").exists() else []
+    merged: Offsets = {}
+    found = False
+    for path in written:
+        try:
+            _version, _, payload = path.read_bytes().lstrip(b"\x00").decode().partition("\n")
+            for topic, parts in json.loads(payload).items():
+                merged.setdefault(topic, {}).update({int(p): int(o) for p, o in parts.items()})
+        except (ValueError, AttributeError, TypeError):
+            continue
+        found = True
+    return merged if found else None
+
+
+def uncommitted_batch(query_dir: Path) -> dict[str, Any] | None:
+    """The batch the query planned (offsets/<N>) but did not commit (no commits/<N>): the one a
+    failed query stopped on, which a restart runs again with the same offsets. With the input it
+    covers: {"batch": N, "ranges": [{"topic", "partition", "first", "last"}, ...]} (last
+    inclusive, only partitions with records in it). None: every planned batch was committed."""
+    planned, committed = _batch_ids(query_dir / "offsets"), _batch_ids(query_dir / "commits")
+    if not planned or (committed and planned[-1] <= committed[-1]):
+        return None
+    batch = planned[-1]
+    ends = batch_offsets(query_dir, batch) or {}
+    starts = (batch_offsets(query_dir, committed[-1]) if committed else None) or initial_offsets(query_dir) or {}
+    ranges = [
+        {"topic": topic, "partition": partition, "first": starts.get(topic, {}).get(partition, 0), "last": end - 1}
+        for topic, partitions in sorted(ends.items()) for partition, end in sorted(partitions.items())
+        if end > starts.get(topic, {}).get(partition, 0)
+    ]
+    return {"batch": batch, "ranges": ranges}
+
+
+def has_state(checkpoint: str | Path) -> bool:
+    """Does a query of the checkpoint keep a state store?"""
+    return any((d / "state").exists() for d in query_dirs(checkpoint))
+
+
+# --- positions --------------------------------------------------------------------------------------
+
+
+@dataclass
+class QueryPosition:
+    query: str
+    batch: int | None  # last committed micro-batch (None: none yet)
+    offsets: Offsets  # topic -> partition -> next offset to read
+
+
+def positions(checkpoint: str | Path) -> dict[str, QueryPosition]:
+    """Per query of the checkpoint: its last committed batch and the offsets it will read next."""
+    return {
+        d.name: QueryPosition(d.name, last_batch_id(d), committed_offsets(d) or {})
+        for d in query_dirs(checkpoint)
+    }
+
+
+def batch_marks(checkpoint: str | Path) -> dict[str, int | None]:
+    """query -> last committed batch: compared between plan and apply to catch a moved checkpoint."""
+    return {name: pos.batch for name, pos in positions(checkpoint).items()}
+
+
+# --- snapshots --------------------------------------------------------------------------------------
+
+
+def backups_dir(checkpoint: str | Path) -> Path:
+    """Where the app's snapshots are: <checkpoint root>/_backups/<app>."""
+    location = Path(checkpoint)
+    return location.parent / "_backups" / location.name
+
+
+def backup_path(checkpoint: str | Path, name: str) -> Path:
+    """The snapshot called `name` (as list_backups names them) of the checkpoint."""
+    return backups_dir(checkpoint) / name
+
+
+def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
+    """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all.
+    The snapshot says what it holds in `_backup.json`: label, time, and the driver that last
+    wrote the checkpoint (version and launch conf, so a restore can start that version again)."""
+    from streamops.app_runtime import AppRuntime, DriverRecord
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    target = backups_dir(checkpoint) / f"{stamp}-{label}"
+    shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(RUNTIME_FOLDER))
+    driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()
+    info = {
+        "label": label,
+        "taken_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "version": driver.version,
+        "launch": driver.launch.to_json(),
+        "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
+    }
+    (target / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
+    return target
+
+
+def backup_info(backup: Path) -> dict:
+    """What `backup_checkpoint` recorded about a snapshot (older snapshots: the label only)."""
+    try:
+        return json.loads((backup / BACKUP_INFO).read_text())
+    except (FileNotFoundError, ValueError):
+        return {"label": backup.name.split("-", 1)[-1]}
+
+
+def list_backups(checkpoint: str | Path) -> list[Path]:
+    """The app's snapshots, oldest first (names start with their UTC time)."""
+    root = backups_dir(checkpoint)
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def restore_checkpoint(checkpoint: str | Path, backup: Path) -> Path:
+    """Put `backup` in place of the checkpoint's query folders. What was there is kept as a
+    snapshot of its own ("replaced-..."), never deleted. Returns that snapshot."""
+    replaced = backup_checkpoint(checkpoint, "replaced")
+    retire_queries(checkpoint)
+    for child in backup.iterdir():
+        if child.name.startswith("_"):  # _backup.json, never a query folder
+            continue
+        target = Path(checkpoint) / child.name
+        shutil.copytree(child, target) if child.is_dir() else shutil.copy2(child, target)
+    return replaced
+
+
+def retire_queries(checkpoint: str | Path) -> None:
+    """Remove the query folders, keeping _runtime (lease, history, ledgers). Callers take a
+    backup first: the checkpoint then starts new, and the snapshot is the way back."""
+    for child in Path(checkpoint).iterdir() if Path(checkpoint).exists() else []:
+        if child.name != RUNTIME_FOLDER:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
