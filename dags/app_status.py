@@ -18,7 +18,7 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
 @dag(
     dag_id="app_status",
     description="Supervisor: status, health and lag of the streaming apps; restarts crashed apps; fails when one needs someone.",
-    doc_md=runbook("app_status"),
+    doc_md=runbook(__file__),
     schedule=supervisor_schedule(),
     catchup=False,
     max_active_runs=1,

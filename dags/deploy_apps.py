@@ -21,7 +21,7 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
 @dag(
     dag_id="deploy_apps",
     description="Start streaming apps (one detached Spark driver per app).",
-    doc_md=runbook("deploy_apps"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     tags=["spark", "apps", "deploy"],

@@ -24,7 +24,7 @@ TOPIC_NAMES = CATALOG.topic_names()
 @dag(
     dag_id="provision_topics",
     description="Create and update Kafka topics from the catalog (plan, apply, verify).",
-    doc_md=runbook("provision_topics"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

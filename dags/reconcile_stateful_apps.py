@@ -23,7 +23,7 @@ STATEFUL = steps.stateful_app_names(load_catalog(check_programs=False))
 @dag(
     dag_id="reconcile_stateful_apps",
     description="Nightly: recompute stateful apps' closed windows from earliest and compare with the live output.",
-    doc_md=runbook("reconcile_stateful_apps"),
+    doc_md=runbook(__file__),
     schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
     catchup=False,
     max_active_runs=1,

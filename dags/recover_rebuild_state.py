@@ -21,7 +21,7 @@ from streamops.reprocess import VERSION_SUFFIX_PATTERN
 @dag(
     dag_id="recover_rebuild_state",
     description="On-call: rebuild an app's state from earliest into the live topics or new versioned topics.",
-    doc_md=runbook("recover_rebuild_state"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

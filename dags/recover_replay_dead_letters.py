@@ -20,7 +20,7 @@ from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_p
 @dag(
     dag_id="recover_replay_dead_letters",
     description="On-call: replay dead letters that pass the app's parsing now back to the input topic, once.",
-    doc_md=runbook("recover_replay_dead_letters"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

@@ -20,7 +20,7 @@ from streamops.kafka_offsets import DURATION_FORM_PATTERN, MAX_OFFSET, TIME_PATT
 @dag(
     dag_id="recover_reset_offsets",
     description="On-call: reset a Spark app's input offsets (earliest, latest, datetime, duration, shift, explicit).",
-    doc_md=runbook("recover_reset_offsets"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

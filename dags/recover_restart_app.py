@@ -18,7 +18,7 @@ from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_p
 @dag(
     dag_id="recover_restart_app",
     description="On-call: restart a crashed app from its checkpoint, ending what its dead driver left.",
-    doc_md=runbook("recover_restart_app"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

@@ -18,7 +18,7 @@ from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_p
 @dag(
     dag_id="recover_restore_checkpoint",
     description="On-call: roll an app back to one of its checkpoint snapshots.",
-    doc_md=runbook("recover_restore_checkpoint"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

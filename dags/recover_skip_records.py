@@ -20,7 +20,7 @@ from streamops.recovery.skip import MAX_NOTE, MAX_SPECS, RECORD_PATTERN
 @dag(
     dag_id="recover_skip_records",
     description="On-call: skip exactly the input records named (a poison record) into the dead-letter topic.",
-    doc_md=runbook("recover_skip_records"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

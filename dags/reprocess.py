@@ -29,7 +29,7 @@ APP_CHOICES: dict[str, Any] = {"enum": APP_NAMES} if APP_NAMES else {}
 @dag(
     dag_id="reprocess",
     description="Backfill: recompute an app's outputs from its retained input into new topics.",
-    doc_md=runbook("reprocess"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

@@ -22,7 +22,7 @@ APP_NAMES = CATALOG.app_names()
 @dag(
     dag_id="roll_restart_apps",
     description="Upgrade streaming apps one at a time: warm standby, plan check, stop, backup, take-over, health gate, rollback.",
-    doc_md=runbook("roll_restart_apps"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     max_active_runs=1,

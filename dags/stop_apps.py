@@ -17,7 +17,7 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
 @dag(
     dag_id="stop_apps",
     description="Stop streaming apps after their in-flight micro-batch.",
-    doc_md=runbook("stop_apps"),
+    doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
     tags=["spark", "apps", "stop"],

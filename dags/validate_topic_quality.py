@@ -25,7 +25,7 @@ CATALOG = load_catalog(check_programs=False)
 @dag(
     dag_id="validate_topic_quality",
     description="Validate output topic ranges with the catalog's Great Expectations suites.",
-    doc_md=runbook("validate_topic_quality"),
+    doc_md=runbook(__file__),
     schedule=AssetOrTimeSchedule(
         timetable=CronDataIntervalTimetable("0 * * * *", timezone="UTC"),
         # Airflow annotates this with its serialized asset type; the SDK's Asset is what it documents.

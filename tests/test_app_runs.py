@@ -26,31 +26,34 @@ def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, ap
     # slow the machine is (a fixed-length load once ended before the stop on a busy host).
     stop_load = threading.Event()
     load = LoadSpec(count=10_000_000, keys=50, rate=400, seed=7)
-    producer = threading.Thread(target=run_load, args=(spec, load, kafka, stop_load))
-
-    (query,) = start_app(spark, spec, oplog_router.program, options)
+    # A daemon, stopped in the outer finally: a failed test never leaves a producer writing.
+    producer = threading.Thread(target=run_load, args=(spec, load, kafka, stop_load), daemon=True)
     try:
-        poll_until(lambda: query.recentProgress, timeout=120, what="the router's first micro-batch")
-        producer.start()
-        poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=60, what="the router's first rows")
-    finally:
-        query.stop()  # mid-stream: the producer is still writing
-    written_at_stop = sum(high for _, high in end_offsets(kafka, source).values())
+        (query,) = start_app(spark, spec, oplog_router.program, options)
+        try:
+            poll_until(lambda: query.recentProgress, timeout=120, what="the router's first micro-batch")
+            producer.start()
+            poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=60,
+                       what="the router's first rows")
+        finally:
+            query.stop()  # mid-stream: the producer is still writing
+        written_at_stop = sum(high for _, high in end_offsets(kafka, source).values())
 
-    (query,) = start_app(spark, spec, oplog_router.program, options)
-    try:
-        poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=120,
-                   what="the restarted router's first rows")
-        stop_load.set()
-        producer.join(timeout=60)
-        assert not producer.is_alive(), "the load did not stop"
-        assert sum(high for _, high in end_offsets(kafka, source).values()) > written_at_stop, \
-            "no record was written after the stop: the test would not have stopped mid-stream"
-        routing = wait_until_all_routed(kafka, spec)
-        expected, duplicates = routing.expected, routing.duplicates
+        (query,) = start_app(spark, spec, oplog_router.program, options)
+        try:
+            poll_until(lambda: sum(p.numInputRows for p in query.recentProgress) > 0, timeout=120,
+                       what="the restarted router's first rows")
+            stop_load.set()
+            producer.join(timeout=60)
+            assert not producer.is_alive(), "the load did not stop"
+            assert sum(high for _, high in end_offsets(kafka, source).values()) > written_at_stop, \
+                "no record was written after the stop: the test would not have stopped mid-stream"
+            routing = wait_until_all_routed(kafka, spec)
+            expected, duplicates = routing.expected, routing.duplicates
+        finally:
+            query.stop()
     finally:
         stop_load.set()
-        query.stop()
     print(f"router restart: {len(expected)} routed records expected, all present; {duplicates} duplicates")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from streamops.paths import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 
 DOCKER = PROJECT_ROOT / "docker"
 DOCKERFILES = [DOCKER / "airflow" / "Dockerfile", DOCKER / "spark" / "Dockerfile"]

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
-from streamops.paths import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 from tests.support.ports import free_port, free_port_pair
 from streamops.app_runtime import AppRuntime
 from streamops.waiting import poll_until

@@ -224,7 +224,8 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
         ("plan", "planned"), ("backfill", "done"), ("validate", "done"), ("cutover", "done")]
 
     new_app = target_catalog(app_catalog, "oplog-router", targets).app("oplog-router")
-    expected, duplicates = wait_until_all_routed(broker.client_config, new_app)  # zero loss; nothing no input explains
+    routing = wait_until_all_routed(broker.client_config, new_app)  # zero loss; nothing no input explains
+    expected, duplicates = routing.expected, routing.duplicates
     # No overlap: no record was written both by the backfill and by the app after the cutover.
     cut_ms = datetime.fromisoformat(runtime.driver().started_at).timestamp() * 1000
     phases: dict[str, set] = {"backfill": set(), "live": set()}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamops.paths import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 from streamops.catalog import load_catalog
 
 TOFU = PROJECT_ROOT / ".cache" / "tools" / "tofu"

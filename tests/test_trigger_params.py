@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streamops.paths import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 from streamops.launch_overrides import LaunchOverrideRefused
 from tests.support.hostile import KEY_REFUSED, hostile_confs
 

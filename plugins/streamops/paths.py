@@ -17,6 +17,3 @@ SPARK_KAFKA_JARS = JARS_DIR / "spark-kafka"
 # Runtime state of the local stack (pid files, logs, data), ignored by git.
 RUN_DIR = Path(settings.RUN_DIR.get() or PROJECT_ROOT / ".run")
 
-# The DAG files, and beside them each DAG's runbook (dags/docs/<dag_id>.md, its doc in the UI).
-DAGS_DIR = PROJECT_ROOT / "dags"
-RUNBOOKS_DIR = DAGS_DIR / "docs"

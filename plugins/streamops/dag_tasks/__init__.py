@@ -5,24 +5,23 @@ arguments and return JSON-friendly dicts for XCom; they never touch the metadata
 """
 
 import logging
-import re
 from contextlib import contextmanager
 
 
-def runbook(dag_id: str) -> str:
-    """The DAG's runbook, its doc in the Airflow UI (doc_md): the markdown file
-    dags/docs/<dag_id>.md, the one place it is written (the README links it). A missing file
-    fails the DAG's import, naming the file."""
-    from streamops.paths import RUNBOOKS_DIR
+def runbook(dag_file: str) -> str:
+    """The runbook of the DAG defined in `dag_file` (pass `__file__`), its doc in the Airflow UI
+    (doc_md): the markdown file docs/<dag file's name>.md beside it, the one place it is written
+    (the README links it). Found next to the DAG file, wherever the DAGs folder is deployed. A
+    missing file fails the DAG's import, naming the file."""
+    from pathlib import Path
 
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", dag_id):
-        raise ValueError(f"not a DAG id: {dag_id!r}")
-    path = RUNBOOKS_DIR / f"{dag_id}.md"
+    dag = Path(dag_file).resolve()
+    path = dag.parent / "docs" / f"{dag.stem}.md"
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FileNotFoundError(f"the runbook of DAG {dag_id!r} is missing: {path} "
-                                "(each DAG's doc in the UI is dags/docs/<dag_id>.md)") from None
+        raise FileNotFoundError(f"the runbook of DAG {dag.stem!r} is missing: {path} "
+                                "(each DAG's doc in the UI is docs/<dag_id>.md beside its DAG file)") from None
 
 
 def apps_param(names: list[str], *, required: bool, description: str):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from streamops.paths import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 
 DAGS_DIR = PROJECT_ROOT / "dags"
 RUNBOOKS = DAGS_DIR / "docs"
@@ -45,10 +45,18 @@ def test_the_readme_links_every_runbook_and_only_runbooks_that_exist():
     assert sorted(linked - runbooks) == [], "README links to runbooks that do not exist"
 
 
-def test_a_missing_runbook_fails_naming_the_file():
+def test_a_missing_runbook_fails_naming_the_file(tmp_path):
     from streamops.dag_tasks import runbook
 
-    with pytest.raises(FileNotFoundError, match=re.escape(str(RUNBOOKS / "no_such_dag.md"))):
-        runbook("no_such_dag")
-    with pytest.raises(ValueError, match="not a DAG id"):
-        runbook("../README")
+    (tmp_path / "no_such_dag.py").write_text("")
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "docs" / "no_such_dag.md"))):
+        runbook(str(tmp_path / "no_such_dag.py"))
+
+
+def test_a_runbook_is_found_beside_its_dag_file_wherever_the_dags_are_deployed(tmp_path):
+    """A DAGs folder synced elsewhere (git-sync, a bundle) carries its docs/ along."""
+    from streamops.dag_tasks import runbook
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "moved.md").write_text("### Moved\n")
+    assert runbook(str(tmp_path / "moved.py")) == "### Moved\n"

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from streamops.launch_overrides import ALLOWED_SPARK_CONF, LaunchOverrideRefused
-from streamops.paths import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 from tests.support.hostile import hostile_confs
 
 APP = "oplog-router"

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from streamops import settings
-from streamops.paths import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 
 NAME = re.compile(r"\bSTREAMOPS_[A-Z0-9_]+\b")
 # A read of a STREAMOPS_ variable by its literal name (the settings module's accessors name it once).
