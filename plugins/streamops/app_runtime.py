@@ -43,6 +43,7 @@ from typing import Any
 import psutil
 
 from streamops.driver_lease import DriverLease, Holder, LeaseTaken
+from streamops.refusals import OneLineRefused
 from streamops.runtime_files import read_json, read_json_object, write_json_atomic
 
 
@@ -55,11 +56,11 @@ OPERATION_MAX_S = 6 * 3600
 log = logging.getLogger("streamops.runtime")
 
 
-class AlreadyRunningError(RuntimeError):
+class AlreadyRunningError(OneLineRefused, RuntimeError):
     """Another driver holds the app's lease; the message names it and its host."""
 
 
-class OperationInProgress(RuntimeError):
+class OperationInProgress(OneLineRefused, RuntimeError):
     """Another run (a DAG, or the supervisor) is changing the app now; the message names it."""
 
 

@@ -29,6 +29,7 @@ from pydantic import StringConstraints
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 from streamops.paths import PROJECT_ROOT
 from streamops.programs import REFERENCE_PATTERN
+from streamops.refusals import Refused
 from streamops import settings
 
 DEFAULT_CATALOG_PATH = PROJECT_ROOT / "catalog" / "pipelines.yaml"
@@ -90,14 +91,16 @@ def checkpoint_root() -> Path:
     return Path(settings.CHECKPOINT_ROOT.get() or PROJECT_ROOT / ".run" / "checkpoints")
 
 
-class CatalogError(ValueError):
+class CatalogError(Refused):
     """A catalog file that cannot be used. The message lists every problem, one per line."""
 
     def __init__(self, path: Path, problems: list[str]):
         self.path = path
-        self.problems = problems
-        head = f"catalog {path} is invalid ({len(problems)} problem{'s' * (len(problems) != 1)}):"
-        super().__init__("\n".join([head, *(f"  - {p}" for p in problems)]))
+        super().__init__(problems)
+
+    def render(self, problems: list[str]) -> str:
+        head = f"catalog {self.path} is invalid ({len(problems)} problem{'s' * (len(problems) != 1)}):"
+        return "\n".join([head, *(f"  - {p}" for p in problems)])
 
 
 class _Strict(BaseModel):

@@ -212,12 +212,14 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
     return target
 
 
-def backup_info(backup: Path) -> dict:
-    """What `backup_checkpoint` recorded about a snapshot (older snapshots: the label only)."""
+def backup_info(backup: Path) -> dict[str, Any]:
+    """What `backup_checkpoint` recorded about a snapshot (older snapshots, or a description that
+    is not a JSON object: the label its name carries only)."""
     try:
-        return json.loads((backup / BACKUP_INFO).read_text())
+        info = json.loads((backup / BACKUP_INFO).read_text())
     except (FileNotFoundError, ValueError):
-        return {"label": backup.name.split("-", 1)[-1]}
+        info = None
+    return info if isinstance(info, dict) else {"label": backup.name.split("-", 1)[-1]}
 
 
 def list_backups(checkpoint: str | Path) -> list[Path]:

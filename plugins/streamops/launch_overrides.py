@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from streamops.catalog import VERSION_PATTERN
+from streamops.refusals import OneLineRefused
 
 # Versions as the catalog writes them (streamops.catalog.VERSION_PATTERN), bounded in length.
 VERSION_MAX_LENGTH = 64
@@ -127,13 +128,9 @@ ALLOWED_SPARK_CONF: dict[str, ConfKey] = {
 }
 
 
-class LaunchOverrideRefused(ValueError):
+class LaunchOverrideRefused(OneLineRefused):
     """A trigger-time override (or a launch record read back) that is not allowed; names every
     problem on one line, and what is allowed."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("; ".join(problems))
 
 
 def allowed_keys_text() -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from streamops.program_contract import LineageOutput, StreamingProgram, WindowCountOutput, contract_problems, describe
+from streamops.refusals import OneLineRefused
 
 if TYPE_CHECKING:
     from streamops.artifacts import Artifact
@@ -27,8 +28,9 @@ REFERENCE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-
 DEFAULT_ATTRIBUTE = "program"
 
 
-class ProgramError(ValueError):
-    """A program that cannot be found or does not keep the contract."""
+class ProgramError(OneLineRefused):
+    """A program that cannot be found or does not keep the contract (or an artifact that is not
+    there, or not the bytes it was built with): nothing that needs it is started."""
 
 
 @dataclass(frozen=True)

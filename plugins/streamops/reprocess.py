@@ -35,6 +35,8 @@ from streamops.programs import ProgramError, program_info, ran_digest, running_v
 from streamops.catalog import VERSION_PATTERN, AppSpec, Catalog, TopicSpec
 from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.kafka_client import KafkaClientConfig
+from streamops.plans import JsonPlan
+from streamops.refusals import Refused
 
 # Used for the estimate until this machine has measured a run of the app.
 log = logging.getLogger(__name__)
@@ -45,12 +47,10 @@ _VERSION = re.compile(VERSION_SUFFIX_PATTERN)
 TAG_PATTERN = r"^[a-z0-9-]{1,40}$"  # names scratch topics and the run's folder
 
 
-class ReprocessRefused(ValueError):
+class ReprocessRefused(Refused):
     """A request that cannot be planned; the message lists every problem."""
 
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("\n".join(["the reprocessing request was refused before anything was changed:", *(f"  - {p}" for p in problems)]))
+    heading = "the reprocessing request was refused before anything was changed:"
 
 
 @dataclass
@@ -82,7 +82,10 @@ class PartitionRange:
 
 
 @dataclass
-class ReprocessPlan:
+class ReprocessPlan(JsonPlan):
+    DERIVED = ("records",)
+    NESTED = {"inputs": PartitionRange}
+
     app: str
     request: dict
     inputs: list[PartitionRange]
@@ -125,14 +128,9 @@ class ReprocessPlan:
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
-        return {**asdict(self), "records": self.records}
-
-    @classmethod
-    def from_json(cls, data: dict) -> ReprocessPlan:
-        data = {k: v for k, v in data.items() if k != "records"}
-        data["inputs"] = [PartitionRange(**p) for p in data["inputs"]]
-        return cls(**data)
+    def summary(self) -> str:
+        return (f"{self.records} record(s) of {self.app} into {', '.join(self.targets.values())} "
+                f"(about {self.estimate_s:.0f} s)")
 
 
 @dataclass

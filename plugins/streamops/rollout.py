@@ -23,13 +23,16 @@ from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, restore_checkpoint
+from streamops.refusals import OneLineRefused
 from streamops.spark_submit import driver_env
 from streamops.waiting import DeadlineExceeded, poll_until
 from streamops.kafka_client import KafkaClientConfig
 
 
-class RolloutRefused(RuntimeError):
+class RolloutRefused(OneLineRefused, RuntimeError):
     """Refused before the running app was touched."""
+
+    label = "rolling restart refused"
 
 
 class RolloutFailed(RuntimeError):

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import Catalog
 from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.refusals import Refused
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
 MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
@@ -31,13 +32,10 @@ MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
 MAX_LAST_RECORDS = 1_000_000  # per partition, for a validation batch
 
 
-class RangeError(ValueError):
+class RangeError(Refused):
     """A range request that cannot be served. The message lists every problem, one per line."""
 
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        head = "the validation range was refused before reading anything:"
-        super().__init__("\n".join([head, *(f"  - {p}" for p in problems)]))
+    heading = "the validation range was refused before reading anything:"
 
 
 @dataclass(frozen=True)

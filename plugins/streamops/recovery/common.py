@@ -8,14 +8,11 @@ import string
 from streamops.app_runtime import AppRuntime, DriverRecord, shown
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import has_state
+from streamops.refusals import Refused
 
 
-class RecoveryRefused(ValueError):
-    """Refused before anything was changed; the message lists every problem."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("\n".join(["refused before anything was changed:", *(f"  - {p}" for p in problems)]))
+class RecoveryRefused(Refused):
+    """A recovery refused before anything was changed; the message lists every problem."""
 
 
 # Names that reach file paths and command lines (apps, topics, snapshots) are plain tokens.

@@ -11,7 +11,7 @@ Two ways, both starting from a backup:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
@@ -20,13 +20,16 @@ from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs, retire_queries
 from streamops.kafka_offsets import topic_partitions, watermarks
+from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, keeps_state, resolve_app
 
 TARGETS = ("live", "versioned")
 
 
 @dataclass
-class RebuildPlan:
+class RebuildPlan(JsonPlan):
+    DERIVED = ("records",)
+
     app: str
     target: str
     running: bool
@@ -53,8 +56,8 @@ class RebuildPlan:
                      "validate them, then cut over (the old checkpoint is kept as a snapshot, the old topics untouched)")
         return "\n".join([head, f"will: {steps}"] + [f"NOTE: {n}" for n in self.notes])
 
-    def to_json(self) -> dict:
-        return {**asdict(self), "records": self.records}
+    def summary(self) -> str:
+        return f"{self.target}: {self.records} record(s) from earliest"
 
 
 def plan_rebuild(admin: AdminClient, catalog: Catalog, app_name: str, target: str, version: str = "v2") -> RebuildPlan:

@@ -45,6 +45,7 @@ from streamops.kafka_records import held_offsets, producer, read_spans
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
 from streamops.kafka_client import KafkaClientConfig
+from streamops.plans import JsonPlan
 
 HEADER_SOURCE = "streamops.replay.source"
 HEADER_DEAD_LETTER = "streamops.replay.dead-letter"
@@ -75,7 +76,7 @@ class DeadLetter:
 
 
 @dataclass
-class ReplayPlan:
+class ReplayPlan(JsonPlan):
     app: str
     request: dict
     dead_letter_topic: str
@@ -97,12 +98,9 @@ class ReplayPlan:
         lines += [f"still fails: {e['at']}: {e['now']}" for e in self.still_failing[:5]]
         return "\n".join(lines)
 
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> ReplayPlan:
-        return cls(**data)
+    def summary(self) -> str:
+        t = self.totals
+        return f"{t['replay']} to replay, {t['still fails']} still fail, {t['already replayed']} replayed before"
 
 
 def ledger_file(app: AppSpec) -> Path:

@@ -21,6 +21,7 @@ from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, batch_marks, initial_offsets, positions, query_dirs, retire_queries
 from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
+from streamops.plans import JsonPlan
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 
@@ -57,7 +58,10 @@ class PartitionReset:
 
 
 @dataclass
-class ResetPlan:
+class ResetPlan(JsonPlan):
+    DERIVED = ("replayed", "skipped")
+    NESTED = {"rows": PartitionReset}
+
     app: str
     request: dict
     rows: list[PartitionReset]
@@ -101,13 +105,8 @@ class ResetPlan:
             lines.append(f"NOTE: {self.app} is running: stop it with stop_apps first; applying now is refused")
         return "\n".join(lines + [f"WARNING: {w}" for w in self.warnings])
 
-    def to_json(self) -> dict:
-        return {**asdict(self), "replayed": self.replayed, "skipped": self.skipped}
-
-    @classmethod
-    def from_json(cls, data: dict) -> ResetPlan:
-        data = {k: v for k, v in data.items() if k not in ("replayed", "skipped")}
-        return cls(**{**data, "rows": [PartitionReset(**r) for r in data["rows"]]})
+    def summary(self) -> str:
+        return f"{self.replayed} replayed, {self.skipped} skipped"
 
 
 def _selection(app: AppSpec, layout: dict[str, list[int] | None], request: ResetRequest, problems: list[str]) -> set[tuple[str, int]]:

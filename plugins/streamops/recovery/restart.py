@@ -15,10 +15,11 @@ from streamops.failures import describe_failed_batches, describe_ranges
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.lifecycle import end_leftovers, leftovers
 from streamops.kafka_client import KafkaClientConfig
+from streamops.plans import JsonPlan
 
 
 @dataclass
-class RestartPlan:
+class RestartPlan(JsonPlan):
     app: str
     state: str  # crashed | failed | stopped
     last_driver: dict  # pid, host, version, started/stopped at, reason
@@ -76,9 +77,6 @@ class RestartPlan:
         again = " AGAIN, on the same batch as before: a restart fails the same way; skip the record with recover_skip_records"
         return (f"{self.app} is {self.state}" + (f" ({failed}{again if self.failed_again else ''})" if failed else "")
                 + f"; lag {self.lag}; {len(self.leftovers)} leftover process(es)")
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 def plan_restart(catalog: Catalog, app_name: str, kafka: KafkaClientConfig) -> RestartPlan:

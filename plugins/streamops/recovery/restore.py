@@ -21,6 +21,7 @@ from streamops.checkpoints import (
     restore_checkpoint,
 )
 from streamops.recovery.common import RecoveryRefused, name_problem, resolve_app
+from streamops.plans import JsonPlan
 
 
 @dataclass
@@ -45,7 +46,9 @@ def snapshots(app: AppSpec) -> list[Snapshot]:
 
 
 @dataclass
-class RestorePlan:
+class RestorePlan(JsonPlan):
+    DERIVED = ("replayed",)
+
     app: str
     snapshot: str
     history: list[dict]
@@ -77,12 +80,8 @@ class RestorePlan:
             + f"keep the current checkpoint as a snapshot, put {self.snapshot} in its place, start version {self.version}",
         ])
 
-    def to_json(self) -> dict:
-        return {**asdict(self), "replayed": self.replayed}
-
-    @classmethod
-    def from_json(cls, data: dict) -> RestorePlan:
-        return cls(**{k: v for k, v in data.items() if k != "replayed"})
+    def summary(self) -> str:
+        return f"restore {self.snapshot}: batches {self.current} -> {self.restored}"
 
 
 def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_running: bool, for_apply: bool = False) -> RestorePlan:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
@@ -32,6 +32,7 @@ from streamops.failures import describe_failed_batches
 from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, end_offsets, topic_partitions, watermarks
 from streamops.kafka_records import held_offsets, read_spans
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
+from streamops.plans import JsonPlan
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
@@ -117,7 +118,9 @@ def skip_reason(user: str, run_id: str, note: str | None) -> str:
 
 
 @dataclass
-class SkipPlan:
+class SkipPlan(JsonPlan):
+    DERIVED = ("records",)
+
     app: str
     state: str  # stopped | failed | crashed
     entries: list[dict]  # topic, partition, first, last, reason, run_id, user, at, note, offsets (present records)
@@ -155,12 +158,10 @@ class SkipPlan:
         ]
         return "\n".join(lines + [f"NOTE: {n}" for n in self.notes])
 
-    def to_json(self) -> dict:
-        return {**asdict(self), "records": self.records}
-
-    @classmethod
-    def from_json(cls, data: dict) -> SkipPlan:
-        return cls(**{k: v for k, v in data.items() if k != "records"})
+    def summary(self) -> str:
+        named = ", ".join(f"{e['topic']}:{e['partition']}:{e['first']}" + (f"-{e['last']}" if e["last"] != e["first"] else "")
+                          for e in self.entries)
+        return f"skip {self.records} record(s) of {self.app} ({named})"
 
 
 def _preview(data: bytes | None, limit: int) -> str:

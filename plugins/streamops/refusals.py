@@ -1,0 +1,56 @@
+"""The one type a refusal has: a request the suite will not carry out, answered before anything
+was changed.
+
+Every "this input is not allowed" of the suite derives from `Refused`: a recovery plan's, a
+reprocessing request's, a launch override's, a validation range's, a catalog's, a rolling
+restart's, a second run on a busy app. Each keeps the words its operators know (its own heading
+and layout), and all of them carry `problems`, every problem found, not only the first.
+
+An Airflow task turns a refusal into a failure without retries in one place
+(`streamops.dag_tasks.refusals_fail_the_task`); the CLI prints `operator_text()`. Nothing here
+imports Airflow: the floors below the DAG tasks raise these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import ClassVar
+
+# A message that already says it is a refusal ("refused: ...", "rolling restart refused: ...",
+# "the reprocessing request was refused before ..."), and not a socket's "Connection refused".
+_SAYS_REFUSED = re.compile(r"[A-Za-z ]*\brefused\b[A-Za-z ]*:")
+
+
+class Refused(ValueError):
+    """Refused before anything was changed. `problems` lists every problem; str() is the text an
+    operator reads: `heading`, then one problem a line (subclasses with a one-line form override
+    `render`). `label` opens `operator_text()` when the text does not say "refused" itself."""
+
+    heading: ClassVar[str] = "refused before anything was changed:"
+    label: ClassVar[str] = "refused"
+
+    def __init__(self, problems: str | Sequence[str]):
+        self.problems: list[str] = [problems] if isinstance(problems, str) else [str(p) for p in problems]
+        super().__init__(self.render(self.problems))
+
+    def render(self, problems: list[str]) -> str:
+        return "\n".join([self.heading, *(f"  - {p}" for p in problems)])
+
+    def operator_text(self) -> str:
+        """The refusal as a task failure or a CLI error shows it: it always says "refused"."""
+        text = str(self)
+        return text if says_refused(text) else f"{self.label}: {text}"
+
+
+class OneLineRefused(Refused):
+    """A refusal whose problems read best on one line, joined by "; " (a trigger's override, a
+    running app): the caller usually puts it inside a sentence of its own."""
+
+    def render(self, problems: list[str]) -> str:
+        return "; ".join(problems)
+
+
+def says_refused(text: str) -> bool:
+    """Does this message open by saying it is a refusal? ("[Errno 111] Connection refused" does not.)"""
+    return bool(_SAYS_REFUSED.match(text))
