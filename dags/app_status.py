@@ -5,12 +5,11 @@ Wiring only; the logic is in plugins/streamops/app_status.py and plugins/streamo
 
 from __future__ import annotations
 
-
 from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog, supervisor_schedule
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, runbook
+from streamops.dag_tasks import apps_param, one_run_at_a_time, runbook
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
 
@@ -20,10 +19,8 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
     description="Supervisor: status, health and lag of the streaming apps; restarts crashed apps; fails when one needs someone.",
     doc_md=runbook(__file__),
     schedule=supervisor_schedule(),
-    catchup=False,
-    max_active_runs=1,
     tags=["spark", "apps", "status", "supervision"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
+    **one_run_at_a_time(),
     params={
         "apps": apps_param(APP_NAMES, required=False, description="Leave empty for all apps."),
         "restart_crashed": Param(True, type="boolean", title="Restart crashed apps",

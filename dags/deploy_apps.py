@@ -5,13 +5,11 @@ Wiring only; the logic is in plugins/streamops/dag_tasks/apps.py and streamops/a
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, audited_step, runbook
+from streamops.dag_tasks import DEFAULT_ARGS, apps_param, audited_step, runbook
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 
@@ -24,8 +22,9 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
     doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
+    # Runs of different apps go on at once; two on one app: the second is refused (operating_on).
     tags=["spark", "apps", "deploy"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0, "retry_delay": timedelta(seconds=30)},
+    default_args=dict(DEFAULT_ARGS),
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to start."),
         "version": Param(

@@ -8,12 +8,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import Param, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import audited_step, is_dry_run, runbook
+from streamops.dag_tasks import audited_step, one_run_at_a_time, runbook
 from streamops.dag_tasks import provision_topics as steps
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
+from streamops.dag_tasks.connections import admin_client
 
 # Parsing the catalog here means a broken catalog shows as this DAG's import error in the UI,
 # with the file, entry and field named.
@@ -26,10 +26,8 @@ TOPIC_NAMES = CATALOG.topic_names()
     description="Create and update Kafka topics from the catalog (plan, apply, verify).",
     doc_md=runbook(__file__),
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
     tags=["kafka", "topics", "provisioning"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 2, "retry_delay": timedelta(seconds=15)},
+    **one_run_at_a_time(retries=2, retry_delay=timedelta(seconds=15)),
     params={
         "dry_run": Param(
             False,
@@ -55,26 +53,18 @@ def provision_topics():
     @task(multiple_outputs=False)
     def plan() -> dict:
         context = get_current_context()
-        return audited_step(context, "plan", lambda: steps.plan(steps.admin_client(), context["params"]["topics"]))
+        return audited_step(context, "plan", lambda: steps.plan(admin_client(), context["params"]["topics"]))
 
     # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
     @task(multiple_outputs=False, trigger_rule="none_failed")
     def apply(plan_xcom: dict) -> dict:
-        context = get_current_context()
-
-        def apply_plan() -> dict:
-            if is_dry_run(context["params"]):
-                raise AirflowSkipException("Dry run: nothing was changed. The plan is in the 'plan' task's log.")
-            check_approved(context)
-            return steps.apply(steps.admin_client(), plan_xcom)
-
-        return audited_step(context, "apply", apply_plan)
+        return audited_step(get_current_context(), "apply", lambda: steps.apply(admin_client(), plan_xcom), applies_plan=True)
 
     # verify polls the broker with its own deadline; retrying it would only repeat that wait.
     @task(retries=0, multiple_outputs=False)
     def verify() -> dict:
         context = get_current_context()
-        return audited_step(context, "verify", lambda: steps.check(steps.admin_client(), context["params"]["topics"]))
+        return audited_step(context, "verify", lambda: steps.check(admin_client(), context["params"]["topics"]))
 
     planned = plan()
     planned >> PlanApproval(what="topic plan") >> apply(planned) >> verify()

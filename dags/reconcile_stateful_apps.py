@@ -10,12 +10,10 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import audited_step, runbook
+from streamops.dag_tasks import audited_step, one_run_at_a_time, runbook
 from streamops.dag_tasks import reconcile_apps as steps
+from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
-from streamops.dag_tasks.apps import kafka_connection
-from streamops.dag_tasks.provision_topics import admin_client
-from streamops.dag_tasks.quality import spark_master
 
 STATEFUL = steps.stateful_app_names(load_catalog(check_programs=False))
 
@@ -25,10 +23,8 @@ STATEFUL = steps.stateful_app_names(load_catalog(check_programs=False))
     description="Nightly: recompute stateful apps' closed windows from earliest and compare with the live output.",
     doc_md=runbook(__file__),
     schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
-    catchup=False,
-    max_active_runs=1,
     tags=["spark", "apps", "reprocessing", "quality"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
+    **one_run_at_a_time(),
     params={
         "apps": Param(STATEFUL, type="array", items={"type": "string", "enum": STATEFUL} if STATEFUL else {"type": "string"},
                       uniqueItems=True, examples=STATEFUL, title="Apps", description="Stateful apps to reconcile."),

@@ -1,19 +1,18 @@
 """recover_reset_offsets: move a Spark app's input position (kafka-consumer-groups --reset-offsets).
 
-Wiring only; the logic is in plugins/streamops/recovery/reset.py.
+Wiring only: the trigger form below, the steps in streamops.dag_tasks.recovery (RESET), the logic
+in plugins/streamops/recovery/reset.py.
 """
 
 from __future__ import annotations
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Param, dag
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import recovery as steps
-from streamops.dag_tasks import runbook
-from streamops.dag_tasks.apps import kafka_connection
-from streamops.dag_tasks.provision_topics import admin_client
-from streamops.dag_tasks.recovery_params import NAME_PATTERN, app_param, dry_run_param, verify_deadline_param
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
+from streamops.dag_tasks import one_run_at_a_time, runbook
+from streamops.dag_tasks.procedures import plan_apply_verify
+from streamops.dag_tasks.recovery import RESET
+from streamops.dag_tasks.recovery_params import NAME_PATTERN, recovery_form
 from streamops.kafka_offsets import DURATION_FORM_PATTERN, MAX_OFFSET, TIME_PATTERN
 
 
@@ -21,14 +20,8 @@ from streamops.kafka_offsets import DURATION_FORM_PATTERN, MAX_OFFSET, TIME_PATT
     dag_id="recover_reset_offsets",
     description="On-call: reset a Spark app's input offsets (earliest, latest, datetime, duration, shift, explicit).",
     doc_md=runbook(__file__),
-    schedule=None,
-    catchup=False,
-    max_active_runs=1,
     tags=["recovery", "on-call", "spark", "apps"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
-    params={
-        "app": app_param(load_catalog(check_programs=False).app_names()),
-        "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(),
+    params=recovery_form(load_catalog(check_programs=False).app_names(), {
         "mode": Param("earliest", type="string", enum=["earliest", "latest", "datetime", "duration", "shift", "offsets"],
                       title="Mode", description="Where the app's input starts again; fill the field of this mode "
                                                 "in 'Where to' below (the others are ignored).", values_display={
@@ -54,27 +47,12 @@ from streamops.kafka_offsets import DURATION_FORM_PATTERN, MAX_OFFSET, TIME_PATT
                                                                  "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*(:[0-9]{1,10})?$"},
                             title="Partitions", section="Scope",
                             description="Optional. Empty: every input partition. Else 'topic' or 'topic:N' items."),
-        "verify_deadline_s": verify_deadline_param(),
-    },
+    }),
+    schedule=None,
+    **one_run_at_a_time(),
 )
 def recover_reset_offsets():
-    @task
-    def plan() -> dict:
-        return steps.reset_plan(get_current_context(), admin_client())
-
-    # none_failed: runs after an approval that was not needed (skipped); a Reject skips it directly.
-    @task(trigger_rule="none_failed")
-    def apply(planned: dict) -> dict:
-        return steps.reset_apply(get_current_context(), planned)
-
-    @task
-    def verify(planned: dict, _applied: dict) -> dict:
-        return steps.reset_verify(get_current_context(), planned, kafka_connection())
-
-    planned = plan()
-    applied = apply(planned)
-    planned >> PlanApproval(what="offset reset plan") >> applied
-    verify(planned, applied)
+    plan_apply_verify(RESET)
 
 
 recover_reset_offsets()

@@ -11,12 +11,10 @@ from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import audited_step, is_dry_run, runbook
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
+from streamops.dag_tasks import audited_step, one_run_at_a_time, runbook
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.dag_tasks import reprocess as steps
-from streamops.dag_tasks.apps import kafka_connection
-from streamops.dag_tasks.provision_topics import admin_client
-from streamops.dag_tasks.quality import spark_master
+from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master
 from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.reprocess import TAG_PATTERN, VERSION_SUFFIX_PATTERN
@@ -31,10 +29,8 @@ APP_CHOICES: dict[str, Any] = {"enum": APP_NAMES} if APP_NAMES else {}
     description="Backfill: recompute an app's outputs from its retained input into new topics.",
     doc_md=runbook(__file__),
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
     tags=["spark", "apps", "reprocessing", "backfill"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
+    **one_run_at_a_time(),
     params={
         "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App",
                      description="The app whose outputs are recomputed from its retained input (the plan waits for approval before anything is written).",
@@ -73,14 +69,8 @@ def reprocess():
     @task(multiple_outputs=False, trigger_rule="none_failed")
     def run(planned: dict) -> dict:
         context = get_current_context()
-
-        def backfill() -> dict:
-            if is_dry_run(context["params"]):
-                raise AirflowSkipException("Dry run: nothing was created or written. The plan is in the 'plan' task's log.")
-            check_approved(context)
-            return steps.run(planned, context["run_id"], kafka_connection(), admin_client(), spark_master())
-
-        return audited_step(context, "backfill", backfill)
+        return audited_step(context, "backfill", lambda: steps.run(
+            planned, context["run_id"], kafka_connection(), admin_client(), spark_master()), applies_plan=True)
 
     @task(multiple_outputs=False)
     def validate(planned: dict, _ran: dict) -> list[dict]:

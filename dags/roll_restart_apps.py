@@ -5,11 +5,13 @@ Wiring only; the logic is in plugins/streamops/rollout.py.
 
 from __future__ import annotations
 
+from functools import partial
+
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, audited_step, runbook
+from streamops.dag_tasks import apps_param, audited_step, one_run_at_a_time, runbook
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
@@ -24,10 +26,8 @@ APP_NAMES = CATALOG.app_names()
     description="Upgrade streaming apps one at a time: warm standby, plan check, stop, backup, take-over, health gate, rollback.",
     doc_md=runbook(__file__),
     schedule=None,
-    catchup=False,
-    max_active_runs=1,
     tags=["spark", "apps", "deploy", "upgrade"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
+    **one_run_at_a_time(),
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to roll, in any order."),
         "version": Param(
@@ -65,8 +65,8 @@ def roll_restart_apps():
         p = context["params"]
         check_approved(context)
         rolled = [
-            audited_step(context, "roll", lambda app=app: steps.roll(
-                app, p["version"], p["spark_conf"], p["gate_deadline_s"], p["max_dead_letter_rate"], context["run_id"]),
+            audited_step(context, "roll", partial(
+                steps.roll, app, p["version"], p["spark_conf"], p["gate_deadline_s"], p["max_dead_letter_rate"], context["run_id"]),
                 app=app, operation=True)
             for app in apps
         ]

@@ -9,7 +9,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, audited_step, runbook
+from streamops.dag_tasks import DEFAULT_ARGS, apps_param, audited_step, runbook
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
 
@@ -20,8 +20,9 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
     doc_md=runbook(__file__),
     schedule=None,
     catchup=False,
+    # Runs of different apps go on at once; two on one app: the second is refused (operating_on).
     tags=["spark", "apps", "stop"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0},
+    default_args=dict(DEFAULT_ARGS),
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to stop."),
         "deadline_s": Param(60, type="integer", minimum=steps.STOP_DEADLINE_S[0], maximum=steps.STOP_DEADLINE_S[1], title="Deadline (s)",

@@ -13,9 +13,8 @@ from airflow.timetables.interval import CronDataIntervalTimetable
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import quality as steps
-from streamops.dag_tasks import runbook
-from streamops.dag_tasks.apps import kafka_connection
-from streamops.dag_tasks.provision_topics import admin_client
+from streamops.dag_tasks import one_run_at_a_time, runbook
+from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master
 from streamops.kafka_offsets import MAX_OFFSET, TIME_PATTERN
 from streamops.quality.ranges import MAX_LAST_RECORDS, MODES
 
@@ -31,10 +30,8 @@ CATALOG = load_catalog(check_programs=False)
         # Airflow annotates this with its serialized asset type; the SDK's Asset is what it documents.
         assets=[Asset(steps.APP_DEPLOYMENTS_ASSET)],  # type: ignore[list-item]
     ),
-    catchup=False,
-    max_active_runs=1,
     tags=["kafka", "quality", "great-expectations"],
-    default_args={"owner": "data-platform", "show_return_value_in_logs": False, "retries": 1, "retry_delay": timedelta(minutes=1)},
+    **one_run_at_a_time(retries=1, retry_delay=timedelta(minutes=1)),
     params={
         "topics": steps.topics_param(CATALOG),
         "range": Param(
@@ -78,7 +75,7 @@ def validate_topic_quality():
         # A time range (scheduled, or asked for) must hold records of a running app: freshness.
         timed = context["params"]["range"] == "time_range" or (
             context["params"]["range"] == "auto" and context["dag_run"].run_type == "scheduled")
-        return steps.validate(ranges, context["run_id"], kafka_connection(), admin_client(), steps.spark_master(),
+        return steps.validate(ranges, context["run_id"], kafka_connection(), admin_client(), spark_master(),
                               check_freshness=timed)
 
     validate(plan())

@@ -72,7 +72,7 @@ def test_a_driver_that_loses_a_launch_race_shows_its_own_log(app_env, app_catalo
     and the error shows that driver's own log (one file per start), not the winner's output."""
     from streamops import app_ops
     from streamops.app_runtime import AppRuntime
-    from streamops.dag_tasks.apps import command_for
+    from streamops.dag_tasks.launching import command_for
 
     catalog_file, _ = app_env
     monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))

@@ -81,6 +81,7 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
     from airflow.sdk.exceptions import AirflowFailException
 
     from streamops.dag_tasks import apps as steps
+    from streamops.dag_tasks.launching import command_for
 
     for conf, reason in hostile_confs(*canary):
         with pytest.raises(AirflowFailException) as refused:
@@ -90,7 +91,7 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
             steps.roll(APP, "1.0.1", conf, 30, 0.05, "manual__hostile")
         assert str(refused.value) == f"refused: {reason}"
         with pytest.raises(LaunchOverrideRefused) as refused:
-            steps.command_for(APP, None, conf)
+            command_for(APP, None, conf)
         assert str(refused.value) == reason
     for version in ("1.0.0; touch x", "1.0.0\n--conf", "$(touch x)", "1.0.0-" + "a" * 80):
         with pytest.raises(AirflowFailException) as refused:
@@ -103,7 +104,7 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
 
 
 def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env):
-    from streamops.dag_tasks.apps import command_for
+    from streamops.dag_tasks.launching import command_for
 
     argv = command_for(APP, "1.2.3", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8,
                                       "spark.sql.streaming.noDataMicroBatches.enabled": False})
@@ -121,7 +122,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
     from airflow.sdk.exceptions import AirflowFailException
 
     from streamops.dag_tasks import apps as steps
-    from streamops.dag_tasks import recovery as recovery_steps
+    from streamops.dag_tasks import launching
     from streamops.audit import read_audit
     from streamops.recovery.common import RecoveryRefused
     from streamops.checkpoints import list_backups
@@ -141,7 +142,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
 
     monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))
     with pytest.raises(RecoveryRefused) as refused:  # reset and rebuild start the last launch's conf
-        recovery_steps.start_on_new_checkpoint(APP, "manual__reset")("{}")
+        launching.start_on_new_checkpoint(APP, "manual__reset")("{}")
     assert refused.value.problems == [reason]
     tamper_launch_record(checkpoint, {"spark.pyspark.python": str(canary[1])})
     with pytest.raises(AirflowFailException) as refused:  # the rollback target of a rolling restart

@@ -4,8 +4,34 @@ These functions run inside Airflow tasks, so they take what they need (hooks, pa
 arguments and return JSON-friendly dicts for XCom; they never touch the metadata database.
 """
 
+from __future__ import annotations
+
 import logging
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    from airflow.sdk import Param
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from streamops.audit import AuditTrail
+    from streamops.refusals import Refused
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+# Every DAG's tasks: owned by the platform team, their return values not dumped into their logs
+# (each step logs its own summary; the value is its XCom), no retries unless a DAG asks for them.
+DEFAULT_ARGS: dict[str, Any] = {"owner": "data-platform", "show_return_value_in_logs": False, "retries": 0}
+
+
+def one_run_at_a_time(**default_args: Any) -> dict[str, Any]:
+    """@dag settings of a DAG that changes things: one run at a time (two runs must never change the
+    same thing at once), no catch-up of missed intervals, DEFAULT_ARGS with `default_args` over them.
+    The DAG file still says its schedule itself."""
+    return {"catchup": False, "max_active_runs": 1, "default_args": {**DEFAULT_ARGS, **default_args}}
 
 
 def runbook(dag_file: str) -> str:
@@ -24,7 +50,7 @@ def runbook(dag_file: str) -> str:
                                 "(each DAG's doc in the UI is docs/<dag_id>.md beside its DAG file)") from None
 
 
-def apps_param(names: list[str], *, required: bool, description: str):
+def apps_param(names: list[str], *, required: bool, description: str) -> Param:
     """The "Apps" multi-select of a trigger form, its choices taken from the catalog. A required
     one starts empty: the operator picks the apps (Trigger stays disabled until then); nothing
     is pre-selected for a start, stop or roll."""
@@ -49,22 +75,22 @@ def number_problem(value: object, what: str, low: float, high: float, *, whole: 
     return None
 
 
-def checked_number(value: object, what: str, low: float, high: float, *, whole: bool = True):
+def checked_number(value: T, what: str, low: float, high: float, *, whole: bool = True) -> T:
     """`value`, or a task failure without retries naming the param and its bounds."""
-    from airflow.sdk.exceptions import AirflowFailException
+    from streamops.refusals import OneLineRefused
 
     problem = number_problem(value, what, low, high, whole=whole)
     if problem:
-        raise AirflowFailException(f"refused: {problem}")
+        raise task_failure(OneLineRefused(problem))
     return value
 
 
-def is_dry_run(params: dict) -> bool:
+def is_dry_run(params: Mapping[str, Any]) -> bool:
     """Fail safe: anything but an explicit False (a form's switch turned off) is a dry run."""
     return params.get("dry_run", True) is not False
 
 
-def trail(context):
+def trail(context: Mapping[str, Any]) -> AuditTrail:
     """The audit trail of the running DAG run: its DAG, run, triggering user and params."""
     from streamops.audit import AuditTrail
 
@@ -73,44 +99,71 @@ def trail(context):
     return AuditTrail(dag_run.dag_id, dag_run.run_id, user, dict(context["params"]))
 
 
-def is_refusal(exc: BaseException) -> bool:
-    """A refusal (nothing was changed) rather than a failure: RecoveryRefused, OperationInProgress,
-    or a task failure whose message opens with "... refused:" ("refused: ...", "rolling restart
-    refused: ..."). ("[Errno 111] Connection refused" is a failure.)"""
-    import re
+# --- refusals: the one place one becomes a task failure -----------------------------------------
 
-    from streamops.app_runtime import OperationInProgress
-    from streamops.recovery.common import RecoveryRefused
 
-    return isinstance(exc, (RecoveryRefused, OperationInProgress)) or bool(re.match(r"[A-Za-z ]*\brefused\b[A-Za-z ]*:", str(exc)))
+def task_failure(refusal: Refused) -> AirflowFailException:
+    """The task failure a refusal (streamops.refusals.Refused) becomes: no retries (asking again
+    gets the same answer), its text as the operator reads it ("refused: ...", or its own heading)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    return AirflowFailException(refusal.operator_text())
 
 
 @contextmanager
-def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: bool = True):
+def refusals_fail_the_task() -> Iterator[None]:
+    """A block whose refusals fail the task through `task_failure` (other errors pass unchanged)."""
+    from streamops.refusals import Refused
+
+    try:
+        yield
+    except Refused as exc:
+        raise task_failure(exc) from None
+
+
+def refusals_fail(function: Callable[P, T]) -> Callable[P, T]:
+    """`function`, with its refusals failing the task (refusals_fail_the_task): for task code called
+    directly by a DAG's task."""
+    import functools
+
+    @functools.wraps(function)
+    def failing_on_refusal(*args: P.args, **kwargs: P.kwargs) -> T:
+        with refusals_fail_the_task():
+            return function(*args, **kwargs)
+
+    return failing_on_refusal
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """A refusal (nothing was changed) rather than a failure: a Refused (OperationInProgress among
+    them), or a task failure whose message opens with "... refused:" ("refused: ...", "rolling
+    restart refused: ..."). ("[Errno 111] Connection refused" is a failure.)"""
+    from streamops.refusals import Refused, says_refused
+
+    return isinstance(exc, Refused) or says_refused(str(exc))
+
+
+@contextmanager
+def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: bool = True) -> Iterator[None]:
     """A block in which the app is marked as being changed by this run (_runtime/operation.json):
     the supervisor leaves it alone, and two runs never change one app at once (the second is
-    refused, naming the first). An operator's run may take over the marker of a run that failed.
-    If the block fails (not a refusal, not a dry run's skip) and leaves the app down, the marker
-    stays, marked failed, with the backups the run took: the app is "held" until an operator's
-    start, stop or recovery, because the supervisor must not restart a half-changed app. Without
-    `hold_on_failure` (a deploy or a stop: a failed one changes no checkpoint) it simply ends."""
+    refused, naming the first: OperationInProgress). An operator's run may take over the marker of
+    a run that failed. If the block fails (not a refusal, not a dry run's skip) and leaves the app
+    down, the marker stays, marked failed, with the backups the run took: the app is "held" until
+    an operator's start, stop or recovery, because the supervisor must not restart a half-changed
+    app. Without `hold_on_failure` (a deploy or a stop: a failed one changes no checkpoint) it
+    simply ends."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from streamops.app_runtime import AppRuntime, OperationInProgress
-    from streamops.catalog import load_catalog
-    from streamops.recovery.common import RecoveryRefused
+    from streamops.app_runtime import AppRuntime
     from streamops.checkpoints import list_backups
 
-    catalog = load_catalog(check_programs=False)
-    if not isinstance(app_name, str) or app_name not in catalog.app_names():
+    checkpoint = _checkpoint_of(app_name)
+    if checkpoint is None:
         yield
         return
-    checkpoint = catalog.app(app_name).checkpoint_location()
     runtime = AppRuntime(checkpoint)
-    try:
-        taken_over = runtime.begin_operation(run_id, what, over_failed=True)
-    except OperationInProgress as exc:
-        raise RecoveryRefused([str(exc)]) from None
+    taken_over = runtime.begin_operation(run_id, what, over_failed=True)
     backups_before = set(list_backups(checkpoint))
     try:
         yield
@@ -129,55 +182,93 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
     runtime.end_operation(run_id)
 
 
-def audited_step(context, step: str, action, *, app: str | None = None, operation: bool = False,
-                 hold_on_failure: bool = True):
-    """Run one step of a mutating DAG and write its outcome to the audit log, whatever it is:
-    planned / done (with what changed), skipped (a dry run's apply), refused, failed. The
-    exception goes on unchanged, so the task fails as it would have. With `operation`, the app
-    is marked as being changed meanwhile (operating_on, `hold_on_failure` passed on)."""
-    from contextlib import nullcontext
+def _checkpoint_of(app_name: object) -> str | None:
+    """The checkpoint of a catalog app (None for anything that is not one: the step refuses it)."""
+    from streamops.catalog import load_catalog
+
+    catalog = load_catalog(check_programs=False)
+    if not isinstance(app_name, str) or app_name not in catalog.app_names():
+        return None
+    return catalog.app(app_name).checkpoint_location()
+
+
+def _snapshots(app_name: object) -> set[str]:
+    """The app's checkpoint snapshots now (none for a name the catalog does not know)."""
+    from streamops.checkpoints import list_backups
+
+    checkpoint = _checkpoint_of(app_name)
+    return {str(p) for p in list_backups(checkpoint)} if checkpoint else set()
+
+
+def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T], *, app: str | None = None,
+                 operation: bool = False, hold_on_failure: bool = True, plan_outcome: str = "planned",
+                 applies_plan: bool = False) -> T:
+    """Run one step of a mutating DAG: the one runner every such step goes through.
+
+    Its outcome is written to the audit log whatever it is: planned (`plan_outcome`; on a dry run
+    "planned (dry run: nothing changed)"), done (with what changed), skipped (a dry run's apply),
+    refused, failed; with the checkpoint snapshots the step took. A refusal fails the task without
+    retries (`task_failure`); a failure after a snapshot was taken fails it without retries too,
+    naming the snapshot and the DAG that puts it back; any other failure goes on unchanged (the
+    task's retries decide). With `operation`, the app is marked as being changed meanwhile
+    (operating_on, `hold_on_failure` passed on). `app` defaults to the run's "app" param. A step
+    that `applies_plan` passes the approval gate first (release_apply: a dry run is skipped, an
+    unapproved plan refused), before the app is marked."""
+    from contextlib import AbstractContextManager, nullcontext
 
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from streamops.audit import acting_as
-    from streamops.recovery.common import RecoveryRefused
+    from streamops.audit import acting_as, audit_file
+    from streamops.refusals import Refused
 
     audit = trail(context)
+    subject = app if app is not None else audit.params.get("app")
+    before = _snapshots(subject)
     try:
-        marked = (operating_on(app, audit.run_id, f"{audit.dag_id} {step}", hold_on_failure=hold_on_failure) if operation
-                  else nullcontext())
+        if applies_plan:
+            from streamops.dag_tasks.approval import release_apply
+
+            release_apply(context)
+        marked: AbstractContextManager[None] = (
+            operating_on(subject, audit.run_id, f"{audit.dag_id} {step}", hold_on_failure=hold_on_failure)
+            if operation else nullcontext())
         with acting_as(audit.user, audit.run_id), marked:
             result = action()
     except AirflowSkipException as exc:
         audit.write(step, "skipped", app=app, summary=str(exc))
         raise
-    except RecoveryRefused as exc:  # another run is changing the app
+    except Refused as exc:
         audit.write(step, "refused", app=app, error=str(exc))
-        raise AirflowFailException(f"{audit.dag_id}: {exc}") from None
+        raise task_failure(exc) from None
     except AirflowFailException as exc:
-        audit.write(step, "refused" if is_refusal(exc) else "failed", app=app, error=str(exc))
+        audit.write(step, "refused" if is_refusal(exc) else "failed", app=app, error=str(exc),
+                    snapshots_taken=sorted(_snapshots(subject) - before))
         raise
     except Exception as exc:
-        audit.write(step, "failed", app=app, error=f"{type(exc).__name__}: {exc}")
+        taken = sorted(_snapshots(subject) - before)
+        audit.write(step, "failed", app=app, error=f"{type(exc).__name__}: {exc}", snapshots_taken=taken)
+        if taken:
+            raise AirflowFailException(f"{step} failed: {exc}\nThe checkpoint was backed up before the failure: "
+                                       f"{', '.join(taken)}; recover_restore_checkpoint puts it back.") from exc
         raise
-    outcome = "planned (dry run: nothing changed)" if step == "plan" and is_dry_run(context["params"]) else \
-        "planned" if step == "plan" else "done"
+    dry_plan = step == "plan" and is_dry_run(context["params"])
+    outcome = "planned (dry run: nothing changed)" if dry_plan else plan_outcome if step == "plan" else "done"
     summary = _summary_of(result)
-    audit.write(step, outcome, app=app, summary=summary, result=result)
+    audit.write(step, outcome, app=app, summary=summary, result=result, snapshots_taken=sorted(_snapshots(subject) - before))
     # The task log ends with what happened in a line (return values are not dumped into logs:
     # show_return_value_in_logs is off; the whole value is the task's XCom).
-    logging.getLogger("streamops.audit").info("%s %s: %s%s", audit.dag_id, step, outcome,
-                                               f": {summary}" if summary else "")
+    logging.getLogger("streamops.audit").info("%s %s: %s%s (audit log %s)", audit.dag_id, step, outcome,
+                                               f": {summary}" if summary else "", audit_file())
     return result
 
 
-def _summary_of(result) -> str:
+def _summary_of(result: object) -> str:
     """What changed, in a line: the result's own summary, a text result, or its JSON cut short."""
     import json
 
     if isinstance(result, str):
         return result
-    if isinstance(result, dict) and isinstance(result.get("summary"), str):
-        return result["summary"]
+    if isinstance(result, dict) and isinstance(summary := result.get("summary"), str):
+        return summary
     text = json.dumps(result, sort_keys=True, default=str)
     return text if len(text) <= 300 else text[:297] + "..."

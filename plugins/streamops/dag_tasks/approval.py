@@ -153,6 +153,23 @@ class PlanApproval(ApprovalOperator):
         return super().execute_complete(context, event)
 
 
+def release_apply(context) -> None:
+    """The gate before an apply changes anything, the same in every DAG that plans: a dry run is
+    skipped here (the plan is in the plan task's log), and a run that waits for an approval goes
+    on only with an Approve answer (check_approved)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from streamops.dag_tasks import is_dry_run
+
+    if is_dry_run(context["params"]):
+        raise AirflowSkipException(DRY_RUN_SKIP)
+    check_approved(context)
+
+
+DRY_RUN_SKIP = ("Dry run: nothing was changed. The plan is in the 'plan' task's log; trigger again with 'Dry run' off "
+                "to apply it.")
+
+
 def check_approved(context) -> None:
     """The apply's own check: this run needs no approval (dry run, approval off), or its approve
     task recorded an Approve. An approve task marked success or skipped by hand has no answer."""

@@ -6,15 +6,15 @@ import json
 import logging
 from collections.abc import Sequence
 
-from streamops.app_ops import launch, spark_submit_command, stop
-from streamops.app_runtime import AlreadyRunningError
+from streamops.app_ops import launch, stop
 from streamops.app_status import app_status, lag_table, status_table
 from streamops.catalog import Catalog, load_catalog
-from streamops.dag_tasks import checked_number
-from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, airflow_connection, app_connection
-from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
+from streamops.dag_tasks import checked_number, refusals_fail
+from streamops.dag_tasks.connections import kafka_connection
+from streamops.dag_tasks.launching import command_for, supervisor_start
+from streamops.launch_overrides import checked_spark_conf, checked_version
 from streamops.programs import ProgramError
-from streamops.spark_submit import submit_spec
+from streamops.refusals import OneLineRefused
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +33,6 @@ def suggested_version(catalog: Catalog) -> str:
     return f"{newest[0]}.{newest[1]}.{newest[2] + 1}"
 
 
-def kafka_connection(conn_id: str = DEFAULT_CONN_ID) -> KafkaClientConfig:
-    """The suite's own Kafka connection (provisioning, status, quality, recovery reads)."""
-    return airflow_connection(conn_id)
-
-
 def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
     if not names:
         return catalog.app_names()
@@ -47,51 +42,22 @@ def selected(catalog: Catalog, names: Sequence[str] | None) -> list[str]:
     return [name for name in catalog.app_names() if name in set(names)]
 
 
-def command_for(app_name: str, version: str | None, spark_conf: dict | None, starting_offsets: str | None = None,
-                expected_digest: str | None = None) -> list[str]:
-    """The spark-submit command for an app at a version with extra Spark conf, via spark_default
-    (`starting_offsets`: where a new checkpoint starts; an existing one ignores it). Every launch
-    passes here, so the version and conf are checked here too (LaunchOverrideRefused). An artifact
-    app runs that version's artifact (ProgramError if there is none, or if its digest is not
-    `expected_digest`, or not the one this version ran with before)."""
-    from dataclasses import replace
-
-    version = checked_version(version)
-    overrides = checked_spark_conf(spark_conf)
-    app = load_catalog().app(app_name)
-    # The checkpoint is passed explicitly so the driver and the DAGs agree on it. The driver
-    # connects as the app's own principal (kafka_app_<app>, else kafka_default).
-    spec = submit_spec(app, kafka=app_connection(app.name), version=version, checkpoint=app.checkpoint_location(),
-                       starting_offsets=starting_offsets, expected_digest=expected_digest)
-    spec = replace(spec, conf={**spec.conf, **overrides})
-    return spark_submit_command(spec)
-
-
 def checked_overrides(version: object, spark_conf: object, where: str = "") -> tuple[str | None, dict[str, str]]:
-    """The trigger's version and Spark conf, checked and normalised, or a task failure (no retries)
-    naming what is not allowed, raised before anything is built or started."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    try:
-        return checked_version(version, f"{where}version"), checked_spark_conf(spark_conf, f"{where}spark_conf")
-    except LaunchOverrideRefused as exc:
-        raise AirflowFailException(f"refused: {exc}") from None
+    """The trigger's version and Spark conf, checked and normalised (LaunchOverrideRefused naming
+    what is not allowed), before anything is built or started."""
+    return checked_version(version, f"{where}version"), checked_spark_conf(spark_conf, f"{where}spark_conf")
 
 
+@refusals_fail
 def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) -> dict:
-    """Start one app detached through spark_default; refuse if it is already running."""
-    from airflow.sdk.exceptions import AirflowFailException
-
+    """Start one app detached through spark_default; refused (no retries) if it is already
+    running, or if its version, conf or artifact is not allowed."""
     version, spark_conf = checked_overrides(version, spark_conf)
     app = load_catalog().app(app_name)
-    try:
-        started = launch(
-            app, command_for(app_name, version, spark_conf), checkpoint=app.checkpoint_location(),
-            launched_by=run_id, version=version or app.version, spark_conf=spark_conf,
-        )
-    except (AlreadyRunningError, ProgramError) as exc:
-        # A refusal is an answer, not a transient failure: no retries.
-        raise AirflowFailException(f"refused: {exc}") from None
+    started = launch(
+        app, command_for(app_name, version, spark_conf), checkpoint=app.checkpoint_location(),
+        launched_by=run_id, version=version or app.version, spark_conf=spark_conf,
+    )
     log.info(
         "%s is running: driver pid %s, Spark application %s, version %s; driver log %s",
         app.name, started.pid, started.application_id, started.version, started.driver_log,
@@ -100,16 +66,17 @@ def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) ->
             "version": started.version, "driver_log": started.driver_log}
 
 
+@refusals_fail
 def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, max_dead_letter_rate: float, run_id: str) -> dict:
     """Roll one app to `version`/`spark_conf`, or refuse, or roll back and fail loudly."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from streamops.app_runtime import AppRuntime, DriverRecord
-    from streamops.rollout import RolloutFailed, RolloutRefused, roll_restart
+    from streamops.rollout import RolloutFailed, roll_restart
 
     version, spark_conf = checked_overrides(version, spark_conf)
     if version is None:
-        raise AirflowFailException("refused: a rolling restart needs the new version label")
+        raise OneLineRefused("a rolling restart needs the new version label")
     checked_number(gate_deadline_s, "gate_deadline_s", *GATE_DEADLINE_S)
     checked_number(max_dead_letter_rate, "max_dead_letter_rate", 0, 1, whole=False)
     app = load_catalog().app(app_name)
@@ -127,7 +94,7 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
         new_command = command_for(app_name, version, spark_conf)
         previous_command(previous)  # the rollback's code must be there, unchanged, before anything stops
     except ProgramError as exc:  # no artifact for a version, or not the bytes it was built with (or ran)
-        raise AirflowFailException(f"refused: {exc}; nothing was stopped") from None
+        raise OneLineRefused(f"{exc}; nothing was stopped") from None
     try:
         return roll_restart(
             app,
@@ -141,8 +108,8 @@ def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, 
             max_dead_letter_rate=max_dead_letter_rate,
             log=log.info,
         )
-    except (RolloutRefused, RolloutFailed) as exc:
-        raise AirflowFailException(f"{type(exc).__name__.replace('Rollout', 'rolling restart ').lower()}: {exc}") from None
+    except RolloutFailed as exc:  # rolled back: the previous version runs again
+        raise AirflowFailException(f"rolling restart failed: {exc}") from None
 
 
 def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed: bool = True) -> dict:
@@ -169,7 +136,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
             healths.append(health)
             continue
         try:
-            act(spec, health, runtime, run_id=run_id, start=_supervisor_start(name, run_id), restarts_on=restart_crashed,
+            act(spec, health, runtime, run_id=run_id, start=supervisor_start(name, run_id), restarts_on=restart_crashed,
                 audit=_supervisor_audit(run_id), log=log.info)
             if health.action and health.action.startswith("restarted"):
                 current = app_status(spec, kafka)
@@ -205,16 +172,6 @@ def check_health(statuses: dict) -> str:
     return summary
 
 
-def _supervisor_start(app_name: str, run_id: str):
-    """start(version, spark_conf, expected digest) for the supervisor's restarts: exactly the code
-    the app last ran, launched like a restart by recover_restart_app, except that it leaves the
-    desired state alone (the restarts count against the crash-loop guard)."""
-    from streamops.dag_tasks.recovery import _launch
-
-    return lambda version, spark_conf, expected_digest: _launch(app_name, run_id, version, spark_conf,
-                                                                expected_digest=expected_digest, record_desired=False)
-
-
 def _supervisor_audit(run_id: str):
     from streamops.audit import AuditTrail
 
@@ -225,6 +182,7 @@ def _supervisor_audit(run_id: str):
     return write
 
 
+@refusals_fail
 def stop_app(app_name: str, deadline_s: float, run_id: str) -> str:
     """Stop one app on purpose: recorded as its desired state first, so neither the status run
     nor the supervisor takes the stop for a crash."""

@@ -21,16 +21,6 @@ from streamops.provisioning import (
 
 log = logging.getLogger(__name__)
 
-KAFKA_CONN_ID = "kafka_default"
-
-
-def admin_client(conn_id: str = KAFKA_CONN_ID) -> AdminClient:
-    """The AdminClient of the Airflow connection (through the one client seam, kafka_client)."""
-    from streamops.kafka_client import airflow_connection
-
-    return airflow_connection(conn_id).admin()
-
-
 def plan(admin: AdminClient, topics: Sequence[str] | None) -> dict:
     """Compare the catalog with the broker; log the plan as a table and return it for XCom."""
     catalog = load_catalog()

@@ -9,7 +9,8 @@ from datetime import datetime
 from tabulate import tabulate
 
 from streamops.catalog import Catalog, load_catalog
-from streamops.quality.ranges import RangeError, RangeRequest, TopicRange, resolve
+from streamops.dag_tasks import refusals_fail
+from streamops.quality.ranges import RangeRequest, TopicRange, resolve
 from streamops.kafka_client import KafkaClientConfig
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ def apps_from_events(triggering_events: dict | None) -> list[str]:
     return names
 
 
+@refusals_fail
 def plan(
     admin,
     params: dict,
@@ -58,7 +60,7 @@ def plan(
     triggered_by_apps: Sequence[str] = (),
 ) -> list[dict]:
     """Resolve the form's range to offsets per topic; refuse bad params before any reading."""
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+    from airflow.sdk.exceptions import AirflowSkipException
 
     catalog = load_catalog()
     topics = list(params["topics"])
@@ -68,11 +70,8 @@ def plan(
         topics = topics_of_apps(catalog, triggered_by_apps) or topics
         log.info("Triggered after a deploy or backfill of %s: validating %s", ", ".join(triggered_by_apps), ", ".join(topics))
     topics = _provisioned(admin, topics or catalog.validated_topics(), set(catalog.topic_names()))
-    try:
-        ranges = resolve(admin, catalog, topics, RangeRequest.from_params(params), interval)
-    except RangeError as exc:
-        # A refused form is an answer, not a transient failure: no retries.
-        raise AirflowFailException(str(exc)) from None
+    # A refused form (RangeError) is an answer, not a transient failure: no retries.
+    ranges = resolve(admin, catalog, topics, RangeRequest.from_params(params), interval)
     rows = [[r.topic, r.description, r.spans(), r.records] for r in ranges]
     log.info("Ranges to validate:\n%s", tabulate(rows, headers=["topic", "range", "offsets [start-end)", "records"]))
     return [r.to_json() for r in ranges]
@@ -125,7 +124,7 @@ def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin,
     with `check_freshness` (a time range), if a running app's topic got no records in it."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from spark_apps.common.session import build_session
+    from streamops.dag_tasks.connections import spark_session
     from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
 
     topic_ranges = [TopicRange.from_json(r) for r in ranges]
@@ -133,7 +132,7 @@ def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin,
         log.info("Every range is empty: nothing was written in it, so nothing is validated (no Spark job started).")
         spark = None  # validate_topics needs no session for empty ranges
     else:
-        spark = build_session("streamops-validate-topic-quality", master=spark_master)
+        spark = spark_session("streamops-validate-topic-quality", spark_master)
     outcomes = validate_topics(spark, kafka, admin, load_catalog(), topic_ranges, run_name)
     rows = [[o.topic, "passed" if o.success else "FAILED", o.records, len(o.failures), len(o.warnings)] for o in outcomes]
     log.info("Summary:\n%s", tabulate(rows, headers=["topic", "result", "records", "failed", "warnings"]))
@@ -146,12 +145,3 @@ def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin,
     if stale:
         raise AirflowFailException("\n".join(["Output quality failed:", *stale]))
     return [o.to_json() for o in outcomes]
-
-
-def spark_master(conn_id: str = "spark_default") -> str:
-    """The master of the Spark connection (validation runs its batch jobs there)."""
-    from airflow.sdk import BaseHook
-
-    connection = BaseHook.get_connection(conn_id)
-    host = connection.host or "local[*]"
-    return f"{host}:{connection.port}" if connection.port else host

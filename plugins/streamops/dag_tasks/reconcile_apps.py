@@ -7,6 +7,7 @@ import logging
 from datetime import datetime, timezone
 
 from streamops.catalog import Catalog, load_catalog
+from streamops.dag_tasks import checked_number, refusals_fail
 from streamops.dag_tasks.reprocess import work_root
 from streamops.reconciliation import compare_windows, delete_scratch_topics, window_outputs
 from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess, target_catalog
@@ -23,21 +24,17 @@ def stateful_app_names(catalog: Catalog) -> list[str]:
     return names
 
 
+@refusals_fail
 def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str, max_mismatch_ratio: float,
                   program_version: str | None = None) -> dict:
     """Recompute from earliest into scratch topics, compare, clean up; fail above the threshold."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from spark_apps.common.session import build_session
-    from streamops.dag_tasks import checked_number
-
-    from streamops.launch_overrides import LaunchOverrideRefused, checked_version
+    from streamops.dag_tasks.connections import spark_session
+    from streamops.launch_overrides import checked_version
 
     checked_number(max_mismatch_ratio, "max_mismatch_ratio", 0, 1, whole=False)
-    try:
-        program_version = checked_version(program_version, "program_version")
-    except LaunchOverrideRefused as exc:
-        raise AirflowFailException(f"refused: {exc}") from None
+    program_version = checked_version(program_version, "program_version")
     catalog = load_catalog()
     app = catalog.app(app_name)
     tag = "recon-" + datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")
@@ -51,7 +48,7 @@ def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, s
         result = run_reprocess(kafka, admin, catalog, plan, work_root() / app_name / tag, spark_master=spark_master,
                                launched_by=run_id)
         log.info("Recomputed %s", result.summary())
-        spark = build_session("streamops-reconcile", master=spark_master)
+        spark = spark_session("streamops-reconcile", spark_master)
         scratch = target_catalog(catalog, app_name, plan.targets)
         for _app, role in [(a, r) for a, r in window_outputs(catalog) if a.name == app_name]:
             comparison = compare_windows(spark, kafka, admin, catalog, app, role, plan.targets[app.outputs[role]], scratch)

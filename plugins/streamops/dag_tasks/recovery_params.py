@@ -34,6 +34,17 @@ def verify_deadline_param(default: int = 300):
                  description="How long the verify step waits for the app to make progress.")
 
 
+def recovery_form(app_names: list[str], fields: dict | None = None, *, verify_deadline_s: int | None = 300) -> dict:
+    """A recovery DAG's trigger form: the app, dry run and approval first, then the DAG's own
+    `fields`, then the verify deadline (None: the DAG has no verify wait)."""
+    from streamops.dag_tasks.approval import APPROVE_PARAM, approval_param
+
+    form = {"app": app_param(app_names), "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(), **(fields or {})}
+    if verify_deadline_s is not None:
+        form["verify_deadline_s"] = verify_deadline_param(verify_deadline_s)
+    return form
+
+
 def shared_param_problems(params: dict) -> list[str]:
     """The shared fields' bounds checked in code (a plan refuses before anything is changed)."""
     from streamops.dag_tasks import number_problem

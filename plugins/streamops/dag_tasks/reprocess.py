@@ -8,10 +8,13 @@ import re
 from pathlib import Path
 
 from streamops import settings
-from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.catalog import load_catalog
+from streamops.dag_tasks import refusals_fail
+from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_version
 from streamops.paths import RUN_DIR
+from streamops.plans import PlanMismatch
+from streamops.refusals import OneLineRefused
 from streamops.reprocess import (
     TAG_PATTERN,
     VERSION_SUFFIX_PATTERN,
@@ -46,18 +49,14 @@ def measured_rate(app: str) -> float | None:
 RESERVED_TAG_PREFIXES = ("recon-",)
 
 
+@refusals_fail
 def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
-    from airflow.sdk.exceptions import AirflowFailException
-
     request = ReprocessRequest(
         app=params["app"], start=params["start"], end=params["end"], target=params["target"],
         version=params.get("version") or "v2", tag=params.get("tag") or "", cutover=params.get("cutover") is True,
-        program_version=_checked_program_version(params.get("program_version")),
+        program_version=checked_version(params.get("program_version"), "program_version") or "",
     )
-    try:
-        the_plan = plan_reprocess(admin, kafka, load_catalog(), request, measured_rate=measured_rate(request.app))
-    except ReprocessRefused as exc:
-        raise AirflowFailException(str(exc)) from None
+    the_plan = plan_reprocess(admin, kafka, load_catalog(), request, measured_rate=measured_rate(request.app))
     tag = the_plan.request["tag"]
     problems = []
     if tag.startswith(RESERVED_TAG_PREFIXES):
@@ -67,33 +66,23 @@ def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
         problems.append(f"a reprocessing run tagged {tag!r} of {the_plan.app} already exists ({work_root() / the_plan.app / tag}): "
                         "choose another tag (or leave it empty for a timestamp)")
     if problems:
-        raise AirflowFailException(str(ReprocessRefused(problems)))
+        raise ReprocessRefused(problems)
     log.info("Reprocessing plan for %s:\n%s", the_plan.app, the_plan.table())
-    return the_plan.to_json()
+    return {**the_plan.to_json(), "summary": the_plan.summary()}
 
 
-def _checked_program_version(version: object) -> str:
-    from airflow.sdk.exceptions import AirflowFailException
-
-    try:
-        return checked_version(version, "program_version") or ""
-    except LaunchOverrideRefused as exc:
-        raise AirflowFailException(f"refused: {exc}") from None
-
-
+@refusals_fail
 def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
     """The plan another task handed over (XCom), checked again before it names folders, topics
     and a command: its tag and version by the form's patterns, its targets as they follow from
     its request. Returns it with the run's folder."""
-    from airflow.sdk.exceptions import AirflowFailException
-
     the_plan = ReprocessPlan.from_json(plan_json)
     request = the_plan.request
     problems = []
     try:
         app = load_catalog().app(the_plan.app)
     except KeyError as exc:
-        raise AirflowFailException(f"refused: the plan names {exc.args[0]}") from None
+        raise OneLineRefused(f"the plan names {exc.args[0]}") from None
     if not isinstance(request.get("tag"), str) or not re.fullmatch(TAG_PATTERN, request["tag"]):
         problems.append(f"tag {request.get('tag')!r} is not 1-40 lowercase letters, digits or '-'")
     if request.get("target") not in ("versioned", "scratch"):
@@ -109,7 +98,7 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
     if not problems and the_plan.targets != target_topics(app, request["target"], request["version"], request["tag"]):
         problems.append("its targets are not the topics its request names")
     if problems:
-        raise AirflowFailException("refused: the plan this task received is not one the plan task makes: " + "; ".join(problems))
+        raise PlanMismatch(problems)
     return the_plan, work_root() / the_plan.app / request["tag"]
 
 
@@ -141,7 +130,7 @@ def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spar
     """The targets, whole, through the validate DAG's code and the live topics' suites."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from spark_apps.common.session import build_session
+    from streamops.dag_tasks.connections import spark_session
     from streamops.quality.ranges import whole_topics
     from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
 
@@ -149,7 +138,7 @@ def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spar
     catalog = target_catalog(load_catalog(), the_plan.app, the_plan.targets)
     topics = [t for t in the_plan.targets.values() if catalog.topic(t).expectation_suite]
     ranges = whole_topics(admin, topics)
-    spark = build_session("streamops-reprocess", master=spark_master)
+    spark = spark_session("streamops-reprocess", spark_master)
     code = f"sha256 {the_plan.program_digest.removeprefix('sha256:')[:12]}" if the_plan.program_digest else "installed"
     outcomes = validate_topics(spark, kafka, admin, catalog, ranges, run_id,
                                written_by={the_plan.app: f"{the_plan.program_version} {code} (backfill)"})
@@ -165,7 +154,7 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     from dataclasses import replace
 
     from streamops.app_ops import spark_submit_command
-    from streamops.dag_tasks.recovery import last_launch
+    from streamops.dag_tasks.launching import last_launch
     from streamops.reprocess import ReprocessResult, cutover as hand_over
     from streamops.spark_submit import submit_spec
 
