@@ -23,8 +23,6 @@ from streamops.refusals import OneLineRefused
 class Plan(Protocol):
     """A reviewed plan: shown (table), told in a line (summary), handed on as JSON and read back."""
 
-    app: str
-
     def table(self) -> str: ...
 
     def summary(self) -> str: ...
@@ -33,6 +31,13 @@ class Plan(Protocol):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Self: ...
+
+
+@runtime_checkable
+class AppPlan(Plan, Protocol):
+    """A plan for one app (every recovery's, a reprocessing run's)."""
+
+    app: str
 
 
 class PlanMismatch(OneLineRefused):

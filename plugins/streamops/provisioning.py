@@ -9,7 +9,7 @@ deletes a topic or lowers a partition count.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -24,10 +24,11 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from tabulate import tabulate
 
 from streamops.catalog import Catalog, TopicSpec
+from streamops.plans import PlanMismatch
 from streamops.waiting import DeadlineExceeded, poll_until
 
 log = logging.getLogger(__name__)
@@ -183,6 +184,18 @@ class ProvisioningPlan(BaseModel):
         if self.unmanaged_topics:
             parts.append(f"{len(self.unmanaged_topics)} not in catalog")
         return ", ".join(parts) or "nothing to do"
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProvisioningPlan:
+        """The plan from its JSON (what a task added beside it, such as its summary, left out);
+        a plan that does not validate is a PlanMismatch naming the fields."""
+        try:
+            return cls.model_validate({k: v for k, v in data.items() if k in cls.model_fields})
+        except ValidationError as exc:
+            raise PlanMismatch([f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]) from None
 
 
 def select_topics(catalog: Catalog, names: Sequence[str] | None) -> list[TopicSpec]:

@@ -35,6 +35,7 @@ from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
 from streamops.checkpoints import query_dir, uncommitted_batch
 from streamops.failures import error_gist
 from streamops.program_contract import StreamingProgram
+from streamops.refusals import OneLineRefused
 from streamops.spark_submit import LOCAL_MASTER
 from streamops.standby import StandbySlot
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
@@ -186,7 +187,7 @@ def fenced_kafka_writer(sink_options: dict[str, str], still_held: Callable[[], b
     return write
 
 
-class RealTimeRefused(ValueError):
+class RealTimeRefused(OneLineRefused):
     """The app cannot run in Spark's real-time mode here; the message says why and what to do."""
 
 

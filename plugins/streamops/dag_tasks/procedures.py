@@ -24,7 +24,7 @@ from typing import Any
 
 from streamops.dag_tasks import audited_step
 from streamops.kafka_client import KafkaClientConfig
-from streamops.plans import Plan
+from streamops.plans import AppPlan
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +79,8 @@ class Procedure:
     """One plan -> approve -> apply -> verify DAG as a row of a table."""
 
     name: str  # the plan as the approval page and the log call it: "restart plan"
-    plan_type: type[Plan]  # the Plan the apply and verify read back from the plan task's JSON
-    plan: Callable[[Step], Plan]
+    plan_type: type[AppPlan]  # the Plan the apply and verify read back from the plan task's JSON
+    plan: Callable[[Step], AppPlan]
     apply: Callable[[Step, Any], Result]  # (step, plan) -> what changed, with a "summary"
     verify: Callable[[Step, Any, Result], Result]  # (step, plan, what the apply returned) -> outcome, with a "summary"
     # More the plan task hands on beside the plan (e.g. a rebuild's reprocessing plan).

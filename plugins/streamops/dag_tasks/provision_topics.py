@@ -31,12 +31,12 @@ def plan(admin: AdminClient, topics: Sequence[str] | None) -> dict:
     log.info("Provisioning plan for %s (%s):\n%s", scope, result.summary(), result.table())
     for refused in result.refused:
         log.warning("REFUSED %s: %s", refused.topic, "; ".join(refused.refusals))
-    return {"summary": result.summary(), "table": result.table(), **result.model_dump(mode="json")}
+    return {"summary": result.summary(), "table": result.table(), **result.to_json()}
 
 
 def apply(admin: AdminClient, plan_xcom: dict) -> dict:
     """Apply the changes of a plan returned by `plan`; raise if any topic failed."""
-    the_plan = ProvisioningPlan.model_validate({k: v for k, v in plan_xcom.items() if k not in ("summary", "table")})
+    the_plan = ProvisioningPlan.from_json(plan_xcom)
     if not the_plan.to_change:
         log.info("Nothing to apply: every selected topic already matches the catalog.")
     results = apply_plan(admin, the_plan)
