@@ -81,7 +81,7 @@ def challenge_fingerprint(
         if challenged_at:
             outputs.append((fingerprint, None, topic))  # tombstone: no longer to be challenged
             challenged_at = 0
-    elif actions >= threshold and actions != challenged_at:
+    elif last is not None and actions >= threshold and actions != challenged_at:  # (no rows: nothing new to say)
         value = {
             "fingerprint": fingerprint,
             "actions": actions,

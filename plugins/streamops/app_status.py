@@ -172,9 +172,9 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
                     behind.append(TopicPartition(topic, partition, done))
     stamps = _record_timestamps(kafka, behind)
     now_ms = time.time() * 1000
-    for lag in status.lags:
-        stamp = stamps.get((lag.topic, lag.partition)) if lag.lag else None
-        lag.time_lag_s = round((now_ms - stamp) / 1000, 1) if stamp else None
+    for behind_by in status.lags:
+        stamp = stamps.get((behind_by.topic, behind_by.partition)) if behind_by.lag else None
+        behind_by.time_lag_s = round((now_ms - stamp) / 1000, 1) if stamp else None
     return status
 
 

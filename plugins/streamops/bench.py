@@ -118,7 +118,7 @@ def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, ex
                 and message.key() == event["user_id"].encode()  # the key rule
                 and event["op_type"] in table  # an op type in no category is a dead letter too
             )
-            if not good:
+            if not good or not isinstance(event, dict):  # (good says it is one)
                 envelope = {"app": source.name, "reason": "invalid", "source": {"topic": message.topic(), "partition": message.partition(), "offset": message.offset()}}
                 _produce(out, target.dead_letter_topic, message.key(), json.dumps(envelope))
                 written += 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -663,17 +663,17 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
     resolved_topics = []
     for topic in data.get("topics") or []:
         if isinstance(topic, dict):
-            override = env.topics.get(topic.get("name"), TopicSettings())
+            topic_override = env.topics.get(str(topic.get("name")), TopicSettings())
             configs = topic.get("configs") if isinstance(topic.get("configs"), dict) else {}
-            topic = {**settings(env.topic_defaults), **topic, **settings(override),
-                     "configs": {**env.topic_defaults.configs, **configs, **override.configs}}
+            topic = {**settings(env.topic_defaults), **topic, **settings(topic_override),
+                     "configs": {**env.topic_defaults.configs, **(configs or {}), **topic_override.configs}}
         resolved_topics.append(topic)
     resolved_apps = []
     for app in data.get("apps") or []:
         if isinstance(app, dict) and app.get("name") in env.apps:
             override = env.apps[app["name"]]
             conf = app.get("spark_conf") if isinstance(app.get("spark_conf"), dict) else {}
-            app = {**app, "spark_conf": {**conf, **override.spark_conf}}
+            app = {**app, "spark_conf": {**(conf or {}), **override.spark_conf}}
             for field in ("trigger", "checkpoint_interval", "max_offsets_per_trigger"):
                 if getattr(override, field) is not None:
                     app[field] = getattr(override, field)
@@ -681,7 +681,7 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
                 app.pop("checkpoint_interval", None)  # an environment may put a real-time app on micro-batches
             if override.supervision:
                 own = app.get("supervision") if isinstance(app.get("supervision"), dict) else {}
-                app["supervision"] = {**own, **override.supervision}
+                app["supervision"] = {**(own or {}), **override.supervision}
         resolved_apps.append(app)
     resolved = {**data, "topics": resolved_topics, "environment": environment}
     if "apps" in data:
@@ -814,7 +814,7 @@ def _cross_app_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> I
             where = _where(("apps", index), data, root_node, field_path=("apps", index, "name"))
             yield f"{where}, field 'name': duplicate app name {app.name!r} (already declared at apps[{first_by_name[app.name]}])"
         first_by_name.setdefault(app.name, index)
-        references = [("inputs", role, topic) for role, topic in app.inputs.items()]
+        references: list[tuple[str, str | None, str]] = [("inputs", role, topic) for role, topic in app.inputs.items()]
         references += [("outputs", role, topic) for role, topic in app.outputs.items()]
         references.append(("dead_letter_topic", None, app.dead_letter_topic))
         for field, role, topic in references:
@@ -843,7 +843,7 @@ def _cross_app_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> I
                 )
 
 
-def _describe_error(err: dict[str, Any], data: dict, root_node: yaml.Node) -> str:
+def _describe_error(err: Mapping[str, Any], data: dict, root_node: yaml.Node) -> str:
     loc = tuple(err["loc"])
     # Pydantic adds union members and discriminator tags to the location: drop them.
     noise = {"int", "bool", "str"}
@@ -857,7 +857,7 @@ def _describe_error(err: dict[str, Any], data: dict, root_node: yaml.Node) -> st
     return f"{where}: {message}"
 
 
-def _friendly_message(err: dict[str, Any]) -> str:
+def _friendly_message(err: Mapping[str, Any]) -> str:
     kind, raw = err["type"], err.get("input")
     if kind == "extra_forbidden":
         return "unknown key (not part of the catalog format; check the spelling)"
@@ -886,7 +886,7 @@ def _friendly_message(err: dict[str, Any]) -> str:
 
 
 _PATTERN_HINTS = {
-    Duration.__metadata__[0].pattern: "a Spark interval such as '10 seconds' or '5 minutes'",
+    DURATION_PATTERN: "a Spark interval such as '10 seconds' or '5 minutes'",
     AppSpec.model_fields["name"].metadata[0].pattern: "lowercase letters, digits and '-', starting with a letter",
     AppSpec.model_fields["version"].metadata[0].pattern: "a semantic version such as '1.2.0'",
     REFERENCE_PATTERN: "an importable reference such as 'my_pipelines.dedup' or 'my_pipelines.dedup:program'",

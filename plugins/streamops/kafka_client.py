@@ -216,11 +216,12 @@ class KafkaClientConfig:
         """The Java client's settings for the same connection (without the `kafka.` prefix)."""
         s = {key: value for key, value in self.settings.items() if value != ""}  # empty: not set (as librdkafka)
         out = {key: s[key] for key in _SAME_IN_JAVA if key in s}
-        mechanism = s.get("sasl.mechanism") or s.get("sasl.mechanisms")
+        # A supported mechanism for SASL was checked when the settings were made (_problems).
+        mechanism = str(s.get("sasl.mechanism") or s.get("sasl.mechanisms") or "").upper()
         if s.get("security.protocol", "").upper().startswith("SASL"):
             out["security.protocol"] = s["security.protocol"].upper()
-            out["sasl.mechanism"] = mechanism.upper()
-            out["sasl.jaas.config"] = (f"{_LOGIN_MODULES[mechanism.upper()]} required "
+            out["sasl.mechanism"] = mechanism
+            out["sasl.jaas.config"] = (f"{_LOGIN_MODULES[mechanism]} required "
                                        f"username={_jaas_quote(s['sasl.username'])} password={_jaas_quote(s['sasl.password'])};")
         if "security.protocol" in out:
             out["security.protocol"] = out["security.protocol"].upper()

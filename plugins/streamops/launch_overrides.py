@@ -87,7 +87,7 @@ class ConfKey:
         Strings of the right shape are accepted too: launch records store the normalised text."""
         if self.kind == "size":
             match = _SIZE.fullmatch(value) if isinstance(value, str) else None
-            if not match:
+            if not isinstance(value, str) or not match:
                 return None
             mib = int(match[1]) * (1024 if match[2] == "g" else 1)
             return value if self.minimum <= mib <= self.maximum else None
@@ -188,3 +188,11 @@ def checked_version(version: object, where: str = "version") -> str | None:
         raise LaunchOverrideRefused([f"{where} {version!r} must be a semantic version such as 1.2.0 or 1.2.0-rc.1 "
                                      f"(digits, dots, letters and '-+' only, at most {VERSION_MAX_LENGTH} characters)"])
     return version
+
+
+def required_version(version: str, where: str = "version") -> str:
+    """A version label that must be there (one the suite made itself, say), checked like a trigger's."""
+    checked = checked_version(version, where)
+    if checked is None:
+        raise LaunchOverrideRefused([f"{where} is empty: a version label is needed here"])
+    return checked

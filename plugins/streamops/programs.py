@@ -214,6 +214,8 @@ def ran_digest(app: AppSpec, version: str) -> str | None:
 def resolve_artifact(app: AppSpec, version: str, expected_digest: str | None = None) -> Artifact:
     from streamops.artifacts import ArtifactError, ArtifactStore
 
+    if app.artifact is None:
+        raise ProgramError(f"{app.name} names no artifact in the catalog: it runs the code installed here")
     try:
         store = ArtifactStore()
         # Build metadata (1.0.0+v2: a cutover's topic version) does not name other code (semver).

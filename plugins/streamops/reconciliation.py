@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import committed_batch_metadata, query_dir
 from streamops.kafka_offsets import duration_ms
-from streamops.quality.batches import read_decoded
+from streamops.quality.batches import aggregated, read_decoded
 from streamops.quality.ranges import whole_topics
 from streamops.programs import ProgramError, program_info, settings_dict
 from streamops.kafka_client import KafkaClientConfig
@@ -118,20 +118,20 @@ def compare_windows(
     bound_ms = live_watermark_ms(app.checkpoint_location(), query)
     closed_by = "live watermark"
     if bound_ms is None:
-        newest = recomputed.agg(F.max("window_start")).first()[0]
+        newest = aggregated(recomputed.agg(F.max("window_start")))[0]
         bound_ms = int(newest.timestamp() * 1000) - duration_ms(settings_dict(app)[counted.watermark_setting]) if newest else 0
         closed_by = "recomputed watermark (no committed live batch)"
     window = [key, "window_start", "window_end"]
     lined_up = live.join(recomputed, window, "full_outer").persist()
     closed = F.unix_millis("window_end") <= F.lit(bound_ms)
-    counts = lined_up.agg(
+    counts = aggregated(lined_up.agg(
         F.sum(closed.cast("int")).alias("compared"),
         F.sum((~closed).cast("int")).alias("open"),
         F.sum((closed & (F.col("live_count") == F.col("recomputed_count"))).cast("int")).alias("matching"),
         F.sum((closed & (F.col("live_count") != F.col("recomputed_count"))).cast("int")).alias("differ"),
         F.sum((closed & F.col("recomputed_count").isNull()).cast("int")).alias("only_live"),
         F.sum((closed & F.col("live_count").isNull()).cast("int")).alias("only_recomputed"),
-    ).first()
+    ))
     mismatched = lined_up.where(
         closed & (F.col("live_count").isNull() | F.col("recomputed_count").isNull() | (F.col("live_count") != F.col("recomputed_count")))
     ).orderBy(key, "window_start").limit(EXAMPLES).collect()

@@ -266,7 +266,7 @@ def plan_reprocess(
         raise ReprocessRefused([f"input topic {t!r} does not exist on the broker" for t in missing])
     ranges: list[PartitionRange] = []
     for topic in inputs:
-        partitions = layout[topic]
+        partitions = layout[topic] or []
         marks = watermarks(admin, topic, partitions)
         starts = {p: low for p, (low, _) in marks.items()}
         if start_time:
@@ -295,8 +295,8 @@ def plan_reprocess(
     targets = target_topics(app, request.target, request.version, tag)
     problems = [f"target topic {t!r} is a topic of the catalog (a live topic): choose another version"
                 for t in targets.values() if t in catalog.topic_names()]
-    for target, partitions in topic_partitions(admin, list(targets.values())).items():
-        held = sum(high - low for low, high in watermarks(admin, target, partitions).values()) if partitions else 0
+    for target, target_partitions in topic_partitions(admin, list(targets.values())).items():
+        held = sum(high - low for low, high in watermarks(admin, target, target_partitions).values()) if target_partitions else 0
         if held:
             problems.append(
                 f"target topic {target!r} already holds {held} record(s): a second run would mix with them; "

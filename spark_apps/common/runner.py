@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -236,7 +237,7 @@ def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_rea
     partitions = {topic: len(end_offsets(kafka, topic)) for topics in sources_read for topic in topics}
     needed = sum(partitions[topic] for topics in sources_read for topic in topics)
     context = spark.sparkContext
-    if LOCAL_MASTER.match(context.master):
+    if LOCAL_MASTER.match(context.master or ""):
         wait_s = 0  # a local master has all its threads from the start
     try:
         poll_until(lambda: (task_slots(context) or needed) >= needed, timeout=wait_s, what="task slots", interval=0.5)
@@ -285,7 +286,8 @@ def start_app(
         if options.trigger == REAL_TIME:
             # Stateless queries: update and append emit the same rows; real-time accepts update only.
             writer = (output.frame.writeStream.format("kafka").options(**sink_options).outputMode("update")
-                      .trigger(realTime=options.checkpoint_interval))
+                      # PySpark's type stubs lack realTime, which 4.2 has.
+                      .trigger(realTime=options.checkpoint_interval))  # type: ignore[call-overload]
         else:
             writer = output.frame.writeStream.foreachBatch(fenced_kafka_writer(sink_options, still_held, stopping)).outputMode(
                 output.output_mode)
@@ -482,7 +484,7 @@ def graceful_stop(queries: list[StreamingQuery], deadline_s: float, real_time: b
             continue
         try:
             poll_until(
-                lambda q=query: not q.isActive or not q.status["isTriggerActive"],
+                partial(_between_batches, query),
                 timeout=deadline_s,
                 what=f"{query.name} to finish its micro-batch",
                 interval=0.05,
@@ -592,13 +594,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _between_batches(query: StreamingQuery) -> bool:
+    """Is the query stopped, or between two micro-batches (none running)?"""
+    return not query.isActive or not query.status["isTriggerActive"]
+
+
+def _write_nowhere(frame: DataFrame) -> None:
+    """Run the frame's plan as a batch job that writes nothing (Spark's noop sink)."""
+    frame.write.format("noop").mode("overwrite").save()
+
+
 def code_record(program: StreamingProgram, args: argparse.Namespace) -> dict:
     """Which code runs: the artifact (path, digest) or the installed module (its file's digest)."""
     from streamops.artifacts import file_digest
+    from streamops.programs import ProgramError
 
     if args.artifact:
         return {"artifact": args.artifact, "digest": args.artifact_digest}
     module_file = sys.modules[type(program).__module__].__file__
+    if module_file is None:  # a program is a module with a file (program_contract); never a bare namespace
+        raise ProgramError(f"program {type(program).__module__} has no file to pin its code by")
     return {"installed": module_file, "digest": file_digest(module_file)}
 
 
@@ -843,7 +858,7 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
 
     began = time.monotonic()
     context = spark.sparkContext
-    if not LOCAL_MASTER.match(context.master) and not _has_executor(context, WARM_UP_EXECUTOR_WAIT_S):
+    if not LOCAL_MASTER.match(context.master or "") and not _has_executor(context, WARM_UP_EXECUTOR_WAIT_S):
         # The running version may hold every core the cluster gives these apps (spark.cores.max):
         # the standby gets its executors when that driver stops.
         return (f"rehearsal skipped: no executor registered within {WARM_UP_EXECUTOR_WAIT_S:g}s (the running version "
@@ -876,7 +891,7 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
             outputs = []
             skipped_steps.append(f"the queries as batch jobs ({error_gist(f'{type(exc).__name__}: {exc}', limit=200)})")
         for output in outputs:
-            step(f"query {output.name}", lambda o=output: o.frame.write.format("noop").mode("overwrite").save())
+            step(f"query {output.name}", partial(_write_nowhere, output.frame))
         # One task and no rows (rand() is never above 2, and the optimizer cannot know it).
         empty = spark.range(0, 1, 1, 1).where(F.rand() > 2).select(
             F.lit(None).cast("binary").alias("value"), F.lit(spec.dead_letter_topic).alias("topic"))

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from streamops.app_ops import launch, stop
-from streamops.app_status import app_status, lag_table, status_table
+from streamops.app_status import AppStatus, app_status, lag_table, status_table
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
 from streamops.dag_tasks.connections import kafka_connection
@@ -28,8 +28,8 @@ def suggested_version(catalog: Catalog) -> str:
     (pre-release and build labels set aside), e.g. 1.0.0 and 1.2.3 -> 1.2.4."""
     import re
 
-    newest = max((tuple(int(n) for n in re.match(r"(\d+)\.(\d+)\.(\d+)", app.version).groups()) for app in catalog.apps),
-                 default=(0, 0, 0))
+    found = [re.match(r"(\d+)\.(\d+)\.(\d+)", app.version) for app in catalog.apps]
+    newest = max((tuple(int(n) for n in m.groups()) for m in found if m), default=(0, 0, 0))
     return f"{newest[0]}.{newest[1]}.{newest[2] + 1}"
 
 
@@ -67,7 +67,8 @@ def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) ->
 
 
 @refusals_fail
-def roll(app_name: str, version: str, spark_conf: dict, gate_deadline_s: float, max_dead_letter_rate: float, run_id: str) -> dict:
+def roll(app_name: str, version: str | None, spark_conf: dict, gate_deadline_s: float, max_dead_letter_rate: float,
+         run_id: str) -> dict:
     """Roll one app to `version`/`spark_conf`, or refuse, or roll back and fail loudly."""
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -117,12 +118,13 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     and crash-loop guard allow it (streamops.supervision). Never fails on an app's health: that
     is `check_health`'s, after this task has recorded every app's figures."""
     from streamops.app_runtime import AppRuntime
-    from streamops.supervision import act, evaluate, health_table, unreadable
+    from streamops.supervision import Health, act, evaluate, health_table, unreadable
 
     # Status and stop never need an app's code: one app's missing artifact must not blind them.
     catalog = load_catalog(check_programs=False)
     kafka = kafka_connection()
-    statuses, healths = [], []
+    statuses: list[AppStatus] = []
+    healths: list[Health] = []
     for name in selected(catalog, names):
         spec = catalog.app(name)
         runtime = AppRuntime(spec.checkpoint_location())
@@ -132,7 +134,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
         except Exception as exc:  # one app's unreadable status must not blind the others'
             log.exception("%s: its status could not be read", name)
             health = unreadable(name, exc)
-            statuses.append(health.status)
+            statuses.append(health.status or AppStatus(app=name, state="unknown"))
             healths.append(health)
             continue
         try:

@@ -11,7 +11,7 @@ from streamops import settings
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import refusals_fail
 from streamops.kafka_client import KafkaClientConfig, app_connection
-from streamops.launch_overrides import LaunchOverrideRefused, checked_version
+from streamops.launch_overrides import LaunchOverrideRefused, checked_version, required_version
 from streamops.paths import RUN_DIR
 from streamops.plans import PlanMismatch
 from streamops.refusals import OneLineRefused
@@ -169,7 +169,7 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     # The app goes on as it last ran (version and Spark conf from its launch record, checked like a
     # trigger's), with semantic-version build metadata naming the topics' version (one '+').
     running, spark_conf = last_launch(the_plan.app)
-    version = checked_version(f"{running}{'.' if '+' in running else '+'}{the_plan.request['version']}")
+    version = required_version(f"{running}{'.' if '+' in running else '+'}{the_plan.request['version']}")
     spec = submit_spec(
         # The live app's driver connects as the app's own principal.
         targeted, kafka=app_connection(the_plan.app), catalog=catalog_file,

@@ -123,7 +123,7 @@ class LocalBroker:
                 f"data in {self.data_dir}"
             )
         _require_jars()
-        for port in (self.port, self.controller_port):
+        for port in (self.port, self.controller_port or self.port + 1):  # (set by __post_init__)
             if _port_in_use(port):
                 raise ServiceError(
                     f"cannot start the Kafka broker: port {port} on 127.0.0.1 is in use by another "
@@ -208,9 +208,10 @@ class LocalBroker:
 
     def _format_storage(self) -> None:
         """Format the KRaft metadata log once; an already formatted data dir is kept as is."""
-        if (self.data_dir / "meta.properties").exists():
+        data_dir = Path(self.data_dir or self.state_dir / "data")  # (set by __post_init__)
+        if (data_dir / "meta.properties").exists():
             return
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(  # noqa: S603
             [
                 *self._java(),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from streamops.catalog import TopicSpec
@@ -87,7 +87,7 @@ def decode(raw: DataFrame, spec: TopicSpec) -> DataFrame:
         value = F.col("_fields")
         for part in path.split("."):
             value = value.getField(part)
-        if spec.value_schema[path] == "timestamp":
+        if (spec.value_schema or {}).get(path) == "timestamp":
             value = F.try_to_timestamp(value)
         columns.append(value.alias(column))
     return frame.select(*KAFKA_COLUMNS, *columns)
@@ -96,3 +96,11 @@ def decode(raw: DataFrame, spec: TopicSpec) -> DataFrame:
 def read_decoded(spark: SparkSession, kafka: KafkaClientConfig, topic_range: TopicRange, spec: TopicSpec) -> DataFrame:
     compacted = "compact" in str(spec.configs.get("cleanup.policy", "delete"))
     return decode(read_range(spark, kafka, topic_range, compacted), spec)
+
+
+def aggregated(frame: DataFrame) -> Row:
+    """The one row of a global aggregation (`frame.agg(...)`, no grouping): Spark returns exactly one."""
+    row = frame.first()
+    if row is None:  # only a grouped aggregation can come back empty
+        raise ValueError("expected the one row of a global aggregation, got none")
+    return row

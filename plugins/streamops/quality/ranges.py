@@ -85,7 +85,7 @@ class RangeRequest:
     def from_params(cls, params: dict) -> RangeRequest:
         return cls(
             mode=params.get("range") or "auto",
-            last_records=params.get("last_records") if params.get("last_records") is not None else 1000,
+            last_records=1000 if (last := params.get("last_records")) is None else last,
             start_time=params.get("start_time") or None,
             end_time=params.get("end_time") or None,
             offsets=params.get("offsets") or None,
@@ -107,15 +107,16 @@ def resolve(
     problems: list[str] = []
     selected = _check_topics(catalog, topics, problems)
     mode = request.mode
+    window: tuple[datetime | None, datetime | None] = (None, None)
     if mode not in MODES:
         problems.append(f"range {mode!r} is not one of {', '.join(MODES)}")
     if mode == "auto":
         if interval and interval[1] > interval[0]:
-            mode, start, end = "time_range", interval[0], interval[1]
+            mode, window = "time_range", interval
         else:
             mode = "last_records"
     elif mode == "time_range":
-        start, end = _check_times(request, problems)
+        window = _check_times(request, problems)
     if mode == "last_records" and (isinstance(request.last_records, bool) or not isinstance(request.last_records, int) or request.last_records < 1):
         problems.append(f"last_records must be a positive whole number (got {request.last_records!r})")
     elif mode == "last_records" and request.last_records > MAX_LAST_RECORDS:
@@ -123,6 +124,9 @@ def resolve(
                         "validate a longer stretch as several ranges")
     if mode == "offsets":
         _check_offsets_shape(request.offsets, selected, problems)
+    start, end = window
+    if mode == "time_range" and (start is None or end is None) and not problems:  # (each was named above)
+        problems.append("range time_range needs start_time and end_time")
     if problems:
         raise RangeError(problems)
 
@@ -135,19 +139,19 @@ def resolve(
 
     ranges = []
     for topic in selected:
-        partitions = layout[topic]
+        partitions = layout[topic] or []
         marks = watermarks(admin, topic, partitions)
         if mode == "last_records":
             n = request.last_records
             spans = {p: (max(low, high - n), high) for p, (low, high) in marks.items()}
             described = f"last {n} records of each partition"
-        elif mode == "time_range":
+        elif mode == "time_range" and start is not None and end is not None:
             starts = offsets_for_time(admin, topic, partitions, int(start.timestamp() * 1000))
             ends = offsets_for_time(admin, topic, partitions, int(end.timestamp() * 1000))
             spans = {p: (starts[p], max(starts[p], ends[p])) for p in partitions}
             described = f"records written from {start.isoformat()} up to {end.isoformat()}"
         else:
-            spans = _explicit_spans(topic, request.offsets[topic], marks, problems)
+            spans = _explicit_spans(topic, (request.offsets or {})[topic], marks, problems)
             described = "explicit offsets"
         ranges.append(TopicRange(topic, spans, described))
     if problems:
@@ -177,7 +181,7 @@ def _check_topics(catalog: Catalog, topics: Sequence[str], problems: list[str]) 
 
 
 def _check_times(request: RangeRequest, problems: list[str]) -> tuple[datetime | None, datetime | None]:
-    times = []
+    times: list[datetime | None] = []
     for what, text in (("start_time", request.start_time), ("end_time", request.end_time)):
         if not text:
             problems.append(f"range time_range needs {what}")

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec, Catalog
-from streamops.quality.batches import read_decoded, read_range
+from streamops.quality.batches import aggregated, read_decoded, read_range
 from streamops.kafka_offsets import duration_ms, offsets_for_time, topic_partitions, watermarks
 from streamops.quality.ranges import TopicRange, whole_topics
 from streamops.kafka_client import KafkaClientConfig
@@ -55,10 +55,16 @@ class Reconciliation:
 class Sources:
     """Where reconciliation reads from."""
 
-    spark: SparkSession
+    spark: SparkSession | None  # None: every range is empty, nothing is read
     kafka: KafkaClientConfig
     admin: AdminClient
     catalog: Catalog
+
+    def session(self) -> SparkSession:
+        """The Spark session, for a range that has records to read."""
+        if self.spark is None:
+            raise ValueError("a range with records was given to a validation started without a Spark session")
+        return self.spark
 
 
 def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batch: DataFrame) -> Reconciliation:
@@ -80,7 +86,7 @@ def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
     program = load_program(app, running_version(app))  # before the runtime's own import: it may be the artifact's
     from spark_apps.common.session import apply_app_conf
 
-    apply_app_conf(sources.spark, app)
+    apply_app_conf(sources.session(), app)
     for output in program.queries(program.bind(app), running_version(app), source):
         if output.name == name:
             return output.frame
@@ -109,7 +115,7 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
         return Reconciliation(None, {"input_records": 0}, f"no record in the range names a source in {input_topic}")
     spans = {row["source_partition"]: (row["low"], row["high"] + 1) for row in covered}
     input_range = TopicRange(input_topic, spans, "the input range the output range covers")
-    spark, kafka = sources.spark, sources.kafka
+    spark, kafka = sources.session(), sources.kafka
 
     def source(topics: list[str]) -> DataFrame:
         assert topics == [input_topic], topics
@@ -121,7 +127,7 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
     ).select(F.col("v.event_id").alias("event_id"), F.col("v.op_type").alias("op_type"), F.lit(True).alias("expected"))
 
     # Every output of the covered input range was written after its input record was.
-    first_input_ms = read_range(spark, kafka, input_range).agg(F.min(F.unix_millis("timestamp"))).first()[0] or 0
+    first_input_ms = aggregated(read_range(spark, kafka, input_range).agg(F.min(F.unix_millis("timestamp"))))[0] or 0
     partitions = topic_partitions(sources.admin, [topic])[topic] or []
     since = offsets_for_time(sources.admin, topic, partitions, max(0, first_input_ms - CLOCK_SKEW_MS))
     ends = watermarks(sources.admin, topic, partitions)
@@ -144,13 +150,13 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
         )
     ).drop("source_topic")
     frame = frame.persist()
-    totals = frame.agg(
+    totals = aggregated(frame.agg(
         F.sum(F.col("expected").cast("int")).alias("expected"),
         F.sum(F.when(F.col("copies") > 0, 1).otherwise(0)).alias("written"),
         F.sum(F.when(F.col("expected") & (F.col("copies") == 0), 1).otherwise(0)).alias("missing"),
         F.sum(F.when(~F.col("expected"), 1).otherwise(0)).alias("unexpected"),
         F.sum(F.greatest(F.col("copies") - 1, F.lit(0))).alias("duplicates"),
-    ).first()
+    ))
     summary = {
         "input_range": input_range.to_json(),
         **{key: int(totals[key] or 0) for key in ("expected", "written", "missing", "unexpected", "duplicates")},
@@ -169,7 +175,7 @@ def _window_counts(
     query, key_column = counted.query, counted.key_column
     window = [key_column, "window_start", "window_end"]
     windows = batch.where(F.col(key_column).isNotNull() & F.col("window_start").isNotNull()).select(*window).distinct()
-    spark, kafka, spec = sources.spark, sources.kafka, sources.catalog.topic(topic)
+    spark, kafka, spec = sources.session(), sources.kafka, sources.catalog.topic(topic)
 
     # The last emitted count of a window is its largest: counts only grow as updates arrive.
     ends = watermarks(sources.admin, topic, sorted(topic_range.partitions))
@@ -193,7 +199,7 @@ def _window_counts(
         F.try_to_timestamp("v.window_end").alias("window_end"),
         F.col("v.count").alias("recomputed_count"),
     ).persist()
-    newest_start = recounted.agg(F.max("window_start")).first()[0]
+    newest_start = aggregated(recounted.agg(F.max("window_start")))[0]
     watermark_ms = duration_ms(settings_dict(app)[counted.watermark_setting])
     lined_up = (
         windows.join(emitted, window, "left")
@@ -209,11 +215,11 @@ def _window_counts(
         closed = F.lit(True)
     else:
         closed = F.unix_millis("window_end") <= F.lit(int(newest_start.timestamp() * 1000) - watermark_ms)
-    totals = lined_up.agg(
+    totals = aggregated(lined_up.agg(
         F.count(F.lit(1)).alias("windows"),
         F.sum(closed.cast("int")).alias("closed"),
         F.sum((closed & (F.col("emitted_count") != F.col("recomputed_count"))).cast("int")).alias("differ"),
-    ).first()
+    ))
     summary = {key: int(totals[key] or 0) for key in ("windows", "closed", "differ")}
     frame = lined_up.where(closed)
     note = (

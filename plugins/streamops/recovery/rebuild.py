@@ -79,7 +79,7 @@ def plan_rebuild(admin: AdminClient, catalog: Catalog, app_name: str, target: st
     if missing:
         raise RecoveryRefused([f"input topic {t!r} does not exist on the broker" for t in missing])
     rows = [{"topic": t, "partition": p, "earliest": lo, "latest": hi}
-            for t in inputs for p, (lo, hi) in watermarks(admin, t, layout[t]).items()]
+            for t in inputs for p, (lo, hi) in watermarks(admin, t, layout[t] or []).items()]
     outputs = [*app.outputs.values(), app.dead_letter_topic]
     notes = []
     if target == "live":

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import json
 from collections import Counter
+from typing import Any
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -152,7 +153,7 @@ def _read(kafka: KafkaClientConfig, topic: str, spans: dict[str, list[int]]) -> 
     for record in read_spans(kafka, topic, {int(p): (s, e) for p, (s, e) in spans.items()}):
         at = f"{topic}/{record.partition}/{record.offset}"
         try:
-            envelope = json.loads(record.value)
+            envelope = json.loads(record.value or b"")  # a null value is not an envelope either
             source = envelope["source"]
             letters.append(DeadLetter(
                 at=at, reason=str(envelope["reason"]), source=f"{source['topic']}/{source['partition']}/{source['offset']}",
@@ -173,19 +174,21 @@ def _b64(text: str | None) -> bytes | None:
 def _fetch_references(kafka: KafkaClientConfig, letters: list[DeadLetter]) -> None:
     """Read originals kept by reference from their source records, checking each against its
     sha256; a record retention deleted (or a digest that differs) cannot be replayed."""
-    wanted = [d for d in letters if d.by_reference]
-    by_partition: dict[tuple[str, int], list[DeadLetter]] = {}
-    for letter in wanted:
-        by_partition.setdefault((letter.source_topic, letter.source_partition), []).append(letter)
+    by_partition: dict[tuple[str, int], list[tuple[DeadLetter, int]]] = {}
+    for letter in letters:
+        # Only an envelope keeps an original by reference, and an envelope names its source.
+        if letter.by_reference and letter.source_topic is not None and letter.source_partition is not None \
+                and letter.source_offset is not None:
+            by_partition.setdefault((letter.source_topic, letter.source_partition), []).append((letter, letter.source_offset))
     for (topic, partition), group in by_partition.items():
         low, high = end_offsets(kafka, topic).get(partition, (0, 0))
         found = {}
-        for letter in group:
-            if low <= letter.source_offset < high:
-                records = read_spans(kafka, topic, {partition: (letter.source_offset, letter.source_offset + 1)})
+        for _letter, offset in group:
+            if low <= offset < high:
+                records = read_spans(kafka, topic, {partition: (offset, offset + 1)})
                 found.update({r.offset: r for r in records})
-        for letter in group:
-            record = found.get(letter.source_offset)
+        for letter, offset in group:
+            record = found.get(offset)
             if record is None:
                 letter.verdict = (f"not replayable: its original is kept by reference and {letter.source} is no longer on the "
                                   f"broker (retention; {topic} partition {partition}: {held_offsets(low, high)})")
@@ -247,7 +250,7 @@ def evaluate(spark, kafka: KafkaClientConfig, app: AppSpec, spans: dict[str, lis
     _fetch_references(kafka, candidates)
     candidates = [d for d in candidates if not d.verdict]
     verdicts = _reparse(spark, app, candidates)
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     for index, letter in enumerate(candidates):
         reason = verdicts.get(index)
         if reason:
@@ -274,7 +277,8 @@ def _summarise(app: AppSpec, request: ReplayRequest, spans: dict, letters: list[
                   else verdict if verdict in ("already replayed", "filtered out") else "other")
         table.setdefault(letter.reason, Counter())[column] += 1
     columns = ("replay", "still fails", "already replayed", "filtered out", "other")
-    by_reason = [{"reason": reason, "records": sum(c.values()), **{k: c[k] for k in columns}} for reason, c in sorted(table.items())]
+    by_reason: list[dict[str, Any]] = [{"reason": reason, "records": sum(c.values()), **{k: c[k] for k in columns}}
+                                       for reason, c in sorted(table.items())]
     totals = {k: sum(r[k] for r in by_reason) for k in ("records", *columns)}
     failing = [{"at": d.at, "was": d.reason, "now": d.verdict.removeprefix("still fails: ")}
                for d in letters if d.verdict.startswith("still fails")][:20]
@@ -303,10 +307,14 @@ def apply_replay(spark, kafka: KafkaClientConfig, catalog: Catalog, plan: Replay
     out = producer(kafka, **{"message.max.bytes": limit, "batch.size": min(limit, 1_000_000)})
     try:
         for letter in letters:
+            topic, partition, source = letter.source_topic, letter.source_partition, letter.source
+            if topic is None or partition is None or source is None:  # only an envelope is judged "replay"
+                errors.append(f"{letter.at}: not a dead-letter envelope")
+                continue
             try:
                 out.produce(
-                    letter.source_topic, key=letter.key, value=letter.value, partition=letter.source_partition,
-                    headers=[(HEADER_SOURCE, letter.source.encode()), (HEADER_DEAD_LETTER, letter.at.encode()),
+                    topic, key=letter.key, value=letter.value, partition=partition,
+                    headers=[(HEADER_SOURCE, source.encode()), (HEADER_DEAD_LETTER, letter.at.encode()),
                              (HEADER_RUN, run_id.encode())],
                     on_delivery=on_delivery(letter),
                 )
@@ -327,7 +335,7 @@ def apply_replay(spark, kafka: KafkaClientConfig, catalog: Catalog, plan: Replay
                            f"not acknowledged: {errors[:5] or 'flush timed out'}. Run the DAG again to replay the rest.")
     return {"replayed": delivered, "count": len(delivered),
             "summary": f"replayed {len(delivered)} record(s) of {plan.dead_letter_topic} to "
-                       f"{', '.join(sorted({d.source_topic for d in letters})) or 'no topic'}"}
+                       f"{', '.join(sorted({d.source_topic for d in letters if d.source_topic})) or 'no topic'}"}
 
 
 def verify_replay(kafka: KafkaClientConfig, applied: dict) -> dict:

@@ -171,7 +171,8 @@ def plan_reset(
 ) -> ResetPlan:
     """Per input partition: where the checkpoint is, where the reset puts it, records replayed or
     skipped. Refuses (naming every problem) before anything is changed."""
-    now = now or datetime.now(timezone.utc)
+    at = now or datetime.now(timezone.utc)
+    shift = request.shift
     problems: list[str] = []
     app = resolve_app(catalog, request.app, problems)
     moment: datetime | None = None
@@ -183,17 +184,17 @@ def plan_reset(
         except ValueError as exc:
             problems.append(str(exc))
         else:
-            if moment > now:
+            if moment is not None and moment > at:
                 problems.append(f"to_datetime {request.to_datetime} is in the future; use mode 'latest' to skip to the end")
     elif request.mode == "duration":
         try:
-            moment = parse_moment(request.duration or "", "duration", now, allowed={BACK}).at
+            moment = parse_moment(request.duration or "", "duration", at, allowed={BACK}).at
         except ValueError as exc:
             problems.append(str(exc))
-    elif request.mode == "shift" and (isinstance(request.shift, bool) or not isinstance(request.shift, int) or request.shift == 0):
-        problems.append(f"shift {request.shift!r} must be a non-zero whole number (-N replays N records per partition, +N skips N)")
-    elif request.mode == "shift" and abs(request.shift) > MAX_OFFSET:
-        problems.append(f"shift {request.shift} is beyond Kafka's offsets: it must be from -{MAX_OFFSET} to {MAX_OFFSET}")
+    elif request.mode == "shift" and (isinstance(shift, bool) or not isinstance(shift, int) or shift == 0):
+        problems.append(f"shift {shift!r} must be a non-zero whole number (-N replays N records per partition, +N skips N)")
+    elif request.mode == "shift" and shift is not None and abs(shift) > MAX_OFFSET:
+        problems.append(f"shift {shift} is beyond Kafka's offsets: it must be from -{MAX_OFFSET} to {MAX_OFFSET}")
     if app is None:
         raise RecoveryRefused(problems)
     if for_apply:
@@ -212,8 +213,8 @@ def plan_reset(
     warnings: list[str] = []
     kept: dict[str, dict[str, int]] = {}
     for query in positions(checkpoint).values():
-        for topic, parts in query.offsets.items():
-            for partition, offset in parts.items():
+        for topic, offsets in query.offsets.items():
+            for partition, offset in offsets.items():
                 if topic not in inputs:
                     kept.setdefault(topic, {})[str(partition)] = min(offset, kept.get(topic, {}).get(str(partition), offset))
                 elif (topic, partition) in current and current[(topic, partition)] != offset:
@@ -240,15 +241,15 @@ def plan_reset(
                 elif request.mode in ("datetime", "duration"):
                     new = by_time[p]
                 elif request.mode == "shift":
-                    if now_at is None:
+                    if now_at is None or shift is None:  # (a missing shift was refused above)
                         problems.append(f"{topic} p{p} has no position in the checkpoint to shift from; use another mode")
                         continue
-                    new = min(max(now_at + request.shift, low), high)
-                    if new != now_at + request.shift:
-                        warnings.append(f"{topic} p{p}: shifting {now_at} by {request.shift:+d} leaves the retained range "
+                    new = min(max(now_at + shift, low), high)
+                    if new != now_at + shift:
+                        warnings.append(f"{topic} p{p}: shifting {now_at} by {shift:+d} leaves the retained range "
                                         f"{low}..{high}; set to {new}")
                 else:
-                    new = int(request.offsets[topic][str(p)])
+                    new = int((request.offsets or {})[topic][str(p)])
                     if not low <= new <= high:
                         problems.append(f"offsets: {topic} p{p} offset {new} is outside the retained range {low}..{high}")
             rows.append(PartitionReset(topic, p, now_at, new, low, high, selected))
@@ -256,7 +257,7 @@ def plan_reset(
         raise RecoveryRefused(problems)
     return ResetPlan(
         app=app.name, request=asdict(request), rows=rows, kept=kept, marks=batch_marks(checkpoint),
-        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_running(), warnings=warnings, planned_at=now.isoformat(timespec="seconds"),
+        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_running(), warnings=warnings, planned_at=at.isoformat(timespec="seconds"),
     )
 
 

@@ -109,7 +109,7 @@ def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_runn
     now = positions(app.checkpoint_location())
     then = positions(backup_path(app.checkpoint_location(), chosen.name))
     moves = [
-        {"query": q, "topic": t, "partition": p, "now": now.get(q).offsets.get(t, {}).get(p) if q in now else None, "restored": o}
+        {"query": q, "topic": t, "partition": p, "now": now[q].offsets.get(t, {}).get(p) if q in now else None, "restored": o}
         for q, pos in then.items() for t, parts in pos.offsets.items() for p, o in sorted(parts.items())
     ]
     driver = runtime.driver() or DriverRecord()

@@ -188,6 +188,7 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
         problems.append(problem)
     if app is None or problems:
         raise RecoveryRefused(problems)
+    note_text = note if isinstance(note, str) else None  # checked above: one line of text, or none
     refuse_if_running(app, "a skip", problems)
     runtime = AppRuntime(app.checkpoint_location())
     state = runtime.state()
@@ -197,12 +198,12 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
     layout = topic_partitions(admin, inputs)
     marks: dict[tuple[str, int], tuple[int, int]] = {}
     for spec in specs:
+        parts = layout.get(spec.topic)
         if spec.topic not in inputs:
             problems.append(f"record {spec.text!r}: topic {spec.topic!r} is not an input of {app.name} (inputs: {', '.join(inputs)})")
-        elif layout.get(spec.topic) is None:
+        elif parts is None:
             problems.append(f"record {spec.text!r}: topic {spec.topic!r} does not exist on the broker")
-        elif spec.partition not in layout[spec.topic]:
-            parts = layout[spec.topic]
+        elif spec.partition not in parts:
             problems.append(f"record {spec.text!r}: partition {spec.partition} of {spec.topic!r} does not exist "
                             f"(it has partitions 0-{max(parts)})")
         else:
@@ -233,7 +234,7 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
     if problems:
         raise RecoveryRefused(problems)
 
-    reason = skip_reason(user, run_id, note)
+    reason = skip_reason(user, run_id, note_text)
     if len(reason) > MAX_REASON:
         raise RecoveryRefused([f"the dead letters' reason would be {len(reason)} characters (user, run id and note); at most "
                                f"{MAX_REASON}: shorten the note"])
@@ -250,15 +251,15 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
             notes.append(f"{spec.text}: {spec.count - len(offsets)} offset(s) hold no record (compaction or transaction "
                          "markers): nothing to skip there")
         entries.append({"topic": spec.topic, "partition": spec.partition, "first": spec.first, "last": spec.last,
-                        "reason": reason, "run_id": run_id, "user": user, "at": at, "note": note, "offsets": offsets})
+                        "reason": reason, "run_id": run_id, "user": user, "at": at, "note": note_text, "offsets": offsets})
         for record in found[:SHOWN_PER_SPEC]:
             shown.append({"topic": record.topic, "partition": record.partition, "offset": record.offset,
                           "timestamp": _stamp(record.timestamp_ms), "size": len(record.value or b""),
                           "key": _preview(record.key, 24), "preview": _preview(record.value, 60),
                           "batch": _batch_of(record.topic, record.partition, record.offset, where, pending)})
-        readers = {q for q, pos in where.items() if spec.topic in pos.offsets and pos.offsets[spec.topic].get(spec.partition, 0) > spec.first}
-        if readers:
-            notes.append(f"{spec.text}: query {', '.join(sorted(readers))} already read past it (its output stays); the skip "
+        read_past = {q for q, pos in where.items() if spec.topic in pos.offsets and pos.offsets[spec.topic].get(spec.partition, 0) > spec.first}
+        if read_past:
+            notes.append(f"{spec.text}: query {', '.join(sorted(read_past))} already read past it (its output stays); the skip "
                          "applies to the queries that have not")
     in_failed = [s.text for s in specs if any(_covers(f, s) for f in failed)]
     if failed and len(in_failed) < len(specs):
