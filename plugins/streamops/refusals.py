@@ -7,8 +7,8 @@ restart's, a second run on a busy app. Each keeps the words its operators know (
 and layout), and all of them carry `problems`, every problem found, not only the first.
 
 An Airflow task turns a refusal into a failure without retries in one place
-(`streamops.dag_tasks.refusals_fail_the_task`); the CLI prints `operator_text()`. Nothing here
-imports Airflow: the floors below the DAG tasks raise these.
+(`streamops.dag_tasks.task_failure`, whose text is `operator_text()`). Nothing here imports
+Airflow: the floors below the DAG tasks raise these.
 """
 
 from __future__ import annotations

@@ -102,12 +102,13 @@ def trail(context: Mapping[str, Any]) -> AuditTrail:
 # --- refusals: the one place one becomes a task failure -----------------------------------------
 
 
-def task_failure(refusal: Refused) -> AirflowFailException:
+def task_failure(refusal: Refused, dag_id: str | None = None) -> AirflowFailException:
     """The task failure a refusal (streamops.refusals.Refused) becomes: no retries (asking again
-    gets the same answer), its text as the operator reads it ("refused: ...", or its own heading)."""
+    gets the same answer), its text as the operator reads it ("refused: ...", or its own heading),
+    after the DAG's id where the step runner knows it."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    return AirflowFailException(refusal.operator_text())
+    return AirflowFailException(f"{dag_id}: {refusal.operator_text()}" if dag_id else refusal.operator_text())
 
 
 @contextmanager
@@ -148,7 +149,7 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
     """A block in which the app is marked as being changed by this run (_runtime/operation.json):
     the supervisor leaves it alone, and two runs never change one app at once (the second is
     refused, naming the first: OperationInProgress). An operator's run may take over the marker of
-    a run that failed. If the block fails (not a refusal, not a dry run's skip) and leaves the app
+    a run that failed. If the block fails (not a refusal before any snapshot, not a dry run's skip) and leaves the app
     down, the marker stays, marked failed, with the backups the run took: the app is "held" until
     an operator's start, stop or recovery, because the supervisor must not restart a half-changed
     app. Without `hold_on_failure` (a deploy or a stop: a failed one changes no checkpoint) it
@@ -171,7 +172,9 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
         runtime.end_operation(run_id, restore=taken_over)
         raise
     except BaseException as exc:
-        if is_refusal(exc):
+        # A refusal changed nothing, unless it came after the run took a snapshot (a start refused
+        # after the checkpoint was put back, say): that is a failure of a half-changed app.
+        if is_refusal(exc) and not set(list_backups(checkpoint)) - backups_before:
             runtime.end_operation(run_id, restore=taken_over)
         elif runtime.is_running() or not hold_on_failure:  # e.g. a roll that rolled back: the app runs, nothing held
             runtime.end_operation(run_id)
@@ -207,11 +210,12 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
 
     Its outcome is written to the audit log whatever it is: planned (`plan_outcome`; on a dry run
     "planned (dry run: nothing changed)"), done (with what changed), skipped (a dry run's apply),
-    refused, failed; with the checkpoint snapshots the step took. A refusal fails the task without
-    retries (`task_failure`); a failure after a snapshot was taken fails it without retries too,
-    naming the snapshot and the DAG that puts it back; any other failure goes on unchanged (the
-    task's retries decide). With `operation`, the app is marked as being changed meanwhile
-    (operating_on, `hold_on_failure` passed on). `app` defaults to the run's "app" param. A step
+    refused, failed; with the checkpoint snapshots a step that changes the app took. A refusal fails
+    the task without retries (`task_failure`); a failure after a snapshot was taken (a refusal then
+    too: something may have changed) fails it without retries, naming the snapshot and the DAG that
+    puts it back; any other failure goes on unchanged (the task's retries decide). With
+    `operation`, the app is marked as being changed meanwhile (operating_on, `hold_on_failure`
+    passed on) and its snapshots are watched. `app` defaults to the run's "app" param. A step
     that `applies_plan` passes the approval gate first (release_apply: a dry run is skipped, an
     unapproved plan refused), before the app is marked."""
     from contextlib import AbstractContextManager, nullcontext
@@ -223,8 +227,10 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
 
     audit = trail(context)
     subject = app if app is not None else audit.params.get("app")
-    before = _snapshots(subject)
+    watched = subject if operation else None  # only a step that changes the app owns its new snapshots
+    before: set[str] = set()
     try:
+        before = _snapshots(watched)
         if applies_plan:
             from streamops.dag_tasks.approval import release_apply
 
@@ -237,16 +243,16 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
     except AirflowSkipException as exc:
         audit.write(step, "skipped", app=app, summary=str(exc))
         raise
-    except Refused as exc:
-        audit.write(step, "refused", app=app, error=str(exc))
-        raise task_failure(exc) from None
-    except AirflowFailException as exc:
-        audit.write(step, "refused" if is_refusal(exc) else "failed", app=app, error=str(exc),
-                    snapshots_taken=sorted(_snapshots(subject) - before))
-        raise
     except Exception as exc:
-        taken = sorted(_snapshots(subject) - before)
-        audit.write(step, "failed", app=app, error=f"{type(exc).__name__}: {exc}", snapshots_taken=taken)
+        taken = sorted(_snapshots(watched) - before)
+        refused = isinstance(exc, Refused) or (isinstance(exc, AirflowFailException) and is_refusal(exc))
+        if refused and not taken:
+            audit.write(step, "refused", app=app, error=str(exc))
+            if isinstance(exc, Refused):
+                raise task_failure(exc, audit.dag_id) from None
+            raise
+        error = str(exc) if isinstance(exc, AirflowFailException) else f"{type(exc).__name__}: {exc}"
+        audit.write(step, "failed", app=app, error=error, snapshots_taken=taken)
         if taken:
             raise AirflowFailException(f"{step} failed: {exc}\nThe checkpoint was backed up before the failure: "
                                        f"{', '.join(taken)}; recover_restore_checkpoint puts it back.") from exc
@@ -254,7 +260,7 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
     dry_plan = step == "plan" and is_dry_run(context["params"])
     outcome = "planned (dry run: nothing changed)" if dry_plan else plan_outcome if step == "plan" else "done"
     summary = _summary_of(result)
-    audit.write(step, outcome, app=app, summary=summary, result=result, snapshots_taken=sorted(_snapshots(subject) - before))
+    audit.write(step, outcome, app=app, summary=summary, result=result, snapshots_taken=sorted(_snapshots(watched) - before))
     # The task log ends with what happened in a line (return values are not dumped into logs:
     # show_return_value_in_logs is off; the whole value is the task's XCom).
     logging.getLogger("streamops.audit").info("%s %s: %s%s (audit log %s)", audit.dag_id, step, outcome,

@@ -119,10 +119,11 @@ def test_a_refusal_fails_the_task_without_retries_naming_every_problem_and_is_au
 
     with pytest.raises(AirflowFailException) as failed:
         plan_step(procedure(plan=refuse), context())
-    assert str(failed.value) == ("refused before anything was changed:\n  - app 'x' is not in the catalog\n"
+    assert str(failed.value) == ("recover_test: refused before anything was changed:\n  - app 'x' is not in the catalog\n"
                                  "  - shift 0 must be non-zero")
     (entry,) = read_audit(run_id="manual__1")
-    assert (entry["step"], entry["outcome"], entry["error"]) == ("plan", "refused", str(failed.value))
+    assert (entry["step"], entry["outcome"]) == ("plan", "refused")
+    assert entry["error"] == str(failed.value).removeprefix("recover_test: ")
 
 
 def test_the_shared_params_are_checked_in_code_before_the_plan_is_made(world):
@@ -138,8 +139,8 @@ def test_the_app_is_marked_while_the_apply_changes_it_and_a_second_run_is_refuse
 
     def apply(step, plan):
         during.append(runtime.operation()["what"])
-        with pytest.raises(AirflowFailException, match=r"^refused: oplog-router is being changed by another run: "
-                                                       r"recover_test apply \(run manual__1, since "):
+        with pytest.raises(AirflowFailException, match=r"^recover_test: refused: oplog-router is being changed by another "
+                                                       r"run: recover_test apply \(run manual__1, since "):
             apply_step(procedure(), context("manual__2"), plan_step(procedure(), context("manual__2")))
         return {"summary": "ok"}
 
@@ -164,6 +165,23 @@ def test_a_failure_after_a_snapshot_names_it_and_holds_the_app(world):
     assert held["failed_at"] and held["backups"] == [snapshot]  # the supervisor leaves a half-changed app alone
 
 
+def test_a_refusal_after_a_snapshot_is_a_failure_of_a_half_changed_app(world):
+    """A start refused after the checkpoint was backed up and changed (an artifact whose digest
+    changed, a tampered launch record): not "nothing changed", so the app is held."""
+    def start_refused(step, plan):
+        backup_checkpoint(world, "before-reset")
+        raise OneLineRefused("artifact acme 1.0.0 has digest sha256:bbb, but sha256:aaa ran")
+
+    with pytest.raises(AirflowFailException) as failed:
+        apply_step(procedure(apply=start_refused), context(), plan_step(procedure(), context()))
+    (snapshot,) = [str(p) for p in list_backups(world)]
+    assert str(failed.value).startswith("apply failed: artifact acme 1.0.0 has digest sha256:bbb, but sha256:aaa ran\n"
+                                        f"The checkpoint was backed up before the failure: {snapshot}")
+    entry = read_audit(run_id="manual__1")[-1]
+    assert (entry["outcome"], entry["snapshots_taken"]) == ("failed", [snapshot])
+    assert AppRuntime(str(world)).operation()["backups"] == [snapshot]
+
+
 def test_a_failure_without_a_snapshot_goes_on_unchanged(world):
     def broken(step, plan):
         raise ConnectionError("broker unreachable")
@@ -176,8 +194,8 @@ def test_a_failure_without_a_snapshot_goes_on_unchanged(world):
 def test_a_tampered_plan_is_refused_before_the_apply_runs(world):
     planned = plan_step(procedure(), context())
     del planned["note"]
-    with pytest.raises(AirflowFailException, match="^refused: the plan this task received is not one the plan task "
-                                                   "makes: NotePlan without note$"):
+    with pytest.raises(AirflowFailException, match="^recover_test: refused: the plan this task received is not one the "
+                                                   "plan task makes: NotePlan without note$"):
         apply_step(procedure(apply=lambda step, plan: pytest.fail("applied")), context(), planned)
 
 
