@@ -34,7 +34,8 @@ from streamops.local_stack.spark_cluster import WORKER_ADDRESSES, SparkStandalon
 from streamops.provisioning import ensure_topics
 from streamops.waiting import poll_until
 
-pytestmark = pytest.mark.timeout(1800)
+# In the test process that starts the clusters (bin/test runs two): see tests/conftest.py.
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.xdist_group("clusters")]
 
 AIRFLOW_WORKERS = {"worker-1": "127.0.0.31", "worker-2": "127.0.0.32"}
 

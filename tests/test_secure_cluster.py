@@ -40,7 +40,8 @@ from streamops.local_stack.secure_cluster import (
 )
 from streamops.waiting import poll_until
 
-pytestmark = pytest.mark.timeout(600)
+# In the test process that starts the clusters (bin/test runs two): see tests/conftest.py.
+pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("clusters")]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from streamops.loadgen import run as run_load
 from streamops.local_stack.secure_cluster import ADMIN_USER
 from streamops.waiting import poll_until
 
-pytestmark = pytest.mark.timeout(1500)
+# In the test process that starts the clusters (bin/test runs two): see tests/conftest.py.
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("clusters")]
 
 
 @pytest.fixture
