@@ -2,12 +2,6 @@
 
 Each test gets its own topic names (a unique prefix) and its own catalog file, so tests share
 the broker without seeing each other's topics.
-
-bin/test runs two test processes (pytest-xdist, `-n 2 --dist loadgroup`): each has a session of
-its own (this module's temporary folder, broker, Spark session, Airflow DB), and every service a
-test starts takes free ports, so the two never meet. The tests that start clusters (the secured
-Kafka cluster, Spark standalone, Airflow with Celery) are one xdist group, run in one process, so
-two of those never compete for the machine at once.
 """
 
 from __future__ import annotations
@@ -57,8 +51,6 @@ def pytest_configure(config):
                                        "every test outside tests/unit/")
 
 
-# First, so that xdist (--dist loadgroup) sees the groups given here.
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if UNIT_TESTS in Path(str(item.path)).resolve().parents:
@@ -68,10 +60,6 @@ def pytest_collection_modifyitems(config, items):
                                         "a test on real components belongs outside tests/unit/")
         else:
             item.add_marker(pytest.mark.integration)
-            # An integration module's tests stay in one test process: its module fixtures (apps run
-            # to produce outputs, a cluster profile) are made once.
-            if not any(item.iter_markers("xdist_group")):
-                item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
 @pytest.fixture(scope="session")

@@ -34,8 +34,7 @@ from streamops.local_stack.spark_cluster import WORKER_ADDRESSES, SparkStandalon
 from streamops.provisioning import ensure_topics
 from streamops.waiting import poll_until
 
-# In the test process that starts the clusters (bin/test runs two): see tests/conftest.py.
-pytestmark = [pytest.mark.timeout(1800), pytest.mark.xdist_group("clusters")]
+pytestmark = pytest.mark.timeout(1800)
 
 AIRFLOW_WORKERS = {"worker-1": "127.0.0.31", "worker-2": "127.0.0.32"}
 

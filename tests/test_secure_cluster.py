@@ -40,8 +40,7 @@ from streamops.local_stack.secure_cluster import (
 )
 from streamops.waiting import poll_until
 
-# In the test process that starts the clusters (bin/test runs two): see tests/conftest.py.
-pytestmark = [pytest.mark.timeout(600), pytest.mark.xdist_group("clusters")]
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")

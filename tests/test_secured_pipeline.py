@@ -26,8 +26,7 @@ from streamops.loadgen import run as run_load
 from streamops.local_stack.secure_cluster import ADMIN_USER
 from streamops.waiting import poll_until
 
-# In the test process that starts the clusters (bin/test runs two): see tests/conftest.py.
-pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("clusters")]
+pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture

@@ -25,8 +25,7 @@ from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES
 from streamops.spark_submit import driver_env, submit_spec
 from streamops.waiting import poll_until
 
-# In the test process that starts the clusters (bin/test runs two): see tests/conftest.py.
-pytestmark = [pytest.mark.timeout(1200), pytest.mark.xdist_group("clusters")]
+pytestmark = pytest.mark.timeout(1200)
 
 
 @pytest.fixture(scope="module")
