@@ -46,6 +46,11 @@ UNIT_TESTS = Path(__file__).resolve().parent / "unit"
 REAL_COMPONENT_FIXTURES = {"broker", "secure_cluster", "airflow_db", "admin", "run_dag", "spark", "app_catalog", "app_env"}
 
 
+def pytest_unconfigure(config):
+    # The session folder goes at the end even when no test asked for it (the fast tier).
+    shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "integration: runs on real components (Kafka, Spark, Airflow, processes); "
                                        "every test outside tests/unit/")
@@ -85,16 +90,38 @@ def broker(session_dir: Path) -> LocalBroker:
 
 
 @pytest.fixture(scope="session")
-def secure_cluster(session_dir: Path):
+def secure_cluster(session_dir: Path, request):
     """The production-shaped cluster, once per session for the tests that need it: three KRaft
-    nodes on 127.0.0.11-13 (ports free now), TLS everywhere, SASL/SCRAM users, ACLs enforced."""
+    nodes on 127.0.0.11-13 (ports free now), TLS everywhere, SASL/SCRAM users, ACLs enforced.
+    Stopped after the last test that uses it (pytest_runtest_teardown below), not at the end of the
+    session: three idle brokers took CPU from every test that came after them."""
     from streamops.local_stack.secure_cluster import SecureCluster, free_cluster_ports
 
     instance = SecureCluster(session_dir / "secure-cluster", **free_cluster_ports())
     instance.start()
+    request.config.stash[_LAST_USER_DONE] = lambda: _stop_secure_cluster(instance)
     yield instance
+    _stop_secure_cluster(instance)
+
+
+_LAST_USER_DONE = pytest.StashKey()
+
+
+def _stop_secure_cluster(instance) -> None:
     gc.collect()  # confluent-kafka clients close when collected: before the nodes go
-    instance.stop()
+    instance.stop()  # stopping a stopped cluster does nothing
+
+
+@pytest.hookimpl(trylast=True)  # after the test's own fixtures (its clients) are gone
+def pytest_runtest_teardown(item, nextitem):
+    if "secure_cluster" not in item.fixturenames:
+        return
+    items = item.session.items
+    later = items[items.index(item) + 1:] if item in items else []
+    if not any("secure_cluster" in other.fixturenames for other in later):
+        stop = item.config.stash.get(_LAST_USER_DONE, None)
+        if stop is not None:
+            stop()
 
 
 @pytest.fixture(scope="session")

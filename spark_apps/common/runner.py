@@ -930,7 +930,7 @@ class StopSignals:
     """SIGTERM and SIGINT, from the start: the first asks for a graceful stop (the running
     micro-batch finishes); a second stops the queries at once, or ends a start-up."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.received: list[str] = []
         self.queries: list[StreamingQuery] = []
         self._stop_now = False

@@ -149,11 +149,11 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
     """A block in which the app is marked as being changed by this run (_runtime/operation.json):
     the supervisor leaves it alone, and two runs never change one app at once (the second is
     refused, naming the first: OperationInProgress). An operator's run may take over the marker of
-    a run that failed. If the block fails (not a refusal before any snapshot, not a dry run's skip) and leaves the app
-    down, the marker stays, marked failed, with the backups the run took: the app is "held" until
-    an operator's start, stop or recovery, because the supervisor must not restart a half-changed
-    app. Without `hold_on_failure` (a deploy or a stop: a failed one changes no checkpoint) it
-    simply ends."""
+    a run that failed. If the block fails (not a refusal before any snapshot, not a dry run's
+    skip) and leaves the app down, the marker stays, marked failed, with the backups the run took:
+    the app is "held" until an operator's start, stop or recovery, because the supervisor must not
+    restart a half-changed app. Without `hold_on_failure` (a deploy or a stop: a failed one changes
+    no checkpoint) it simply ends."""
     from airflow.sdk.exceptions import AirflowSkipException
 
     from streamops.app_runtime import AppRuntime
