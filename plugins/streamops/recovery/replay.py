@@ -20,10 +20,10 @@ import base64
 import hashlib
 import json
 from collections import Counter
-from typing import Any
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
