@@ -89,6 +89,35 @@ def broker(session_dir: Path) -> LocalBroker:
     instance.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def driver_class_archive(request, session_dir: Path):
+    """Drivers launched by the tests map one class-data-sharing archive (tests/support/class_archive.py):
+    built once, before the first test on real components; the fast tier never builds it.
+    STREAMOPS_TEST_CLASS_ARCHIVE=off runs without it (to compare)."""
+    if os.environ.get("STREAMOPS_TEST_CLASS_ARCHIVE") == "off" or \
+            not any(item.get_closest_marker("integration") for item in request.session.items):
+        yield None
+        return
+    from tests.support.class_archive import ARCHIVE_SILENT, build_driver_class_archive
+
+    archive = session_dir / "driver-classes.jsa"
+    base_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    try:
+        outcome = build_driver_class_archive(archive, session_dir / "class-archive", request.getfixturevalue("broker").client_config,
+                                             request.getfixturevalue("admin"), base_opts)
+    except Exception as exc:  # only speed is at stake: the suite runs on without it
+        outcome = f"driver class archive: not built ({type(exc).__name__}: {exc}); drivers start without one"
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():  # one line in the session's output, not a test's
+            reporter.write_line(f"\n{outcome}")
+    if archive.exists():
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{base_opts} -XX:SharedArchiveFile={archive} {ARCHIVE_SILENT}".strip()
+    yield archive if archive.exists() else None
+    os.environ["SPARK_SUBMIT_OPTS"] = base_opts
+
+
 @pytest.fixture(scope="session")
 def secure_cluster(session_dir: Path, request):
     """The production-shaped cluster, once per session for the tests that need it: three KRaft
