@@ -235,7 +235,8 @@ def run_dag(airflow_db, monkeypatch):
         if APPROVE_PARAM in dag.params and APPROVE_PARAM not in conf:
             conf[APPROVE_PARAM] = False
         result = DagRunResult(dag.test(run_conf=conf))
-        _release_failed_tasks_frames()
+        if set(result.task_states.values()) != {"success"}:  # a task raised (failed, retried or skipped)
+            _release_failed_tasks_frames()  # a full heap scan: about 1-2 s in this process
         return result
 
     return run
