@@ -14,7 +14,9 @@ checks an archive against its own build and class path and ignores one that does
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -80,6 +82,10 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
         poll_until(lambda: not runtime.is_running() and not _jvm_still_writing(archive), timeout=240,
                    what="the class-archive driver's JVM to exit")
     except DeadlineExceeded as exc:
+        record = runtime.driver()
+        if record is not None and record.process_group:  # started here, so stopped here
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(record.process_group, signal.SIGKILL)
         return f"driver class archive: not built ({exc}); drivers start without one"
     if not archive.exists():
         return f"driver class archive: the JVM wrote none (see {work_dir}); drivers start without one"
