@@ -2,12 +2,12 @@
 
 Every driver is a fresh JVM that loads Spark's, Kafka's and RocksDB's classes from jars: on this
 2-core host that is most of the 10-15 s a driver takes from spark-submit to its first batch, and
-the suite launches a few hundred drivers. The JVM can dump the classes one run loaded into an
+most integration tests launch several drivers. The JVM can dump the classes one run loaded into an
 archive (-XX:ArchiveClassesAtExit) and map it at the next start (-XX:SharedArchiveFile); measured
 here, a local Spark session plus its first job went from about 16 s to about 10 s.
 
 The archive is built once per session from a real run of the router (spark-submit with the Kafka
-connector, a batch read, stopped gracefully so its JVM exits and writes the archive). The JVM
+connector, a few records routed, stopped gracefully so its JVM exits and writes the archive). The JVM
 checks an archive against its own build and class path and ignores one that does not fit
 (silently here: -Xlog:cds=off), so a missing or stale archive only costs the time it would save.
 """
@@ -86,6 +86,7 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
         if record is not None and record.process_group:  # started here, so stopped here
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(record.process_group, signal.SIGKILL)
+        archive.unlink(missing_ok=True)  # perhaps half written
         return f"driver class archive: not built ({exc}); drivers start without one"
     if not archive.exists():
         return f"driver class archive: the JVM wrote none (see {work_dir}); drivers start without one"
