@@ -92,20 +92,24 @@ def broker(session_dir: Path) -> LocalBroker:
 @pytest.fixture(scope="session", autouse=True)
 def driver_class_archive(request, session_dir: Path):
     """Drivers launched by the tests map one class-data-sharing archive (tests/support/class_archive.py):
-    built once, before the first test on real components; the fast tier never builds it.
-    STREAMOPS_TEST_CLASS_ARCHIVE=off runs without it (to compare)."""
+    built once per machine (kept in .cache/), before the first test on real components; the fast
+    tier never builds it. STREAMOPS_TEST_CLASS_ARCHIVE=off runs without it (to compare)."""
     if os.environ.get("STREAMOPS_TEST_CLASS_ARCHIVE") == "off" or \
             not any(item.get_closest_marker("integration") for item in request.session.items):
         yield None
         return
-    from tests.support.class_archive import ARCHIVE_SILENT, build_driver_class_archive
+    from tests.support.class_archive import ARCHIVE_SILENT, archive_path, build_driver_class_archive
 
-    archive = session_dir / "driver-classes.jsa"
     base_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
     try:
-        outcome = build_driver_class_archive(archive, session_dir / "class-archive", request.getfixturevalue("broker").client_config,
-                                             request.getfixturevalue("admin"), base_opts)
+        archive = archive_path(PROJECT_ROOT / ".cache" / "class-archives", base_opts)
+        if archive.exists():
+            outcome = f"driver class archive: {archive} (built before); drivers start with it"
+        else:
+            outcome = build_driver_class_archive(archive, session_dir / "class-archive", request.getfixturevalue("broker").client_config,
+                                                 request.getfixturevalue("admin"), base_opts)
     except Exception as exc:  # only speed is at stake: the suite runs on without it
+        archive = session_dir / "no-class-archive"
         outcome = f"driver class archive: not built ({type(exc).__name__}: {exc}); drivers start without one"
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")

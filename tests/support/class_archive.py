@@ -6,16 +6,20 @@ most integration tests launch several drivers. The JVM can dump the classes one 
 archive (-XX:ArchiveClassesAtExit) and map it at the next start (-XX:SharedArchiveFile); measured
 here, a local Spark session plus its first job went from about 16 s to about 10 s.
 
-The archive is built once per session from a real run of the router (spark-submit with the Kafka
-connector, a few records routed, stopped gracefully so its JVM exits and writes the archive). The JVM
-checks an archive against its own build and class path and ignores one that does not fit
-(silently here: -Xlog:cds=off), so a missing or stale archive only costs the time it would save.
+The archive is built from a real run of the router (spark-submit with the Kafka connector, a few
+records routed, stopped gracefully so its JVM exits and writes the archive), once per machine: it
+is kept in .cache/class-archives/ under a name derived from the JVM, Spark's jars, the connector
+and the drivers' JVM options, so a change to any of them builds a new one. The JVM checks an
+archive against its own build and class path anyway and ignores one that does not fit (silently
+here: -Xlog:cds=off), so a missing or stale archive only costs the time it would save.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -24,6 +28,17 @@ from pathlib import Path
 from streamops.waiting import DeadlineExceeded, poll_until
 
 ARCHIVE_SILENT = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a mismatch warning is not a driver log line
+
+
+def archive_path(cache_dir: Path, base_opts: str) -> Path:
+    """Where the archive for this JVM, Spark, connector and JVM options is kept."""
+    from streamops.toolchain import connector_jars, spark_jars_dir
+
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
+    files = [java.resolve(), *sorted(spark_jars_dir().glob("*.jar")), *connector_jars()]
+    identity = [base_opts] + [f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists()]
+    return cache_dir / f"driver-{hashlib.sha256(chr(10).join(identity).encode()).hexdigest()[:16]}.jsa"
 
 
 def _jvm_still_writing(archive: Path) -> bool:
@@ -39,8 +54,9 @@ def _jvm_still_writing(archive: Path) -> bool:
 
 
 def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base_opts: str) -> str:
-    """Run the router once with the archive dump on; return what happened, for the session log.
-    `base_opts`: the drivers' own JVM options (kept, so the archive is made as it will be used)."""
+    """Run the router once with the archive dump on, into `archive` (older archives beside it are
+    removed); return what happened, for the session log. `base_opts`: the drivers' own JVM options
+    (kept, so the archive is made as it will be used)."""
     from streamops.app_ops import launch, spark_submit_command
     from streamops.app_runtime import AppRuntime
     from streamops.catalog import load_catalog
@@ -62,7 +78,9 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
     saved = {key: os.environ.get(key) for key in ("AIRFLOW_CONN_SPARK_DEFAULT", "SPARK_SUBMIT_OPTS")}
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = (
         '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}')
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{base_opts} -XX:ArchiveClassesAtExit={archive}".strip()
+    dump = archive.with_name(f"{archive.name}.partial-{os.getpid()}")  # only a whole archive gets the name
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{base_opts} -XX:ArchiveClassesAtExit={dump}".strip()
     try:
         launch(router, spark_submit_command(spec), checkpoint=str(checkpoint), launched_by="tests (class archive)",
                version=router.version)
@@ -79,16 +97,19 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
     finally:
         runtime.request_stop(by="tests (class archive built)")
     try:
-        poll_until(lambda: not runtime.is_running() and not _jvm_still_writing(archive), timeout=240,
+        poll_until(lambda: not runtime.is_running() and not _jvm_still_writing(dump), timeout=240,
                    what="the class-archive driver's JVM to exit")
     except DeadlineExceeded as exc:
         record = runtime.driver()
         if record is not None and record.process_group:  # started here, so stopped here
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(record.process_group, signal.SIGKILL)
-        archive.unlink(missing_ok=True)  # perhaps half written
+        dump.unlink(missing_ok=True)  # perhaps half written
         return f"driver class archive: not built ({exc}); drivers start without one"
-    if not archive.exists():
+    if not dump.exists():
         return f"driver class archive: the JVM wrote none (see {work_dir}); drivers start without one"
-    return (f"driver class archive: {archive.stat().st_size // 2**20} MB in {time.monotonic() - began:.0f} s; "
-            "drivers start with it")
+    for older in archive.parent.glob("driver-*.jsa"):
+        older.unlink(missing_ok=True)
+    dump.rename(archive)
+    return (f"driver class archive: built {archive} ({archive.stat().st_size // 2**20} MB) in "
+            f"{time.monotonic() - began:.0f} s; drivers start with it")
