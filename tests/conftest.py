@@ -36,7 +36,7 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_DRIVER_JIT)
 from streamops.local_stack.broker import LocalBroker  # noqa: E402
 from tests.support.ports import free_port_pair  # noqa: E402
 
-from tests.support import PROJECT_ROOT  # noqa: E402
+from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT  # noqa: E402
 
 # Two tiers. tests/unit/ mirrors the package: pure functions, plans, parsers, selectors, in
 # seconds, with none of the session's real components. Every other test runs on real Kafka,
@@ -308,10 +308,7 @@ def app_env(app_catalog, tmp_path, monkeypatch):
     catalog_file = tmp_path / "catalog.yaml"
     catalog_file.write_text(app_catalog.to_yaml())
     monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_SPARK_DEFAULT",
-        '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}',
-    )
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION)
     yield catalog_file, AppRuntime(tmp_path / "checkpoints" / "oplog-router")
     for name in app_catalog.app_names():  # never leave a driver behind
         runtime = AppRuntime(tmp_path / "checkpoints" / name)

@@ -24,6 +24,7 @@ from streamops.kafka_records import produce, read_all
 from streamops.paths import PROJECT_ROOT
 from streamops.spark_submit import DRIVER_ENTRYPOINT
 from streamops.waiting import poll_until
+from tests.support import LOCAL_SPARK_CONNECTION
 
 FIXTURE = Path(__file__).parent / "fixtures" / "byo_apps"
 
@@ -182,10 +183,7 @@ def test_a_program_from_outside_the_project_is_provisioned_deployed_validated_re
     catalog_file.write_text(catalog.to_yaml())
     monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_SPARK_DEFAULT",
-        '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}',
-    )
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION)
     app = catalog.app("acme-dedup")
     runtime = AppRuntime(app.checkpoint_location())
     kafka = broker.client_config

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support import LOCAL_SPARK_CONNECTION
 from tests.support.routes import routed, wait_until_all_routed
 from streamops.acls import AppAcl, app_acls, apply_acls
 from streamops.app_runtime import AppRuntime
@@ -45,8 +46,7 @@ def secured(secure_cluster, tmp_path, monkeypatch, prefix):
     monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
     monkeypatch.setenv("STREAMOPS_ENVIRONMENT", "cluster")
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
-        {"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION)
     yield catalog, catalog_file
     for name in catalog.app_names():  # never leave a driver behind
         runtime = AppRuntime(tmp_path / "checkpoints" / name)

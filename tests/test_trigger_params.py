@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import PROJECT_ROOT
+from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT
 from streamops.launch_overrides import LaunchOverrideRefused
 from tests.support.hostile import KEY_REFUSED, hostile_confs
 
@@ -46,8 +46,7 @@ def launch_env(tmp_path, monkeypatch):
     connection (its address only reaches argv here; nothing connects to it)."""
     monkeypatch.setenv("STREAMOPS_CATALOG", str(PROJECT_CATALOG))
     monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
-                       '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}')
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION)
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}')
     return tmp_path / "checkpoints"
 

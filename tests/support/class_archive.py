@@ -64,6 +64,7 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
     from streamops.loadgen import run as run_load
     from streamops.provisioning import ensure_topics
     from streamops.spark_submit import submit_spec
+    from tests.support import LOCAL_SPARK_CONNECTION
     from tests.support.routes import wait_until_all_routed
 
     began = time.monotonic()
@@ -76,8 +77,7 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
     checkpoint = work_dir / "checkpoint"
     spec = submit_spec(router, kafka=kafka, catalog=catalog_file, checkpoint=str(checkpoint))
     saved = {key: os.environ.get(key) for key in ("AIRFLOW_CONN_SPARK_DEFAULT", "SPARK_SUBMIT_OPTS")}
-    os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = (
-        '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}')
+    os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = LOCAL_SPARK_CONNECTION
     dump = archive.with_name(f"{archive.name}.partial-{os.getpid()}")  # only a whole archive gets the name
     archive.parent.mkdir(parents=True, exist_ok=True)
     os.environ["SPARK_SUBMIT_OPTS"] = f"{base_opts} -XX:ArchiveClassesAtExit={dump}".strip()
