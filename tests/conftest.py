@@ -101,6 +101,7 @@ def driver_class_archive(request, session_dir: Path):
     from tests.support.class_archive import ARCHIVE_SILENT, archive_path, build_driver_class_archive
 
     base_opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    archive: Path | None = None
     try:
         archive = archive_path(PROJECT_ROOT / ".cache" / "class-archives", base_opts)
         if archive.exists():
@@ -109,16 +110,16 @@ def driver_class_archive(request, session_dir: Path):
             outcome = build_driver_class_archive(archive, session_dir / "class-archive", request.getfixturevalue("broker").client_config,
                                                  request.getfixturevalue("admin"), base_opts)
     except Exception as exc:  # only speed is at stake: the suite runs on without it
-        archive = session_dir / "no-class-archive"
         outcome = f"driver class archive: not built ({type(exc).__name__}: {exc}); drivers start without one"
+    usable = archive is not None and archive.exists()
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and capture is not None:
         with capture.global_and_fixture_disabled():  # one line in the session's output, not a test's
             reporter.write_line(f"\n{outcome}")
-    if archive.exists():
+    if usable:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{base_opts} -XX:SharedArchiveFile={archive} {ARCHIVE_SILENT}".strip()
-    yield archive if archive.exists() else None
+    yield archive if usable else None
     os.environ["SPARK_SUBMIT_OPTS"] = base_opts
 
 
