@@ -208,9 +208,13 @@ class DagRunResult:
         from airflow.models.xcom import XComModel
         from airflow.utils.session import create_session
 
+        from tests.support.task_failures import TaskStates, errors_of
+
         self.run_id = dag_run.run_id
         self.state = str(dag_run.state)
-        self.task_states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
+        # Compared as a dict; printed in an assertion message, it names each failed task's error.
+        self.task_states = TaskStates({ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()},
+                                      errors_of(dag_run.dag_id, dag_run.run_id))
         with create_session() as session:
             rows = (
                 session.query(XComModel)
@@ -228,6 +232,7 @@ def run_dag(airflow_db, monkeypatch):
         from airflow.dag_processing.dagbag import DagBag
 
         from streamops.dag_tasks.approval import APPROVE_PARAM
+        from tests.support.task_failures import install as install_task_failure_recorder
 
         monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog))
         if not os.environ.get("STREAMOPS_CHECKPOINT_ROOT"):  # the audit log is under it: never the project's own
@@ -239,6 +244,7 @@ def run_dag(airflow_db, monkeypatch):
         # browser test approves plans in the real UI).
         if APPROVE_PARAM in dag.params and APPROVE_PARAM not in conf:
             conf[APPROVE_PARAM] = False
+        install_task_failure_recorder()
         result = DagRunResult(dag.test(run_conf=conf))
         if set(result.task_states.values()) != {"success"}:  # a task raised (failed, retried or skipped)
             _release_failed_tasks_frames()  # a full heap scan: about 1-2 s in this process
