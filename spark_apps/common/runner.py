@@ -785,9 +785,12 @@ def main(argv: list[str]) -> int:
         log.error("%s", reason)
         raise
     finally:
-        if publisher is not None:
-            publisher.close()
+        if prepared is not None:
+            prepared.release()
         runtime.release(outcome, reason)
+
+
+LISTENER_DRAIN_MS = 2000  # at a driver's exit: Spark's queued progress events are delivered within this
 
 
 @dataclass
@@ -800,6 +803,21 @@ class Prepared:
     outputs: list[OutputQuery]
     sources_read: list[list[str]]
     fingerprint: dict[str, list[str]]
+
+    def release(self) -> None:
+        """Stop listening before the driver exits. Spark posts a query's last events after
+        Python's callback server has closed; each would put a py4j stack trace at the end of the
+        driver log, where an operator (and a failed run's report) reads the cause."""
+        try:
+            # The events already posted are delivered first (Spark's listener bus is asynchronous).
+            self.spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(LISTENER_DRAIN_MS)  # noqa: SLF001 - no public API
+        except Exception as exc:  # noqa: BLE001 - still busy after the wait: the removal below stops what is left
+            log.debug("listener events not all delivered before exit: %s", exc)
+        try:
+            self.spark.streams.removeListener(self.publisher)
+        except Exception as exc:  # noqa: BLE001 - the JVM is going away already: nothing left to tell it
+            log.debug("progress listener not removed: %s", exc)
+        self.publisher.close()
 
 
 def prepare(spec: AppSpec, program: StreamingProgram, options: RunOptions, runtime: AppRuntime,
@@ -908,7 +926,7 @@ def await_go(slot: StandbySlot, prepared: Prepared, timeout_s: float, stops: "St
     with the running version's), then wait for the rollout's word. True: go and take the lease."""
     if stops.received:  # signalled while it prepared: the rollout is gone or gave up
         log.warning("warm standby %s: %s while it prepared; exiting without starting", slot.token, stops.describe())
-        prepared.publisher.close()
+        prepared.release()
         return False
     slot.report_ready(plan_fingerprint=prepared.fingerprint, application_id=prepared.spark.sparkContext.applicationId)
     log.info("warm standby %s ready; waiting up to %gs for the rollout's word", slot.token, timeout_s)
@@ -920,7 +938,7 @@ def await_go(slot: StandbySlot, prepared: Prepared, timeout_s: float, stops: "St
         slot.clear()
     if word.get("word") != "go":
         log.warning("warm standby %s not needed, exiting without starting: %s", slot.token, word.get("why") or word)
-        prepared.publisher.close()
+        prepared.release()
         return False
     log.info("warm standby %s: go from %s", slot.token, word.get("by") or "the rollout")
     return True
