@@ -183,6 +183,7 @@ def test_a_program_from_outside_the_project_is_provisioned_deployed_validated_re
     catalog_file.write_text(catalog.to_yaml())
     monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
+    monkeypatch.setenv("STREAMOPS_REPROCESS_ROOT", str(tmp_path / "reprocess"))  # not the checkout's .run/
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", LOCAL_SPARK_CONNECTION)
     app = catalog.app("acme-dedup")
     runtime = AppRuntime(app.checkpoint_location())
