@@ -790,7 +790,7 @@ def main(argv: list[str]) -> int:
         runtime.release(outcome, reason)
 
 
-LISTENER_DRAIN_MS = 2000  # at a driver's exit: Spark's queued progress events are delivered within this
+LISTENER_DRAIN_MS = 5000  # at a driver's exit: Spark's queued listener events are delivered within this (usually ms)
 
 
 @dataclass
