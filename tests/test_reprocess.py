@@ -103,8 +103,8 @@ def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(s
                           ReprocessRequest(app="oplog-router", start=cut_time.isoformat(), target="scratch", tag="since"))
     assert plan.records == len(after) == 300
     run_reprocess(broker.client_config, admin, app_catalog, plan, tmp_path / "work", spark_master="local[2]")
-    # The driver's log ends with its own words: its listener heard the query stop before the driver
-    # exited, and no event failed against Python's closed callback server (a py4j stack trace).
+    # The driver's listener heard its query stop before the driver exited, and no event failed
+    # against Python's closed callback server (a py4j stack trace at the end of the log).
     driver_log = (tmp_path / "work" / "driver.log").read_text()
     assert re.search(r"streamops\.app: query [0-9a-f-]{36} stopped", driver_log), driver_log[-3000:]
     assert "Py4J" not in driver_log, driver_log[-3000:]

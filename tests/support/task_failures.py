@@ -38,12 +38,11 @@ class TaskFailureRecorder:
 _RECORDER = TaskFailureRecorder()
 
 
-def install() -> TaskFailureRecorder:
-    """Register the recorder with the task runner's listener manager (once per process)."""
+def install() -> None:
+    """Register the recorder with the task runner's listener manager (a second call is a no-op)."""
     from airflow.sdk.listener import get_listener_manager
 
     get_listener_manager().add_listener(_RECORDER)
-    return _RECORDER
 
 
 def errors_of(dag_id: str, run_id: str) -> dict[str, str]:
