@@ -64,7 +64,8 @@ def validate_topic_quality():
     def plan() -> list[dict]:
         context = get_current_context()
         scheduled = context["dag_run"].run_type == "scheduled"
-        start, end = context["data_interval_start"], context["data_interval_end"]
+        # An asset-triggered run (after a deploy) has no data interval: Airflow leaves the keys out.
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
         interval = (start, end) if scheduled and start and end else None
         triggered_by = steps.apps_from_events(context.get("triggering_asset_events"))
         return steps.plan(admin_client(), context["params"], interval, triggered_by)
