@@ -243,8 +243,8 @@ def up(
     typer.echo(f"Kafka bootstrap servers: {bootstrap}" + (
         f" (TLS + SASL/SCRAM; catalog environment {environment}; each app connects as its own user)" if cluster else ""))
     if state != "success":
-        states = api.task_states("provision_topics", run_id)
-        raise _fail(f"provision_topics failed (tasks: {json.dumps(states)}); read the failed task's log in the UI")
+        raise _fail(f"provision_topics failed; the whole log of each task is in the UI.\n"
+                    f"{api.run_report('provision_topics', run_id)}")
 
 
 @app.command()

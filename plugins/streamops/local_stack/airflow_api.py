@@ -74,6 +74,11 @@ class AirflowApi:
 
         return poll_until(finished, timeout=timeout, what=f"{dag_id} run {run_id} to finish", max_interval=3)
 
+    def runs(self, dag_id: str, run_type: str | None = None) -> list[dict]:
+        """The DAG's runs (of one type: manual, scheduled, asset_triggered...), oldest first."""
+        body = self._get(f"/dags/{dag_id}/dagRuns", order_by="run_after", limit=100).json()
+        return [run for run in body.get("dag_runs", []) if run_type is None or run.get("run_type") == run_type]
+
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         body = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances").json()
         return {ti["task_id"]: ti["state"] for ti in body.get("task_instances", [])}
@@ -103,6 +108,22 @@ class AirflowApi:
             # A failure's exception travels beside the event, not in it.
             lines += [f"{e.get('exc_type')}: {e.get('exc_value')}" for e in item.get("error_detail") or [] if isinstance(e, dict)]
         return "\n".join(lines)
+
+    def run_report(self, dag_id: str, run_id: str, tail_lines: int = 25) -> str:
+        """A run's task states, then the last lines of each failed task's log: why a run did not
+        succeed, for a message that must say so without a trip to the UI."""
+        instances = self.task_instances(dag_id, run_id)
+        report = [f"{dag_id} run {run_id}, tasks: " + ", ".join(f"{ti['task_id']} {ti['state']}" for ti in instances)]
+        for ti in instances:
+            if ti["state"] != "failed":
+                continue
+            try:
+                lines = self.task_log(dag_id, run_id, ti["task_id"], ti.get("map_index", -1),
+                                      ti.get("try_number") or 1).splitlines()
+            except AirflowApiError as exc:
+                lines = [str(exc)]
+            report.append(f"last lines of {ti['task_id']}'s log:\n" + "\n".join(lines[-tail_lines:]))
+        return "\n".join(report)
 
     def unpause(self, dag_id: str) -> None:
         self.client.patch(f"/dags/{dag_id}", json={"is_paused": False})
