@@ -138,7 +138,7 @@ class Operator:
         self.page.get_by_text(expect_in_plan).first.wait_for()
         self.shot(f"{dag_id}-plan-to-approve")
         self.page.get_by_role("button", name="Approve", exact=True).click()
-        assert api.wait_for_run(dag_id, run_id, timeout=600) == "success", api.task_states(dag_id, run_id)
+        assert api.wait_for_run(dag_id, run_id, timeout=600) == "success", api.run_report(dag_id, run_id)
         self.page.goto(f"{self.stack.base}/dags/{dag_id}/runs/{run_id}")
         self.shot(f"{dag_id}-applied")
 
@@ -156,11 +156,17 @@ def test_the_operator_path_in_a_real_browser(stack, browser):
 
     # Deploy the router from its form (an explicit choice: nothing is pre-selected).
     deployed = operator.trigger("deploy_apps", {"apps": APP})
-    assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success", api.task_states("deploy_apps", deployed)
+    assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success", api.run_report("deploy_apps", deployed)
     poll_until(lambda: operator.app_state(APP) == ("healthy", False), timeout=300, what="the router to show healthy")
     row = operator.page.locator(f'tr[data-app="{APP}"]')
     assert "Spark UI" in row.inner_text() and "driver log" in row.inner_text() and "deploy_apps" in row.inner_text()
     operator.shot("router-deployed")
+    # The deploy's asset event starts a validation of the router's outputs: a run with no data interval.
+    validation = poll_until(lambda: next(iter(api.runs("validate_topic_quality", "asset_triggered")), None),
+                            timeout=300, what="the deploy to trigger a validation")["dag_run_id"]
+    assert api.wait_for_run("validate_topic_quality", validation, timeout=600) == "success", \
+        api.run_report("validate_topic_quality", validation)
+    assert api.task_states("validate_topic_quality", validation) == {"plan": "success", "validate": "success"}
 
     # kill -9 of the driver: red, with the evidence; the supervisor's run (from its form) restarts it.
     runtime = stack.runtime(APP)

@@ -29,6 +29,9 @@ from streamops.waiting import DeadlineExceeded, poll_until
 DEFAULT_PORT = 8080
 ADMIN_USER = "admin"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+# Airflow's LocalExecutor with a guard against a race that fails an approval as it is approved
+# (streamops.airflow_executor; the plugins folder is on every Airflow process's path).
+LOCAL_EXECUTOR = "streamops.airflow_executor.LocalExecutor"
 # /api/v2/monitor/health names the components with underscores.
 _HEALTH_KEYS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
 # What `streamops up` set the stack up for: catalog environment and Kafka target (connections).
@@ -60,6 +63,8 @@ class LocalAirflow:
     celery_log_ports: dict[str, int] = field(default_factory=dict)
     spark_master: str | None = None
     spark_conf_dir: Path | None = None
+    # Settings put last into every component's environment (a test's own DAG folder, executors).
+    extra_env: dict[str, str] = field(default_factory=dict)
     processes: dict[str, ServiceProcess] = field(init=False)
 
     @classmethod
@@ -106,7 +111,7 @@ class LocalAirflow:
 
     @property
     def executor(self) -> str:
-        return "CeleryExecutor" if self.celery_broker_url else "LocalExecutor"
+        return "CeleryExecutor" if self.celery_broker_url else LOCAL_EXECUTOR
 
     @property
     def url(self) -> str:
@@ -157,7 +162,7 @@ class LocalAirflow:
             })
         if self.spark_conf_dir:
             env["SPARK_CONF_DIR"] = str(self.spark_conf_dir)
-        return env
+        return env | self.extra_env
 
     def worker_env(self, name: str) -> dict[str, str]:
         """A Celery worker's environment: its own "host" address, for Airflow's task records
