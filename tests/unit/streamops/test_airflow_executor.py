@@ -1,6 +1,7 @@
-"""streamops' LocalExecutor: a task try stays known to the scheduler while any of its worker
-processes runs, so the late exit report of a parked approval does not fail its resumed attempt.
-(The race itself, on a real scheduler: tests/test_approval_race.py.)"""
+"""streamops' LocalExecutor: the late exit report of a parked approval, read while its resumed
+attempt runs, leaves the try known to the scheduler, which then ignores the report. (The race
+itself, and the counting of the processes Airflow hands the executor, on a real scheduler:
+tests/test_approval_race.py.)"""
 
 from __future__ import annotations
 
@@ -33,20 +34,26 @@ def test_the_parked_process_reporting_late_leaves_the_resumed_attempt_known():
     assert not executor.has_task(task_instance(APPROVE))
 
 
-def test_a_single_process_that_ends_is_forgotten_as_before():
+def test_a_try_with_one_process_at_a_time_is_handled_as_airflow_does():
     """A process that dies while its task still says running must still fail the task: the
-    scheduler does that only for a try its executor no longer has."""
+    scheduler does that only for a try its executor does not have, and Airflow's LocalExecutor
+    has a try only while it waits in the queue."""
     executor = LocalExecutor(parallelism=2)
     executor.in_flight.started([APPROVE])
-    assert executor.has_task(task_instance(APPROVE))
+    assert not executor.has_task(task_instance(APPROVE))
     executor.change_state(APPROVE, TaskInstanceState.FAILED)
+    assert not executor.has_task(task_instance(APPROVE))
+    executor.in_flight.started([APPROVE])  # a reschedule or a slow approval: the same try, one process at a time
+    executor.change_state(APPROVE, TaskInstanceState.SUCCESS)
     assert not executor.has_task(task_instance(APPROVE))
 
 
 def test_a_running_report_is_not_an_end():
     executor = LocalExecutor(parallelism=2)
-    executor.in_flight.started([APPROVE])
+    executor.in_flight.started([APPROVE, APPROVE])
     executor.running_state(APPROVE)
+    assert not executor.has_task(task_instance(APPROVE))
+    executor.change_state(APPROVE, TaskInstanceState.SUCCESS)
     assert executor.has_task(task_instance(APPROVE))
 
 
@@ -54,9 +61,14 @@ def test_tries_and_tasks_are_counted_apart():
     in_flight = ProcessesInFlight()
     retry = TaskInstanceKey("reprocess", "approve", "manual__1", 2, -1)
     other = TaskInstanceKey("reprocess", "plan", "manual__1", 1, -1)
-    in_flight.started([APPROVE, retry, other])
+    in_flight.started([APPROVE, APPROVE, retry, retry, other])
     in_flight.ended(APPROVE)
-    assert (in_flight.running(APPROVE), in_flight.running(retry), in_flight.running(other)) == (False, True, True)
-    in_flight.ended(APPROVE)  # a report for a try it never started (an adopted task): nothing goes negative
+    assert (in_flight.outlived(APPROVE), in_flight.outlived(retry), in_flight.outlived(other)) == (True, False, False)
+    in_flight.ended(APPROVE)
+    assert not in_flight.outlived(APPROVE)
+    # A report of a process never counted (the scheduler's heartbeat purge reports FAILED for a
+    # task that stopped heartbeating): nothing goes negative, and the next process counts afresh.
+    in_flight.ended(APPROVE)
     in_flight.started([APPROVE])
-    assert in_flight.running(APPROVE)
+    in_flight.ended(APPROVE)
+    assert not in_flight.outlived(APPROVE)
