@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import dag, task
+
+from streamops.waiting import poll_until
 
 # A child that waits for a file, holding the output it inherits from the task's process.
 WAIT_FOR_FILE = ("import pathlib, sys, time\n"
@@ -24,14 +25,6 @@ WAIT_FOR_FILE = ("import pathlib, sys, time\n"
 
 def gate(name: str) -> Path:
     return Path(os.environ["APPROVAL_RACE_GATES"]) / name
-
-
-def wait_for(path: Path, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the test never created {path}")
-        time.sleep(0.2)
 
 
 class LingeringApproval(ApprovalOperator):
@@ -45,7 +38,7 @@ class LingeringApproval(ApprovalOperator):
 
     def execute_complete(self, context, event):
         gate("resumed").touch()
-        wait_for(gate("resumed-may-finish"))
+        poll_until(gate("resumed-may-finish").exists, timeout=600, what="the test to let the resumed attempt finish")
         return super().execute_complete(context, event)
 
 
