@@ -38,6 +38,9 @@ from tests.support.ports import free_port_pair  # noqa: E402
 
 from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT  # noqa: E402
 
+# The time per module, slowest first, at the end of every run (the suite's budget, made visible).
+pytest_plugins = ["tests.support.budget"]
+
 # Two tiers. tests/unit/ mirrors the package: pure functions, plans, parsers, selectors, in
 # seconds, with none of the session's real components. Every other test runs on real Kafka,
 # Spark, Airflow or processes and is marked `integration` (`bin/test -m "not integration"` is

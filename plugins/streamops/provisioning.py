@@ -363,9 +363,8 @@ def _collect(futures: dict, results: dict[str, TopicResult], what: str, key) -> 
             log.info("%s: %s", topic, what)
 
 
-def mismatches(specs: Sequence[TopicSpec], broker: BrokerSnapshot) -> dict[str, str]:
+def _differences(plan: ProvisioningPlan) -> dict[str, str]:
     """Per topic, how the broker still differs from the catalog (empty when it matches)."""
-    plan = plan_topics(specs, broker, report_unmanaged=False)
     out = {}
     for topic in plan.topics:
         if topic.actions == [Action.NO_CHANGE]:
@@ -380,24 +379,30 @@ def mismatches(specs: Sequence[TopicSpec], broker: BrokerSnapshot) -> dict[str, 
 def verify(admin: AdminClient, specs: Sequence[TopicSpec], timeout: float = 30.0) -> BrokerSnapshot:
     """Describe the topics again until they match the catalog; raise naming what still differs.
 
-    Polls because a new topic's metadata can reach the broker we ask a moment after creation.
+    Polls because a new topic's metadata can reach the broker we ask a moment after creation. A
+    difference the plan refuses (fewer partitions, another replication factor) never goes away
+    by itself: it is reported as soon as nothing else is still settling, not after the timeout.
     """
     names = [spec.name for spec in specs]
-    latest: dict[str, BrokerSnapshot] = {}
+    latest: dict[str, ProvisioningPlan] = {}
+    snapshots: dict[str, BrokerSnapshot] = {}
 
-    def matches() -> bool:
-        latest["snapshot"] = describe_broker(admin, names)
-        return not mismatches(specs, latest["snapshot"])
+    def settled() -> bool:
+        snapshots["latest"] = describe_broker(admin, names)
+        latest["plan"] = plan_topics(specs, snapshots["latest"], report_unmanaged=False)
+        return all(topic.actions == [Action.NO_CHANGE] or topic.refusals for topic in latest["plan"].topics)
 
     try:
-        poll_until(matches, timeout=timeout, what="the broker to match the catalog")
+        poll_until(settled, timeout=timeout, what="the broker to match the catalog")
     except DeadlineExceeded:
-        diff = mismatches(specs, latest["snapshot"])
+        pass
+    diff = _differences(latest["plan"])
+    if diff:
         lines = "\n".join(f"  - {topic}: {why}" for topic, why in sorted(diff.items()))
         raise ProvisioningError(
             f"after apply, {len(diff)} topic(s) on the broker still differ from the catalog:\n{lines}"
-        ) from None
-    return latest["snapshot"]
+        )
+    return snapshots["latest"]
 
 
 def ensure_topics(admin: AdminClient, specs: Sequence[TopicSpec]) -> ProvisioningPlan:
