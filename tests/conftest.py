@@ -27,6 +27,9 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
 os.environ.setdefault("STREAMOPS_CATALOG", str(Path(__file__).resolve().parents[1] / "catalog" / "pipelines.yaml"))
+# Whatever a test writes under the run dir (artifacts, quality results, reprocessing folders) stays
+# in the session's folder: never the checkout's .run/ (the local stack's), never another process's.
+os.environ["STREAMOPS_RUN_DIR"] = str(_SESSION_DIR / "run")
 # The drivers tests launch (spark-submit, through the DAGs and the CLI) live for seconds to minutes:
 # C2's compiling never pays back there, and C1 alone started and ran them about 15% faster here.
 # The session's own long-lived Spark (the `spark` fixture) keeps the JVM's default.
@@ -35,6 +38,7 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_DRIVER_JIT)
 
 from streamops.local_stack.broker import LocalBroker  # noqa: E402
 from tests.support.ports import free_port_pair  # noqa: E402
+from tests.support.shared import locked, make_shared_dir, shared_broker, shared_dir, stop_shared  # noqa: E402
 
 from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT  # noqa: E402
 
@@ -46,21 +50,60 @@ pytest_plugins = ["tests.support.budget"]
 # Spark, Airflow or processes and is marked `integration` (`bin/test -m "not integration"` is
 # the fast tier alone).
 UNIT_TESTS = Path(__file__).resolve().parent / "unit"
-REAL_COMPONENT_FIXTURES = {"broker", "secure_cluster", "airflow_db", "admin", "run_dag", "spark", "app_catalog", "app_env"}
+REAL_COMPONENT_FIXTURES = {"broker", "secure_cluster", "cluster_profile", "local_stack", "airflow_db", "admin", "run_dag", "spark", "app_catalog", "app_env"}
+
+
+_SHARED = pytest.StashKey[Path]()
 
 
 def pytest_unconfigure(config):
     # The session folder goes at the end even when no test asked for it (the fast tier).
     shutil.rmtree(_SESSION_DIR, ignore_errors=True)
+    if _SHARED in config.stash:  # the controlling process of a two-process run, its test processes ended
+        stop_shared(config.stash[_SHARED])
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "integration: runs on real components (Kafka, Spark, Airflow, processes); "
                                        "every test outside tests/unit/")
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        config.stash[_SHARED] = make_shared_dir()  # before the test processes start: they inherit it
 
 
+# The tests on the secured Kafka cluster and the cluster profile (which runs on it) run one after
+# the other, first: those components start once and stop after their last user, so no other test
+# shares the machine with three idle brokers and a second Airflow.
+CLUSTER_MODULES = ("test_secure_cluster.py", "test_secured_pipeline.py", "test_airflow_cluster.py", "test_spark_cluster.py")
+
+
+def _run_order(item) -> tuple[int, int]:
+    name = Path(str(item.path)).name
+    if name in CLUSTER_MODULES or {"secure_cluster", "cluster_profile"} & set(item.fixturenames):
+        return 0, CLUSTER_MODULES.index(name) if name in CLUSTER_MODULES else len(CLUSTER_MODULES)
+    return 1, 0
+
+
+def _xdist_group(item) -> str | None:
+    """Under pytest-xdist (`--dist loadgroup`) tests of one group run in one process, one after the
+    other: those that share a component started once per run (the secured cluster and the cluster
+    profile; the local stack), and those of a module with a module-scoped fixture. Every other test
+    is a unit of its own, run by whichever process is free."""
+    if _run_order(item)[0] == 0:
+        return "secured-cluster-and-cluster-profile"
+    if "local_stack" in item.fixturenames:
+        return "local-stack"
+    if any(defs[-1].scope == "module" for defs in item._fixtureinfo.name2fixturedefs.values()):
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_run_order)  # stable: file order within each block
     for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         if UNIT_TESTS in Path(str(item.path)).resolve().parents:
             heavy = REAL_COMPONENT_FIXTURES.intersection(item.fixturenames)
             if heavy:
@@ -78,9 +121,14 @@ def session_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def broker(session_dir: Path) -> LocalBroker:
-    """The session's Kafka broker, on free ports, with its data in the session dir."""
-    instance = LocalBroker(state_dir=session_dir / "kafka", port=free_port_pair())
-    instance.start()
+    """The session's Kafka broker, on free ports, with its data in the session dir; with two test
+    processes, the run's one broker (the first to ask starts it, the controlling process stops it)."""
+    shared = shared_dir()
+    if shared is not None:
+        instance = shared_broker(shared, free_port_pair)
+    else:
+        instance = LocalBroker(state_dir=session_dir / "kafka", port=free_port_pair())
+        instance.start()
     os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = (
         '{"conn_type": "kafka", "extra": {"bootstrap.servers": "%s"}}' % instance.bootstrap_servers
     )
@@ -89,7 +137,8 @@ def broker(session_dir: Path) -> LocalBroker:
     # that while the broker is up, or its threads go on retrying a stopped broker (log lines
     # after pytest's summary). Every other client is closed where it is used.
     gc.collect()
-    instance.stop()
+    if shared is None:
+        instance.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -107,11 +156,14 @@ def driver_class_archive(request, session_dir: Path):
     archive: Path | None = None
     try:
         archive = archive_path(PROJECT_ROOT / ".cache" / "class-archives", base_opts)
-        if archive.exists():
-            outcome = f"driver class archive: {archive} (built before); drivers start with it"
-        else:
-            outcome = build_driver_class_archive(archive, session_dir / "class-archive", request.getfixturevalue("broker").client_config,
-                                                 request.getfixturevalue("admin"), base_opts)
+        # One process builds it; another test process waits for that and uses it.
+        with locked(archive.parent / ".build.lock"):
+            if archive.exists():
+                outcome = f"driver class archive: {archive} (built before); drivers start with it"
+            else:
+                outcome = build_driver_class_archive(archive, session_dir / "class-archive",
+                                                     request.getfixturevalue("broker").client_config,
+                                                     request.getfixturevalue("admin"), base_opts)
     except Exception as exc:  # only speed is at stake: the suite runs on without it
         outcome = f"driver class archive: not built ({type(exc).__name__}: {exc}); drivers start without one"
     usable = archive is not None and archive.exists()
@@ -130,35 +182,84 @@ def driver_class_archive(request, session_dir: Path):
 def secure_cluster(session_dir: Path, request):
     """The production-shaped cluster, once per session for the tests that need it: three KRaft
     nodes on 127.0.0.11-13 (ports free now), TLS everywhere, SASL/SCRAM users, ACLs enforced.
-    Stopped after the last test that uses it (pytest_runtest_teardown below), not at the end of the
+    Stopped after the last test that uses it (`stop_after_last_user`), not at the end of the
     session: three idle brokers took CPU from every test that came after them."""
     from streamops.local_stack.secure_cluster import SecureCluster, free_cluster_ports
 
     instance = SecureCluster(session_dir / "secure-cluster", **free_cluster_ports())
     instance.start()
-    request.config.stash[_LAST_USER_DONE] = lambda: _stop_secure_cluster(instance)
+    stop_after_last_user(request, "secure_cluster", lambda: _stop_secure_cluster(instance))
     yield instance
     _stop_secure_cluster(instance)
 
 
-_LAST_USER_DONE = pytest.StashKey()
-
-
 def _stop_secure_cluster(instance) -> None:
+    import psutil
+
     gc.collect()  # confluent-kafka clients close when collected: before the nodes go
+    pids = [instance.pid(node) for node in instance.node_ids]
     instance.stop()  # stopping a stopped cluster does nothing
+    assert [p for p in pids if p and psutil.pid_exists(p)] == [], "stop() left node processes running"
+    assert "0/3 nodes running" in instance.status()
+
+
+@pytest.fixture(scope="session")
+def cluster_profile(secure_cluster, tmp_path_factory, request):
+    """The session's one cluster profile (tests/support/cluster_profile.py): `streamops up --cluster`
+    on the secured cluster, with Spark standalone, PostgreSQL, Redis and Airflow with two Celery
+    workers; stopped after the last test that uses it, before the Kafka cluster."""
+    from tests.support.cluster_profile import start_cluster_profile, stop_cluster_profile
+
+    profile = start_cluster_profile(secure_cluster, tmp_path_factory.mktemp("cluster-profile"),
+                                    f"c{uuid.uuid4().hex[:10]}")
+    stopped: list[str] = []
+
+    def stop() -> None:
+        if not stopped:
+            stopped.append(stop_cluster_profile(profile))
+
+    stop_after_last_user(request, "cluster_profile", stop)
+    yield profile
+    stop()
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory, request):
+    """The session's one `streamops up` (tests/support/local_stack.py): its own broker and Airflow on
+    SQLite; `streamops down` after the last test that uses it, checked."""
+    from tests.support.local_stack import start_local_stack, stop_local_stack
+
+    stack = start_local_stack(tmp_path_factory.mktemp("local-stack"), f"ui{uuid.uuid4().hex[:8]}")
+    stopped: list[bool] = []
+
+    def stop() -> None:
+        if not stopped:
+            stopped.append(True)
+            stop_local_stack(stack)
+
+    stop_after_last_user(request, "local_stack", stop)
+    yield stack
+    stop()
+
+
+_LAST_USER_STOPS = pytest.StashKey()
+
+
+def stop_after_last_user(request, fixture: str, stop) -> None:
+    """Call `stop` right after the last test that uses `fixture` (directly or through another
+    fixture), not at the end of the session: an idle cluster takes CPU from every later test.
+    Components registered later are stopped first (a stack before the Kafka it runs on)."""
+    request.config.stash.setdefault(_LAST_USER_STOPS, {})[fixture] = stop
 
 
 @pytest.hookimpl(trylast=True)  # after the test's own fixtures (its clients) are gone
 def pytest_runtest_teardown(item, nextitem):
-    if "secure_cluster" not in item.fixturenames:
-        return
+    stops = item.config.stash.get(_LAST_USER_STOPS, {})
     items = item.session.items
     later = items[items.index(item) + 1:] if item in items else []
-    if not any("secure_cluster" in other.fixturenames for other in later):
-        stop = item.config.stash.get(_LAST_USER_DONE, None)
-        if stop is not None:
-            stop()
+    for fixture in reversed(list(stops)):
+        if fixture in item.fixturenames and not any(fixture in other.fixturenames for other in later):
+            stops.pop(fixture)()
 
 
 @pytest.fixture(scope="session")

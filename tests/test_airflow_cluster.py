@@ -1,100 +1,50 @@
-"""The cluster profile through Airflow: metadata on PostgreSQL, the CeleryExecutor (Redis) with two
-workers on their own loopback addresses, spark_default on a Spark standalone master. Deploy from
-one worker, kill -9 that worker (the driver goes on), status and stop from the other, and two
-deploys of one app at once: exactly one driver, the other run refused naming it and its host; then
-roll_restart_apps, recover_restart_app and a reprocess backfill with its cutover run through Celery
-on the standalone cluster."""
+"""The cluster profile through Airflow, on the session's one cluster profile (`streamops up --cluster`,
+tests/support/cluster_profile.py): metadata on PostgreSQL, the CeleryExecutor (Redis) with two
+workers on their own loopback addresses, spark_default on a Spark standalone master, Kafka the
+secured three-broker cluster with each app under its own principal. Deploy from one worker, kill -9
+that worker (the driver goes on), status and stop from the other, and two deploys of one app at
+once: exactly one driver, the other run refused naming it and its host; then roll_restart_apps,
+recover_restart_app and a reprocess backfill with its cutover run through Celery on the standalone
+cluster."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support.ports import free_port
+from tests.support.cluster_profile import ClusterProfile
 from tests.support.routes import wait_until_all_routed
-from streamops.app_runtime import AppRuntime
 from streamops.app_status import app_status
-from streamops.catalog import Catalog, load_catalog
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
-from streamops.local_stack.airflow_api import AirflowApi
-from streamops.local_stack.airflow_stack import LocalAirflow
-from streamops.local_stack.metadata_services import PostgresServer, RedisServer
-from streamops.local_stack.spark_cluster import WORKER_ADDRESSES, SparkStandalone, free_spark_ports
-from streamops.provisioning import ensure_topics
+from streamops.reprocess import target_catalog
+from streamops.local_stack.airflow_stack import CELERY_WORKER_ADDRESSES as AIRFLOW_WORKERS
+from streamops.local_stack.spark_cluster import WORKER_ADDRESSES
 from streamops.waiting import poll_until
 
 pytestmark = pytest.mark.timeout(1800)
 
-AIRFLOW_WORKERS = {"worker-1": "127.0.0.31", "worker-2": "127.0.0.32"}
+
+def _both_workers_up(profile: ClusterProfile) -> None:
+    """Both Celery workers take tasks and both Spark workers run (an earlier test may have stopped one)."""
+    for name in AIRFLOW_WORKERS:
+        if profile.airflow.processes[f"celery-{name}"].pid() is None:
+            profile.airflow.start_worker(name)
+    for worker, address in WORKER_ADDRESSES.items():
+        if address not in profile.spark.alive_worker_hosts():
+            profile.spark.start_worker(worker)
 
 
-@dataclass
-class ClusterProfile:
-    airflow: LocalAirflow
-    spark: SparkStandalone
-    catalog: Catalog
-    api: AirflowApi
-
-
-@pytest.fixture(scope="module")
-def cluster_profile(broker, admin, tmp_path_factory):
-    # PostgreSQL runs as the `postgres` user, who must reach its folder: not under pytest's 700 tmp.
-    state = Path(tempfile.mkdtemp(prefix="streamops-cluster-profile-"))
-    state.chmod(0o711)
-    work = tmp_path_factory.mktemp("cluster-profile")
-    catalog = load_catalog().with_topic_prefix(f"c{uuid.uuid4().hex[:10]}")
-    # The scheduler runs app_status (the supervisor) on its own here: with restarts on, it could
-    # restart a driver these tests kill on purpose before their recovery DAG runs.
-    catalog = catalog.model_copy(update={"apps": [
-        app.model_copy(update={"supervision": app.supervision.model_copy(update={"restart": "never"})}) for app in catalog.apps]})
-    ensure_topics(admin, catalog.topics)
-    catalog_file = work / "catalog.yaml"
-    catalog_file.write_text(catalog.to_yaml())
-    postgres = PostgresServer(state / "postgres", free_port())
-    redis = RedisServer(state / "redis", free_port())
-    spark = SparkStandalone(work / "spark", **free_spark_ports())
-    airflow = None
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("STREAMOPS_CATALOG", str(catalog_file))
-        env.setenv("STREAMOPS_CHECKPOINT_ROOT", str(work / "checkpoints"))
-        try:
-            postgres.start()
-            redis.start()
-            spark.start()
-            airflow = LocalAirflow(
-                home=work / "airflow", port=free_port(), kafka_bootstrap=broker.bootstrap_servers,
-                database_url=postgres.url(), celery_broker_url=redis.url, celery_workers=dict(AIRFLOW_WORKERS),
-                celery_log_ports={name: free_port() for name in AIRFLOW_WORKERS}, spark_master=spark.master_url,
-                spark_conf_dir=spark.write_client_conf(cores=1))
-            airflow.init()
-            airflow.start(timeout=300)
-            api = AirflowApi(airflow.url, "admin", airflow.admin_password())
-            for dag_id in ("deploy_apps", "stop_apps", "app_status", "roll_restart_apps", "recover_restart_app", "reprocess"):
-                api.wait_for_dag(dag_id, timeout=300)
-            yield ClusterProfile(airflow, spark, catalog, api)
-        finally:
-            for name in catalog.app_names():  # never leave a driver behind
-                runtime = AppRuntime(work / "checkpoints" / name)
-                if runtime.is_running() and runtime.driver_process() is not None:
-                    os.killpg(runtime.driver().process_group, signal.SIGKILL)
-            if airflow is not None:
-                airflow.stop()
-                assert airflow._task_processes() == []  # no task process outlives the stack
-            spark.stop()
-            redis.stop()
-            postgres.stop()
-            shutil.rmtree(state, ignore_errors=True)
+@pytest.fixture(autouse=True)
+def _profile_paths(cluster_profile, monkeypatch):
+    """This process reads the apps' runtime folders (status, records) where the profile's drivers write them."""
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", cluster_profile.env["STREAMOPS_CHECKPOINT_ROOT"])
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(cluster_profile.catalog_file))
 
 
 def _launch(profile: ClusterProfile, run_id: str) -> dict:
@@ -115,11 +65,12 @@ def test_the_metadata_is_on_postgres_and_tasks_run_on_two_celery_hosts(cluster_p
         assert f"{name}@{address} ready" in cluster_profile.airflow.processes[f"celery-{name}"].log_file.read_text()
 
 
-def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_profile, broker):
+def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_profile):
     profile, api = cluster_profile, cluster_profile.api
+    _both_workers_up(profile)
     router = profile.catalog.app("oplog-router")
-    runtime = AppRuntime(router.checkpoint_location())
-    kafka = broker.client_config
+    runtime = profile.runtime("oplog-router")
+    kafka = profile.kafka
     run_load(router, LoadSpec(count=300, keys=20, seed=51), kafka)
 
     # Deploy while only worker 1 takes tasks.
@@ -131,6 +82,7 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
     driver = runtime.driver()
     assert (driver.launched_by, driver.spark_master, driver.driver_host) == (
         deployed, profile.spark.master_url, AIRFLOW_WORKERS["worker-1"])
+    assert " as oplog-router (SCRAM-SHA-512) (from connection kafka_app_oplog_router)" in driver.kafka
     # Executors on the standalone cluster's workers (the client conf caps an app at one core).
     poll_until(lambda: len(app_status(router, kafka).executor_hosts or []) == 1, timeout=120,
                what="the router's executor on a Spark worker")
@@ -186,14 +138,12 @@ def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_
     # The winner keeps running for the next test (the module's fixture kills what is left).
 
 
-def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standalone_cluster(cluster_profile, broker):
+def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standalone_cluster(cluster_profile):
     profile, api = cluster_profile, cluster_profile.api
     router = profile.catalog.app("oplog-router")
-    runtime = AppRuntime(router.checkpoint_location())
-    kafka = broker.client_config
-    for name in AIRFLOW_WORKERS:  # both workers take tasks (an earlier test may have stopped one)
-        if profile.airflow.processes[f"celery-{name}"].pid() is None:
-            profile.airflow.start_worker(name)
+    runtime = profile.runtime("oplog-router")
+    kafka = profile.kafka
+    _both_workers_up(profile)
     if not runtime.is_running():
         deployed = api.trigger("deploy_apps", {"apps": ["oplog-router"]})
         assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success"
@@ -232,7 +182,18 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     assert api.xcom("reprocess", backfill, "run")["records_in"] == inputs
     cut = runtime.driver()
     assert runtime.is_running() and cut.version == "1.1.0+v2" and cut.spark_master == profile.spark.master_url
+    # Under its own principal on the new topics: the cutover granted it exactly what the catalog gives
+    # it on the old ones.
+    granted = api.xcom("reprocess", backfill, "cut_over")["acls_granted"]
+    assert sorted(granted) == sorted(f"allow User:oplog-router {op} on topic {topic}.v2 (literal)"
+                                     for topic in [*router.outputs.values(), router.dead_letter_topic]
+                                     for op in ("Describe", "Write"))
     for live in router.outputs.values():  # every routed record is on the new topics too (the old may hold duplicates)
         assert {(r.key, r.value) for r in read_all(kafka, live)} <= {(r.key, r.value) for r in read_all(kafka, f"{live}.v2")}
+    # And it writes them: what arrives after the cutover is routed there too.
+    run_load(router, LoadSpec(count=100, keys=20, seed=54, start_seq=32_000_000), kafka)
+    moved = target_catalog(profile.catalog, "oplog-router",
+                           {t: f"{t}.v2" for t in [*router.outputs.values(), router.dead_letter_topic]}).app("oplog-router")
+    wait_until_all_routed(kafka, moved, timeout=300, what="the router on its new topics to route what came after the cutover")
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=180, what="the router to stop")

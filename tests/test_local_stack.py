@@ -5,21 +5,16 @@ from __future__ import annotations
 import os
 import re
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.support.catalogs import topic_entry, write_catalog
-from tests.support.ports import free_port, free_port_pair
+from tests.support.ports import free_port_pair
 from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.process import AlreadyRunning, ServiceError
 from streamops.toolchain import check
-
-STREAMOPS = str(Path(sys.executable).parent / "streamops")
 
 
 def test_installed_versions_fit_together():
@@ -84,90 +79,76 @@ def test_broker_stop_is_clean_and_keeps_the_data(tmp_path):
         broker.stop()
 
 
-def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(tmp_path, prefix):
-    """The README's main command, with its own run dir, ports and catalog."""
-    names = [f"{prefix}.orders", f"{prefix}.audit"]
-    catalog = write_catalog(tmp_path, [topic_entry(names[0], 4, configs={"retention.ms": 3600000}), topic_entry(names[1], 1)])
-    kafka_port, airflow_port = free_port_pair(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(
-        STREAMOPS_RUN_DIR=str(tmp_path / "run"),
-        STREAMOPS_KAFKA_PORT=str(kafka_port),
-        STREAMOPS_AIRFLOW_PORT=str(airflow_port),
-        STREAMOPS_CATALOG=str(catalog),
-    )
+def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(local_stack):
+    """The README's main command, with its own run dir, ports and catalog (the session's one local
+    stack: its first `up` is this test's; `streamops down` after the browser test, checked there)."""
+    first, streamops = local_stack.up, local_stack.streamops
+    names = local_stack.catalog.topic_names()
+    kafka_port, airflow_port = local_stack.kafka_port, local_stack.airflow_port
+    assert "provision_topics finished: success" in first.stdout
+    for name in names:
+        assert re.search(rf"^  {re.escape(name)}\s+create$", first.stdout, re.M), (name, first.stdout)
+    login = re.search(rf"Airflow UI: http://127.0.0.1:{airflow_port}  \(user 'admin', password '(\S+)'\)", first.stdout)
+    assert login, first.stdout
 
-    def streamops(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([STREAMOPS, *args], env=env, capture_output=True, text=True, timeout=600)
+    topics = AdminClient({"bootstrap.servers": f"127.0.0.1:{kafka_port}"}).list_topics(timeout=10).topics
+    assert {name: len(topics[name].partitions) for name in names} == {
+        name: local_stack.catalog.topic(name).partitions for name in names}
 
+    status = streamops("status")
+    assert "Kafka broker: running" in status.stdout and ", healthy;" in status.stdout
+    assert (
+        "metadatabase healthy, scheduler healthy, triggerer healthy, dag_processor healthy" in status.stdout
+    ), status.stdout
+
+    # validate_topic_quality's Data Docs are served by the API server (the plugin in plugins/),
+    # behind the UI's login, with GX's CDN addresses pointing at the suite's copies.
+    jwt = httpx.post(f"http://127.0.0.1:{airflow_port}/auth/token", json={"username": "admin", "password": login[1]},
+                     timeout=30).json()["access_token"]
+    site = local_stack.run_dir / "quality" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    (site / "validations").mkdir(parents=True, exist_ok=True)
+    served = site / "validations" / "a page.html"
+    served.write_text('<html>suite oplog.category.contacts<script src="https://code.jquery.com/jquery-3.7.1.min.js"></script></html>')
     try:
-        first = streamops("up")
-        assert first.returncode == 0, first.stdout + first.stderr
-        assert "provision_topics finished: success" in first.stdout
-        assert re.search(rf"^  {re.escape(names[0])}\s+create$", first.stdout, re.M)
-        login = re.search(rf"Airflow UI: http://127.0.0.1:{airflow_port}  \(user 'admin', password '(\S+)'\)", first.stdout)
-        assert login, first.stdout
-
-        topics = AdminClient({"bootstrap.servers": f"127.0.0.1:{kafka_port}"}).list_topics(timeout=10).topics
-        assert {name: len(topics[name].partitions) for name in names} == {names[0]: 4, names[1]: 1}
-
-        status = streamops("status")
-        assert "Kafka broker: running" in status.stdout and ", healthy;" in status.stdout
-        assert (
-            "metadatabase healthy, scheduler healthy, triggerer healthy, dag_processor healthy" in status.stdout
-        ), status.stdout
-
-        # validate_topic_quality's Data Docs are served by the API server (the plugin in plugins/),
-        # behind the UI's login, with GX's CDN addresses pointing at the suite's copies.
-        jwt = httpx.post(f"http://127.0.0.1:{airflow_port}/auth/token", json={"username": "admin", "password": login[1]},
-                         timeout=30).json()["access_token"]
-        site = tmp_path / "run" / "quality" / "gx" / "uncommitted" / "data_docs" / "local_site"
-        (site / "validations").mkdir(parents=True, exist_ok=True)
-        (site / "validations" / "a page.html").write_text(
-            '<html>suite oplog.category.contacts<script src="https://code.jquery.com/jquery-3.7.1.min.js"></script></html>')
         page_url = f"http://127.0.0.1:{airflow_port}/streamops/data-docs/validations/a%20page.html"
         assert httpx.get(page_url, timeout=30).status_code == 401
         page = httpx.get(page_url, headers={"Authorization": f"Bearer {jwt}"}, timeout=30)
         assert (page.status_code, page.text) == (200, '<html>suite oplog.category.contacts<script src='
                                                       '"/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js"></script></html>')
-        script = httpx.get(f"http://127.0.0.1:{airflow_port}/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js",
-                           headers={"Authorization": f"Bearer {jwt}"}, timeout=30)
-        assert script.status_code == 200 and script.text.startswith("/*! jQuery v3.7.1")
-
-        # The apps' metrics (the other plugin): refused without credentials, served to the scrape
-        # token that `up` made and printed, and to an Airflow login.
-        metrics_url = f"http://127.0.0.1:{airflow_port}/streamops/metrics"
-        token_file = re.search(r"^Metrics: \S+/streamops/metrics  \(Prometheus bearer token in (\S+)\)$", first.stdout, re.M)
-        assert token_file, first.stdout
-        assert oct(os.stat(token_file[1]).st_mode & 0o777) == "0o600"
-        refused = httpx.get(metrics_url, timeout=30)
-        assert refused.status_code == 401 and "send the scrape token" in refused.json()["detail"]
-        assert httpx.get(metrics_url, headers={"Authorization": "Bearer not-the-token"}, timeout=30).status_code == 403
-        scraped = httpx.get(metrics_url, headers={"Authorization": f"Bearer {Path(token_file[1]).read_text().strip()}"}, timeout=60)
-        assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=")
-        assert "# TYPE streamops_app_state gauge" in scraped.text and "# TYPE streamops_app_offset_lag gauge" in scraped.text
-        assert httpx.get(metrics_url, headers={"Authorization": f"Bearer {jwt}"}, timeout=60).status_code == 200
-
-        # A task log an operator reads: no deprecation noise from pinned packages at its top, and no
-        # return value dumped at its end (the tasks log their own summaries).
-        from streamops.local_stack.airflow_api import AirflowApi
-
-        api = AirflowApi(f"http://127.0.0.1:{airflow_port}", "admin", login[1])
-        dry = api.trigger("provision_topics", {"dry_run": True})
-        assert api.wait_for_run("provision_topics", dry, timeout=300) == "success"
-        plan_log = api.task_log("provision_topics", dry, "plan")
-        assert "no change" in plan_log, plan_log[-2000:]
-        assert "GitWildMatchPattern" not in plan_log and "DeprecationWarning" not in plan_log, plan_log[:2000]
-        assert "Returned value was" not in plan_log, plan_log[-2000:]
-
-        second = streamops("up")
-        assert second.returncode == 0, second.stdout + second.stderr
-        assert "Kafka broker is already running" in second.stdout
-        assert "Airflow is already running" in second.stdout
-        assert "plan: 2 no change" in second.stdout
     finally:
-        down = streamops("down")
-    assert down.returncode == 0, down.stderr
-    assert "Kafka broker stopped" in down.stdout and "Airflow api-server stopped" in down.stdout
-    after = streamops("status")
-    assert "Kafka broker: stopped" in after.stdout and "Airflow: stopped" in after.stdout
+        served.unlink()  # the browser test reads the site as a new stack has it
+    script = httpx.get(f"http://127.0.0.1:{airflow_port}/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js",
+                       headers={"Authorization": f"Bearer {jwt}"}, timeout=30)
+    assert script.status_code == 200 and script.text.startswith("/*! jQuery v3.7.1")
+
+    # The apps' metrics (the other plugin): refused without credentials, served to the scrape
+    # token that `up` made and printed, and to an Airflow login.
+    metrics_url = f"http://127.0.0.1:{airflow_port}/streamops/metrics"
+    token_file = re.search(r"^Metrics: \S+/streamops/metrics  \(Prometheus bearer token in (\S+)\)$", first.stdout, re.M)
+    assert token_file, first.stdout
+    assert oct(os.stat(token_file[1]).st_mode & 0o777) == "0o600"
+    refused = httpx.get(metrics_url, timeout=30)
+    assert refused.status_code == 401 and "send the scrape token" in refused.json()["detail"]
+    assert httpx.get(metrics_url, headers={"Authorization": "Bearer not-the-token"}, timeout=30).status_code == 403
+    scraped = httpx.get(metrics_url, headers={"Authorization": f"Bearer {Path(token_file[1]).read_text().strip()}"}, timeout=60)
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain; version=")
+    assert "# TYPE streamops_app_state gauge" in scraped.text and "# TYPE streamops_app_offset_lag gauge" in scraped.text
+    assert httpx.get(metrics_url, headers={"Authorization": f"Bearer {jwt}"}, timeout=60).status_code == 200
+
+    # A task log an operator reads: no deprecation noise from pinned packages at its top, and no
+    # return value dumped at its end (the tasks log their own summaries).
+    from streamops.local_stack.airflow_api import AirflowApi
+
+    api = AirflowApi(f"http://127.0.0.1:{airflow_port}", "admin", login[1])
+    dry = api.trigger("provision_topics", {"dry_run": True})
+    assert api.wait_for_run("provision_topics", dry, timeout=300) == "success"
+    plan_log = api.task_log("provision_topics", dry, "plan")
+    assert "no change" in plan_log, plan_log[-2000:]
+    assert "GitWildMatchPattern" not in plan_log and "DeprecationWarning" not in plan_log, plan_log[:2000]
+    assert "Returned value was" not in plan_log, plan_log[-2000:]
+
+    second = streamops("up")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "Kafka broker is already running" in second.stdout
+    assert "Airflow is already running" in second.stdout
+    assert f"plan: {len(names)} no change" in second.stdout

@@ -1,6 +1,6 @@
 """The operator's path in a real browser: Debian's Chromium, headless, driven by Playwright (no
-browser download), against the suite as `streamops up` brings it up. Logs in; sees every app on
-the apps page; deploys the router from its form; kills its driver and sees it turn red, then
+browser download), against the suite as `streamops up` brings it up (the session's one local
+stack). Logs in; sees every app on the apps page; deploys the router from its form; kills its driver and sees it turn red, then
 running again after the supervisor's restart; approves a provision_topics plan and a
 recover_replay_dead_letters plan in the UI, both triggered with the forms' defaults; checks that
 the apps page, Data Docs, the metrics and the REST API refuse a request without login.
@@ -13,20 +13,15 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-from pathlib import Path
 from urllib.parse import unquote
 
 import httpx
 import pytest
 
 from tests.support import PROJECT_ROOT
-from tests.support.ports import free_port, free_port_pair
-from streamops.app_runtime import AppRuntime
+from tests.support.local_stack import LocalStack
 from streamops.waiting import poll_until
 
-STREAMOPS = str(Path(sys.executable).parent / "streamops")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = PROJECT_ROOT / "test-artifacts" / "operator-ui"
 APP = "oplog-router"
@@ -34,46 +29,11 @@ APP = "oplog-router"
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (bin/setup installs it as root)")
 
 
-class Stack:
-    def __init__(self, base: str, password: str, run_dir: Path, catalog):
-        self.base, self.password, self.run_dir, self.catalog = base, password, run_dir, catalog
-
-    def runtime(self, app: str) -> AppRuntime:
-        return AppRuntime(self.run_dir / "checkpoints" / app)
-
-    def api(self):
-        from streamops.local_stack.airflow_api import AirflowApi
-
-        return AirflowApi(self.base, "admin", self.password)
-
-
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, request):
-    from streamops.catalog import load_catalog
-
-    tmp = tmp_path_factory.mktemp("operator-ui")
-    prefix = f"ui{os.getpid()}"
-    catalog = load_catalog().with_topic_prefix(prefix)
-    catalog_file = tmp / "catalog.yaml"
-    catalog_file.write_text(catalog.to_yaml())
-    kafka_port, airflow_port = free_port_pair(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(STREAMOPS_RUN_DIR=str(tmp / "run"), STREAMOPS_KAFKA_PORT=str(kafka_port),
-               STREAMOPS_AIRFLOW_PORT=str(airflow_port), STREAMOPS_CATALOG=str(catalog_file),
-               STREAMOPS_CHECKPOINT_ROOT=str(tmp / "run" / "checkpoints"),
-               # The supervisor runs when the test triggers it, never on its own in between.
-               STREAMOPS_SUPERVISOR="manual")
-    up = subprocess.run([STREAMOPS, "up"], env=env, capture_output=True, text=True, timeout=900)
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        password = re.search(r"\(user 'admin', password '(\S+)'\)", up.stdout)[1]
-        yield Stack(f"http://127.0.0.1:{airflow_port}", password, tmp / "run", catalog)
-    finally:
-        for name in catalog.app_names():  # never leave a driver behind
-            runtime = AppRuntime(tmp / "run" / "checkpoints" / name)
-            if runtime.is_running():
-                os.kill(runtime.driver().pid, signal.SIGKILL)
-        subprocess.run([STREAMOPS, "down"], env=env, capture_output=True, text=True, timeout=300)
+def stack(local_stack):
+    """The session's one `streamops up` (tests/support/local_stack.py): the browser test is an
+    operator in front of the stack the README's main command brings up."""
+    return local_stack
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +49,7 @@ def browser():
 class Operator:
     """One logged-in browser page, with the steps an operator takes."""
 
-    def __init__(self, browser, stack: Stack):
+    def __init__(self, browser, stack: LocalStack):
         self.stack = stack
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
         self.page.set_default_timeout(60_000)
@@ -191,7 +151,8 @@ def test_the_operator_path_in_a_real_browser(stack, browser):
     import json
 
     audit = [json.loads(line) for line in (stack.run_dir / "checkpoints" / "_audit" / "audit.jsonl").read_text().splitlines()]
-    approvals = [(e["dag_id"], e["outcome"], e["approved_by"]) for e in audit if e["step"] == "approve"]
+    approvals = [(e["dag_id"], e["outcome"], e["approved_by"]) for e in audit
+                 if e["step"] == "approve" and e["run_id"] in (provision, replay)]
     assert approvals == [("provision_topics", "approved", "admin"), ("recover_replay_dead_letters", "approved", "admin")]
 
     # Data Docs behind the login, styled by the suite's own assets (no validation yet: it says so).

@@ -64,26 +64,6 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
     assert {o["topic"]: o["success"] for o in result.xcoms["validate"]} == {f"{t}.v2": True for t in [*router.outputs.values(), dead]}
 
 
-def test_backfill_of_a_stateful_app_reproduces_its_state_driven_output(spark, broker, admin, app_catalog, tmp_path):
-    from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
-
-    presence = app_catalog.app("presence-notifier")
-    load = loadgen.LoadSpec(count=900, keys=15, seed=5, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc),
-                            event_spacing=timedelta(seconds=2))
-    loadgen.run(presence, load, broker.client_config)
-    run_available_now(spark, app_catalog, "presence-notifier", broker, tmp_path / "live")
-
-    plan = plan_reprocess(admin, broker.client_config, app_catalog,
-                          ReprocessRequest(app="presence-notifier", target="scratch", tag="stateful"))
-    result = run_reprocess(broker.client_config, admin, app_catalog, plan, tmp_path / "work", spark_master="local[2]")
-
-    assert result.records_in == 900
-    for live, target in plan.targets.items():
-        if live == presence.dead_letter_topic:
-            continue
-        assert comparable(read_all(broker.client_config, target)) == comparable(read_all(broker.client_config, live)), live
-
-
 def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(spark, broker, admin, app_catalog, tmp_path):
     from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 

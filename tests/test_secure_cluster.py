@@ -2,13 +2,12 @@
 each, on 127.0.0.11-13) with TLS on every listener, SASL/SCRAM-SHA-512 for clients and
 replication, a certificate-authenticated controller quorum, and ACLs.
 
-One cluster for the module, on ports chosen free at runtime (the session's single broker on
-127.0.0.1 is not touched). Waits poll with deadlines.
+The session's one secured cluster (conftest's `secure_cluster`, on ports chosen free at runtime; the
+session's single broker on 127.0.0.1 is not touched). Waits poll with deadlines.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import socket
 import stat
@@ -43,17 +42,10 @@ from streamops.waiting import poll_until
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> SecureCluster:
-    instance = SecureCluster(tmp_path_factory.mktemp("secure-cluster"), **free_cluster_ports())
-    instance.start()
-    yield instance
-    # Drop this module's clients while the nodes are up (confluent-kafka clients close when collected).
-    gc.collect()
-    pids = [instance.pid(node) for node in instance.node_ids]
-    instance.stop()
-    assert [p for p in pids if p and psutil.pid_exists(p)] == [], "stop() left node processes running"
-    assert "0/3 nodes running" in instance.status()
+@pytest.fixture
+def cluster(secure_cluster) -> SecureCluster:
+    """The session's secured cluster (conftest): its stop is checked when it stops, after its last user."""
+    return secure_cluster
 
 
 def _topic(kind: str) -> str:
@@ -290,7 +282,9 @@ def test_killing_a_partition_leader_keeps_acks_all_producing_and_the_node_rejoin
 def test_no_password_in_any_log_config_or_command_line(cluster):
     passwords = cluster.passwords()
     assert {ADMIN_USER, INTER_BROKER_USER} <= set(passwords)
-    private = {cluster.users_file, cluster.ca_key_file}
+    # The files that hold secrets on purpose: the users, the CA's key, and each principal's client
+    # settings (`streamops cluster up` writes them for --kafka-config and the Airflow connections).
+    private = {cluster.users_file, cluster.ca_key_file, *cluster.state_dir.glob("clients/*.json")}
     for node in cluster.node_ids:
         private |= {cluster.secrets_file(node), cluster.keystore_file(node)}
         properties = cluster.config_file(node).read_text()

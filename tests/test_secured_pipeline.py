@@ -193,116 +193,82 @@ def _size(kafka, topic: str, partition: int) -> int:
     return high - low
 
 
-def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_principal_per_app(secure_cluster, tmp_path, prefix):
-    """The README's main command with --cluster: the Spark standalone cluster, PostgreSQL and Redis
-    started beside the Kafka cluster, Airflow on PostgreSQL with the CeleryExecutor and two workers,
-    its connections written from the cluster's client files (admin for the suite, one per app) and
-    spark_default on the standalone master, the environment recorded, the topics provisioned
-    through the DAG (on a Celery worker) with three replicas; no password in anything written."""
+def test_streamops_up_on_the_secured_cluster_points_airflow_at_it_with_a_principal_per_app(cluster_profile, secure_cluster):
+    """The README's main command with --cluster (the session's cluster profile is its first run,
+    tests/support/cluster_profile.py): the Spark standalone cluster, PostgreSQL and Redis started beside
+    the Kafka cluster, Airflow on PostgreSQL with the CeleryExecutor and two workers, its connections
+    written from the cluster's client files (admin for the suite, one per app) and spark_default on the
+    standalone master, the environment recorded, the topics provisioned through the DAG (on a Celery
+    worker) with three replicas; no password in anything written."""
     import re
-    import shutil
-    import subprocess
-    import sys
-    import tempfile
 
     import psycopg2
 
-    from tests.support.ports import free_port, free_port_pair
-    from streamops.local_stack.metadata_services import MetadataServices
-    from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
     from streamops.provisioning import describe_broker
 
-    catalog = load_catalog(environment="cluster").with_topic_prefix(prefix)
-    catalog_file = tmp_path / "catalog.yaml"
-    catalog_file.write_text(catalog.to_yaml())
-    airflow_port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMOPS_ENVIRONMENT"))}
-    env.update(
-        STREAMOPS_RUN_DIR=str(tmp_path / "run"), STREAMOPS_AIRFLOW_PORT=str(airflow_port),
-        STREAMOPS_KAFKA_PORT=str(free_port_pair()), STREAMOPS_CATALOG=str(catalog_file),
-        STREAMOPS_CHECKPOINT_ROOT=str(tmp_path / "checkpoints"),
-        STREAMOPS_CLUSTER_DIR=str(secure_cluster.state_dir),
-        STREAMOPS_CLUSTER_PORTS=f"{secure_cluster.client_port},{secure_cluster.controller_port},{secure_cluster.internal_port}",
-    )
-    # PostgreSQL runs as the `postgres` user, who must reach its folder: not under pytest's 700 tmp.
-    metadata = MetadataServices(Path(tempfile.mkdtemp(prefix="streamops-up-cluster-")), free_port(), free_port())
-    metadata.state_dir.chmod(0o711)
-    spark = SparkStandalone(tmp_path / "spark", **free_spark_ports())
-    env.update(
-        STREAMOPS_METADATA_DIR=str(metadata.state_dir), STREAMOPS_METADATA_PORTS=f"{metadata.postgres_port},{metadata.redis_port}",
-        STREAMOPS_SPARK_DIR=str(spark.state_dir), STREAMOPS_CELERY_LOG_PORTS=f"{free_port()},{free_port()}",
-        STREAMOPS_SPARK_PORTS=",".join(str(p) for p in (spark.master_port, spark.master_ui_port, spark.worker_port, spark.worker_ui_port)),
-    )
-    streamops = str(Path(sys.executable).parent / "streamops")
+    profile = cluster_profile
+    catalog, spark, metadata, up = profile.catalog, profile.spark, profile.metadata, profile.up
+    run = profile.streamops
 
-    def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([streamops, *args], env=env, capture_output=True, text=True, timeout=900)
+    assert "secure Kafka cluster is already running" in up.stdout, up.stdout[:2000]
+    assert f"Spark standalone cluster up at {spark.master_url}" in up.stdout
+    assert f"PostgreSQL up on 127.0.0.30:{metadata.postgres_port}" in up.stdout
+    assert f"Redis up on 127.0.0.30:{metadata.redis_port}" in up.stdout
+    assert "provision_topics finished: success" in up.stdout
+    for name in catalog.topic_names():
+        assert re.search(rf"^  {re.escape(name)}\s+create$", up.stdout, re.M), name
+    assert (f"Kafka bootstrap servers: {secure_cluster.bootstrap_servers} (TLS + SASL/SCRAM; catalog environment "
+            "cluster; each app connects as its own user)") in up.stdout
+    snapshot = describe_broker(secure_cluster.client_config(ADMIN_USER).admin(), catalog.topic_names())
+    assert {snapshot.topics[n].replication_factor for n in catalog.topic_names()} == {3}
 
+    def connection(conn_id: str) -> dict:
+        got = run("airflow", "cli", "connections", "get", conn_id, "-o", "json")
+        assert got.returncode == 0, got.stderr[-2000:]
+        (entry,) = json.loads(got.stdout)
+        return entry
+
+    written = {conn_id: connection(conn_id) for conn_id in ["kafka_default", *map(app_conn_id, catalog.app_names())]}
+    assert {c: w["extra_dejson"]["sasl.username"] for c, w in written.items()} == {
+        "kafka_default": ADMIN_USER, **{app_conn_id(n): n for n in catalog.app_names()}}
+    assert connection("spark_default")["host"] == spark.master_url
+    assert not (profile.run_dir / "airflow" / "airflow.db").exists()  # the metadata is on PostgreSQL
+    db = psycopg2.connect(host="127.0.0.30", port=metadata.postgres_port, user="airflow",
+                          password=metadata.postgres.password, dbname="airflow")
     try:
-        up = run("up", "--cluster")
-        assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
-        assert "secure Kafka cluster is already running" in up.stdout, up.stdout[:2000]
-        assert f"Spark standalone cluster up at {spark.master_url}" in up.stdout
-        assert f"PostgreSQL up on 127.0.0.30:{metadata.postgres_port}" in up.stdout
-        assert f"Redis up on 127.0.0.30:{metadata.redis_port}" in up.stdout
-        assert "provision_topics finished: success" in up.stdout
-        for name in catalog.topic_names():
-            assert re.search(rf"^  {re.escape(name)}\s+create$", up.stdout, re.M), name
-        assert (f"Kafka bootstrap servers: {secure_cluster.bootstrap_servers} (TLS + SASL/SCRAM; catalog environment "
-                "cluster; each app connects as its own user)") in up.stdout
-        snapshot = describe_broker(secure_cluster.client_config(ADMIN_USER).admin(), catalog.topic_names())
-        assert {snapshot.topics[n].replication_factor for n in catalog.topic_names()} == {3}
-
-        def connection(conn_id: str) -> dict:
-            got = run("airflow", "cli", "connections", "get", conn_id, "-o", "json")
-            assert got.returncode == 0, got.stderr[-2000:]
-            (entry,) = json.loads(got.stdout)
-            return entry
-
-        written = {conn_id: connection(conn_id) for conn_id in ["kafka_default", *map(app_conn_id, catalog.app_names())]}
-        assert {c: w["extra_dejson"]["sasl.username"] for c, w in written.items()} == {
-            "kafka_default": ADMIN_USER, **{app_conn_id(n): n for n in catalog.app_names()}}
-        assert connection("spark_default")["host"] == spark.master_url
-        assert not (tmp_path / "run" / "airflow" / "airflow.db").exists()  # the metadata is on PostgreSQL
-        db = psycopg2.connect(host="127.0.0.30", port=metadata.postgres_port, user="airflow",
-                              password=metadata.postgres.password, dbname="airflow")
-        try:
-            with db.cursor() as cursor:
-                cursor.execute("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'kafka%%'")
-                encrypted = dict(cursor.fetchall())
-        finally:
-            db.close()
-        assert encrypted == {conn_id: True for conn_id in written}  # Fernet, with the key the stack keeps (600)
-        status = run("status").stdout
-        assert "catalog environment cluster; Kafka: the secured cluster)" in status
-        assert "CeleryExecutor on PostgreSQL, workers worker-1@127.0.0.31, worker-2@127.0.0.32" in status
-        assert (f"Airflow metadata services: PostgreSQL running (pid {metadata.postgres.process.pid()}) on "
-                f"127.0.0.30:{metadata.postgres_port}") in status
-
-        # bin/setup's `airflow init` and a second `up --cluster` keep (rewrite) the cluster's connections.
-        init = run("airflow", "init")
-        assert init.returncode == 0, init.stderr[-2000:]
-        again = run("up", "--cluster")
-        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-        assert "Airflow connections: catalog environment cluster, Kafka: the secured cluster;" in again.stdout
-        assert {c: connection(c)["extra_dejson"]["sasl.username"] for c in written} == {
-            "kafka_default": ADMIN_USER, **{app_conn_id(n): n for n in catalog.app_names()}}
-
-        # The single-broker `up` is refused while this Airflow works for the cluster, and starts nothing.
-        local = run("up")
-        assert local.returncode == 1
-        assert ("Airflow is running for the secured cluster (catalog environment cluster), not the local broker "
-                "(environment local); stop it first (`streamops airflow stop`), then run this again") in local.stderr
-        assert "Kafka broker: stopped" in run("broker", "status").stdout
+        with db.cursor() as cursor:
+            cursor.execute("SELECT conn_id, is_extra_encrypted FROM connection WHERE conn_id LIKE 'kafka%%'")
+            encrypted = dict(cursor.fetchall())
     finally:
-        stopped = run("airflow", "stop")  # not `down`: the Kafka cluster is the session's
-        metadata.stop()
-        spark.stop()
-    assert stopped.returncode == 0, stopped.stderr
-    assert "Airflow celery-worker-2 stopped" in stopped.stdout
+        db.close()
+    assert encrypted == {conn_id: True for conn_id in written}  # Fernet, with the key the stack keeps (600)
+    status = run("status").stdout
+    assert "catalog environment cluster; Kafka: the secured cluster)" in status
+    assert "CeleryExecutor on PostgreSQL, workers worker-1@127.0.0.31, worker-2@127.0.0.32" in status
+    assert (f"Airflow metadata services: PostgreSQL running (pid {metadata.postgres.process.pid()}) on "
+            f"127.0.0.30:{metadata.postgres_port}") in status
 
+    # bin/setup's `airflow init` and a second `up --cluster` keep (rewrite) the cluster's connections.
+    init = run("airflow", "init")
+    assert init.returncode == 0, init.stderr[-2000:]
+    again = run("up", "--cluster")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "Airflow connections: catalog environment cluster, Kafka: the secured cluster;" in again.stdout
+    assert {c: connection(c)["extra_dejson"]["sasl.username"] for c in written} == {
+        "kafka_default": ADMIN_USER, **{app_conn_id(n): n for n in catalog.app_names()}}
+
+    # The single-broker `up` is refused while this Airflow works for the cluster, and starts nothing.
+    local = run("up")
+    assert local.returncode == 1
+    assert ("Airflow is running for the secured cluster (catalog environment cluster), not the local broker "
+            "(environment local); stop it first (`streamops airflow stop`), then run this again") in local.stderr
+    assert "Kafka broker: stopped" in run("broker", "status").stdout
+
+    # Connection extras are encrypted in the metadata DB (its files too), logs carry none.
     passwords = [p for p in secure_cluster.passwords().values() if p]
-    leaked = sorted(str(path) for folder in (tmp_path / "run", metadata.state_dir) for path in folder.rglob("*")
-                    if path.is_file() and any(p.encode() in path.read_bytes() for p in passwords))
-    shutil.rmtree(metadata.state_dir, ignore_errors=True)
-    assert leaked == []  # connection extras are encrypted in the metadata DB (its files too), logs carry none
+    files = [path for folder in (profile.run_dir, metadata.state_dir) for path in folder.rglob("*") if path.is_file()]
+    # The one file per driver that holds its credentials on purpose is readable by its user only.
+    assert [p for p in files if p.name == "kafka-client.json" and stat.S_IMODE(p.stat().st_mode) != 0o600] == []
+    leaked = sorted(str(path) for path in files if path.name != "kafka-client.json"
+                    and any(p.encode() in path.read_bytes() for p in passwords))
+    assert leaked == []

@@ -1,6 +1,7 @@
-"""The apps on a Spark standalone cluster of this machine: a master and two workers on their own
-loopback addresses, the router's executors on both workers, and a worker killed under load with
-every record still routed exactly (the app goes on on the other worker)."""
+"""The apps on a Spark standalone cluster of this machine (the session's one, the cluster profile's):
+a master and two workers on their own loopback addresses, the router's executors on both workers,
+and a worker killed under load with every record still routed exactly (the app goes on on the
+other worker)."""
 
 from __future__ import annotations
 
@@ -21,19 +22,20 @@ from streamops.app_status import app_status, status_table
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.local_stack.process import AlreadyRunning
-from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone, free_spark_ports
+from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone
 from streamops.spark_submit import driver_env, submit_spec
 from streamops.waiting import poll_until
 
 pytestmark = pytest.mark.timeout(1200)
 
 
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory):
-    cluster = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"), **free_spark_ports())
-    cluster.start()
-    yield cluster
-    cluster.stop()
+@pytest.fixture
+def spark_cluster(cluster_profile) -> SparkStandalone:
+    """The session's one Spark standalone cluster, the cluster profile's (no app of the profile's
+    Airflow runs on it while these tests do: each scenario there stops what it started)."""
+    poll_until(lambda: cluster_profile.spark.applications() == [], timeout=120,
+               what="the apps of earlier tests to leave the Spark cluster")
+    return cluster_profile.spark
 
 
 def test_a_master_and_two_workers_each_on_its_own_address(spark_cluster):

@@ -188,7 +188,8 @@ class SecuredBroker:
 
     @staticmethod
     def start(state_dir: Path):
-        from streamops.local_stack.broker import LocalBroker, free_port_pair
+        from streamops.local_stack.broker import LocalBroker
+        from tests.support.ports import free_port_pair
 
         passwords = SecuredBroker.PASSWORDS
 

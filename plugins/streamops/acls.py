@@ -76,3 +76,11 @@ def apply_acls(admin: AdminClient, acls: set[AppAcl], timeout: float = 30.0) -> 
         for future in admin.create_acls([_binding(acl) for acl in missing], request_timeout=timeout).values():
             future.result(timeout=timeout)
     return [f"allow {a.principal} {a.operation} on {a.resource_type.lower()} {a.resource} ({a.pattern.lower()})" for a in missing]
+
+
+def grant_app(admin: AdminClient, catalog: Catalog, app_name: str, principal: str, timeout: float = 30.0) -> list[str]:
+    """Create the ACLs `app_acls` derives for one app of `catalog` as `principal` that the cluster
+    lacks; return them in words (empty: it had them all). For an app started on topics the main
+    catalog does not name (a reprocess cutover), before it starts."""
+    mapping = {app_name: principal}
+    return apply_acls(admin, {acl for acl in app_acls(catalog, mapping) if acl.principal == principal}, timeout)

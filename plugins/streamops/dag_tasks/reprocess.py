@@ -165,7 +165,9 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     # folder, where anyone could have edited its Spark conf), with the app on its new topics.
     catalog_file = work_dir / "catalog.yaml"
     catalog_file.write_text(target_catalog(catalog, the_plan.app, the_plan.targets).to_yaml())
-    targeted = load_catalog(catalog_file).app(the_plan.app)
+    targeted_catalog = load_catalog(catalog_file)
+    targeted = targeted_catalog.app(the_plan.app)
+    granted = _grant_new_topics(targeted_catalog, the_plan.app, kafka)
     # The app goes on as it last ran (version and Spark conf from its launch record, checked like a
     # trigger's), with semantic-version build metadata naming the topics' version (one '+').
     running, spark_conf = last_launch(the_plan.app)
@@ -190,4 +192,29 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
         the_plan.app, outcome["stopped"], version, outcome["pid"], ", ".join(the_plan.targets.values()), ", ".join(old),
         outcome["backup"], the_plan.app, catalog_file,
     )
-    return {**outcome, "old_topics": old, "new_topics": list(the_plan.targets.values())}
+    return {**outcome, "old_topics": old, "new_topics": list(the_plan.targets.values()), "acls_granted": granted}
+
+
+def _grant_new_topics(targeted_catalog, app: str, kafka: KafkaClientConfig) -> list[str]:
+    """On a secured cluster the app's driver connects as its own principal, whose ACLs name the
+    catalog's topics, not the backfill's: grant it the new ones (the suite's connection does) before
+    anything stops. Refused here, nothing has changed; a cluster without an authorizer needs none."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from streamops.acls import grant_app
+
+    principal = app_connection(app).principal
+    if not principal:
+        return []
+    try:
+        granted = grant_app(kafka.admin(), targeted_catalog, app, f"User:{principal}")
+    except KafkaException as exc:
+        if exc.args and isinstance(exc.args[0], KafkaError) and exc.args[0].code() == KafkaError.SECURITY_DISABLED:
+            return []
+        raise OneLineRefused(
+            f"the cutover would start {app} on its new topics as User:{principal}, and the ACLs it needs there could not be "
+            f"created with {kafka.describe()} ({exc}); grant them (terraform/ derives them from the catalog), then run the "
+            "cutover again. Nothing was stopped.") from None
+    for line in granted:
+        log.info("Cutover: %s", line)
+    return granted

@@ -49,15 +49,19 @@ class AirflowApi:
             return response.json() if response.status_code == 200 else None
 
         try:
-            return poll_until(parsed, timeout=timeout, what=f"the DAG processor to parse {dag_id}", max_interval=3)
+            return poll_until(parsed, timeout=timeout, what=f"the DAG processor to parse {dag_id}", max_interval=1)
         except DeadlineExceeded as exc:
             raise AirflowApiError(f"{exc}; see the dag-processor log") from None
 
     def trigger(self, dag_id: str, conf: dict, attempts: int = 5) -> str:
         """Create a DAG run. The embedded SQLite database answers 500 "database is locked" while
         the scheduler writes: retry with the same run id, so a retry never makes a second run."""
-        run_id = f"streamops__{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S.%fZ')}"
-        body = {"dag_run_id": run_id, "conf": conf, "logical_date": None, "note": "triggered by streamops up"}
+        now = datetime.now(timezone.utc)
+        run_id = f"streamops__{now.strftime('%Y%m%dT%H%M%S.%fZ')}"
+        # run_after in whole seconds: on SQLite the scheduler compares it with CURRENT_TIMESTAMP,
+        # which has none, and would leave a run made at 12:00:00.7 waiting until 12:00:01.
+        body = {"dag_run_id": run_id, "conf": conf, "logical_date": None, "run_after": now.replace(microsecond=0).isoformat(),
+                "note": "triggered by streamops up"}
         for attempt in range(1, attempts + 1):
             response = self.client.post(f"/dags/{dag_id}/dagRuns", json=body)
             if response.status_code < 400 or response.status_code == 409:  # 409: an earlier try got in
@@ -72,7 +76,7 @@ class AirflowApi:
             state = self._get(f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
             return state if state in _FINISHED else None
 
-        return poll_until(finished, timeout=timeout, what=f"{dag_id} run {run_id} to finish", max_interval=3)
+        return poll_until(finished, timeout=timeout, what=f"{dag_id} run {run_id} to finish", max_interval=1)
 
     def runs(self, dag_id: str, run_type: str | None = None) -> list[dict]:
         """The DAG's runs (of one type: manual, scheduled, asset_triggered...), oldest first."""

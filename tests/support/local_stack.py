@@ -1,0 +1,96 @@
+"""The session's one local stack as the README's main command brings it up: `streamops up` (a real
+subprocess) with its own run dir, ports and catalog (the project catalog, topics under a prefix of
+their own): a single Kafka broker and Airflow on SQLite with the LocalExecutor. Started once for the
+tests of the main command and of the operator's path in a browser; `streamops down` after the last
+of them (conftest: `stop_after_last_user`), which checks that everything stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from streamops.app_runtime import AppRuntime
+from streamops.catalog import Catalog, load_catalog
+from tests.support.ports import free_port, free_port_pair
+
+STREAMOPS = str(Path(sys.executable).parent / "streamops")
+
+
+@dataclass
+class LocalStack:
+    env: dict[str, str]  # the environment of `streamops` commands for this stack
+    run_dir: Path
+    catalog: Catalog
+    up: subprocess.CompletedProcess  # the first `streamops up`, as it printed
+    base: str  # the Airflow UI's address
+    password: str  # the admin's, as `up` printed it
+
+    @property
+    def kafka_port(self) -> int:
+        return int(self.env["STREAMOPS_KAFKA_PORT"])
+
+    @property
+    def airflow_port(self) -> int:
+        return int(self.env["STREAMOPS_AIRFLOW_PORT"])
+
+    def streamops(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        return subprocess.run([STREAMOPS, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def runtime(self, app: str) -> AppRuntime:
+        return AppRuntime(self.run_dir / "checkpoints" / app)
+
+    def api(self):
+        from streamops.local_stack.airflow_api import AirflowApi
+
+        return AirflowApi(self.base, "admin", self.password)
+
+
+def start_local_stack(work: Path, prefix: str) -> LocalStack:
+    catalog = load_catalog().with_topic_prefix(prefix)
+    catalog_file = work / "catalog.yaml"
+    catalog_file.write_text(catalog.to_yaml())
+    run_dir = work / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMOPS_"))}
+    env.update(STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_KAFKA_PORT=str(free_port_pair()),
+               STREAMOPS_AIRFLOW_PORT=str(free_port()), STREAMOPS_CATALOG=str(catalog_file),
+               STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),
+               # The supervisor runs when a test triggers it, never on its own in between.
+               STREAMOPS_SUPERVISOR="manual")
+    try:
+        up = subprocess.run([STREAMOPS, "up"], env=env, capture_output=True, text=True, timeout=900)
+    except BaseException:
+        subprocess.run([STREAMOPS, "down"], env=env, capture_output=True, text=True, timeout=300)
+        raise
+    login = re.search(rf"Airflow UI: http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}  \(user 'admin', password '(\S+)'\)",
+                      up.stdout)
+    stack = LocalStack(env, run_dir, catalog, up, f"http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}",
+                       login[1] if login else "")
+    if up.returncode != 0 or login is None:
+        stop_local_stack(stack, check=False)
+        raise AssertionError(f"`streamops up` failed (exit {up.returncode}):\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
+    return stack
+
+
+def stop_local_stack(stack: LocalStack, check: bool = True) -> None:
+    """Kill the drivers left running, then `streamops down`; with `check`, raise unless it stopped
+    the broker and Airflow and `status` says so."""
+    for name in stack.catalog.app_names():  # never leave a driver behind
+        runtime = stack.runtime(name)
+        if runtime.is_running():
+            os.kill(runtime.driver().pid, signal.SIGKILL)
+    down = stack.streamops("down", timeout=300)
+    if not check:
+        return
+    after = stack.streamops("status")
+    problems = []
+    if down.returncode != 0 or "Kafka broker stopped" not in down.stdout or "Airflow api-server stopped" not in down.stdout:
+        problems.append(f"`streamops down` (exit {down.returncode}) said:\n{down.stdout}\n{down.stderr[-2000:]}")
+    if "Kafka broker: stopped" not in after.stdout or "Airflow: stopped" not in after.stdout:
+        problems.append(f"`streamops status` after `down` said:\n{after.stdout}")
+    if problems:
+        raise AssertionError("\n".join(problems))
