@@ -8,6 +8,15 @@ from streamops.catalog import ProducerSettings
 from streamops.kafka_client import KafkaClientConfig
 
 
+# A read of a bounded offset range (a batch read, a micro-batch) ends with one fetch past the last
+# record it needs, which the broker holds for fetch.max.wait.ms (Kafka's default: 500 ms) when no
+# newer record exists yet: measured here, every task of such a read took about 0.6 s for a few hundred
+# records, and a 6-partition read on 2 cores about 2 s instead of 0.5 s. A fetch that finds records
+# returns at once whatever this says, so only the wait at the end gets shorter. Real-time mode reads
+# without an end and keeps Kafka's long poll (it would otherwise ask the broker again every few ms).
+BOUNDED_READ_OPTIONS = {"kafka.fetch.max.wait.ms": "20"}
+
+
 def read_topics(
     spark: SparkSession,
     kafka: KafkaClientConfig,
@@ -15,6 +24,7 @@ def read_topics(
     starting_offsets: str = "earliest",
     max_offsets_per_trigger: int | None = None,
     group_id_prefix: str | None = None,
+    real_time: bool = False,
 ) -> DataFrame:
     """A streaming DataFrame of raw Kafka records (key, value, topic, partition, offset, timestamp).
 
@@ -23,6 +33,7 @@ def read_topics(
     reader = (
         spark.readStream.format("kafka")
         .options(**kafka.spark_options())
+        .options(**({} if real_time else BOUNDED_READ_OPTIONS))
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", starting_offsets)
         # Records deleted by retention before we read them are a loss: fail, do not skip.

@@ -29,7 +29,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_apps.common.kafka_io import kafka_sink_options, read_topics
+from spark_apps.common.kafka_io import BOUNDED_READ_OPTIONS, kafka_sink_options, read_topics
 from spark_apps.common.session import apply_app_conf, build_session
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
@@ -96,7 +96,7 @@ def build_outputs(
         limit = None if options.trigger == REAL_TIME else options.max_offsets_per_trigger or spec.max_offsets_per_trigger
         frame = read_topics(
             spark, options.kafka, topics, _starting_offsets(options.starting_offsets, topics),
-            limit, group_id_prefix=f"streamops.{spec.name}",
+            limit, group_id_prefix=f"streamops.{spec.name}", real_time=options.trigger == REAL_TIME,
         ).withColumn(OPERATOR_SKIP, operator_skip(skipped, topics))
         ends = {t: e for t, e in (options.ending_offsets or {}).items() if t in topics}
         if not ends:
@@ -869,7 +869,8 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
             for partition, (low, high) in end_offsets(options.kafka, topic).items():
                 starts.setdefault(topic, {})[str(partition)] = max(low, high - WARM_UP_RECORDS)
                 ends.setdefault(topic, {})[str(partition)] = high
-        return (spark.read.format("kafka").options(**options.kafka.spark_options()).option("subscribe", ",".join(topics))
+        return (spark.read.format("kafka").options(**options.kafka.spark_options()).options(**BOUNDED_READ_OPTIONS)
+                .option("subscribe", ",".join(topics))
                 .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
                 .option("groupIdPrefix", f"streamops.{spec.name}").load()  # the prefix its ACLs allow
                 .withColumn(OPERATOR_SKIP, operator_skip(skipped, topics)))

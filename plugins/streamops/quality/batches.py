@@ -15,9 +15,10 @@ import json
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from spark_apps.common.kafka_io import BOUNDED_READ_OPTIONS
 from streamops.catalog import TopicSpec
-from streamops.quality.ranges import TopicRange
 from streamops.kafka_client import KafkaClientConfig
+from streamops.quality.ranges import TopicRange
 
 KAFKA_COLUMNS = ("key", "value", "partition", "offset", "timestamp", "is_tombstone", "value_is_json")
 _SPARK_TYPES = {"string": "STRING", "bigint": "BIGINT", "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "STRING", "json": "STRING"}
@@ -34,6 +35,7 @@ def read_range(spark: SparkSession, kafka: KafkaClientConfig, topic_range: Topic
     return (
         spark.read.format("kafka")
         .options(**kafka.spark_options())
+        .options(**BOUNDED_READ_OPTIONS)  # no half-second wait at the end of each partition
         .option("assign", json.dumps({topic: sorted(spans)}))
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in spans.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in spans.items()}}))
