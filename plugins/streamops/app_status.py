@@ -99,7 +99,8 @@ def _record_timestamps(kafka: KafkaClientConfig, positions: list[TopicPartition]
         consumer.assign(positions)
         deadline = time.monotonic() + 10
         while len(found) < len(positions) and time.monotonic() < deadline:
-            for message in consumer.consume(num_messages=len(positions), timeout=0.5):
+            # consume() returns after the timeout unless every message asked for came: keep it short.
+            for message in consumer.consume(num_messages=len(positions), timeout=0.05):
                 if message.error() is None:
                     found.setdefault((message.topic(), message.partition()), message.timestamp()[1])
                     consumer.pause([TopicPartition(message.topic(), message.partition())])
