@@ -8,7 +8,6 @@ at once."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import re
@@ -31,7 +30,7 @@ def _range() -> range:
 
 
 _ports = _range()
-_cursor = itertools.count(random.randrange(len(_ports)))  # a random start: two runs one after the other differ
+_position = [random.randrange(len(_ports))]  # a random start: two runs one after the other differ
 
 
 def _free(port: int, address: str = "127.0.0.1") -> bool:
@@ -55,9 +54,13 @@ def free_port_pair() -> int:
 
 
 def _next(count: int) -> int:
+    """`count` adjacent free ports; the next call starts after them (a pair's second port is
+    the broker's controller: never handed out again as a port of its own)."""
     with _lock:
         for _ in range(len(_ports)):
-            port = _ports[next(_cursor) % len(_ports)]
+            port = _ports[_position[0] % len(_ports)]
+            _position[0] += 1
             if port + count - 1 < _ports.stop and all(_free(p) for p in range(port, port + count)):
+                _position[0] += count - 1
                 return port
     raise RuntimeError(f"no {count} adjacent free port(s) in {_ports.start}-{_ports.stop - 1}")
