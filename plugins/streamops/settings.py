@@ -68,6 +68,9 @@ LAUNCH = Setting("STREAMOPS_LAUNCH", "{}", "the launch record (version, Spark se
 # --- the local dev stack ---------------------------------------------------------------------------
 KAFKA_PORT = Setting("STREAMOPS_KAFKA_PORT", "9092", "the local broker's client port", LOCAL_STACK)
 KAFKA_DATA_DIR = Setting("STREAMOPS_KAFKA_DATA_DIR", "<run dir>/kafka/data", "the local broker's data", LOCAL_STACK)
+KAFKA_JVM_OPTIONS = Setting("STREAMOPS_KAFKA_JVM_OPTIONS", "unset",
+                            "extra JVM options of the local Kafka broker and the secured cluster's nodes, e.g. "
+                            "-XX:TieredStopAtLevel=1 where they live minutes (the tests), not days", LOCAL_STACK)
 AIRFLOW_PORT = Setting("STREAMOPS_AIRFLOW_PORT", "8080", "the local Airflow's API server port", LOCAL_STACK)
 CLUSTER_DIR = Setting("STREAMOPS_CLUSTER_DIR", "<run dir>/kafka-secure", "the secured three-node cluster's state", LOCAL_STACK)
 CLUSTER_PORTS = Setting("STREAMOPS_CLUSTER_PORTS", "19092,19093,19094", "its client,controller,internal ports", LOCAL_STACK)

@@ -77,7 +77,7 @@ def start_cluster_profile(secure_cluster, work: Path, prefix: str) -> ClusterPro
     metadata = MetadataServices(Path(tempfile.mkdtemp(prefix="streamops-cluster-profile-")), free_port(), free_port())
     metadata.state_dir.chmod(0o711)
     spark = SparkStandalone(work / "spark", **free_spark_ports())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMOPS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
     env.update(
         STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_AIRFLOW_PORT=str(free_port()),
         STREAMOPS_KAFKA_PORT=str(free_port_pair()),  # the single broker's: `up` without --cluster is refused here

@@ -108,6 +108,9 @@ class LocalBroker:
             "min.insync.replicas": "1",
             "group.initial.rebalance.delay.ms": "0",
             "num.partitions": "1",
+            # The controller writes a no-op record to the metadata log when nothing else happened
+            # for this long (Kafka: 500 ms); a dev broker mostly idles, so less often.
+            "metadata.max.idle.interval.ms": "5000",
         }
 
     # -----------------------------------------------------------------------------------------
@@ -199,6 +202,7 @@ class LocalBroker:
             # Keep logging until the broker has finished its controlled shutdown.
             "-Dlog4j2.shutdownHookEnabled=false",
             f"-Dkafka.logs.dir={self.state_dir}",
+            *jvm_options(),
             "-cp",
             f"{KAFKA_BROKER_JARS}/*",
         ]
@@ -232,6 +236,13 @@ class LocalBroker:
             raise ServiceError(
                 f"formatting the broker's data dir {self.data_dir} failed:\n{result.stdout}{result.stderr}"
             )
+
+
+def jvm_options() -> list[str]:
+    """STREAMOPS_KAFKA_JVM_OPTIONS, split as a shell would (the local brokers' extra options)."""
+    import shlex
+
+    return shlex.split(settings.KAFKA_JVM_OPTIONS.get() or "")
 
 
 def _cluster_id() -> str:
