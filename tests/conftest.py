@@ -41,7 +41,7 @@ os.environ.setdefault("STREAMOPS_KAFKA_JVM_OPTIONS", SPARK_DRIVER_JIT)
 
 from streamops.local_stack.broker import LocalBroker  # noqa: E402
 from tests.support.ports import free_port_pair  # noqa: E402
-from tests.support.shared import locked, make_shared_dir, shared_broker, shared_dir, stop_shared  # noqa: E402
+from tests.support.shared import locked_unless_busy, make_shared_dir, shared_broker, shared_dir, stop_shared  # noqa: E402
 
 from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT  # noqa: E402
 
@@ -159,17 +159,21 @@ def driver_class_archive(request, session_dir: Path):
     archive: Path | None = None
     try:
         archive = archive_path(PROJECT_ROOT / ".cache" / "class-archives", base_opts)
-        # One process builds it; another test process waits for that and uses it.
-        with locked(archive.parent / ".build.lock"):
-            if archive.exists():
+        # One process builds it. Another test process does not wait: its drivers name the archive
+        # from the start, and the JVM maps it once it exists (it gets its name only when whole).
+        with locked_unless_busy(archive.parent / ".build.lock") as ours:
+            if not ours:
+                outcome = f"driver class archive: {archive} is being built by another test process; drivers use it once it is"
+            elif archive.exists():
                 outcome = f"driver class archive: {archive} (built before); drivers start with it"
             else:
                 outcome = build_driver_class_archive(archive, session_dir / "class-archive",
                                                      request.getfixturevalue("broker").client_config,
                                                      request.getfixturevalue("admin"), base_opts)
+        usable = archive.exists() or not ours
     except Exception as exc:  # only speed is at stake: the suite runs on without it
         outcome = f"driver class archive: not built ({type(exc).__name__}: {exc}); drivers start without one"
-    usable = archive is not None and archive.exists()
+        usable = False
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
     if reporter is not None and capture is not None:

@@ -1,5 +1,5 @@
 """roll_restart_apps end to end: zero loss under load, rollback on a failed gate, refusal of a
-stateful change, all as real Airflow task runs with real detached drivers."""
+stateful change (its standby sent away), all as real Airflow task runs with real detached drivers."""
 
 from __future__ import annotations
 
@@ -73,39 +73,8 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"]).state == "success"
 
 
-def test_a_stateful_change_is_refused_before_the_app_is_touched(run_dag, app_env, app_catalog, tmp_path, capfd):
-    catalog_file, _ = app_env
-    runtime = AppRuntime(tmp_path / "checkpoints" / "browser-activity")
-    assert run_dag("deploy_apps", catalog_file, apps=["browser-activity"]).state == "success"
-    running = runtime.driver()
-    try:
-        changed = yaml.safe_load(catalog_file.read_text())
-        browser = next(a for a in changed["apps"] if a["name"] == "browser-activity")
-        browser["settings"]["window"] = "6 seconds"
-        catalog_file.write_text(yaml.safe_dump(changed, sort_keys=False))
-        capfd.readouterr()
-
-        refused = run_dag("roll_restart_apps", catalog_file, apps=["browser-activity"], version="2.0.0")
-
-        assert refused.state == "failed"
-        out = capfd.readouterr().out
-        assert "browser-activity: the new version cannot restart from the running version's checkpoint, so nothing was stopped" in out
-        assert "query 'window-count' changes its stateful operators" in out
-        assert runtime.state() == "running" and runtime.driver().pid == running.pid
-        assert list_backups(str(tmp_path / "checkpoints" / "browser-activity")) == []
-        # The new version's warm standby was sent away: no driver of it is left waiting.
-        (standby_log,) = [log for log in runtime.logs_dir.glob("driver-*.log") if " --standby " in log.read_text()]
-        said = standby_log.read_text()
-        assert "not needed, exiting without starting: the rollout stopped: browser-activity: the new version cannot" in said
-        assert list((runtime.dir / "standby").iterdir()) == []
-        assert not [p.pid for p in psutil.process_iter(["cmdline"])
-                    if "--standby" in (p.info["cmdline"] or []) and "browser-activity" in (p.info["cmdline"] or [])]
-    finally:
-        runtime.request_stop(by="test")
-        poll_until(lambda: not runtime.is_running(), timeout=120, what="browser-activity to stop")
-
-
-def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_env, app_catalog, broker, tmp_path):
+def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful_change_is_refused(
+        run_dag, app_env, app_catalog, broker, tmp_path, capfd):
     catalog_file, _ = app_env
     spec = app_catalog.app("presence-notifier")
     runtime = AppRuntime(tmp_path / "checkpoints" / "presence-notifier")
@@ -131,4 +100,27 @@ def test_presence_notifier_rolled_under_load_notifies_every_close(run_dag, app_e
 
     poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)
     print(f"presence roll under load: {len(closes)} Close events, all notified, {len(notified) - len(set(notified))} duplicates")
+
+    # A stateful change (another count window) is refused before the running app is touched, and
+    # the new version's warm standby is sent away: no driver of it is left waiting.
+    running, backups_before = runtime.driver(), list_backups(spec.checkpoint_location())
+    changed = yaml.safe_load(catalog_file.read_text())
+    next(a for a in changed["apps"] if a["name"] == "presence-notifier")["settings"]["count_window"] = "11 minutes"
+    catalog_file.write_text(yaml.safe_dump(changed, sort_keys=False))
+    capfd.readouterr()
+    refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="2.0.0")
+    assert refused.state == "failed"
+    out = capfd.readouterr().out
+    assert "presence-notifier: the new version cannot restart from the running version's checkpoint, so nothing was stopped" in out
+    assert "query 'count' changes its stateful operators" in out, out[-3000:]
+    assert runtime.state() == "running" and runtime.driver().pid == running.pid
+    assert list_backups(spec.checkpoint_location()) == backups_before
+    (standby_log,) = [log for log in runtime.logs_dir.glob("driver-*.log")
+                      if " --standby " in (text := log.read_text()) and " --version 2.0.0 " in text]
+    said = standby_log.read_text()
+    assert "not needed, exiting without starting: the rollout stopped: presence-notifier: the new version cannot" in said
+    assert list((runtime.dir / "standby").iterdir()) == []
+    # (The running driver started as the first roll's standby: only 2.0.0's would be left over.)
+    assert not [p.pid for p in psutil.process_iter(["cmdline"])
+                if {"--standby", "presence-notifier", "2.0.0"} <= set(p.info["cmdline"] or [])]
     assert run_dag("stop_apps", catalog_file, apps=["presence-notifier"]).state == "success"

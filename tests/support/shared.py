@@ -44,6 +44,22 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def locked_unless_busy(path: Path) -> Iterator[bool]:
+    """Hold an exclusive lock on `path` for the block if nobody holds it: True; else False at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def shared_broker(shared: Path, free_port_pair):
     """The run's one broker: started here if no test process started it yet, else found."""
     from streamops.local_stack.broker import LocalBroker
