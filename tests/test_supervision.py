@@ -1,9 +1,12 @@
-"""Supervision: desired state, health, the supervisor's restarts and its crash-loop guard, metrics.
+"""Supervision: desired state, health, the supervisor's restarts and its crash-loop guard, metrics,
+and the way out of a crash loop (the restart plan, recover_skip_records).
 
 On a real broker with real drivers and real Airflow task runs (the decisions as pure functions
 are in tests/unit/streamops/test_supervision.py): kill -9 -> the status run fails naming the app and the
-supervisor restarts it; a poison record -> restarts with backoff, then the guard leaves the app
-down and the status names the batch and offsets; a driver frozen with SIGSTOP -> stalled.
+supervisor restarts it; a poison record in the middle of a partition -> restarts with backoff, then
+the guard leaves the app down and the status names the batch and offsets; the restart plan says a
+restart fails again and it does; skipping exactly the poison record loses nothing; a driver frozen
+with SIGSTOP -> stalled. (The skip DAG's refusals: tests/test_skip_records.py.)
 """
 
 from __future__ import annotations
@@ -33,15 +36,32 @@ def _health(result, app="oplog-router") -> dict:
     return result.xcoms["status"][app]["health"]
 
 
-def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_crash_loop(
+def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipping_the_poison_loses_nothing(
     run_dag, app_env, app_catalog, broker, admin, capfd, monkeypatch
 ):
+    """One router through the supervisor's whole story: kill -9 and a restart; a poison record in the
+    middle of a partition, a restart after its backoff that fails on the same batch, a longer backoff
+    that waits, the crash-loop guard that leaves it down; then the operator's way out: the restart plan
+    says it would fail again (and it does), recover_skip_records skips exactly that record into the
+    dead-letter topic, and every other record is routed (zero loss)."""
+    import base64
+    import json
+    import random
+
     from tests.support.oplog_events import NOT_CONTACTS, POISON_PARTITION, event, produce_to_partitions, with_small_output_topic
+    from tests.support.operations import steps_of
     from tests.support.routes import routed_except
+
+    from streamops.app_runtime import AppRuntime
+    from streamops.app_status import app_status
+    from streamops.checkpoints import backup_info
+    from streamops.kafka_records import read_all
 
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     source, contacts = spec.inputs["operations"], spec.outputs["contacts"]
+    # The broker refuses any contacts record over 20000 bytes: a valid input whose routed output
+    # is bigger fails the Kafka sink (RecordTooLargeException), and with it the query.
     catalog = with_small_output_topic(app_catalog, admin, catalog_file, contacts, 20000)
     catalog = _with_policy(catalog, catalog_file, backoff_initial="1 second", max_restarts=3)
     kafka = broker.client_config
@@ -97,12 +117,31 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     assert (audited["dag_id"], audited["user"], audited["step"], audited["outcome"]) == ("app_status", "supervisor", "restart", "done")
     assert audited["app"] == "oplog-router" and audited["restart"]["attempt"] == 1
 
-    # A poison record (valid, but too big for the contacts topic) fails every batch that holds it.
-    noise = __import__("base64").b64encode(__import__("random").Random(7).randbytes(36000)).decode()
-    poison_offset = end_offsets(kafka, source)[POISON_PARTITION][1] + 3
-    produce(kafka, source, [*(event(s, op_types=NOT_CONTACTS) for s in range(100, 103)),
-                            event(103, "BLOCK_CONTACT", note=noise)], partition=POISON_PARTITION)
+    # The poison: valid JSON, a known op type, 48 KB of incompressible text (lz4 cannot shrink it
+    # under the limit), IN THE MIDDLE of partition 2, with valid records around it. It fails every
+    # batch that holds it.
+    noise = base64.b64encode(random.Random(7).randbytes(36000)).decode()
+    before = [event(s, op_types=NOT_CONTACTS) for s in range(100, 106)]
+    after = [event(s, op_types=NOT_CONTACTS) for s in range(107, 113)]
+    poison_offset = end_offsets(kafka, source)[POISON_PARTITION][1] + len(before)
+    poison = event(106, "BLOCK_CONTACT", note=noise)
+    produce(kafka, source, [*before, poison, *after], partition=POISON_PARTITION)
+    produce_to_partitions(kafka, source, range(200, 220), NOT_CONTACTS)
+    poison_id = f"{source}/{POISON_PARTITION}/{poison_offset}"
     poll_until(lambda: runtime.state() == "failed", timeout=180, what="the router to fail on the poison record")
+    (failed,) = runtime.driver().failed_batches
+    assert failed["query"] == "route" and "RecordTooLargeException" in failed["error"], failed
+    # The record says what went wrong in a line; Spark's whole plan stays in the driver log.
+    assert runtime.driver().reason == f"query {spec.name}.route failed: {failed['error']}"
+    assert failed["error"].startswith("org.apache.kafka.common.errors.RecordTooLargeException: ") and len(failed["error"]) <= 400
+    assert "Logical Plan" in runtime.driver_log().read_text()
+    assert any(r["topic"] == source and r["partition"] == POISON_PARTITION and r["first"] <= poison_offset <= r["last"]
+               for r in failed["ranges"]), failed
+    status = app_status(spec, kafka)
+    assert status.state == "failed" and status.reason.startswith(f"query route failed on batch {failed['batch']} ("), status.reason
+    first_plan = run_dag("recover_restart_app", catalog_file, dry_run=True, app="oplog-router").xcoms["plan"]
+    assert first_plan["failed_batches"] == [failed] and first_plan["failed_again"] is False
+
     second = run_dag("app_status", catalog_file, apps=["oplog-router"])
     assert second.state == "failed"
     entry = [r for r in runtime.restarts() if r["run_id"] == second.run_id][0]
@@ -113,6 +152,8 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     assert entry["not_before"] > first_restart["at"] and entry["at"] >= entry["not_before"]
     poll_until(lambda: runtime.state() == "failed" and runtime.driver().launched_by == second.run_id, timeout=180,
                what="the restarted router to fail on the same batch")
+    (again_failed,) = runtime.driver().failed_batches
+    assert {k: again_failed[k] for k in ("query", "batch", "ranges")} == {k: failed[k] for k in ("query", "batch", "ranges")}
 
     # A longer backoff: the supervisor waits, and says until when.
     _with_policy(catalog, catalog_file, backoff_initial="10 minutes", backoff_max="1 hour", max_restarts=3)
@@ -128,8 +169,8 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     said = capfd.readouterr().out
     assert looped.state == "failed" and runtime.state() == "failed" and _health(looped)["state"] == "crash-loop"
     assert "1 streaming app(s) need attention: oplog-router (crash-loop)" in said
-    failed = runtime.driver().failed_batches[0]
-    assert f"query route failed on batch {failed['batch']} ({source} partition {POISON_PARTITION} offsets" in said
+    assert f"query route failed on batch {failed['batch']} ({source} partition " in said
+    assert f"{source} partition {POISON_PARTITION} offsets" in said
     assert "crash loop: restarted 2 time(s) within 1 hour (the guard's limit is 2;" in said
     assert "it stays down until an operator acts" in said and "recover_skip_records" in said and "recover_reset_offsets" in said
     assert [r.get("attempt") for r in runtime.restarts()] == [1, 2, None]  # and the guard's "gave up"
@@ -142,12 +183,55 @@ def test_supervisor_restarts_a_killed_app_then_backs_off_and_its_guard_stops_a_c
     assert 'streamops_app_state{app="oplog-router"} 8.0' in text and 'streamops_app_restarts_total{app="oplog-router"} 2.0' in text
     assert 'streamops_app_needs_attention{app="oplog-router"} 1.0' in text
 
-    # The documented way out: skip the record; the restart (an operator's action) resets the guard.
+    # The operator: the restart plan says a restart fails the same way, and one does (in apply when
+    # that happens before its start-up wait ends, else in verify: either way the run fails, saying why).
+    plan = run_dag("recover_restart_app", catalog_file, dry_run=True, app="oplog-router").xcoms["plan"]
+    assert plan["failed_again"] is True
+    from streamops.recovery.restart import RestartPlan
+
+    why = RestartPlan(**{k: v for k, v in plan.items() if k != "summary"}).failure()
+    assert why.startswith(f"oplog-router failed on batch {failed['batch']} again (the same batch as the previous failure): "
+                          "restarting will fail the same way.")
+    assert f"{source} partition {POISON_PARTITION} offsets" in why and "RecordTooLargeException" in why
+    assert f'recover_skip_records (records: ["{source}:' in why
+    assert "AGAIN" in plan["summary"]
+    assert plan["largest_records"][0] == {"record": f"{source}:{POISON_PARTITION}:{poison_offset}",
+                                          "bytes": len(poison[0]) + len(poison[1])}
+    tried = run_dag("recover_restart_app", catalog_file, app="oplog-router", dry_run=False)
+    assert tried.state == "failed", tried.task_states
+    poll_until(lambda: runtime.state() == "failed" and runtime.driver().launched_by == tried.run_id, timeout=120,
+               what="the router restarted by the operator to fail again")
+
+    # The documented way out: skip exactly that record (a dry run first: what and where it is).
     record = f"{source}:{POISON_PARTITION}:{poison_offset}"
-    skipped = run_dag("recover_skip_records", catalog_file, app="oplog-router", records=[record], note="OPS-9", dry_run=False)
+    dry = run_dag("recover_skip_records", catalog_file, dry_run=True, app="oplog-router", records=[record],
+                  note="OPS-7 too big for contacts")
+    assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
+    (shown,) = dry.xcoms["plan"]["shown"]
+    assert (shown["partition"], shown["offset"], shown["key"]) == (POISON_PARTITION, poison_offset, "u1")
+    assert shown["size"] > 48000 and shown["preview"].startswith('{"seq": 106, "user_id": "u1", "op_type": "BLOCK_CONTACT"')
+    assert shown["batch"] == f"route: batch {failed['batch']} (planned, not committed)"
+    assert AppRuntime(spec.checkpoint_location()).skip_records() == [] and runtime.state() == "failed"
+    skipped = run_dag("recover_skip_records", catalog_file, app="oplog-router", records=[record],
+                      note="OPS-7 too big for contacts", dry_run=False)
     assert skipped.state == "success", skipped.task_states
+    assert steps_of(skipped.run_id) == [("plan", "done"), ("apply", "done"), ("verify", "done")]
+    assert backup_info(Path(skipped.xcoms["apply"]["backup"]))["label"] == "before-skip"
+    assert skipped.xcoms["verify"]["dead_lettered"] == 1 and runtime.state() == "running"
     healthy = run_dag("app_status", catalog_file, apps=["oplog-router"])
-    assert healthy.state == "success" and _health(healthy)["state"] == "healthy"
+    assert healthy.state == "success" and _health(healthy)["state"] == "healthy"  # the operator's restart reset the guard
+
+    produce_to_partitions(kafka, source, range(300, 320))  # and the app runs on
+    expected, got = routed_except(broker.client_config, spec, {poison_id})
+    assert set(got) - expected == set(), "output records no input explains (the poison must not be routed)"
+    duplicates = {pair: n - 1 for pair, n in got.items() if n > 1}
+    reason = f"skipped by operator dag_test (run {skipped.run_id}): OPS-7 too big for contacts"
+    letters = read_all(kafka, spec.dead_letter_topic)
+    assert [(v["reason"], v["source"]["topic"], v["source"]["partition"], v["source"]["offset"])
+            for v in (json.loads(r.value) for r in letters)] == [(reason, source, POISON_PARTITION, poison_offset)]
+    assert letters[0].key == b"u1"
+    print(f"skip of {record}: {len(expected)} routed records, none lost, exactly 1 dead letter (the skipped record), "
+          f"{sum(duplicates.values())} duplicates (from the failed attempts of batch {failed['batch']}): {sorted(duplicates)}")
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=120, what="the driver to stop")
 
