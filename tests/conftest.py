@@ -41,7 +41,8 @@ os.environ.setdefault("STREAMOPS_KAFKA_JVM_OPTIONS", SPARK_DRIVER_JIT)
 
 from streamops.local_stack.broker import LocalBroker  # noqa: E402
 from tests.support.ports import free_port_pair  # noqa: E402
-from tests.support.shared import locked_unless_busy, make_shared_dir, shared_broker, shared_dir, stop_shared  # noqa: E402
+from tests.support.shared import (  # noqa: E402
+    kept_dir_requested, locked_unless_busy, make_shared_dir, shared_broker, shared_dir, stop_shared)
 
 from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT  # noqa: E402
 
@@ -69,6 +70,8 @@ def pytest_unconfigure(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", "integration: runs on real components (Kafka, Spark, Airflow, processes); "
                                        "every test outside tests/unit/")
+    if kept_dir_requested():
+        return  # components kept between runs: the folder the caller named, never stopped here
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         config.stash[_SHARED] = make_shared_dir()  # before the test processes start: they inherit it
 

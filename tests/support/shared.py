@@ -3,7 +3,13 @@ started by the first process that needs it and stopped by the controlling proces
 file locks for work only one of them may do at a time (building the drivers' class archive).
 
 The controlling process makes the shared folder before its test processes start (they inherit its
-environment); a run without xdist has none, and each fixture does its work in its own process."""
+environment); a run without xdist has none, and each fixture does its work in its own process.
+
+Kept components: when STREAMOPS_TEST_SHARED_DIR is set before pytest starts, that folder is the
+shared one and what starts in it outlives the run. The next run with the same folder (one module,
+one scenario, `-n 0` or not) finds the broker running and uses it instead of starting one;
+`python -m tests.support.shared stop <folder>` stops it. Tests never share topics, so a kept broker
+is as good as a fresh one."""
 
 from __future__ import annotations
 
@@ -60,14 +66,25 @@ def locked_unless_busy(path: Path) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def kept_dir_requested() -> bool:
+    """True when the folder was set before pytest started: its components outlive the run."""
+    return bool(os.environ.get(SHARED_DIR_ENV))
+
+
 def shared_broker(shared: Path, free_port_pair):
-    """The run's one broker: started here if no test process started it yet, else found."""
+    """The run's one broker: started here if no test process (nor a run before, in a kept folder)
+    started it yet, else found. A recorded broker that no longer answers is started afresh."""
     from streamops.local_stack.broker import LocalBroker
 
     record = shared / "broker.json"
     with locked(shared / "broker.lock"):
         if record.exists():
-            return LocalBroker(state_dir=shared / "kafka", port=json.loads(record.read_text())["port"])
+            found = LocalBroker(state_dir=shared / "kafka", port=json.loads(record.read_text())["port"])
+            if found.healthy():
+                return found
+            found.stop()  # (a no-op when its process is gone) then a fresh one: old data is no one's
+            shutil.rmtree(shared / "kafka", ignore_errors=True)
+            record.unlink()
         broker = LocalBroker(state_dir=shared / "kafka", port=free_port_pair())
         broker.start()
         record.write_text(json.dumps({"port": broker.port, "pid": broker.pid()}))
@@ -84,3 +101,15 @@ def stop_shared(shared: Path) -> None:
             LocalBroker(state_dir=shared / "kafka", port=json.loads(record.read_text())["port"]).stop()
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+if __name__ == "__main__":  # python -m tests.support.shared stop <folder>
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "stop":
+        sys.exit("usage: python -m tests.support.shared stop <STREAMOPS_TEST_SHARED_DIR>")
+    folder = Path(sys.argv[2])
+    if not (folder / "broker.json").exists():
+        sys.exit(f"{folder} holds no kept broker (no broker.json): nothing to stop")
+    stop_shared(folder)
+    print(f"stopped the kept test components in {folder} and removed it")
