@@ -21,22 +21,6 @@ TOFU = PROJECT_ROOT / ".cache" / "tools" / "tofu"
 TOFURC = PROJECT_ROOT / ".cache" / "terraform" / "tofurc"
 
 
-GO_TOOLS_JOB = PROJECT_ROOT / ".cache" / "setup-jobs" / "go-tools"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def go_tools_built() -> None:
-    """bin/test lets bin/setup build OpenTofu and the provider beside the tests: wait for that build
-    (its .running marker gone), and fail with its log if it failed."""
-    from streamops.waiting import poll_until
-
-    running, failed, log = (GO_TOOLS_JOB.with_suffix(suffix) for suffix in (".running", ".failed", ".log"))
-    poll_until(lambda: not running.exists(), timeout=1800, what="bin/setup's OpenTofu and Kafka provider build", max_interval=2)
-    if failed.exists():
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log.exists() else "(no log)"
-        pytest.fail(f"bin/setup could not build OpenTofu or the Kafka provider; last lines of {log}:\n{tail}")
-
-
 def tofu(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     assert TOFU.exists(), f"{TOFU} is missing: bin/setup builds it"
     result = subprocess.run(
