@@ -49,8 +49,8 @@ class BrowserActivitySettings(BaseModel):
 
 FIELDS = [
     records.Field("@timestamp", "timestamp", "event_time"),
-    records.Field("logger_name", "string", "logger_name"),
-    records.Field("browserHash", "string", "fingerprint"),
+    records.Field("logger_name", "string", "logger_name", min_length=1),
+    records.Field("browserHash", "string", "fingerprint", min_length=1),
 ]
 
 OUTPUT_SCHEMA = "key string, value string, topic string"
@@ -113,7 +113,7 @@ def _challenge_group(settings: BrowserActivitySettings, topic: str):
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
     settings = spec.settings
     assert isinstance(settings, BrowserActivitySettings)
-    parsed = records.parse(source([spec.inputs["logs"]]), FIELDS, spec.max_record_bytes, key_field=spec.input_keys.get("logs"))
+    parsed = records.parse_input(source([spec.inputs["logs"]]), spec, "logs", FIELDS)
     is_captcha = F.col("logger_name") == settings.captcha_logger
     parsed = parsed.observe(
         "browser",
@@ -146,7 +146,7 @@ def window_counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> Da
     settings = spec.settings
     assert isinstance(settings, BrowserActivitySettings)
     actions = records.good(
-        records.parse(source([spec.inputs["logs"]]), FIELDS, spec.max_record_bytes, key_field=spec.input_keys.get("logs"))
+        records.parse_input(source([spec.inputs["logs"]]), spec, "logs", FIELDS)
     ).where(
         F.col("logger_name") != settings.captcha_logger
     )

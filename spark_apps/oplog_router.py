@@ -36,8 +36,8 @@ class RouterSettings(BaseModel):
 
 FIELDS = [
     records.Field("seq", "bigint", "seq"),
-    records.Field("user_id", "string", "user_id"),
-    records.Field("op_type", "string", "op_type"),
+    records.Field("user_id", "string", "user_id", min_length=1),
+    records.Field("op_type", "string", "op_type", min_length=1),
     records.Field("event_time", "timestamp", "event_time"),
 ]
 
@@ -72,9 +72,7 @@ class OplogRouter(StreamingProgram):
 
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
     table = routes(spec)
-    parsed = records.parse(
-        source([spec.inputs["operations"]]), FIELDS, spec.max_record_bytes, key_field=spec.input_keys.get("operations")
-    )
+    parsed = records.parse_input(source([spec.inputs["operations"]]), spec, "operations", FIELDS)
     # Valid input whose op type no category holds: a dead letter, routed nowhere by surprise.
     unknown = F.col("error").isNull() & ~F.col("op_type").isin(*table)
     categories = ", ".join(sorted(spec.outputs))

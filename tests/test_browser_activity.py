@@ -19,6 +19,13 @@ def log_event(browser, time, logger=ACTION):
     )
 
 
+FAR_FUTURE, FAR_PAST = "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00Z"
+
+
+def timed_event(browser, timestamp):
+    return "thread-1", json.dumps({"@timestamp": timestamp, "logger_name": ACTION, "browserHash": browser})
+
+
 def window(browser, start, end, count):
     return {
         "fingerprint": browser,
@@ -58,6 +65,11 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
             # b3: four actions: under the threshold.
             *[log_event("b3", "11:52.500") for _ in range(4)],  # offsets 12-15
             ("thread-1", json.dumps({"@timestamp": "2026-01-01T14:11:59Z", "logger_name": ACTION})),  # 16
+            # Outside the input contract's event-time bounds: dead letters. Let through, the first
+            # would move the watermark to the year 9999 and the second run would count nothing.
+            timed_event("b4", FAR_FUTURE),  # 17
+            timed_event("b4", FAR_PAST),  # 18
+            log_event("", "11:59.000"),  # 19: an empty fingerprint
         ],
         partition=0,
     )
@@ -86,8 +98,16 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
         window("b3", "11:52", "11:57", 4),
     ]
     dead = [r.json() for r in read_all(broker.client_config, spec.dead_letter_topic)]
-    assert [(d["source"]["offset"], d["reason"]) for d in dead] == [(16, "missing field 'browserHash'")]
-    assert observed_totals(first) == {"records_in": 17, "dead_letters": 1, "captcha_verifications": 1}
+    kafka_time = {d["source"]["offset"]: d["source"]["timestamp"] for d in dead}
+    assert [(d["source"]["offset"], d["reason"]) for d in dead] == [
+        (16, "missing field 'browserHash' (input contract field-present)"),
+        (17, f"field '@timestamp' '{FAR_FUTURE}' is more than 1 minute after the record's Kafka timestamp {kafka_time[17]} "
+             "(input contract event-time: max_future 1 minute)"),
+        (18, f"field '@timestamp' '{FAR_PAST}' is more than 3650 days before the record's Kafka timestamp {kafka_time[18]} "
+             "(input contract event-time: max_past 3650 days)"),
+        (19, "field 'browserHash' must not be empty, got '' (0 characters) (input contract length)"),
+    ]
+    assert observed_totals(first) == {"records_in": 20, "dead_letters": 4, "captcha_verifications": 1}
 
     # Second run from the same checkpoint: the watermark is now 14:12:00 - 10 s = 14:11:50.
     produce(
@@ -109,7 +129,7 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
     assert sorted(((r.key_text, r.json()) for r in new_challenges), key=lambda kv: kv[0]) == [
         ("b1", None),  # tombstone: verified browsers count as 0
         ("b3", {"fingerprint": "b3", "actions": 5, "verified": False, "threshold": 5,
-                "last_event_id": f"{logs}/0/19", "last_event_time": "2026-01-01T14:12:02.000Z"}),
+                "last_event_id": f"{logs}/0/22", "last_event_time": "2026-01-01T14:12:02.000Z"}),
     ]
     new_counts = [r.json() for r in appended(broker, spec.outputs["activity_counts"], since=counts_first)]
     assert by_window(new_counts) == [

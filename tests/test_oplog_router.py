@@ -75,12 +75,12 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
     assert [(r.key_text, e["reason"], e["source"]["offset"]) for r, e in zip(dead, envelopes)] == [
         ("u2", "op type 'LOGIN' is in no category (contacts, groups, messages) of the catalog's settings.categories "
                "(router contract: every op type is routed or refused)", 3),
-        ("u3", "value is not valid JSON", 4),
-        ("u3", "field 'seq' must be an integer (got STRING)", 5),
-        ("u3", "missing field 'seq'", 6),
-        ("u3", f"record is {len(big)} bytes, over the 65536-byte limit", 7),
-        ("u3", "field 'event_time' has no timezone offset: '2026-01-01T00:00:09'", 8),
-        ("u3", "value is not a JSON object", 9),
+        ("u3", "value is not valid JSON (input contract json: RFC 8259)", 4),
+        ("u3", "field 'seq' must be an integer, got STRING (input contract field-type)", 5),
+        ("u3", "missing field 'seq' (input contract field-present)", 6),
+        ("u3", f"record is {len(big)} bytes, over the 65536-byte limit (input contract size)", 7),
+        ("u3", "field 'event_time' has no timezone offset: '2026-01-01T00:00:09' (input contract timestamp)", 8),
+        ("u3", "value is not a JSON object (input contract object)", 9),
     ]
     first = envelopes[1]
     assert first["app"] == "oplog-router" and first["app_version"] == "1.0.0"

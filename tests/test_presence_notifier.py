@@ -9,6 +9,7 @@ from spark_apps.common.runner import observed_totals
 from streamops.kafka_records import produce, read_all
 
 MESSAGE = "You are not currently viewing Facebook."
+FAR_FUTURE, FAR_PAST = "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00Z"
 
 
 def presence(seq, user, action, hms):
@@ -47,6 +48,12 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
             presence(3, "u2", "Close", "00:02:30"),  # 2: notification (close)
             presence(4, "u1", "Open", "00:03:00"),  # 3
             ("u1", json.dumps({"seq": 5, "user_id": "u1", "action": "Away", "event_time": "2026-01-01T00:03:30Z"})),
+            # Outside the input contract: dead letters. Let through, the far-future Close would be
+            # u1's latest state for ever and move the count windows' watermark to the year 9999.
+            ("u1", json.dumps({"seq": 6, "user_id": "u1", "action": "Close", "event_time": FAR_FUTURE})),  # 5
+            ("u2", json.dumps({"seq": 7, "user_id": "u2", "action": "Close", "event_time": FAR_PAST})),  # 6
+            ("u1", json.dumps({"seq": -5, "user_id": "u1", "action": "Open", "event_time": "2026-01-01T00:03:40Z"})),  # 7
+            ("", json.dumps({"seq": 9, "user_id": "", "action": "Close", "event_time": "2026-01-01T00:03:50Z"})),  # 8
         ],
         partition=0,
     )
@@ -62,6 +69,7 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
             tick(6, "u2", "00:02:00"),  # 5: u2's Close is later (00:02:30): nothing
             tick(7, "u2", "00:05:00"),  # 6: closed: notification
             ("u2", "garbage"),  # 7: dead letter
+            ("u2", json.dumps({"seq": 8, "user_id": "u2", "event_time": FAR_FUTURE})),  # 8
         ],
         partition=0,
     )
@@ -119,11 +127,23 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
     ]
 
     dead = [r.json() for r in read_all(broker.client_config, spec.dead_letter_topic)]
+    kafka_time = {(d["source"]["topic"], d["source"]["offset"]): d["source"]["timestamp"] for d in dead}
+
+    def too_far_ahead(topic, offset):
+        return (f"field 'event_time' '{FAR_FUTURE}' is more than 1 minute after the record's Kafka timestamp "
+                f"{kafka_time[topic, offset]} (input contract event-time: max_future 1 minute)")
+
     assert sorted((d["source"]["topic"], d["source"]["offset"], d["reason"]) for d in dead) == [
-        (events_topic, 4, "field 'action' must be one of Open, Close (got 'Away')"),
-        (ticks_topic, 7, "value is not valid JSON"),
+        (events_topic, 4, "field 'action' must be one of Open, Close, got 'Away' (input contract allowed-value)"),
+        (events_topic, 5, too_far_ahead(events_topic, 5)),
+        (events_topic, 6, f"field 'event_time' '{FAR_PAST}' is more than 3650 days before the record's Kafka timestamp "
+                          f"{kafka_time[events_topic, 6]} (input contract event-time: max_past 3650 days)"),
+        (events_topic, 7, "field 'seq' is -5, below the minimum 0 (input contract range)"),
+        (events_topic, 8, "field 'user_id' must not be empty, got '' (0 characters) (input contract length)"),
+        (ticks_topic, 7, "value is not valid JSON (input contract json: RFC 8259)"),
+        (ticks_topic, 8, too_far_ahead(ticks_topic, 8)),
     ]
-    assert observed_totals(queries) == {"records_in": 13, "dead_letters": 2}
+    assert observed_totals(queries) == {"records_in": 18, "dead_letters": 7}
 
 
 def test_presence_state_survives_a_restart_from_the_checkpoint(spark, broker, app_catalog, tmp_path):

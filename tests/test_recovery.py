@@ -224,7 +224,7 @@ def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_
 
     everything = run_dag("recover_replay_dead_letters", catalog_file, app="oplog-router", dry_run=True)
     assert everything.xcoms["plan"]["totals"]["still fails"] == 5
-    assert everything.xcoms["plan"]["still_failing"][0]["now"] == "value is not valid JSON"
+    assert everything.xcoms["plan"]["still_failing"][0]["now"] == "value is not valid JSON (input contract json: RFC 8259)"
 
     first = run_dag("recover_replay_dead_letters", catalog_file, app="oplog-router", reason_contains="byte limit", dry_run=False)
     assert first.state == "success", first.task_states

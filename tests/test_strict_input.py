@@ -36,6 +36,25 @@ def not_rfc3339(text: str) -> str:
             "(input contract timestamp)")
 
 
+def depth_rule(limit: int = 64) -> str:
+    return (f"value is nested more than {limit} levels deep (input contract depth: at most {limit}, so that common JSON "
+            "decoders can read what the app writes)")
+
+
+# In an event-time reason, the record's Kafka timestamp (from its dead letter's source.timestamp).
+KAFKA_TIME = "{kafka_time}"
+
+
+def too_far_ahead(text: str, bound: str = "5 minutes") -> str:
+    return (f"field 'event_time' '{text}' is more than {bound} after the record's Kafka timestamp {KAFKA_TIME} "
+            f"(input contract event-time: max_future {bound})")
+
+
+def too_far_back(text: str, bound: str = "3650 days") -> str:
+    return (f"field 'event_time' '{text}' is more than {bound} before the record's Kafka timestamp {KAFKA_TIME} "
+            f"(input contract event-time: max_past {bound})")
+
+
 def not_a_time(text: str) -> str:
     return (f"field 'event_time' is not a valid date and time: '{text}' (a day the month has, seconds 00-59, an offset within "
             "±18:00; input contract timestamp)")
@@ -53,17 +72,33 @@ INVALID: list[tuple[bytes | None, bytes | None, str]] = [
      "value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
     (b"u1", op().encode() + b"\x00",
      "value has content after the JSON value (input contract one-value: exactly one JSON value per record)"),
-    (b"u1", raw_op(seq='"1"'), "field 'seq' must be an integer (got STRING)"),
-    (b"u1", raw_op(seq="1.5"), "field 'seq' must be an integer (got DECIMAL(2,1))"),
-    (b"u1", raw_op(seq="1e3"), "field 'seq' must be an integer (got DOUBLE)"),
+    (b"u1", raw_op(seq='"1"'), "field 'seq' must be an integer, got STRING (input contract field-type)"),
+    (b"u1", raw_op(seq="1.5"), "field 'seq' must be an integer, got DECIMAL(2,1) (input contract field-type)"),
+    (b"u1", raw_op(seq="1e3"), "field 'seq' must be an integer, got DOUBLE (input contract field-type)"),
     (b"u1", raw_op(seq="9223372036854775808"),
      "field 'seq' is an integer outside the int64 range: 9223372036854775808 (input contract field-type)"),
     (b"u1", raw_op(seq="NaN"), "value has NaN or Infinity, which are not JSON numbers (input contract json: RFC 8259 §6)"),
-    (b"7", raw_op(user="7"), "field 'user_id' must be a string (got BIGINT)"),
+    (b"7", raw_op(user="7"), "field 'user_id' must be a string, got BIGINT (input contract field-type)"),
     (b"u1", raw_op(op_type='{"name":"ADD_CONTACT"}'),
-     "field 'op_type' must be a string (got OBJECT<name: STRING>)"),
+     "field 'op_type' must be a string, got OBJECT<name: STRING> (input contract field-type)"),
     (b"u1", raw_op(event_time="1767225601"),
-     "field 'event_time' must be an ISO-8601 timestamp string (got BIGINT)"),
+     "field 'event_time' must be an ISO-8601 timestamp string, got BIGINT (input contract field-type)"),
+    # A field present as null is not a missing one.
+    (b"u1", raw_op(seq="null"), "field 'seq' is null, not an integer (input contract field-present)"),
+    (b"u1", b'{"user_id":"u1","op_type":"ADD_CONTACT","event_time":"2026-01-01T00:00:01Z"}',
+     "missing field 'seq' (input contract field-present)"),
+    # Field rules: the router's (user_id, op_type not empty) and the catalog's (seq >= 0, user_id at
+    # most 256 characters, op_type a pattern).
+    (b"u1", raw_op(seq="-5"), "field 'seq' is -5, below the minimum 0 (input contract range)"),
+    (b"", raw_op(user='""'), "field 'user_id' must not be empty, got '' (0 characters) (input contract length)"),
+    (b"u" * 257, raw_op(user='"' + "u" * 257 + '"'),
+     "field 'user_id' must have at most 256 characters, got 257: '" + "u" * 97 + "...' (input contract length)"),
+    (b"u1", raw_op(op_type='"add_contact"'),
+     "field 'op_type' does not match the pattern [A-Z][A-Z_]*: 'add_contact' (input contract pattern)"),
+    # Event time within bounds of the record's own time: far ahead would hijack a watermark.
+    (b"u1", op(event_time="9999-12-31T23:59:59.999Z").encode(), too_far_ahead("9999-12-31T23:59:59.999Z")),
+    (b"u1", op(event_time="0001-01-01T00:00:00Z").encode(), too_far_back("0001-01-01T00:00:00Z")),
+    (b"u1", op(event_time="1970-01-01T00:00:00Z").encode(), too_far_back("1970-01-01T00:00:00Z")),
     (b"u1", raw_op(extra=',"note":"BAD"').replace(b"BAD", b"\xff\xfe"),
      "value is not UTF-8 (input contract utf-8: RFC 8259 §8.1)"),
     (b"u1", b"\xef\xbb\xbf" + op().encode(),
@@ -72,17 +107,22 @@ INVALID: list[tuple[bytes | None, bytes | None, str]] = [
      "value has an unescaped control character (input contract json: RFC 8259 §7 requires \\u escapes)"),
     (b"u1", raw_op(extra=r',"note":"\ud800x"'),
      "value has a lone surrogate escape '\\ud800' (input contract unicode: I-JSON, RFC 7493 §2.1)"),
-    (b"u1", raw_op(extra=',"deep":' + "[" * 1500 + "]" * 1500),
-     "value is nested more than 998 levels deep (input contract json: the parser's limit)"),
+    (b"u1", raw_op(extra=',"deep":' + "[" * 1500 + "]" * 1500), depth_rule()),
+    # Deeper than common decoders read (64, the default), within what the parser takes.
+    (b"u1", raw_op(extra=',"deep":' + "[" * 64 + "]" * 64), depth_rule()),
+    (b"u1", raw_op(extra=',"deep":' + '{"a":' * 995 + "1" + "}" * 995), depth_rule()),
+    # Brackets inside strings are text, not levels: this one is 2 deep, and a wrong type.
+    (b"u1", raw_op(seq='"' + "[{" * 600 + '"'), "field 'seq' must be an integer, got STRING (input contract field-type)"),
     (b"u1", raw_op(extra=',"n":' + "1" * 1001), "value has a number of more than 1000 digits (input contract json: the parser's limit)"),
     # Shapes that must not overflow a regex's stack (one such record would fail the query).
-    (b"u1", raw_op(extra=',"deep":' + '{"a":' * 1100 + "1" + "}" * 1100), "value is not valid JSON"),
-    (b"u1", b'{"items":[' + b'{"a":1},' * 999, "value is not valid JSON"),
+    # Objects past the parser's own limit are named by depth too, not as invalid JSON.
+    (b"u1", raw_op(extra=',"deep":' + '{"a":' * 1100 + "1" + "}" * 1100), depth_rule()),
+    (b"u1", b'{"items":[' + b'{"a":1},' * 999, "value is not valid JSON (input contract json: RFC 8259)"),
     (b"u1", raw_op(extra=',"long":"' + "a" * 60000 + r'\ud800"'),
      "value has a lone surrogate escape '\\ud800' (input contract unicode: I-JSON, RFC 7493 §2.1)"),
-    (b"u1", b"{'seq': 1}", "value is not valid JSON"),
-    (b"u1", b"[1, 2]", "value is not a JSON object"),
-    (b"u1", None, "empty value (null)"),
+    (b"u1", b"{'seq': 1}", "value is not valid JSON (input contract json: RFC 8259)"),
+    (b"u1", b"[1, 2]", "value is not a JSON object (input contract object)"),
+    (b"u1", None, "empty value (null): a tombstone is not an event (input contract value-present)"),
     (b"u1", op(event_time="9999-12-31T23:59:59-01:00").encode(),
      "field 'event_time' is outside years 0001-9999 in UTC: '9999-12-31T23:59:59-01:00' (input contract timestamp)"),
     (b"u1", op(event_time="+10000-01-01T00:00:00Z").encode(), not_rfc3339("+10000-01-01T00:00:00Z")),
@@ -117,13 +157,17 @@ UNICODE_USER = "ü-用户-😀"
 # Valid edge cases: (key, value text) - every one must be routed, exactly as sent.
 VALID: list[tuple[str, str]] = [
     (UNICODE_USER, op(user=UNICODE_USER, seq=9223372036854775807, note='"quoted" \\ \n é 😀 \t')),
-    ("u2", json.dumps({"seq": -9223372036854775808, "user_id": "u2", "op_type": "SEND_MESSAGE",
+    ("u2", json.dumps({"seq": 0, "user_id": "u2", "op_type": "SEND_MESSAGE",
                        "event_time": "2026-01-01T05:30:01.123456+05:30", "nested": {"a": [1, {"b": None}]}})),
     # Escaped backslash then 'ud800' is text, not an escape; a surrogate pair is one character.
     ("u3", '  {"seq":3,"user_id":"u3","op_type":"CREATE_GROUP","event_time":"2026-01-01T00:00:01Z",'
            '"path":"C:\\\\ud800","smile":"\\ud83d\\ude00"}\n\t '),
-    ("u4", op(seq=0, user="u4", op_type="READ_MESSAGE", event_time="0001-01-01T00:00:00Z")),
-    ("u5", op(seq=5, user="u5", op_type="DELETE_MESSAGE", event_time="9999-12-31T23:59:59.999Z")),
+    # At the bounds: 255 levels of brackets inside a string, 64 levels of nesting, 256 characters.
+    ("u4", op(seq=9223372036854775807, user="u4", op_type="READ_MESSAGE", note="[{" * 255,
+              deep=json.loads("[" * 63 + "]" * 63))),
+    ("u" * 256, op(seq=5, user="u" * 256, op_type="DELETE_MESSAGE", event_time="2020-06-30T23:59:59.999Z")),
+    # 15,000 escaped quotes, each before a bracket: the depth check reads strings in linear time.
+    ("u7", op(seq=7, user="u7", op_type="SEND_MESSAGE", long='"[' * 15000)),
     # Numbers beyond a double and exponents: the router copies the event's text, it re-encodes nothing.
     ("u6", '{"seq":6,"user_id":"u6","op_type":"SEND_MESSAGE","event_time":"2026-01-01T00:00:01.123456+14:00",'
            '"big":1e400,"exp":1E2,"long":1.000000000000000000000000000000000000001}'),
@@ -146,7 +190,7 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
     envelopes = [r.json() for r in dead]
     first_invalid = 2
     assert [(e["source"]["offset"], e["reason"]) for e in envelopes] == [
-        (first_invalid + i, reason) for i, (_, _, reason) in enumerate(INVALID)
+        (first_invalid + i, reason.replace(KAFKA_TIME, envelopes[i]["source"]["timestamp"])) for i, (_, _, reason) in enumerate(INVALID)
     ]
     for envelope, (key, value, _) in zip(envelopes, INVALID):
         # Strict decoding (validate=True refuses line breaks): the exact original bytes come back.
@@ -167,8 +211,8 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
     categories = {"ADD_CONTACT": ["contacts", "groups"], "SEND_MESSAGE": ["messages"], "CREATE_GROUP": ["groups"],
                   "READ_MESSAGE": ["messages"], "DELETE_MESSAGE": ["messages"]}
     utc_times = {0: "2026-01-01T00:00:01.000Z", 1: "2026-01-01T00:00:01.123Z", first_invalid + len(INVALID): "2026-01-01T00:00:01.000Z",
-                 first_invalid + len(INVALID) + 1: "0001-01-01T00:00:00.000Z", first_invalid + len(INVALID) + 2: "9999-12-31T23:59:59.999Z",
-                 first_invalid + len(INVALID) + 3: "2025-12-31T10:00:01.123Z"}
+                 first_invalid + len(INVALID) + 1: "2026-01-01T00:00:01.000Z", first_invalid + len(INVALID) + 2: "2020-06-30T23:59:59.999Z",
+                 first_invalid + len(INVALID) + 3: "2026-01-01T00:00:01.000Z", first_invalid + len(INVALID) + 4: "2025-12-31T10:00:01.123Z"}
     expected = {}
     for offset, (key, text) in offsets.items():
         event = json.loads(text)
@@ -199,7 +243,7 @@ def test_presence_events_obey_the_same_contract_and_their_key_rule(spark):
         (0, None),
         (1, f"key 'u2' does not equal field 'user_id' 'u1' {KEY_RULE}"),
         (2, "duplicate member name 'action' (input contract unique-names: I-JSON, RFC 7493 §2.3: member names must be unique)"),
-        (3, "field 'action' must be one of Open, Close (got 'Shut')"),
+        (3, "field 'action' must be one of Open, Close, got 'Shut' (input contract allowed-value)"),
     ]
 
 

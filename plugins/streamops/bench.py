@@ -230,7 +230,7 @@ def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplo
     results: list[Result] = []
     loaded_at = datetime.now(timezone.utc)
     for role, described in declared.items():
-        fields = [records.Field(f["path"], f["type"], f["column"], tuple(f["allowed"])) for f in described]
+        fields = [records.Field.from_data(f) for f in described]
         topic = app.inputs[role]
         rows = [
             (key.encode(), value.encode(), topic, 0, offset, loaded_at)
@@ -245,7 +245,7 @@ def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplo
         best = None
         for _ in range(repeats):
             # A new plan each pass: re-running one DataFrame would reuse its shuffle output.
-            parsed = records.parse(raw, fields, app.max_record_bytes, key_field=app.input_keys.get(role))
+            parsed = records.parse_input(raw, app, role, fields)
             counts = parsed.agg(
                 F.count(F.when(F.col("error").isNull(), 1)).alias("good"),
                 F.count(F.col("error")).alias("bad"),

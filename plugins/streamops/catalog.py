@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic import StringConstraints
 
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
+from streamops.input_contract import DEFAULT_CONTRACT, InputContract, field_problems
 from streamops.paths import PROJECT_ROOT
 from streamops.programs import REFERENCE_PATTERN
 from streamops.refusals import Refused
@@ -333,6 +334,9 @@ class AppSpec(_Strict):
     input_keys: dict[str, Annotated[str, StringConstraints(pattern=r"^[A-Za-z_@$][A-Za-z0-9_@$.-]{0,99}$")]] = Field(
         default_factory=dict
     )
+    # Input contract, per input role (streamops.input_contract): field constraints, the nesting
+    # depth and the event-time bounds; a role not named here gets the defaults.
+    input_contract: dict[str, InputContract] = Field(default_factory=dict)
     outputs: dict[str, str] = Field(min_length=1)  # role -> topic
     # Output roles the program reads back, as it declares them (checked): Terraform, which cannot
     # ask the program, grants Read on exactly these.
@@ -367,7 +371,16 @@ class AppSpec(_Strict):
             raise ValueError(
                 f"input_keys: {unknown_key_roles} are not input roles of this app (inputs: {sorted(self.inputs)})"
             )
+        unknown_contract_roles = sorted(set(self.input_contract) - set(self.inputs))
+        if unknown_contract_roles:
+            raise ValueError(
+                f"input_contract: {unknown_contract_roles} are not input roles of this app (inputs: {sorted(self.inputs)})"
+            )
         return self
+
+    def contract(self, role: str) -> InputContract:
+        """The input contract's rules for one input role (the defaults where the catalog says none)."""
+        return self.input_contract.get(role, DEFAULT_CONTRACT)
 
     @model_validator(mode="after")
     def _checkpoint_interval_fits_trigger(self) -> AppSpec:
@@ -770,6 +783,11 @@ def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tup
             continue
         for field, message in info.role_problems(set(app.inputs), set(app.outputs), set(app.reads_outputs), app.settings):
             problems.append(f"{where(field)}, field '{field}': {message}")
+        for role, contract in app.input_contract.items():
+            for path, message in field_problems(contract, info.input_fields.get(role, [])):
+                label = f"input_contract.{role}.fields.{path}"
+                problems.append(f"{where('input_contract', role, 'fields', *path.split('.'))}, field '{label}': {message} "
+                                f"(program {app.program})")
         if app.real_time and info.stateful_operators:
             kept = "; ".join(f"query {q}: {', '.join(ops)}" for q, ops in sorted(info.stateful_operators.items()))
             problems.append(

@@ -149,7 +149,7 @@ def describe(program: StreamingProgram) -> dict[str, Any]:
         "output_roles": None if program.output_roles is None else list(program.output_roles),
         "settings_schema": program.Settings.model_json_schema(),
         "input_fields": {
-            role: [{"path": f.path, "type": f.type, "column": f.column, "allowed": list(f.allowed)} for f in fields]
+            role: [f.as_data() for f in fields]
             for role, fields in program.input_fields.items()
         },
         "reads_outputs": list(program.reads_outputs),

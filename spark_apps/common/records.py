@@ -8,7 +8,7 @@ What "good" means is the input contract below, one for every app.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Literal
 
@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec
+from streamops.input_contract import DEFAULT_CONTRACT, InputContract, merged_rules
 
 FieldType = Literal["string", "bigint", "timestamp"]
 
@@ -27,8 +28,10 @@ FieldType = Literal["string", "bigint", "timestamp"]
 #   size            the value is at most the app's max_record_bytes
 #   utf-8           the value is UTF-8 (RFC 8259 §8.1), without a byte order mark
 #   json            the value is JSON text (RFC 8259): no NaN/Infinity, no single quotes, no raw
-#                   control characters in strings, no trailing commas; at most 998 levels of
-#                   nesting and numbers of at most 1000 digits (the JSON parser's limits)
+#                   control characters in strings, no trailing commas; numbers of at most 1000
+#                   digits (the JSON parser's limit)
+#   depth           at most the input's max_depth levels of nesting (default 64, what common
+#                   decoders of the outputs accept; at most 998, the parser's limit)
 #   one-value       exactly one JSON value; only whitespace may follow it
 #   unicode         no lone surrogate escapes such as \ud800 (I-JSON, RFC 7493 §2.1)
 #   unique-names    no member name twice in any object (I-JSON, RFC 7493 §2.3)
@@ -41,10 +44,19 @@ FieldType = Literal["string", "bigint", "timestamp"]
 #                   more would be cut silently), an offset within ±18:00 and seconds 00-59 (Java
 #                   time has no leap seconds), whose instant lies in years 0001-9999 UTC (outputs
 #                   write it in that form)
+#   event-time      a timestamp field lies at most max_future after the record's own time (the
+#                   earlier of its Kafka timestamp and the time it is processed) and at most
+#                   max_past before its Kafka timestamp (defaults 5 minutes and 3650 days): one
+#                   record beyond them would move a windowed app's watermark
 #   allowed-value   a field with a value set (e.g. action: Open/Close) holds one of them
+#   length          a string field has at least min_length and at most max_length characters
+#   pattern         a string field matches the field's pattern as a whole
+#   range           an integer field lies within minimum..maximum (inclusive)
 #   key             where the catalog declares a key field for the input (apps[].input_keys),
 #                   the Kafka key is UTF-8 and equals that field: the key picks the partition,
 #                   so a wrong key breaks per-user order and is refused, never silently re-keyed
+# The field rules (allowed-value, length, pattern, range), max_depth and the event-time bounds
+# come from the program's fields and the catalog's apps[].input_contract (streamops.input_contract).
 # Extra fields are allowed and kept. Whitespace around the value is allowed (RFC 8259 §2).
 # ---------------------------------------------------------------------------------------------
 
@@ -66,6 +78,10 @@ _LONE_SURROGATE = (
     r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})*+(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
 )
 _JSON_WHITESPACE = " \t\n\r"
+# Nesting depth: JSON strings blanked first (unrolled and possessive: linear, no regex recursion
+# on a long string), then innermost containers replaced, one level per pass.
+_JSON_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_INNERMOST = r"[\[{][^\[\]{}]*+[\]}]"
 _STRICT_JACKSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false", "mode": "PERMISSIVE"}
 
 
@@ -77,6 +93,41 @@ class Field:
     type: FieldType
     column: str  # column name in the parsed DataFrame
     allowed: tuple[str, ...] = ()  # for strings: the only values accepted (empty: any)
+    min_length: int | None = None  # strings, in characters (1: not empty)
+    max_length: int | None = None
+    pattern: str | None = None  # strings: the whole value matches (Java regex)
+    minimum: int | None = None  # integers, inclusive
+    maximum: int | None = None
+
+    def as_data(self) -> dict:
+        """The field as JSON data (an artifact's manifest, dead-letter replay)."""
+        return {"path": self.path, "type": self.type, "column": self.column, "allowed": list(self.allowed),
+                "min_length": self.min_length, "max_length": self.max_length, "pattern": self.pattern,
+                "minimum": self.minimum, "maximum": self.maximum}
+
+    @classmethod
+    def from_data(cls, data: dict) -> Field:
+        return cls(data["path"], data["type"], data["column"], tuple(data.get("allowed") or ()),
+                   data.get("min_length"), data.get("max_length"), data.get("pattern"), data.get("minimum"),
+                   data.get("maximum"))
+
+
+def with_contract(fields: list[Field], contract: InputContract) -> list[Field]:
+    """The program's fields with the catalog's rules for this input on top."""
+    result = []
+    for field in fields:
+        rules = merged_rules(field.as_data(), contract)
+        rules["allowed"] = tuple(rules.get("allowed") or ())
+        result.append(replace(field, **rules))
+    return result
+
+
+def parse_input(raw: DataFrame, app: AppSpec, role: str, fields: list[Field]) -> DataFrame:
+    """`parse` with everything the catalog says about this input of the app: its size limit, key
+    rule and input contract (field rules, depth, event-time bounds). What every program calls."""
+    contract = app.contract(role)
+    return parse(raw, with_contract(fields, contract), app.max_record_bytes, key_field=app.input_keys.get(role),
+                 contract=contract)
 
 
 def with_source_columns(raw: DataFrame) -> DataFrame:
@@ -133,13 +184,81 @@ def _timestamp_in_range(ts: Column) -> Column:
     return (micros >= F.lit(_FIRST_MICROS)) & (micros <= F.lit(_LAST_MICROS))
 
 
-def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field: str | None = None) -> DataFrame:
+def _deeper_than(text: Column, limit: int) -> Column:
+    """The text nests containers more than `limit` levels deep. Cheap for almost every record:
+    only a text with more than `limit` brackets at all is measured (strings blanked, then the
+    innermost containers removed `limit` times: a pair left means a deeper level). Works on text
+    that does not parse too (an unclosed bracket is no level), so its reason can be right."""
+    brackets = F.length(text) - F.length(F.translate(text, "{[", ""))
+    blanked = F.regexp_replace(text, _JSON_STRING, '""')
+    reduced = F.aggregate(F.sequence(F.lit(1), F.lit(limit)), blanked, lambda rest, _: F.regexp_replace(rest, _INNERMOST, "0"))
+    return (brackets > limit) & reduced.rlike(_INNERMOST)
+
+
+def _record_time(raw_columns: list[str]) -> tuple[Column, Column]:
+    """(The record's Kafka timestamp, the earlier of it and the time of processing.) Processing
+    time is Spark's batch time (one value per micro-batch). A frame without Kafka timestamps
+    (dead-letter replay, which writes the record anew) counts as written now."""
+    now = F.current_timestamp()
+    kafka = F.coalesce(F.col("timestamp"), now) if "timestamp" in raw_columns else now
+    return kafka, F.least(kafka, now)
+
+
+def within_future_bound(frame: DataFrame, event_time: str, contract: InputContract) -> DataFrame:
+    """Rows whose `event_time` keeps the contract's max_future against their Kafka `timestamp`:
+    for a query that reads back an app's own output (records the input bounds already passed),
+    so a record another writer put there cannot move its watermark."""
+    future_ms = contract.max_future_ms()
+    if future_ms is None:
+        return frame
+    _, reference = _record_time(frame.columns)
+    return frame.where(F.unix_micros(F.col(event_time)) <= F.unix_micros(reference) + F.lit(future_ms * 1000))
+
+
+def _field_ok(field: Field, value: Column) -> Column:
+    """The field rules (length, pattern, allowed-value, range) hold for a value of the right type."""
+    ok = F.lit(True)
+    if field.min_length is not None:
+        ok = ok & (F.length(value) >= field.min_length)
+    if field.max_length is not None:
+        ok = ok & (F.length(value) <= field.max_length)
+    if field.pattern is not None:
+        ok = ok & value.rlike(_whole(field.pattern))
+    if field.allowed:
+        ok = ok & value.isin(*field.allowed)
+    if field.minimum is not None:
+        ok = ok & (value >= F.lit(field.minimum))
+    if field.maximum is not None:
+        ok = ok & (value <= F.lit(field.maximum))
+    return ok
+
+
+def _whole(pattern: str) -> str:
+    # \z, not $: Java's $ also matches before a final line break.
+    return f"^(?:{pattern})\\z"
+
+
+def _in_bounds(ts: Column, contract: InputContract, kafka_time: Column, reference: Column) -> Column:
+    ok = F.lit(True)
+    future_ms, past_ms = contract.max_future_ms(), contract.max_past_ms()
+    if future_ms is not None:
+        ok = ok & (F.unix_micros(ts) <= F.unix_micros(reference) + F.lit(future_ms * 1000))
+    if past_ms is not None:
+        ok = ok & (F.unix_micros(ts) >= F.unix_micros(kafka_time) - F.lit(past_ms * 1000))
+    return ok
+
+
+def parse(
+    raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field: str | None = None,
+    contract: InputContract = DEFAULT_CONTRACT,
+) -> DataFrame:
     """Add a column per field, `event_json` (the whole value as VARIANT) and `error`.
 
     `key_field`: the catalog's key rule for this input (apps[].input_keys): the Kafka key must
-    equal this string field. Two paths: cheap checks decide whether a record is good; only
-    records they reject get the checks that name the exact rule (CASE WHEN evaluates that
-    branch for those rows only).
+    equal this string field. `contract`: the input's depth and event-time bounds (the field
+    rules are on `fields`: see `parse_input`). Two paths: cheap checks decide whether a record is
+    good; only records they reject get the checks that name the exact rule (CASE WHEN evaluates
+    that branch for those rows only).
     """
     if key_field is not None and not any(f.path == key_field and f.type == "string" for f in fields):
         raise ValueError(
@@ -162,7 +281,9 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field:
         & F.variant_get(F.col("_in_brackets"), "$[1]", "variant").isNull()
         & _nothing_after_a_bracket(text)
         & _no_lone_surrogate(text)
+        & ~_deeper_than(text, contract.max_depth)
     )
+    kafka_time, reference = _record_time(raw.columns)
     # Each field's JSON value once (a small VARIANT), then its exact type and typed value from it.
     staged = staged.select("*", *[F.variant_get(doc, _json_path(f), "variant").alias(f"_json_{f.column}") for f in fields])
     for field in fields:
@@ -170,23 +291,23 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field:
         actual_type = F.schema_of_variant(present)
         if field.type == "bigint":
             staged = staged.withColumn(field.column, F.try_variant_get(present, "$", "bigint"))
-            good_so_far = good_so_far & actual_type.isin(*_INTEGER_TYPES)
+            good_so_far = good_so_far & actual_type.isin(*_INTEGER_TYPES) & _field_ok(field, F.col(field.column))
             continue
         as_text = F.try_variant_get(present, "$", "string")
         good_so_far = good_so_far & (actual_type == "STRING")
         if field.type == "timestamp":
             staged = staged.withColumn(field.column, F.try_to_timestamp(as_text))
-            good_so_far = good_so_far & as_text.rlike(_RFC3339) & _timestamp_in_range(F.col(field.column))
+            good_so_far = (good_so_far & as_text.rlike(_RFC3339) & _timestamp_in_range(F.col(field.column))
+                           & _in_bounds(F.col(field.column), contract, kafka_time, reference))
         else:
             staged = staged.withColumn(field.column, as_text)
-            if field.allowed:
-                good_so_far = good_so_far & F.col(field.column).isin(*field.allowed)
+            good_so_far = good_so_far & _field_ok(field, F.col(field.column))
     if key_field is not None:
         good_so_far = good_so_far & (F.col("key").cast("string") == F.col(_column_of(fields, key_field)))
     # The reason is built inside a lambda so that subexpression elimination cannot hoist its
     # checks out of the CASE and run them on every row (measured: 3x slower).
     reason = F.transform(
-        F.array(F.col("_in_brackets")), lambda wrapped: _reason(wrapped, fields, max_record_bytes, key_field)
+        F.array(F.col("_in_brackets")), lambda wrapped: _reason(wrapped, fields, max_record_bytes, key_field, contract, raw.columns)
     )[0]
     error = F.when(F.coalesce(good_so_far, F.lit(False)), F.lit(None).cast("string")).otherwise(reason)
     # Named in the app's skip list by an operator (recover_skip_records; the runner's source adds
@@ -196,11 +317,73 @@ def parse(raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field:
     return staged.withColumn("error", error).drop("_operator_skip", "_in_brackets", *[f"_json_{f.column}" for f in fields])
 
 
+def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:
+    """(broken, reason) for each of the field's rules, in the order `_field_ok` checks them."""
+    name = f"field '{field.path}'"
+    checks: list[tuple[Column, Column]] = []
+    if field.min_length is not None:
+        need = "must not be empty" if field.min_length == 1 else f"must have at least {field.min_length} characters"
+        checks.append((F.length(value) < field.min_length, F.format_string(
+            f"{name} {need}, got '%s' (%d characters) (input contract length)", shown(value), F.length(value))))
+    if field.max_length is not None:
+        checks.append((F.length(value) > field.max_length, F.format_string(
+            f"{name} must have at most {field.max_length} characters, got %d: '%s' (input contract length)",
+            F.length(value), shown(value))))
+    if field.pattern is not None:
+        checks.append((~value.rlike(_whole(field.pattern)), F.format_string(
+            f"{name} does not match the pattern %s: '%s' (input contract pattern)", F.lit(shown_pattern(field.pattern)), shown(value))))
+    if field.allowed:
+        allowed = ", ".join(field.allowed)
+        checks.append((~value.isin(*field.allowed), F.format_string(
+            f"{name} must be one of {allowed}, got '%s' (input contract allowed-value)", shown(value))))
+    if field.minimum is not None:
+        checks.append((value < F.lit(field.minimum), F.format_string(
+            f"{name} is %d, below the minimum {field.minimum} (input contract range)", value)))
+    if field.maximum is not None:
+        checks.append((value > F.lit(field.maximum), F.format_string(
+            f"{name} is %d, above the maximum {field.maximum} (input contract range)", value)))
+    return checks
+
+
+def shown_pattern(pattern: str) -> str:
+    return pattern if len(pattern) <= 100 else pattern[:97] + "..."
+
+
+def _bound_checks(
+    field: Field, ts: Column, as_text: Column, contract: InputContract, kafka_time: Column, reference: Column
+) -> list[tuple[Column, Column]]:
+    """(broken, reason) for the event-time bounds, naming the time the field was compared with."""
+    name = f"field '{field.path}'"
+    checks: list[tuple[Column, Column]] = []
+    future_ms, past_ms = contract.max_future_ms(), contract.max_past_ms()
+    if future_ms is not None:
+        compared = F.when(reference < kafka_time, F.lit("the time it was processed")).otherwise(F.lit("the record's Kafka timestamp"))
+        checks.append((
+            F.unix_micros(ts) > F.unix_micros(reference) + F.lit(future_ms * 1000),
+            F.format_string(
+                f"{name} '%s' is more than {contract.max_future} after %s %s (input contract event-time: "
+                f"max_future {contract.max_future})", shown(as_text), compared, iso_time(reference),
+            ),
+        ))
+    if past_ms is not None:
+        checks.append((
+            F.unix_micros(ts) < F.unix_micros(kafka_time) - F.lit(past_ms * 1000),
+            F.format_string(
+                f"{name} '%s' is more than {contract.max_past} before the record's Kafka timestamp %s (input contract "
+                f"event-time: max_past {contract.max_past})", shown(as_text), iso_time(kafka_time),
+            ),
+        ))
+    return checks
+
+
 def _column_of(fields: list[Field], path: str) -> str:
     return next(f.column for f in fields if f.path == path)
 
 
-def _reason(wrapped: Column, fields: list[Field], max_record_bytes: int, key_field: str | None = None) -> Column:
+def _reason(
+    wrapped: Column, fields: list[Field], max_record_bytes: int, key_field: str | None, contract: InputContract,
+    raw_columns: list[str],
+) -> Column:
     """The first input-contract rule a rejected record breaks, in words, naming the rule.
 
     `wrapped` is the text parsed as `[text]` (see _in_brackets). Each check runs only where it can
@@ -216,17 +399,18 @@ def _reason(wrapped: Column, fields: list[Field], max_record_bytes: int, key_fie
     duplicates = F.filter(keys, lambda k: F.size(F.filter(keys, lambda j: j == k)) > 1)
     surrogate = F.regexp_extract(text, _LONE_SURROGATE, 1)
     checks: list[tuple[Column, Column]] = [
-        (F.col("value").isNull(), F.lit("empty value (null)")),
-        (size > max_record_bytes, F.format_string(f"record is %d bytes, over the {max_record_bytes}-byte limit", size)),
+        (F.col("value").isNull(), F.lit("empty value (null): a tombstone is not an event (input contract value-present)")),
+        (
+            size > max_record_bytes,
+            F.format_string(f"record is %d bytes, over the {max_record_bytes}-byte limit (input contract size)", size),
+        ),
         (~F.is_valid_utf8(text), F.lit("value is not UTF-8 (input contract utf-8: RFC 8259 §8.1)")),
         (text.startswith("\ufeff"), F.lit("value starts with a byte order mark (input contract utf-8: RFC 8259 §8.1 forbids it)")),
         (
-            # The parser's depth limit (1000, and the brackets add one level).
-            # The first value parses alone but not inside brackets, with more than 998 openings;
-            # or 999 arrays open in a row. (No repeated group here: Java's regex recursion over
-            # a hostile value would overflow the stack and fail the query.)
-            doc.isNull() & ((something_after & (F.size(F.split(text, r"[\[{]")) > 999)) | text.rlike(r"\[{999}")),
-            F.lit("value is nested more than 998 levels deep (input contract json: the parser's limit)"),
+            # Before the JSON checks: past the parser's own limit a value does not parse at all.
+            _deeper_than(text, contract.max_depth),
+            F.lit(f"value is nested more than {contract.max_depth} levels deep (input contract depth: at most "
+                  f"{contract.max_depth}, so that common JSON decoders can read what the app writes)"),
         ),
         (
             something_after
@@ -265,17 +449,24 @@ def _reason(wrapped: Column, fields: list[Field], max_record_bytes: int, key_fie
             doc.isNull() & text.rlike("[0-9]{1001}"),
             F.lit("value has a number of more than 1000 digits (input contract json: the parser's limit)"),
         ),
-        (doc.isNull(), F.lit("value is not valid JSON")),
-        (~_starts_an_object(text), F.lit("value is not a JSON object")),
+        (doc.isNull(), F.lit("value is not valid JSON (input contract json: RFC 8259)")),
+        (~_starts_an_object(text), F.lit("value is not a JSON object (input contract object)")),
     ]
+    kafka_time, reference = _record_time(raw_columns)
     for field in fields:
         path = _json_path(field)
         present = F.variant_get(doc, path, "variant")
         actual_type = F.schema_of_variant(present)
-        missing = present.isNull() | F.is_variant_null(present)
-        checks.append((missing, F.lit(f"missing field '{field.path}'")))
+        checks += [
+            (present.isNull(), F.lit(f"missing field '{field.path}' (input contract field-present)")),
+            (
+                F.is_variant_null(present),
+                F.lit(f"field '{field.path}' is null, not {_TYPE_NAMES[field.type]} (input contract field-present)"),
+            ),
+        ]
         if field.type == "bigint":
             literal = F.to_json(present)
+            number = F.try_variant_get(present, "$", "bigint")
             checks += [
                 (
                     # An integral literal of 19+ digits; shorter DECIMAL(p,0) values came from '1.0'.
@@ -284,21 +475,27 @@ def _reason(wrapped: Column, fields: list[Field], max_record_bytes: int, key_fie
                 ),
                 (
                     ~actual_type.isin(*_INTEGER_TYPES),
-                    F.format_string(f"field '{field.path}' must be an integer (got %s)", shown(actual_type)),
+                    F.format_string(f"field '{field.path}' must be an integer, got %s (input contract field-type)", shown(actual_type)),
                 ),
+                *_rule_checks(field, number),
             ]
             continue
         as_text = F.try_variant_get(doc, path, "string")
         checks.append(
             (
                 actual_type != "STRING",
-                F.format_string(f"field '{field.path}' must be {_TYPE_NAMES[field.type]} (got %s)", shown(actual_type)),
+                F.format_string(
+                    f"field '{field.path}' must be {_TYPE_NAMES[field.type]}, got %s (input contract field-type)", shown(actual_type)
+                ),
             )
         )
         if field.type == "timestamp":
             ts = F.try_to_timestamp(as_text)
             checks += [
-                (as_text.rlike(_NO_OFFSET), F.format_string(f"field '{field.path}' has no timezone offset: '%s'", shown(as_text))),
+                (
+                    as_text.rlike(_NO_OFFSET),
+                    F.format_string(f"field '{field.path}' has no timezone offset: '%s' (input contract timestamp)", shown(as_text)),
+                ),
                 (
                     ~as_text.rlike(_RFC3339),
                     F.format_string(
@@ -319,12 +516,10 @@ def _reason(wrapped: Column, fields: list[Field], max_record_bytes: int, key_fie
                     ~_timestamp_in_range(ts),
                     F.format_string(f"field '{field.path}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)", shown(as_text)),
                 ),
+                *_bound_checks(field, ts, as_text, contract, kafka_time, reference),
             ]
-        elif field.allowed:
-            allowed = ", ".join(field.allowed)
-            checks.append(
-                (~as_text.isin(*field.allowed), F.format_string(f"field '{field.path}' must be one of {allowed} (got '%s')", shown(as_text)))
-            )
+        else:
+            checks += _rule_checks(field, as_text)
     if key_field is not None:
         key = F.col("key").cast("string")
         expected = F.try_variant_get(doc, _json_path(Field(key_field, "string", key_field)), "string")

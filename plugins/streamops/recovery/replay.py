@@ -213,14 +213,15 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
     declared = program_info(app, running_version(app)).input_fields
     verdicts: dict[int, str | None] = {}
     for role, topic in app.inputs.items():
-        fields = [records.Field(f["path"], f["type"], f["column"], tuple(f["allowed"])) for f in declared[role]]
+        fields = [records.Field.from_data(f) for f in declared[role]]
         rows = [(i, d.key, d.value, topic, d.source_partition, 0, None) for i, d in enumerate(letters) if d.source_topic == topic]
         if not rows:
             continue
         frame = spark.createDataFrame(
             rows, "idx int, key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp"
         )
-        parsed = records.parse(frame, fields, app.max_record_bytes, key_field=app.input_keys.get(role))
+        # (The frame has no Kafka timestamps: a replayed record is written anew, so its time is now.)
+        parsed = records.parse_input(frame, app, role, fields)
         verdicts.update({row.idx: row.error for row in parsed.select(F.col("idx"), F.col("error")).collect()})
     return verdicts
 
