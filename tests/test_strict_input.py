@@ -282,11 +282,12 @@ def test_base64_of_dead_letters_has_no_line_breaks_in_every_app_session(spark):
 
 
 def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, admin, app_catalog, tmp_path):
-    """Records a broken or foreign writer put on a category topic fail the suite's contract checks."""
+    """Records a broken or foreign writer put on a category topic fail the suite's contract checks,
+    the router's input contract (field rules, depth, event-time bound) included."""
     from streamops.quality.ranges import whole_topics
     from streamops.quality.validate import validate_topics
 
-    contacts = app_catalog.app("oplog-router").outputs["contacts"]
+    contacts, groups = (app_catalog.app("oplog-router").outputs[role] for role in ("contacts", "groups"))
 
     def routed(**over) -> str:
         value = {"event_id": "x/0/1", "category": "contacts", "seq": 1, "user_id": "u1", "op_type": "ADD_CONTACT",
@@ -301,10 +302,24 @@ def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, a
         ("u1", routed()[:-1] + ', "seq": 2}'),  # 4: duplicate member name
         ("u1", routed() + " {}"),  # 5: a second JSON value
     ], partition=0)
+    produce(broker.client_config, groups, [
+        ("u1", routed(seq=-1)),  # offset 0
+        ("", routed(user_id="")),  # 1
+        ("u1", routed(op_type="add_contact")),  # 2
+        ("u1", routed(event_time="9999-12-31T23:59:59.999Z")),  # 3
+        ("u1", routed(event=json.loads("[" * 65 + "]" * 65))),  # 4: 66 levels with the envelope
+        ("u1", routed(event={"note": "[{" * 100})),  # 5: brackets in a string are no levels: good
+    ], partition=0)
 
-    (outcome,) = validate_topics(spark, broker.client_config, admin, app_catalog, whole_topics(admin, [contacts]), "strict", tmp_path)
+    outcomes = validate_topics(spark, broker.client_config, admin, app_catalog, whole_topics(admin, [contacts, groups]),
+                               "strict", tmp_path)
 
-    (contract,) = [f for f in outcome.failures if f.description.startswith("value contract (generated from the catalog's value_schema)")]
+    def contract_failure(topic):
+        (outcome,) = [o for o in outcomes if o.topic == topic]
+        (failure,) = [f for f in outcome.failures if f.description.startswith("value contract (generated from the catalog's value_schema)")]
+        return failure
+
+    contract = contract_failure(contacts)
     time_rule = "not YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999"
     assert contract.unexpected == 5, contract.headline()  # every record but the good one
     assert contract.samples == [  # each naming the rule it breaks
@@ -314,3 +329,14 @@ def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, a
         'partition 0, offset 4, key "u1", problem "not I-JSON: invalid JSON or a member name twice"',
         'partition 0, offset 5, key "u1", problem "not exactly one JSON value"',
     ], contract.samples
+    rules = contract_failure(groups)
+    assert rules.unexpected == 5, rules.headline()
+    assert rules.samples == [
+        'partition 0, offset 0, key "u1", problem "field seq is -1, below the minimum 0 (input contract range)"',
+        'partition 0, offset 1, key "", problem "field user_id is \\"\\", empty (input contract length)"',
+        'partition 0, offset 2, key "u1", problem "field op_type is \\"add_contact\\", not matching the input contract pattern '
+        '[A-Z][A-Z_]*"',
+        'partition 0, offset 3, key "u1", problem "field event_time is \\"9999-12-31T23:59:59.999Z\\", more than 5 minutes after '
+        "the record's Kafka timestamp (input contract event-time: max_future 5 minutes)\"",
+        'partition 0, offset 4, key "u1", problem "nested more than 65 levels deep (input contract depth)"',
+    ], rules.samples

@@ -17,14 +17,16 @@ reconciliation batch built from the app's input (see reconcile.py), not on the t
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamops.programs import settings_dict
+from streamops.programs import program_info, running_version, settings_dict
 from streamops.catalog import AppSpec, Catalog, TopicSpec
+from streamops.input_contract import merged_rules
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 
 
@@ -93,12 +95,122 @@ _FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 VALUE_CONTRACT = "value contract"
 
 
-def value_contract_expectation(spec: TopicSpec) -> dict:
+@dataclass(frozen=True)
+class OutputRules:
+    """What the writing app's input contract says about the fields it copies to an output: per
+    output field (an input field's column name), its rules; the nesting depth an output may have
+    (the inputs' deepest, plus the one level the app's envelope adds); per timestamp field, how far
+    it may lie after the record's Kafka timestamp (the inputs' max_future, written no earlier)."""
+
+    fields: dict[str, dict]
+    max_depth: int | None = None
+    max_future: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def output_rules(catalog: Catalog, topic: str) -> OutputRules:
+    """The input contract's rules as they hold on `topic`, from the app that writes it. A field
+    several inputs carry keeps a rule only if every one of them has it (the loosest value)."""
+    writer = catalog.writer(topic)
+    if writer is None or writer[1] == "dead_letters":
+        return OutputRules({})
+    app = writer[0]
+    declared = program_info(app, running_version(app)).input_fields
+    per_column: dict[str, list[dict]] = {}
+    futures: dict[str, list[str | None]] = {}
+    depths = []
+    for role in app.inputs:
+        contract = app.contract(role)
+        depths.append(contract.max_depth)
+        for field in declared.get(role, []):
+            per_column.setdefault(field["column"], []).append(merged_rules(field, contract))
+            if field["type"] == "timestamp":
+                futures.setdefault(field["column"], []).append(contract.max_future)
+    fields = {column: rules for column, seen in per_column.items() if (rules := _loosest(seen))}
+    max_future = {column: max(bounds, key=duration_ms) for column, bounds in futures.items()  # type: ignore[arg-type]
+                  if None not in bounds}
+    return OutputRules(fields, max(depths) + 1 if depths else None, max_future)  # type: ignore[arg-type]
+
+
+def _loosest(seen: list[dict]) -> dict:
+    rules: dict = {}
+    for name, pick in (("min_length", min), ("max_length", max), ("minimum", min), ("maximum", max)):
+        if all(name in r for r in seen):
+            rules[name] = pick(r[name] for r in seen)
+    if all("pattern" in r for r in seen) and len({r["pattern"] for r in seen}) == 1:
+        rules["pattern"] = seen[0]["pattern"]
+    if all("allowed" in r for r in seen):
+        rules["allowed"] = sorted({value for r in seen for value in r["allowed"]})
+    return rules
+
+
+def _sql_text(text: str) -> str:
+    """A Spark SQL string literal of `text`, inside a query GX formats ({batch}): braces doubled."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("{", "{{").replace("}", "}}") + "'"
+
+
+# The apps' depth check in SQL (records._deeper_than): strings blanked, innermost containers
+# removed once per level; a pair left over is a level too deep. Only for values with more brackets.
+_JSON_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_INNERMOST = r"[\[{][^\[\]{}]*+[\]}]"
+_TWO_QUOTES = '""'
+
+
+def _deeper_than_sql(value: str, limit: int) -> str:
+    brackets = f"length({value}) - length(translate({value}, {_sql_text('{[')}, ''))"
+    blanked = f"regexp_replace({value}, {_sql_text(_JSON_STRING)}, {_sql_text(_TWO_QUOTES)})"
+    reduced = f"aggregate(sequence(1, {limit}), {blanked}, (rest, level) -> regexp_replace(rest, {_sql_text(_INNERMOST)}, '0'))"
+    return f"({brackets} > {limit} AND {reduced} RLIKE {_sql_text(_INNERMOST)})"
+
+
+def _rule_problems(path: str, kind: str, rules: dict, max_future: str | None, doc: str) -> list[tuple[str, str]]:
+    """(condition, message) per input-contract rule of one output field (present and of its type)."""
+    json_path = f"$.{path}"
+    present = f"try_variant_get({doc}, '{json_path}', 'variant') IS NOT NULL"
+    text = f"try_variant_get({doc}, '{json_path}', 'string')"
+    number = f"try_variant_get({doc}, '{json_path}', 'bigint')"
+    shown = f"substring({text}, 1, 100)"
+    problems = []
+    if kind == "string":
+        if "min_length" in rules:
+            need = "empty" if rules["min_length"] == 1 else f"shorter than {rules['min_length']} characters"
+            problems.append((f"{present} AND char_length({text}) < {rules['min_length']}",
+                             f"concat('field {path} is \"', {shown}, '\", {need} (input contract length)')"))
+        if "max_length" in rules:
+            problems.append((f"{present} AND char_length({text}) > {rules['max_length']}",
+                             f"concat('field {path} has ', char_length({text}), ' characters, more than {rules['max_length']} "
+                             "(input contract length)')"))
+        if "pattern" in rules:
+            whole = "^(?:" + rules["pattern"] + ")\\z"
+            problems.append((f"{present} AND NOT {text} RLIKE {_sql_text(whole)}",
+                             f"concat('field {path} is \"', {shown}, '\", not matching the input contract pattern ', "
+                             f"{_sql_text(rules['pattern'])})"))
+        if "allowed" in rules:
+            values = ", ".join(_sql_text(v) for v in rules["allowed"])
+            problems.append((f"{present} AND NOT {text} IN ({values})",
+                             f"concat('field {path} is \"', {shown}, '\", not one of the input contract\\'s allowed values')"))
+    if kind == "bigint":
+        if "minimum" in rules:
+            problems.append((f"{present} AND {number} < {int(rules['minimum'])}",
+                             f"concat('field {path} is ', {number}, ', below the minimum {int(rules['minimum'])} (input contract range)')"))
+        if "maximum" in rules:
+            problems.append((f"{present} AND {number} > {int(rules['maximum'])}",
+                             f"concat('field {path} is ', {number}, ', above the maximum {int(rules['maximum'])} (input contract range)')"))
+    if kind == "timestamp" and max_future is not None:
+        future_us = duration_ms(max_future) * 1000
+        problems.append((f"{present} AND unix_micros(try_to_timestamp({text})) > unix_micros(timestamp) + {future_us}",
+                         f"concat('field {path} is \"', {shown}, '\", more than {max_future} after the record\\'s Kafka "
+                         f"timestamp (input contract event-time: max_future {max_future})')"))
+    return problems
+
+
+def value_contract_expectation(spec: TopicSpec, rules: OutputRules | None = None) -> dict:
     """One expectation, generated from the topic's value_schema, that every value keeps the
     input contract's rules downstream: exactly one JSON value, an object, no member name twice,
-    each schema field (when present) of its JSON type, times in the outputs' form. The offending
-    rows name the first rule they break (column `problem`). Suites do not repeat it."""
+    each schema field (when present) of its JSON type, times in the outputs' form; and with
+    `rules` (output_rules), the writing app's field rules, nesting depth and event-time bound.
+    The offending rows name the first rule they break (column `problem`). Suites do not repeat it."""
     doc = "try_parse_json(value)"
+    rules = rules or OutputRules({})
     problems = [
         # (A ']' after the value would close the brackets: the second count rules that out.)
         ("NOT coalesce(json_array_length(concat('[', value, ']')) = 1 AND (instr(value, ']') = 0 "
@@ -106,6 +218,9 @@ def value_contract_expectation(spec: TopicSpec) -> dict:
         (f"{doc} IS NULL", "'not I-JSON: invalid JSON or a member name twice'"),
         (f"NOT schema_of_variant({doc}) LIKE 'OBJECT%'", "'not a JSON object'"),
     ]
+    if rules.max_depth is not None:
+        problems.append((_deeper_than_sql("value", rules.max_depth),
+                         f"'nested more than {rules.max_depth} levels deep (input contract depth)'"))
     for path, kind in (spec.value_schema or {}).items():
         if not _FIELD_PATH.fullmatch(path):
             raise SuiteError(f"topic {spec.name!r}: value_schema field {path!r} cannot be checked (letters, digits, '_' and '.')")
@@ -123,6 +238,7 @@ def value_contract_expectation(spec: TopicSpec) -> dict:
                 f"AND try_to_timestamp({text}) IS NOT NULL, false)",
                 f"concat('field {path} is \"', {text}, '\", not YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999')",
             ))
+        problems += _rule_problems(path, kind, rules.fields.get(path, {}), rules.max_future.get(path), doc)
     cases = " ".join(f"WHEN {condition} THEN {message}" for condition, message in problems)
     fields = ", ".join(f"{path} {kind}" for path, kind in (spec.value_schema or {}).items())
     return {
@@ -135,7 +251,9 @@ def value_contract_expectation(spec: TopicSpec) -> dict:
             ),
         },
         "description": (f"{VALUE_CONTRACT} (generated from the catalog's value_schema): one JSON object per record, no member "
-                        f"name twice, fields of their types ({fields}), times as YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999"),
+                        f"name twice, fields of their types ({fields}), times as YYYY-MM-DDTHH:MM:SS.sssZ in years 0001-9999"
+                        + (", and the writing app's input contract (field rules, depth, event-time bound)"
+                           if rules.max_depth is not None else "")),
         "meta": {"generated": "streamops.quality.suites.value_contract_expectation"},
     }
 
@@ -164,7 +282,7 @@ def load_suite(catalog: Catalog, topic: str) -> TopicSuite:
         raise SuiteError(f"suite file {path}: 'expectations' must be a non-empty list")
 
     parameters = suite_parameters(catalog, topic)
-    records, reconciling, kinds = [value_contract_expectation(spec)], [], set()
+    records, reconciling, kinds = [value_contract_expectation(spec, output_rules(catalog, topic))], [], set()
     for index, item in enumerate(expectations):
         where = f"suite file {path}, expectations[{index}]"
         if not isinstance(item, dict) or not isinstance(item.get("type"), str) or not isinstance(item.get("kwargs"), dict):

@@ -489,3 +489,44 @@ def test_real_time_checkpoint_interval_is_bounded_and_an_environment_may_switch_
     switched = real_time.replace("version: 1\n", "version: 1\nenvironments:\n  local:\n    apps:\n      router: {trigger: 2 seconds}\n", 1)
     app = load_catalog(write(tmp_path, switched)).app("router")
     assert (app.trigger, app.checkpoint_interval, app.real_time) == ("2 seconds", None, False)
+
+
+# --- the input contract's rules per input ----------------------------------------------------
+
+
+def test_input_contract_rules_load_on_top_of_the_programs_fields(tmp_path):
+    from streamops.input_contract import DEFAULT_CONTRACT
+
+    contract = ("    input_contract:\n      operations:\n        max_depth: 20\n        max_future: 30 seconds\n"
+                "        max_past: null\n        fields:\n          seq: {minimum: 0, maximum: 1000}\n"
+                "          user_id: {pattern: 'u[0-9]+'}\n")
+    app = load_catalog(write(tmp_path, TOPICS + APP.replace("    settings:\n", contract + "    settings:\n"))).app("router")
+    rules = app.contract("operations")
+    assert (rules.max_depth, rules.max_future_ms(), rules.max_past_ms()) == (20, 30_000, None)
+    assert rules.fields["seq"].set_rules() == {"minimum": 0, "maximum": 1000}
+    # A role the catalog says nothing about gets the defaults: 64 levels, 5 minutes ahead, 3650 days back.
+    assert load_catalog(write(tmp_path, TOPICS + APP)).app("router").contract("operations") == DEFAULT_CONTRACT
+    assert (DEFAULT_CONTRACT.max_depth, DEFAULT_CONTRACT.max_future, DEFAULT_CONTRACT.max_past) == (64, "5 minutes", "3650 days")
+
+
+@pytest.mark.parametrize(("contract", "expected"), [
+    ("      operation:\n        max_depth: 10\n",
+     "input_contract: ['operation'] are not input roles of this app (inputs: ['operations'])"),
+    ("      operations:\n        max_depth: 999\n", "field 'input_contract.operations.max_depth': must be at most 998"),
+    ("      operations:\n        max_future: soon\n", "field 'input_contract.operations.max_future'"),
+    ("      operations:\n        fields:\n          sequence: {minimum: 0}\n",
+     "field 'input_contract.operations.fields.sequence': the program's fields for this input are seq, user_id, op_type, "
+     "event_time; there is no 'sequence' (program spark_apps.oplog_router)"),
+    ("      operations:\n        fields:\n          seq: {min_length: 1}\n",
+     "field 'input_contract.operations.fields.seq.min_length': applies to strings, and 'seq' is a bigint field "
+     "(program spark_apps.oplog_router)"),
+    ("      operations:\n        fields:\n          user_id: {minimum: 1}\n",
+     "field 'input_contract.operations.fields.user_id.minimum': applies to integers, and 'user_id' is a string field"),
+    ("      operations:\n        fields:\n          seq: {minimum: 5, maximum: 1}\n", "minimum 5 is more than maximum 1"),
+    ("      operations:\n        fields:\n          user_id: {pattern: 'u[0-9'}\n", "pattern 'u[0-9' is not a regular expression"),
+    ("      operations:\n        fields:\n          user_id: {pattern: '(a)\\1'}\n", "back references and named groups differ"),
+])
+def test_input_contract_mistakes_are_named_with_the_field(tmp_path, contract, expected):
+    text = TOPICS + APP.replace("    settings:\n", "    input_contract:\n" + contract + "    settings:\n")
+    found = problems(write(tmp_path, text))
+    assert len(found) == 1 and expected in found[0] and "apps[0] 'router'" in found[0], found
