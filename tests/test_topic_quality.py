@@ -191,6 +191,47 @@ def test_a_missing_output_record_fails_the_reconciliation(spark, broker, admin, 
     assert shown == sorted(expected_missing, key=lambda e: (int(e.rsplit("/", 2)[1]), int(e.rsplit("/", 2)[2])))[:5]
 
 
+def test_records_an_operator_skipped_are_not_missing_and_the_result_names_them(
+    spark, broker, admin, app_catalog, tmp_path, monkeypatch, quality_env
+):
+    """recover_skip_records' list is honoured by the reconciliation: the run passes and says which
+    offsets were skipped (and how many records were dead-lettered), instead of paging on them."""
+    from streamops.app_runtime import AppRuntime
+    from streamops.quality.ranges import whole_topics
+    from streamops.quality.validate import validate_topics
+    from streamops.recovery.skip import skip_reason
+    from tests.support.oplog_events import produce_to_partitions
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    router = app_catalog.app("oplog-router")
+    source, contacts = router.inputs["operations"], router.outputs["contacts"]
+    produce_to_partitions(broker.client_config, source, range(1, 41))
+    # Partition 0 holds seqs 4, 8, ... 40 (offsets 0-9), partition 1 seqs 1, 5, ... 37: offsets 4-6
+    # of partition 0 (seqs 20, 24, 28) and offset 3 of partition 1 (seq 13), three of them contacts.
+    reason = skip_reason("oncall", "manual__skip", "poison records")
+    entries = [{"topic": source, "partition": partition, "first": first, "last": last, "reason": reason,
+                "run_id": "manual__skip", "user": "oncall", "at": "2026-11-27T03:00:00Z", "note": "poison records"}
+               for partition, first, last in ((0, 4, 6), (1, 3, 3))]
+    checkpoint = router.checkpoint_location()
+    AppRuntime(checkpoint).add_skip_records(entries)
+    run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
+    dead = [r.json() for r in read_all(broker.client_config, router.dead_letter_topic)]
+    assert sorted((d["source"]["partition"], d["source"]["offset"], d["reason"]) for d in dead) == [
+        (0, 4, reason), (0, 5, reason), (0, 6, reason), (1, 3, reason)]
+
+    (outcome,) = validate_topics(spark, broker.client_config, admin, app_catalog, whole_topics(admin, [contacts]), "skips",
+                                 quality_env)
+
+    assert outcome.success, outcome.report()
+    summary = outcome.reconciliation
+    assert (summary["missing"], summary["unexpected"], summary["duplicates"]) == (0, 0, 0)
+    assert summary["skipped_by_operator"] == [f"{source}:0:4-6", f"{source}:1:3"]
+    assert summary["dead_lettered"] == 4
+    assert summary["note"].endswith(
+        f"not expected: 4 dead-lettered with a reason (4 of them skipped by an operator, recover_skip_records: "
+        f"{source}:0:4-6, {source}:1:3)")
+
+
 def test_bad_params_are_refused_before_anything_is_read(run_dag, broker, app_outputs, quality_env, capfd, caplog):
     catalog_file, catalog, _ = app_outputs
     contacts = catalog.app("oplog-router").outputs["contacts"]

@@ -20,6 +20,11 @@ window_counts (its `window_counts`): for every window in the range, the last (la
   compared (the newest window start seen, minus the watermark): open ones can still change.
   Records the app dropped as late show up as differences; the query's progress counts them.
   Rows: <key>, window_start, window_end, emitted_count, recomputed_count.
+
+Both re-runs honour the app's skip list (recover_skip_records): a record an operator skipped is a
+dead letter with the operator's reason there as in the live run, so it is neither expected nor
+counted, and the summary names the skipped offsets. Records the app dead-lettered are not
+expected either (the router's summary counts them).
 """
 
 from __future__ import annotations
@@ -93,6 +98,44 @@ def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
     raise ValueError(f"app {app.name}: program {app.program} has no query {name!r}")
 
 
+def _skip_entries(app: AppSpec) -> list[dict]:
+    """The live app's skip list (beside its checkpoint), as its driver reads it at start."""
+    from streamops.app_runtime import AppRuntime
+
+    return AppRuntime(app.checkpoint_location()).skip_records()
+
+
+def _skipping(frame: DataFrame, entries: list[dict], topics: list[str]) -> DataFrame:
+    """A batch read of input topics with the column the live source adds: each record's skip
+    reason (runner.operator_skip), so the app's own parse dead-letters skipped records."""
+    from spark_apps.common.runner import OPERATOR_SKIP, operator_skip
+
+    return frame.withColumn(OPERATOR_SKIP, operator_skip(entries, topics))
+
+
+def _skipped_in(entries: list[dict], topic_range: TopicRange) -> list[str]:
+    """The skip list's offsets inside a range, as 'topic:partition:first-last' (a single offset alone)."""
+    named = []
+    for entry in entries:
+        if entry["topic"] != topic_range.topic or int(entry["partition"]) not in topic_range.partitions:
+            continue
+        low, end = topic_range.partitions[int(entry["partition"])]
+        first, last = max(int(entry["first"]), low), min(int(entry["last"]), end - 1)
+        if first <= last:
+            span = str(first) if first == last else f"{first}-{last}"
+            named.append(f"{entry['topic']}:{entry['partition']}:{span}")
+    return named
+
+
+def _count_of(spans: list[str]) -> int:
+    total = 0
+    for span in spans:
+        offsets = span.rsplit(":", 1)[1]
+        first, _, last = offsets.partition("-")
+        total += int(last or first) - int(first) + 1
+    return total
+
+
 def _with_source(frame: DataFrame) -> DataFrame:
     return frame.select(
         "*",
@@ -116,12 +159,15 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
     spans = {row["source_partition"]: (row["low"], row["high"] + 1) for row in covered}
     input_range = TopicRange(input_topic, spans, "the input range the output range covers")
     spark, kafka = sources.session(), sources.kafka
+    entries = _skip_entries(app)
 
     def source(topics: list[str]) -> DataFrame:
         assert topics == [input_topic], topics
-        return read_range(spark, kafka, input_range)
+        return _skipping(read_range(spark, kafka, input_range), entries, topics)
 
-    routed = _app_query(sources, app, lineage.query, source).where(F.col("topic") == topic)
+    outputs = _app_query(sources, app, lineage.query, source).persist()
+    dead_lettered = outputs.where(F.col("topic") == app.dead_letter_topic).count()
+    routed = outputs.where(F.col("topic") == topic)
     expected = routed.select(
         F.from_json(F.col("value").cast("string"), "event_id STRING, op_type STRING").alias("v")
     ).select(F.col("v.event_id").alias("event_id"), F.col("v.op_type").alias("op_type"), F.lit(True).alias("expected"))
@@ -157,14 +203,19 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
         F.sum(F.when(~F.col("expected"), 1).otherwise(0)).alias("unexpected"),
         F.sum(F.greatest(F.col("copies") - 1, F.lit(0))).alias("duplicates"),
     ))
+    outputs.unpersist()
+    skipped = _skipped_in(entries, input_range)
     summary = {
         "input_range": input_range.to_json(),
         **{key: int(totals[key] or 0) for key in ("expected", "written", "missing", "unexpected", "duplicates")},
+        "skipped_by_operator": skipped,
+        "dead_lettered": dead_lettered,
     }
     note = (
         f"{input_topic} {input_range.spans()}: {summary['expected']} record(s) of this category expected, "
         f"{summary['written']} written, {summary['missing']} missing, {summary['unexpected']} unexpected, "
-        f"{summary['duplicates']} duplicate copies"
+        f"{summary['duplicates']} duplicate copies; not expected: {dead_lettered} dead-lettered with a reason"
+        + (f" ({_count_of(skipped)} of them skipped by an operator, recover_skip_records: {', '.join(skipped)})" if skipped else "")
     )
     return Reconciliation(frame, summary, note)
 
@@ -184,12 +235,17 @@ def _window_counts(
     )
     emitted = read_decoded(spark, kafka, since_range, spec).groupBy(*window).agg(F.max("count").alias("emitted_count"))
 
+    entries = _skip_entries(app)
+    read_whole: list[TopicRange] = []
+
     def source(topics: list[str]) -> DataFrame:
-        frames = [read_range(spark, kafka, whole) for whole in whole_topics(sources.admin, topics)]
+        ranges = whole_topics(sources.admin, topics)
+        read_whole.extend(ranges)
+        frames = [read_range(spark, kafka, whole) for whole in ranges]
         union = frames[0]
         for frame in frames[1:]:
             union = union.unionByName(frame)
-        return union
+        return _skipping(union, entries, topics)
 
     recounted = _app_query(sources, app, query, source).select(
         F.from_json(F.col("value").cast("string"), f"`{key_column}` STRING, window_start STRING, window_end STRING, count BIGINT").alias("v")
@@ -220,10 +276,14 @@ def _window_counts(
         F.sum(closed.cast("int")).alias("closed"),
         F.sum((closed & (F.col("emitted_count") != F.col("recomputed_count"))).cast("int")).alias("differ"),
     ))
-    summary = {key: int(totals[key] or 0) for key in ("windows", "closed", "differ")}
+    summary: dict = {key: int(totals[key] or 0) for key in ("windows", "closed", "differ")}
+    skipped = [span for whole in read_whole for span in _skipped_in(entries, whole)]
+    summary["skipped_by_operator"] = skipped
     frame = lined_up.where(closed)
     note = (
         f"{summary['windows']} window(s) in the range, {summary['closed']} closed by the watermark and compared with "
         f"the app's own '{query}' query re-run over its whole retained input, {summary['differ']} differ"
+        + (f"; {_count_of(skipped)} record(s) skipped by an operator not counted (recover_skip_records: {', '.join(skipped)})"
+           if skipped else "")
     )
     return Reconciliation(frame, summary, note)
