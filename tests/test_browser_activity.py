@@ -147,3 +147,92 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
     # Spark counts a late record once per window it would have joined: 14:11:45 falls in the
     # windows starting 14:11:42 and 14:11:44.
     assert dropped == 2
+
+
+def _windows_of(events: list[tuple[str, int]], base: str = "2026-01-01T14:20:") -> list[dict]:
+    """The exact 5-second windows every 2 seconds of (fingerprint, second) actions within one minute:
+    a window starts at an even second s and holds the actions at s <= t < s + 5."""
+    counts: dict[tuple[str, int], int] = {}
+    for browser, second in events:
+        for start in range(second - 4, second + 1):
+            if start % 2 == 0:
+                counts[(browser, start)] = counts.get((browser, start), 0) + 1
+    return by_window({"fingerprint": browser, "window_start": f"{base}{start:02d}.000Z",
+                      "window_end": f"{base}{start + 5:02d}.000Z", "count": count}
+                     for (browser, start), count in counts.items())
+
+
+def test_a_hijacked_watermark_is_output_stopped_and_the_rebuild_with_the_bound_restores_exact_windows(
+    spark, broker, admin, app_catalog, tmp_path, monkeypatch
+):
+    """With the event-time bound turned off, one far-future record moves the watermark to the year
+    9999: later records are all dropped as late, and health says "output stopped" with the
+    evidence. The documented way back (the bound on, recover_rebuild_state's live rebuild: its plan
+    and apply steps, the start being an in-process run from earliest) writes the exact windows."""
+    from types import SimpleNamespace
+
+    from spark_apps.common.runner import ProgressPublisher
+    from streamops.app_runtime import AppRuntime
+    from streamops.app_status import app_status
+    from streamops.input_contract import InputContract
+    from streamops.recovery.rebuild import apply_rebuild_live, plan_rebuild
+    from streamops.supervision import evaluate
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    unbounded = app_catalog.model_copy(update={"apps": [
+        app.model_copy(update={"input_contract": {"logs": InputContract(max_future=None, max_past=None)}})
+        if app.name == "browser-activity" else app for app in app_catalog.apps]})
+    spec = app_catalog.app("browser-activity")
+    logs, counts_topic, checkpoint = spec.inputs["logs"], spec.outputs["activity_counts"], spec.checkpoint_location()
+    runtime = AppRuntime(checkpoint)
+    runtime.acquire({"app": spec.name, "version": spec.version})  # this process plays the running driver
+    publisher = ProgressPublisher(runtime)
+    spark.streams.addListener(publisher)
+
+    def run(catalog, records, **options):
+        produce(broker.client_config, logs, records, partition=0)
+        queries = run_available_now(spark, catalog, "browser-activity", broker, checkpoint, **options)
+        publisher.publish_last(queries)  # as the driver does: not left to the listener's thread
+        return queries
+
+    def at(browser, second):
+        return log_event(browser, f"20:{second:02d}.000")
+
+    try:
+        run(unbounded, [at("b1", 10), at("b1", 11), timed_event("b9", FAR_FUTURE)])
+        hijacked_counts = read_all(broker.client_config, counts_topic)
+        run(unbounded, [at("b1", 13), at("b2", 14)])
+        run(unbounded, [at("b2", 15)])
+        assert appended(broker, counts_topic, since=hijacked_counts) == []  # every later record dropped as late
+
+        health = evaluate(spec, app_status(spec, broker.client_config), runtime)
+        assert health.state == "output stopped", health.evidence
+        # Spark counts a late record once per window it would have joined: :13 in 2 windows, :14 in 3,
+        # :15 in 2.
+        assert health.evidence.startswith("query window-count: its last 2 batch(es) with input (within 5 minutes) read 3 "
+                                          "record(s) and updated no state: all of them dropped as late (7 late drop(s)); ")
+        assert "its watermark is 9999-12-31T23:59:49.999Z, 7972 years ahead of now" in health.evidence
+        assert "recover_rebuild_state" in health.evidence
+
+        # The way back: the bound on again (the catalog as shipped), then the live rebuild.
+        plan = plan_rebuild(admin, app_catalog, "browser-activity", "live")
+        assert plan.records == 6
+        before_rebuild = read_all(broker.client_config, counts_topic)
+        letters_before = read_all(broker.client_config, spec.dead_letter_topic)
+        applied = apply_rebuild_live(
+            spec, plan,
+            start=lambda starting: (run(app_catalog, [], starting_offsets=starting), SimpleNamespace(pid=0, driver_log=None))[1],
+            stop_app=lambda: runtime.release("stopped", "stopped for the rebuild"),
+        )
+        assert applied["backup"] and "before-rebuild" in applied["backup"]
+    finally:
+        spark.streams.removeListener(publisher)
+        if runtime.is_running():
+            runtime.release("stopped", "test over")
+
+    rebuilt = [r.json() for r in appended(broker, counts_topic, since=before_rebuild)]
+    assert by_window(rebuilt) == _windows_of([("b1", 10), ("b1", 11), ("b1", 13), ("b2", 14), ("b2", 15)])
+    (letter,) = [r.json() for r in appended(broker, spec.dead_letter_topic, since=letters_before)]
+    assert (letter["source"]["offset"], letter["reason"]) == (2, (
+        f"field '@timestamp' '{FAR_FUTURE}' is more than 1 minute after the record's Kafka timestamp "
+        f"{letter['source']['timestamp']} (input contract event-time: max_future 1 minute)"))

@@ -448,8 +448,16 @@ class AppRuntime:
     def _append_rate(self, query: str, progress: dict[str, Any]) -> None:
         """One line per batch in progress/rates.jsonl (the apps page's input-rate chart); lines
         older than RATE_HISTORY_S go once the file passes RATE_HISTORY_BYTES."""
+        # The batch's figures health is judged on over a window (supervision): input, dead letters,
+        # rows dropped as late, state rows updated, and the watermark after it.
+        observed = progress.get("observed") or {}
         line = json.dumps({"at": progress.get("published_at") or now_iso(), "query": query,
-                           "input_rows": progress.get("input_rows", 0)})
+                           "input_rows": progress.get("input_rows", 0),
+                           "dead_letters": sum(int(m.get("dead_letters") or 0) for m in observed.values()),
+                           "dropped_by_watermark": progress.get("dropped_by_watermark", 0),
+                           "state_rows_updated": progress.get("state_rows_updated", 0),
+                           "stateful": bool(progress.get("stateful")),
+                           "watermark": progress.get("watermark")})
         with open(self.rates_file, "a", encoding="utf-8") as rates:
             rates.write(line + "\n")
         if self.rates_file.stat().st_size > RATE_HISTORY_BYTES:
@@ -457,7 +465,8 @@ class AppRuntime:
             _write_lines_atomic(self.rates_file, [json.dumps(entry) for entry in recent])
 
     def rates(self, within_s: float = RATE_HISTORY_S) -> list[dict[str, Any]]:
-        """Batches published in the last `within_s` seconds: {at, query, input_rows}."""
+        """Batches published in the last `within_s` seconds: {at, query, input_rows, dead_letters,
+        dropped_by_watermark, state_rows_updated, stateful, watermark} (lines older than the fields: input_rows only)."""
         try:
             lines = self.rates_file.read_text(encoding="utf-8").splitlines()
         except OSError:

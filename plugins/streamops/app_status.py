@@ -17,7 +17,7 @@ from confluent_kafka import TopicPartition
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec
 from streamops.checkpoints import positions
-from streamops.kafka_offsets import end_offsets
+from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.kafka_client import KafkaClientConfig
 
 
@@ -30,6 +30,39 @@ class PartitionLag:
     end: int
     lag: int
     time_lag_s: float | None  # age of the oldest unprocessed record; None when caught up
+
+
+@dataclass
+class QueryWindow:
+    """One query's batches of the last health window (supervision.health_window), summed."""
+
+    window_s: float
+    batches: int = 0
+    input_rows: int = 0
+    dead_letters: int = 0
+    dropped_by_watermark: int = 0
+    state_rows_updated: int = 0
+    stateful: bool = False
+    # Per batch: (input rows, state rows updated, rows dropped as late), oldest first.
+    per_batch: list[tuple[int, int, int]] = field(default_factory=list)
+    watermark: str | None = None  # after the newest batch (Spark's eventTime.watermark)
+
+
+def query_windows(rates: list[dict], window_s: float) -> dict[str, QueryWindow]:
+    """The per-batch history (AppRuntime.rates) summed per query."""
+    windows: dict[str, QueryWindow] = {}
+    for entry in rates:
+        window = windows.setdefault(str(entry.get("query")), QueryWindow(window_s))
+        rows, updated, dropped = (int(entry.get(k) or 0) for k in ("input_rows", "state_rows_updated", "dropped_by_watermark"))
+        window.batches += 1
+        window.input_rows += rows
+        window.dead_letters += int(entry.get("dead_letters") or 0)
+        window.dropped_by_watermark += dropped
+        window.state_rows_updated += updated
+        window.stateful = window.stateful or bool(entry.get("stateful"))
+        window.per_batch.append((rows, updated, dropped))
+        window.watermark = entry.get("watermark") or window.watermark
+    return windows
 
 
 @dataclass
@@ -61,6 +94,8 @@ class AppStatus:
     # Per query, its latest batch: input_rows, input/processed rows per second, batch_duration_ms,
     # state_rows, dead_letters (what the metrics endpoint exports).
     queries: dict[str, dict] = field(default_factory=dict)
+    # Per query, its batches of the last health window (what health is judged on).
+    recent: dict[str, QueryWindow] = field(default_factory=dict)
     lags: list[PartitionLag] = field(default_factory=list)
 
     @property
@@ -158,6 +193,8 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         } for name, p in progress.items()}
         status.dead_letters_last_batch = sum(q["dead_letters"] for q in status.queries.values())
         status.input_rows_last_batch = sum(q["input_rows"] for q in status.queries.values())
+        window_s = duration_ms(spec.supervision.health_window) / 1000
+        status.recent = query_windows(runtime.rates(within_s=window_s), window_s)
 
     ends_cache: dict[str, dict[int, tuple[int, int]]] = {}
     behind: list[TopicPartition] = []

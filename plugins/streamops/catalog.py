@@ -271,6 +271,10 @@ def supervisor_schedule() -> timedelta | None:
     return None if (settings.SUPERVISOR.get() or "").lower() == "manual" else timedelta(seconds=SUPERVISOR_EVERY_S)
 
 
+# The per-batch history beside a checkpoint (app_runtime.RATE_HISTORY_S): health windows fit in it.
+HEALTH_HISTORY_S = 3600
+
+
 class SupervisionSpec(_Strict):
     """How the supervisor (the app_status DAG, streamops.supervision) watches and restarts one app."""
 
@@ -291,8 +295,21 @@ class SupervisionSpec(_Strict):
     stall_min: Duration = "1 minute"
     # Lagging: the oldest unprocessed record is older than this.
     max_time_lag: Duration = "5 minutes"
-    # Degraded: more than this share of the last batch's input went to the dead-letter topic.
+    # Degraded: more than this share of the input of the last health_window went to the dead-letter
+    # topic, judged once that window holds at least dead_letter_min_records input records (two
+    # records with one bad is no evidence of a degraded app).
     max_dead_letter_rate: float = Field(default=0.05, ge=0, le=1)
+    dead_letter_min_records: StrictInt = Field(default=100, ge=1)
+    # The window of batches the dead-letter rate and "output stopped" are judged on (at most an
+    # hour: the per-batch history kept beside the checkpoint).
+    health_window: Duration = "5 minutes"
+
+    @model_validator(mode="after")
+    def _health_window_kept(self) -> SupervisionSpec:
+        if duration_ms(self.health_window) > HEALTH_HISTORY_S * 1000:
+            raise ValueError(f"health_window {self.health_window} is longer than the {HEALTH_HISTORY_S // 60} minutes of batch "
+                             "history kept beside the checkpoint")
+        return self
 
     @model_validator(mode="after")
     def _backoff_in_order(self) -> SupervisionSpec:

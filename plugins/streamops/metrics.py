@@ -16,6 +16,11 @@ prometheus_client (the reference client): names, types and escaping follow its c
     streamops_app_batch_duration_seconds{app,query}
     streamops_app_state_rows{app,query}                       rows in the query's state store
     streamops_app_dead_letters_last_batch{app,query}
+    streamops_app_window_input_rows{app,query}                input records in the health window (supervision.health_window)
+    streamops_app_window_dead_letters{app,query}              dead letters in the health window
+    streamops_app_window_dropped_late_rows{app,query}         rows dropped as late (numRowsDroppedByWatermark) in the window
+    streamops_app_window_state_rows_updated{app,query}        state rows updated (a windowed count's updates) in the window
+    streamops_app_watermark_ahead_seconds{app,query}          the query's watermark minus now (a hijacked one is far ahead)
     streamops_app_dead_letters_total{app,topic}               records ever written to its dead-letter topic (end offsets)
     streamops_app_last_batch_age_seconds{app}
     streamops_app_restarts_total{app}                         the supervisor's restarts
@@ -26,9 +31,11 @@ prometheus_client (the reference client): names, types and escaping follow its c
 # runtime, and those are imported inside metrics_app().
 import hmac
 import logging
+import time
 from pathlib import Path
 
 from streamops import settings
+from streamops.app_runtime import parse_recorded_time
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, observe, unreadable
@@ -57,6 +64,14 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
     duration = gauge("streamops_app_batch_duration_seconds", "Duration of the query's last batch", ["app", "query"])
     state_rows = gauge("streamops_app_state_rows", "Rows in the query's state store after its last batch", ["app", "query"])
     letters = gauge("streamops_app_dead_letters_last_batch", "Dead letters of the query's last batch", ["app", "query"])
+    window_input = gauge("streamops_app_window_input_rows", "Input records of the query in the health window", ["app", "query"])
+    window_letters = gauge("streamops_app_window_dead_letters", "Dead letters of the query in the health window", ["app", "query"])
+    window_late = gauge("streamops_app_window_dropped_late_rows", "Rows the query dropped as late in the health window",
+                        ["app", "query"])
+    window_updated = gauge("streamops_app_window_state_rows_updated", "State rows the query updated in the health window",
+                           ["app", "query"])
+    ahead = gauge("streamops_app_watermark_ahead_seconds", "The query's watermark minus now (negative: behind, as it should be)",
+                  ["app", "query"])
     # End offsets, not records kept: retention deleting old dead letters is not a counter reset.
     letters_total = CounterMetricFamily("streamops_app_dead_letters", "Records ever written to the app's dead-letter topic",
                                         labels=["app", "topic"])
@@ -92,13 +107,23 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
             duration.add_metric([name, query], figures["batch_duration_ms"] / 1000)
             state_rows.add_metric([name, query], figures["state_rows"])
             letters.add_metric([name, query], figures["dead_letters"])
+        now_s = time.time()
+        for query, window in sorted(current.recent.items()):
+            labels = [name, query]
+            window_input.add_metric(labels, window.input_rows)
+            window_letters.add_metric(labels, window.dead_letters)
+            window_late.add_metric(labels, window.dropped_by_watermark)
+            window_updated.add_metric(labels, window.state_rows_updated)
+            watermark = parse_recorded_time(window.watermark)
+            if watermark is not None:
+                ahead.add_metric(labels, watermark.timestamp() - now_s)
         letters_total.add_metric([name, spec.dead_letter_topic], seen.dead_letters_total)
         if current.progress_age_s is not None:
             batch_age.add_metric([name], current.progress_age_s)
         restarts.add_metric([name], health.restarts_total)
 
     families = [state, attention, info, up, lag, time_lag, input_rate, processed_rate, duration, state_rows, letters,
-                letters_total, batch_age, restarts, failures]
+                window_input, window_letters, window_late, window_updated, ahead, letters_total, batch_age, restarts, failures]
 
     class Snapshot:
         def collect(self):

@@ -17,7 +17,12 @@ one health state per app:
     unreadable    its status could not be read (the error is the evidence)
     stalled       running, records waiting, and no completed batch for several trigger intervals
     lagging       the oldest unprocessed record is older than the app's max_time_lag
-    degraded      more of the last batch went to dead letters than max_dead_letter_rate
+    output stopped  running and reading input, but a stateful query's records are all dropped as
+                  late (no state row updated over several batches), or its watermark lies ahead
+                  of now by more than its inputs' event-time bound allows (one far-future record
+                  moved it): its windows will not be written again until it is rebuilt
+    degraded      more of the last health window's input went to dead letters than
+                  max_dead_letter_rate, judged once the window holds dead_letter_min_records
 
 The supervisor is the scheduled app_status DAG (not a deferrable trigger): a restart is a
 spark-submit launch with the app's connection and artifact checks, which is task work, not
@@ -39,12 +44,20 @@ from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, SupervisionSpec
 from streamops.kafka_offsets import duration_ms
 
-NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "lagging", "degraded")
-# The state as a number for Prometheus (streamops_app_state): higher is worse.
+NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "output stopped", "lagging", "degraded")
+# The state as a number for Prometheus (streamops_app_state): higher is worse, except that numbers
+# once given never change (alert rules match them): "output stopped", added later, is 11.
 STATE_NUMBERS = {"healthy": 0, "stopped": 1, "not deployed": 2, "in operation": 3, "degraded": 4, "lagging": 5,
-                 "stalled": 6, "crashed": 7, "crash-loop": 8, "held": 9, "unreadable": 10}
-# A dead-letter rate is judged on the last batch while it is this recent (then it is history).
-DEGRADED_RECENT_S = 900
+                 "stalled": 6, "crashed": 7, "crash-loop": 8, "held": 9, "unreadable": 10, "output stopped": 11}
+# Batches with input, all dropped as late, before a query's output counts as stopped (one such
+# batch can be a burst of stragglers).
+OUTPUT_STOPPED_BATCHES = 2
+# Clock skew allowed between producers and the driver when a watermark is compared with now.
+WATERMARK_SKEW_S = 60.0
+WAY_BACK = ("Way back (README \"Input contract\", event-time bounds): make sure the inputs' max_future bound is on, then "
+            "rebuild the state with recover_rebuild_state (it reprocesses the retained input from earliest on a new "
+            "checkpoint, the old one backed up; the bound dead-letters the record that moved the watermark; downstream "
+            "readers see every window again), or put back a checkpoint backup from before it with recover_restore_checkpoint.")
 RESTARTS = ("started", "failed")  # outcomes in restarts.jsonl of a restart attempt (others: "gave up")
 WAY_OUT = ("If a record fails the query, skip it with recover_skip_records, or move past it with recover_reset_offsets "
            "(and, once fixed, re-deliver it with recover_replay_dead_letters); then start the app with "
@@ -61,7 +74,11 @@ def _words(seconds: float) -> str:
         return f"{seconds}s"
     if seconds < 7200:
         return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds < 2 * 31_557_600:
+        return f"{seconds // 86400} days"
+    return f"{seconds // 31_557_600} years"
 
 
 @dataclass(frozen=True)
@@ -247,8 +264,9 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
             health.evidence = f"{evidence} {decision.reason}."
         return health
     problems = _running_problems(spec, status, now)
-    if status.input_rows_last_batch:
-        health.dead_letter_rate = round(status.dead_letters_last_batch / status.input_rows_last_batch, 4)
+    rates = [w.dead_letters / w.input_rows for w in status.recent.values() if w.input_rows and w.dead_letters is not None]
+    if rates:
+        health.dead_letter_rate = round(max(rates), 4)
     if problems:
         health.state = problems[0][0]
         health.evidence = " ".join(text for _, text in problems)
@@ -293,6 +311,7 @@ def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[t
         problems.append(("stalled", f"{which} (stalled after {_words(stall_s)}: {policy.stall_after_triggers} trigger "
                                     f"intervals of {spec.real_time_interval() + ' (real-time checkpoints)' if spec.real_time else spec.trigger}, at least {policy.stall_min}); last batches {batches}{beat} "
                                     f"(driver pid {status.pid} on {status.driver_host or '?'})."))
+    problems += _output_stopped(spec, status, now)
     oldest = status.max_time_lag_s
     limit_s = duration_ms(policy.max_time_lag) / 1000
     if oldest is not None and oldest > limit_s:
@@ -300,12 +319,48 @@ def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[t
         problems.append(("lagging", f"the oldest unprocessed record is {_words(oldest)} old (limit {policy.max_time_lag}), on "
                                     f"{worst.topic} partition {worst.partition} at offset {worst.processed_to}; {status.total_lag} "
                                     "record(s) wait."))
-    rows = status.input_rows_last_batch
-    recent = status.progress_age_s is not None and status.progress_age_s <= DEGRADED_RECENT_S
-    if rows and recent and status.dead_letters_last_batch / rows > policy.max_dead_letter_rate:
-        problems.append(("degraded", f"{status.dead_letters_last_batch} of the last batch's {rows} input record(s) went to the "
-                                     f"dead-letter topic {spec.dead_letter_topic} ({status.dead_letters_last_batch / rows:.1%}, "
-                                     f"limit {policy.max_dead_letter_rate:.1%})."))
+    for query, window in sorted(status.recent.items()):
+        rows, letters = window.input_rows, window.dead_letters
+        if rows >= policy.dead_letter_min_records and letters / rows > policy.max_dead_letter_rate:
+            problems.append(("degraded", f"query {query}: {letters} of the {rows} input record(s) of the last "
+                                         f"{policy.health_window} ({window.batches} batch(es)) went to the dead-letter topic "
+                                         f"{spec.dead_letter_topic} ({letters / rows:.1%}, limit {policy.max_dead_letter_rate:.1%}, "
+                                         f"judged from {policy.dead_letter_min_records} records)."))
+    return problems
+
+
+def _output_stopped(spec: AppSpec, status: AppStatus, now: datetime) -> list[tuple[str, str]]:
+    """Stateful queries whose output stopped while input flows, with the evidence."""
+    futures = [spec.contract(role).max_future for role in spec.inputs]
+    bound_s = max((duration_ms(f) / 1000 for f in futures if f is not None), default=0.0)
+    problems = []
+    for query, window in sorted(status.recent.items()):
+        if not window.stateful:
+            continue
+        watermark = _parse(window.watermark)
+        ahead_s = (watermark - now).total_seconds() if watermark is not None else None
+        # The newest batches with input that updated no state (since the last one that did).
+        streak = []
+        for batch in reversed([b for b in window.per_batch if b[0] > 0]):
+            if batch[1]:
+                break
+            streak.append(batch)
+        late_drops = sum(dropped for _, _, dropped in streak)
+        all_late = len(streak) >= OUTPUT_STOPPED_BATCHES and late_drops > 0
+        hijacked = ahead_s is not None and ahead_s > bound_s + WATERMARK_SKEW_S
+        if not (all_late or hijacked):
+            continue
+        parts = []
+        if all_late:
+            parts.append(f"its last {len(streak)} batch(es) with input (within {spec.supervision.health_window}) read "
+                         f"{sum(b[0] for b in streak)} record(s) and updated no state: all of them dropped as late "
+                         f"({late_drops} late drop(s))")
+        if ahead_s is not None:
+            where = f"{_words(ahead_s)} ahead of now" if ahead_s > 0 else f"{_words(-ahead_s)} behind now"
+            parts.append(f"its watermark is {window.watermark}, {where}"
+                         + (f" (the inputs' event-time bound allows {_words(bound_s)} ahead, and {WATERMARK_SKEW_S:g}s of clock skew)"
+                            if hijacked else ""))
+        problems.append(("output stopped", f"query {query}: " + "; ".join(parts) + f": its output stopped. {WAY_BACK}"))
     return problems
 
 

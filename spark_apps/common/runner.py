@@ -412,6 +412,9 @@ class ProgressPublisher(StreamingQueryListener):
         observed = {name: row.asDict() for name, row in (p.observedMetrics or {}).items()}
         state_rows = sum(op.numRowsTotal for op in p.stateOperators)
         dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
+        # Rows the stateful operators added or changed: a windowed count's updates (its output in
+        # update mode). Input that arrives with none of it, all dropped as late, is output stopped.
+        updated = sum(op.numRowsUpdated for op in p.stateOperators)
         duration_ms = (p.durationMs or {}).get("triggerExecution", 0)
         log.info(
             "query %s batch %d: %d rows in, %.1f rows/s processed, %d ms, state rows %d, "
@@ -434,6 +437,8 @@ class ProgressPublisher(StreamingQueryListener):
                     "batch_duration_ms": duration_ms,
                     "state_rows": state_rows,
                     "dropped_by_watermark": dropped,
+                    "state_rows_updated": updated,
+                    "stateful": bool(p.stateOperators),
                     "watermark": (p.eventTime or {}).get("watermark"),
                     "end_offsets": offsets,
                     "observed": observed,

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from streamops.app_runtime import AppRuntime
-from streamops.app_status import AppStatus, PartitionLag
+from streamops.app_status import AppStatus, PartitionLag, QueryWindow
 from streamops.catalog import SupervisionSpec, load_catalog
 from streamops.supervision import evaluate, restart_decision
 
@@ -173,13 +173,53 @@ def test_stalled_lagging_and_degraded_are_told_apart(router):
     assert lagging.state == "lagging"
     assert lagging.evidence == ("the oldest unprocessed record is 6m40s old (limit 5 minutes), on ops partition 3 at offset "
                                 "10; 100 record(s) wait.")
-    degraded = evaluate(spec, _status(dead_letters_last_batch=30, input_rows_last_batch=100, progress_age_s=1.0), runtime,
+    # Dead letters over the health window, per query, judged once it holds enough records.
+    degraded = evaluate(spec, _status(recent={"route": QueryWindow(300, batches=4, input_rows=200, dead_letters=30)}), runtime,
                         T0 + timedelta(seconds=101))
-    assert degraded.state == "degraded" and degraded.dead_letter_rate == 0.3
-    assert degraded.evidence == (f"30 of the last batch's 100 input record(s) went to the dead-letter topic "
-                                 f"{spec.dead_letter_topic} (30.0%, limit 5.0%).")
-    assert evaluate(spec, _status(dead_letters_last_batch=3, input_rows_last_batch=100), runtime,
+    assert degraded.state == "degraded" and degraded.dead_letter_rate == 0.15
+    assert degraded.evidence == (f"query route: 30 of the 200 input record(s) of the last 5 minutes (4 batch(es)) went to the "
+                                 f"dead-letter topic {spec.dead_letter_topic} (15.0%, limit 5.0%, judged from 100 records).")
+    assert evaluate(spec, _status(recent={"route": QueryWindow(300, batches=4, input_rows=200, dead_letters=10)}), runtime,
                     T0 + timedelta(seconds=101)).state == "healthy"
-    # A rate is judged while the batch is recent: one bad batch before a quiet night is history.
-    assert evaluate(spec, _status(dead_letters_last_batch=30, input_rows_last_batch=100, progress_age_s=3600.0), runtime,
-                    T0 + timedelta(seconds=3700)).state == "healthy"
+    # One batch of two records, one of them bad, is no evidence of a degraded app.
+    two = evaluate(spec, _status(recent={"route": QueryWindow(300, batches=1, input_rows=2, dead_letters=1)}), runtime,
+                   T0 + timedelta(seconds=101))
+    assert (two.state, two.dead_letter_rate) == ("healthy", 0.5)
+    # Nothing in the window (a quiet night after a bad batch): nothing to judge.
+    assert evaluate(spec, _status(recent={}), runtime, T0 + timedelta(seconds=3700)).state == "healthy"
+
+
+def _late(*batches: tuple[int, int, int], watermark: str | None = None) -> QueryWindow:
+    return QueryWindow(300, batches=len(batches), input_rows=sum(b[0] for b in batches), stateful=True,
+                       dropped_by_watermark=sum(b[2] for b in batches), state_rows_updated=sum(b[1] for b in batches),
+                       per_batch=list(batches), watermark=watermark)
+
+
+def test_output_stopped_is_input_all_dropped_as_late_or_a_watermark_beyond_the_event_time_bound(tmp_path):
+    spec = load_catalog().app("browser-activity")  # inputs bound 1 minute ahead
+    runtime = AppRuntime(tmp_path / "ckpt")
+    runtime.set_desired("running", by="alice", run_id="deploy_1")
+    now = T0 + timedelta(seconds=120)
+
+    stopped = evaluate(spec, _status(recent={"window-count": _late((5, 0, 10), (3, 0, 6), watermark=at(100))}), runtime, now)
+    assert stopped.state == "output stopped" and stopped.needs_someone
+    assert stopped.evidence.startswith(
+        f"query window-count: its last 2 batch(es) with input (within 5 minutes) read 8 record(s) and updated no state: all of "
+        f"them dropped as late (16 late drop(s)); its watermark is {at(100)}, 20s behind now: its output stopped. Way back (README "
+        '"Input contract", event-time bounds): make sure the inputs\' max_future bound is on, then rebuild the state with '
+        "recover_rebuild_state")
+    hijacked = evaluate(spec, _status(recent={"window-count": _late((0, 0, 0), watermark="9999-12-31T23:59:49.999Z")}),
+                        runtime, now)
+    assert hijacked.state == "output stopped"
+    assert hijacked.evidence.startswith("query window-count: its watermark is 9999-12-31T23:59:49.999Z, 7972 years ahead of "
+                                        "now (the inputs' event-time bound allows 60s ahead, and 60s of clock skew): its "
+                                        "output stopped.")
+    # One batch of stragglers dropped as late, a watermark within the bound, a batch that updated
+    # its windows, a stateless query: all healthy.
+    # (After a batch that updated, the streak starts again: one late batch since is not enough.)
+    assert evaluate(spec, _status(recent={"window-count": _late((5, 3, 0), (5, 0, 10), (3, 0, 6))}), runtime, now).state == \
+        "output stopped"
+    for window in (_late((5, 0, 10)), _late((0, 0, 0), watermark=at(200)), _late((5, 0, 10), (3, 2, 1)),
+                   _late((5, 0, 10), (3, 2, 1), (4, 0, 3)),
+                   QueryWindow(300, batches=2, input_rows=8, per_batch=[(5, 0, 10), (3, 0, 6)])):
+        assert evaluate(spec, _status(recent={"window-count": window}), runtime, now).state == "healthy", window
