@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from streamops.catalog import load_catalog, supervisor_schedule
+from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, one_run_at_a_time, runbook
+from streamops.dag_tasks import apps_param, one_run_at_a_time, runbook, supervisor_schedule, triggering_apps
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
 
@@ -32,7 +32,9 @@ def app_status():
     @task(multiple_outputs=False)
     def status() -> dict:
         context = get_current_context()
-        return steps.status(context["params"]["apps"], context["run_id"], context["params"]["restart_crashed"] is not False)
+        # A run a driver's exit started looks at the apps whose drivers ended (the form's choice wins).
+        apps = context["params"]["apps"] or triggering_apps(context) or None
+        return steps.status(apps, context["run_id"], context["params"]["restart_crashed"] is not False)
 
     @task(multiple_outputs=False)
     def check_health(statuses: dict) -> str:

@@ -264,11 +264,23 @@ class ProducerSettings(BaseModel):
 SUPERVISOR_EVERY_S = 120
 
 
+SUPERVISOR_MODES = ("scheduled", "events", "manual")
+
+
+def supervisor_mode() -> str:
+    """$STREAMOPS_SUPERVISOR: scheduled (default: every SUPERVISOR_EVERY_S and at once when a
+    driver ends), events (only when a driver ends: no timed run races a test's own steps), manual
+    (only when triggered: another supervisor watches the apps)."""
+    mode = (settings.SUPERVISOR.get() or "scheduled").lower()
+    if mode not in SUPERVISOR_MODES:
+        raise ValueError(f"STREAMOPS_SUPERVISOR={mode!r}: use one of {', '.join(SUPERVISOR_MODES)}")
+    return mode
+
+
 def supervisor_schedule() -> timedelta | None:
-    """app_status's schedule: every SUPERVISOR_EVERY_S, or None (runs only when triggered) with
-    $STREAMOPS_SUPERVISOR=manual, e.g. while another supervisor watches the apps, or in the
-    browser test (a scheduled run must not race the crash it watches)."""
-    return None if (settings.SUPERVISOR.get() or "").lower() == "manual" else timedelta(seconds=SUPERVISOR_EVERY_S)
+    """app_status's timed schedule: every SUPERVISOR_EVERY_S, or None unless the mode is scheduled
+    (the driver-exit events are added by streamops.dag_tasks.supervisor_schedule)."""
+    return timedelta(seconds=SUPERVISOR_EVERY_S) if supervisor_mode() == "scheduled" else None
 
 
 # The per-batch history beside a checkpoint (app_runtime.RATE_HISTORY_S): health windows fit in it.

@@ -51,7 +51,9 @@ SERVE_DATA_DOCS = Setting("STREAMOPS_SERVE_DATA_DOCS", "true",
                           "false: the Airflow plugin does not serve the Data Docs (publish the site your own way)")
 METRICS_TOKEN_FILE = Setting("STREAMOPS_METRICS_TOKEN_FILE", "unset (UI login only)",
                              "a file holding the bearer token Prometheus scrapes /streamops/metrics with")
-SUPERVISOR = Setting("STREAMOPS_SUPERVISOR", "scheduled", "manual: the supervisor DAG has no schedule (another supervisor watches)")
+SUPERVISOR = Setting("STREAMOPS_SUPERVISOR", "scheduled",
+                     "scheduled: app_status every 2 minutes and at once when a driver ends; events: only when a driver "
+                     "ends; manual: no schedule (another supervisor watches)")
 LEASE_TTL_S = Setting("STREAMOPS_LEASE_TTL_S", "30", "seconds a driver's lease outlives its last heartbeat (2-3600)")
 HOST_ADDRESS = Setting("STREAMOPS_HOST_ADDRESS", "this host's FQDN",
                        "the address this host is known by (Airflow's task hostname, a lease holder's address)")

@@ -36,13 +36,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
+import logging
 from typing import Any
 
 from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
 from streamops.app_runtime import parse_recorded_time as _parse
 from streamops.app_status import AppStatus
-from streamops.catalog import AppSpec, SupervisionSpec
+from streamops.catalog import AppSpec, Catalog, SupervisionSpec
 from streamops.kafka_offsets import duration_ms
+
+log = logging.getLogger("streamops.supervision")
 
 NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "output stopped", "lagging", "degraded")
 # The state as a number for Prometheus (streamops_app_state): higher is worse, except that numbers
@@ -362,6 +365,34 @@ def _output_stopped(spec: AppSpec, status: AppStatus, now: datetime) -> list[tup
                             if hijacked else ""))
         problems.append(("output stopped", f"query {query}: " + "; ".join(parts) + f": its output stopped. {WAY_BACK}"))
     return problems
+
+
+def driver_exits(catalog: Catalog) -> dict[str, dict[str, Any]]:
+    """Apps whose driver is known to have ended while the app should run: its exit recorded as a
+    failure, its process gone from this host, or its heartbeat expired (a driver elsewhere). Per
+    app, the driver it was (pid, host, start) and how it ended: what the driver-exit trigger
+    fires on (streamops.triggers), a change at a time. Local files only: cheap to poll."""
+    exits: dict[str, dict[str, Any]] = {}
+    for name in catalog.app_names():
+        spec = catalog.app(name)
+        if spec.supervision.restart == "never":
+            continue
+        runtime = AppRuntime(spec.checkpoint_location())
+        try:
+            state = runtime.state()
+            if state not in ("crashed", "failed") or runtime.operation():
+                continue
+            desired = desired_state(runtime)
+            record = runtime.driver()
+        except (OSError, ValueError) as exc:  # a torn file: the scheduled supervisor reports it
+            log.debug("driver exits: %s not readable: %s", name, exc)
+            continue
+        if not desired or desired.get("state") != "running" or desired.get("inferred") or record is None:
+            continue
+        exits[name] = {"app": name, "state": state, "pid": record.pid, "host": record.driver_host,
+                       "lease_epoch": record.lease_epoch, "started_at": record.started_at, "stopped_at": record.stopped_at,
+                       "reason": (record.reason or "")[:300]}
+    return exits
 
 
 def unreadable(app: str, error: BaseException) -> Health:

@@ -59,8 +59,9 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
     env.update(STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_KAFKA_PORT=str(free_port_pair()),
                STREAMOPS_AIRFLOW_PORT=str(free_port()), STREAMOPS_CATALOG=str(catalog_file),
                STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),
-               # The supervisor runs when a test triggers it, never on its own in between.
-               STREAMOPS_SUPERVISOR="manual")
+               # The supervisor runs when a driver ends (its event-driven restart is under test), never
+               # on a timer in between (a timed run must not race a test's own steps).
+               STREAMOPS_SUPERVISOR="events")
     try:
         up = subprocess.run([STREAMOPS, "up"], env=env, capture_output=True, text=True, timeout=900)
     except BaseException:
@@ -77,13 +78,16 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
 
 
 def stop_local_stack(stack: LocalStack, check: bool = True) -> None:
-    """Kill the drivers left running, then `streamops down`; with `check`, raise unless it stopped
-    the broker and Airflow and `status` says so."""
-    for name in stack.catalog.app_names():  # never leave a driver behind
-        runtime = stack.runtime(name)
-        if runtime.is_running():
-            os.kill(runtime.driver().pid, signal.SIGKILL)
-    down = stack.streamops("down", timeout=300)
+    """`streamops down`, then kill the drivers left running; with `check`, raise unless it stopped
+    the broker and Airflow and `status` says so. (In that order: a driver killed while Airflow runs
+    is a driver exit, and the supervisor would start it again.)"""
+    try:
+        down = stack.streamops("down", timeout=300)
+    finally:
+        for name in stack.catalog.app_names():  # never leave a driver behind
+            runtime = stack.runtime(name)
+            if runtime.is_running():
+                os.kill(runtime.driver().pid, signal.SIGKILL)
     if not check:
         return
     after = stack.streamops("status")

@@ -34,6 +34,46 @@ def one_run_at_a_time(**default_args: Any) -> dict[str, Any]:
     return {"catchup": False, "max_active_runs": 1, "default_args": {**DEFAULT_ARGS, **default_args}}
 
 
+def supervisor_schedule() -> Any:
+    """app_status's schedule ($STREAMOPS_SUPERVISOR, streamops.catalog.supervisor_mode): every 2
+    minutes and whenever the driver-exit watcher fires (scheduled), only when it fires (events), or
+    none (manual). The watcher's trigger (streamops.triggers) runs in the triggerer."""
+    from datetime import timedelta
+
+    from airflow.sdk import Asset, AssetWatcher
+    from airflow.timetables.assets import AssetOrTimeSchedule
+    from airflow.timetables.trigger import DeltaTriggerTimetable
+
+    from streamops.catalog import SUPERVISOR_EVERY_S, supervisor_mode
+    from streamops.triggers import DRIVER_EXITS_ASSET, DriverExitTrigger
+
+    mode = supervisor_mode()
+    if mode == "manual":
+        return None
+    exits = Asset(DRIVER_EXITS_ASSET, watchers=[AssetWatcher(name="driver_exits", trigger=DriverExitTrigger())])
+    if mode == "events":
+        return [exits]
+    # (Airflow annotates `assets` with its serialized asset type; the SDK's Asset is what it documents.)
+    return AssetOrTimeSchedule(timetable=DeltaTriggerTimetable(timedelta(seconds=SUPERVISOR_EVERY_S)),
+                               assets=[exits])  # type: ignore[list-item]
+
+
+def triggering_apps(context: Mapping[str, Any]) -> list[str]:
+    """The apps named by the driver-exit events that started this run (none for a timed or manual run)."""
+    from streamops.triggers import DRIVER_EXITS_ASSET
+
+    apps: list[str] = []
+    for asset, events in (context.get("triggering_asset_events") or {}).items():
+        if getattr(asset, "name", None) != DRIVER_EXITS_ASSET:
+            continue
+        for event in events:
+            payload = (event.extra or {}).get("payload") or {}
+            app = payload.get("app")
+            if isinstance(app, str) and app not in apps:
+                apps.append(app)
+    return apps
+
+
 def runbook(dag_file: str) -> str:
     """The runbook of the DAG defined in `dag_file` (pass `__file__`), its doc in the Airflow UI
     (doc_md): the markdown file docs/<dag file's name>.md beside it, the one place it is written

@@ -4,6 +4,7 @@ from a status and the desired state, one run at a time. On real drivers: tests/t
 from __future__ import annotations
 
 import json
+import os
 import socket
 from datetime import datetime, timedelta, timezone
 
@@ -223,3 +224,68 @@ def test_output_stopped_is_input_all_dropped_as_late_or_a_watermark_beyond_the_e
                    _late((5, 0, 10), (3, 2, 1), (4, 0, 3)),
                    QueryWindow(300, batches=2, input_rows=8, per_batch=[(5, 0, 10), (3, 0, 6)])):
         assert evaluate(spec, _status(recent={"window-count": window}), runtime, now).state == "healthy", window
+
+
+def test_the_supervisor_mode_picks_the_schedule_and_a_wrong_one_is_named(monkeypatch):
+    from streamops.catalog import supervisor_mode, supervisor_schedule
+
+    monkeypatch.delenv("STREAMOPS_SUPERVISOR", raising=False)
+    assert (supervisor_mode(), supervisor_schedule()) == ("scheduled", timedelta(minutes=2))
+    for mode in ("events", "manual"):
+        monkeypatch.setenv("STREAMOPS_SUPERVISOR", mode)
+        assert (supervisor_mode(), supervisor_schedule()) == (mode, None)
+    monkeypatch.setenv("STREAMOPS_SUPERVISOR", "sometimes")
+    with pytest.raises(ValueError, match="STREAMOPS_SUPERVISOR='sometimes': use one of scheduled, events, manual"):
+        supervisor_mode()
+
+
+def test_driver_exits_name_apps_that_ended_while_they_should_run_and_nothing_else(tmp_path, monkeypatch):
+    """What the driver-exit trigger fires on, from the runtime files alone."""
+    from streamops.supervision import driver_exits
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path))
+    catalog = load_catalog()
+    router = AppRuntime(catalog.app("oplog-router").checkpoint_location())
+    router.acquire({"app": "oplog-router", "version": "1.0.0"})
+    router.set_desired("running", run_id="deploy_1", by="alice")
+    assert driver_exits(catalog) == {}  # running
+    router.release("failed", "query route failed: boom")
+    (exit_,) = driver_exits(catalog).values()
+    assert (exit_["app"], exit_["state"], exit_["pid"], exit_["reason"]) == ("oplog-router", "failed", os.getpid(),
+                                                                            "query route failed: boom")
+    router.set_desired("stopped", run_id="stop_1", by="alice")  # stopped on purpose: no exit to act on
+    assert driver_exits(catalog) == {}
+
+
+def test_the_driver_exit_trigger_fires_once_per_driver_that_ended(tmp_path, monkeypatch):
+    import asyncio
+
+    from streamops.triggers import DriverExitTrigger
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path))
+    monkeypatch.delenv("STREAMOPS_CATALOG", raising=False)
+    router = AppRuntime(load_catalog().app("oplog-router").checkpoint_location())
+    router.set_desired("running", run_id="deploy_1", by="alice")
+
+    def a_driver_fails(reason: str) -> None:
+        router.acquire({"app": "oplog-router", "version": "1.0.0"})
+        router.release("failed", reason)
+
+    trigger = DriverExitTrigger(poll_interval_s=0.05)
+    assert trigger.serialize() == ("streamops.triggers.DriverExitTrigger", {"poll_interval_s": 0.05})
+
+    async def scenario() -> list[dict]:
+        events = trigger.run()
+        a_driver_fails("first")
+        first = await asyncio.wait_for(events.__anext__(), timeout=10)
+        # The same ended driver, polled again and again: no second event.
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(nxt := asyncio.ensure_future(events.__anext__())), timeout=0.5)
+        a_driver_fails("second")  # a new driver (a new start) that ended too
+        second = await asyncio.wait_for(nxt, timeout=10)
+        await events.aclose()
+        return [first.payload, second.payload]
+
+    first, second = asyncio.run(scenario())
+    assert (first["app"], first["reason"], second["reason"]) == ("oplog-router", "first", "second")
+    assert second["lease_epoch"] == first["lease_epoch"] + 1
