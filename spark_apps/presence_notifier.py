@@ -30,6 +30,7 @@ from spark_apps.common.runner import OutputQuery
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamops.catalog import AppSpec, Duration
+from streamops.input_contract import InputContract
 from streamops.kafka_offsets import duration_ms
 from streamops.program_contract import StreamingProgram, WindowCountOutput
 
@@ -191,7 +192,9 @@ def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame
     ).where(F.col("user_id").isNotNull() & F.col("event_time").isNotNull())
     # The notifications carry event times the inputs' bounds let through; a record some other
     # writer put on the topic must not move this query's watermark either.
-    timed = records.within_future_bound(timed, "event_time", spec.contract("events")).drop("timestamp")
+    bounds = [spec.contract(role) for role in spec.inputs]  # the loosest of the inputs' bounds
+    loosest = max(bounds, key=lambda c: c.max_future_ms() or 0) if all(c.max_future for c in bounds) else InputContract(max_future=None)
+    timed = records.within_future_bound(timed, "event_time", loosest).drop("timestamp")
     return records.windowed_counts(
         timed, "user_id", "event_time", settings.count_window, settings.count_slide, settings.watermark,
         spec.outputs["notification_counts"],

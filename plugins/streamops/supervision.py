@@ -24,19 +24,21 @@ one health state per app:
     degraded      more of the last health window's input went to dead letters than
                   max_dead_letter_rate, judged once the window holds dead_letter_min_records
 
-The supervisor is the scheduled app_status DAG (not a deferrable trigger): a restart is a
-spark-submit launch with the app's connection and artifact checks, which is task work, not
-triggerer event-loop work; every decision is then a task log line and an audit record in the UI.
+The supervisor is the app_status DAG, every 2 minutes and at once when a driver ends (an asset
+watcher whose trigger, streamops.triggers, only notices: `driver_exits` below). The restart is
+the DAG's task, not the trigger's: a spark-submit launch with the app's connection and artifact
+checks is task work, not triggerer event-loop work, and every decision is then a task log line
+and an audit record in the UI.
 
 Imported by the DAG tasks and the metrics endpoint; no Airflow here.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-import logging
 from typing import Any
 
 from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
@@ -267,7 +269,7 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
             health.evidence = f"{evidence} {decision.reason}."
         return health
     problems = _running_problems(spec, status, now)
-    rates = [w.dead_letters / w.input_rows for w in status.recent.values() if w.input_rows and w.dead_letters is not None]
+    rates = [w.dead_letters / w.input_rows for w in status.recent.values() if w.input_rows]
     if rates:
         health.dead_letter_rate = round(max(rates), 4)
     if problems:

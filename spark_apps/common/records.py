@@ -99,6 +99,14 @@ class Field:
     minimum: int | None = None  # integers, inclusive
     maximum: int | None = None
 
+    def __post_init__(self) -> None:
+        kind = "string" if self.type == "string" else "bigint" if self.type == "bigint" else None
+        for rule, applies_to in (("min_length", "string"), ("max_length", "string"), ("pattern", "string"),
+                                 ("allowed", "string"), ("minimum", "bigint"), ("maximum", "bigint")):
+            if getattr(self, rule) not in (None, ()) and kind != applies_to:
+                raise ValueError(f"field {self.path!r} ({self.type}): {rule} applies to "
+                                 f"{'strings' if applies_to == 'string' else 'integers'} only")
+
     def as_data(self) -> dict:
         """The field as JSON data (an artifact's manifest, dead-letter replay)."""
         return {"path": self.path, "type": self.type, "column": self.column, "allowed": list(self.allowed),
@@ -331,7 +339,7 @@ def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:
             F.length(value), shown(value))))
     if field.pattern is not None:
         checks.append((~value.rlike(_whole(field.pattern)), F.format_string(
-            f"{name} does not match the pattern %s: '%s' (input contract pattern)", F.lit(shown_pattern(field.pattern)), shown(value))))
+            f"{name} does not match the pattern %s: '%s' (input contract pattern)", F.lit(_shown_pattern(field.pattern)), shown(value))))
     if field.allowed:
         allowed = ", ".join(field.allowed)
         checks.append((~value.isin(*field.allowed), F.format_string(
@@ -345,7 +353,7 @@ def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:
     return checks
 
 
-def shown_pattern(pattern: str) -> str:
+def _shown_pattern(pattern: str) -> str:
     return pattern if len(pattern) <= 100 else pattern[:97] + "..."
 
 
