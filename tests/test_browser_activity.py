@@ -101,8 +101,8 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
     kafka_time = {d["source"]["offset"]: d["source"]["timestamp"] for d in dead}
     assert [(d["source"]["offset"], d["reason"]) for d in dead] == [
         (16, "missing field 'browserHash' (input contract field-present)"),
-        (17, f"field '@timestamp' '{FAR_FUTURE}' is more than 1 minute after the record's Kafka timestamp {kafka_time[17]} "
-             "(input contract event-time: max_future 1 minute)"),
+        (17, f"field '@timestamp' '{FAR_FUTURE}' is more than 5 seconds after the record's Kafka timestamp {kafka_time[17]} "
+             "(input contract event-time: max_future 5 seconds)"),
         (18, f"field '@timestamp' '{FAR_PAST}' is more than 3650 days before the record's Kafka timestamp {kafka_time[18]} "
              "(input contract event-time: max_past 3650 days)"),
         (19, "field 'browserHash' must not be empty, got '' (0 characters) (input contract length)"),
@@ -234,5 +234,5 @@ def test_a_hijacked_watermark_is_output_stopped_and_the_rebuild_with_the_bound_r
     assert by_window(rebuilt) == _windows_of([("b1", 10), ("b1", 11), ("b1", 13), ("b2", 14), ("b2", 15)])
     (letter,) = [r.json() for r in appended(broker, spec.dead_letter_topic, since=letters_before)]
     assert (letter["source"]["offset"], letter["reason"]) == (2, (
-        f"field '@timestamp' '{FAR_FUTURE}' is more than 1 minute after the record's Kafka timestamp "
-        f"{letter['source']['timestamp']} (input contract event-time: max_future 1 minute)"))
+        f"field '@timestamp' '{FAR_FUTURE}' is more than 5 seconds after the record's Kafka timestamp "
+        f"{letter['source']['timestamp']} (input contract event-time: max_future 5 seconds)"))

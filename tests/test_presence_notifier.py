@@ -130,8 +130,8 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
     kafka_time = {(d["source"]["topic"], d["source"]["offset"]): d["source"]["timestamp"] for d in dead}
 
     def too_far_ahead(topic, offset):
-        return (f"field 'event_time' '{FAR_FUTURE}' is more than 1 minute after the record's Kafka timestamp "
-                f"{kafka_time[topic, offset]} (input contract event-time: max_future 1 minute)")
+        return (f"field 'event_time' '{FAR_FUTURE}' is more than 30 seconds after the record's Kafka timestamp "
+                f"{kafka_time[topic, offset]} (input contract event-time: max_future 30 seconds)")
 
     assert sorted((d["source"]["topic"], d["source"]["offset"], d["reason"]) for d in dead) == [
         (events_topic, 4, "field 'action' must be one of Open, Close, got 'Away' (input contract allowed-value)"),

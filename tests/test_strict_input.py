@@ -247,6 +247,47 @@ def test_presence_events_obey_the_same_contract_and_their_key_rule(spark):
     ]
 
 
+def test_event_time_bounds_name_the_time_they_compared_with_and_a_zero_kafka_timestamp_gives_no_pass(spark):
+    """Batch parse with Kafka timestamps (real Spark): a producer's clock ahead is judged against the
+    time of processing; a record whose Kafka timestamp is itself a zero date is judged against it
+    too; a value set with a '%' in it names the rule rather than failing the query."""
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    from streamops.input_contract import InputContract
+
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    ahead = now + timedelta(hours=1)
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+    def event(seq, when: datetime, action="Close") -> bytes:
+        return json.dumps({"seq": seq, "user_id": "u1", "action": action,
+                           "event_time": when.strftime("%Y-%m-%dT%H:%M:%SZ")}).encode()
+
+    rows = [
+        (b"u1", event(0, now), "events", 0, 0, now),  # good
+        (b"u1", event(1, ahead), "events", 0, 1, now),  # an hour ahead of its Kafka timestamp
+        (b"u1", event(2, ahead), "events", 0, 2, ahead),  # the producer's clock (and Kafka timestamp) an hour ahead
+        (b"u1", event(3, epoch), "events", 0, 3, epoch),  # a zero date, in the Kafka timestamp too
+        (b"u1", event(4, now, action="Shut"), "events", 0, 4, now),
+    ]
+    frame = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp")
+    fields = [f if f.path != "action" else records.Field("action", "string", "action", allowed=("Open", "50%")) for f in EVENT_FIELDS]
+    parsed = records.parse(frame, fields, 65536, key_field="user_id", contract=InputContract()).orderBy("offset")
+    errors = [r["error"] for r in parsed.collect()]
+    stamp = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z"
+    kafka_now = now.strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    assert errors[0] is None
+    assert errors[1] == (f"field 'event_time' '{ahead:%Y-%m-%dT%H:%M:%SZ}' is more than 5 minutes after the record's Kafka "
+                         f"timestamp {kafka_now} (input contract event-time: max_future 5 minutes)")
+    assert re.fullmatch(f"field 'event_time' '{ahead:%Y-%m-%dT%H:%M:%SZ}' is more than 5 minutes after the time it was processed "
+                        rf"{stamp} \(input contract event-time: max_future 5 minutes\)", errors[2]), errors[2]
+    assert re.fullmatch(r"field 'event_time' '1970-01-01T00:00:00Z' is more than 7300 days before the time it was processed "
+                        rf"{stamp}, and its Kafka timestamp is too old to go by \(input contract event-time: max_past 3650 days, "
+                        r"at most twice that before processing\)", errors[3]), errors[3]
+    assert errors[4] == "field 'action' must be one of Open, 50%, got 'Shut' (input contract allowed-value)"
+
+
 def test_a_key_rule_for_a_field_the_input_does_not_have_is_refused_when_the_app_starts(spark):
     frame = spark.createDataFrame([], "key binary, value binary, topic string, partition int, offset bigint")
     with pytest.raises(ValueError, match="key rule: the key must equal field 'account', but the input's fields have no "

@@ -49,7 +49,7 @@ from streamops.runtime_files import read_json, read_json_object, write_json_atom
 
 DRIVER_LOGS_KEPT = 20
 RATE_HISTORY_S = 3600
-RATE_HISTORY_BYTES = 512 * 1024
+RATE_HISTORY_BYTES = 2 * 1024 * 1024  # about 2 hours of 2-second batches of two queries
 # An operation recorded from another host counts as in progress for at most this long (its
 # process cannot be checked from here); on this host, while its process lives.
 OPERATION_MAX_S = 6 * 3600
@@ -461,8 +461,13 @@ class AppRuntime:
         with open(self.rates_file, "a", encoding="utf-8") as rates:
             rates.write(line + "\n")
         if self.rates_file.stat().st_size > RATE_HISTORY_BYTES:
-            recent = self.rates(within_s=RATE_HISTORY_S)
-            _write_lines_atomic(self.rates_file, [json.dumps(entry) for entry in recent])
+            # The last hour, and at most half the limit of it (newest kept): the file is rewritten
+            # once per half-limit of new lines, never at every batch.
+            lines = [json.dumps(entry) for entry in self.rates(within_s=RATE_HISTORY_S)]
+            size = sum(len(line) + 1 for line in lines)
+            while lines and size > RATE_HISTORY_BYTES // 2:
+                size -= len(lines.pop(0)) + 1
+            _write_lines_atomic(self.rates_file, lines)
 
     def rates(self, within_s: float = RATE_HISTORY_S) -> list[dict[str, Any]]:
         """Batches published in the last `within_s` seconds: {at, query, input_rows, dead_letters,

@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic import StringConstraints
 
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
-from streamops.input_contract import DEFAULT_CONTRACT, InputContract, field_problems
+from streamops.input_contract import DEFAULT_CONTRACT, DEFAULT_MAX_FUTURE, InputContract, field_problems
 from streamops.paths import PROJECT_ROOT
 from streamops.programs import REFERENCE_PATTERN
 from streamops.refusals import Refused
@@ -847,8 +847,39 @@ def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tup
                 continue
             settings = model.model_dump(mode="json")
             problems += [f"{where()}: {problem}" for problem in program.check(program.bind(app.model_copy(update={"settings": model})))]
+        app, window_problems = _bounded_for_windows(app, info, settings)
+        problems += [f"{where('input_contract', role, 'max_future')}, field 'input_contract.{role}.max_future': {message}"
+                     for role, message in window_problems]
         apps.append(app.model_copy(update={"settings": settings}))
     return catalog.model_copy(update={"apps": apps}), problems
+
+
+def _bounded_for_windows(app: AppSpec, info: Any, settings: Any) -> tuple[AppSpec, list[tuple[str, str]]]:
+    """An app with windowed counts: each input's event-time bound must stay below the windows'
+    watermark (a record max_future ahead moves the watermark that far, past records still on
+    time); an input the catalog gives no max_future gets half the watermark (at most the default)."""
+    watermarks = []
+    for counted in info.window_counts.values():
+        value = settings.get(counted.watermark_setting) if isinstance(settings, dict) else None
+        value = value or ((info.settings_schema.get("properties") or {}).get(counted.watermark_setting) or {}).get("default")
+        if isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value):
+            watermarks.append((counted.watermark_setting, value))
+    if not watermarks:
+        return app, []
+    setting, watermark = min(watermarks, key=lambda named: duration_ms(named[1]))
+    limit_ms = duration_ms(watermark)
+    contracts, problems = dict(app.input_contract), []
+    for role in app.inputs:
+        contract = contracts.get(role)
+        if contract is None or "max_future" not in contract.model_fields_set:
+            seconds = max(min(duration_ms(DEFAULT_MAX_FUTURE), limit_ms // 2) // 1000, 1)
+            contracts[role] = (contract or InputContract()).model_copy(
+                update={"max_future": f"{seconds} second{'s' if seconds > 1 else ''}"})
+        elif contract.max_future is not None and duration_ms(contract.max_future) >= limit_ms:
+            problems.append((role, f"max_future {contract.max_future} is not shorter than settings.{setting} ({watermark}): one "
+                                   "record that far ahead would move the windows' watermark past records still on time; keep "
+                                   "it below (unset, it is half the watermark)"))
+    return app.model_copy(update={"input_contract": contracts}), problems
 
 
 def _cross_topic_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> Iterator[str]:

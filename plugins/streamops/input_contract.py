@@ -10,9 +10,10 @@ No Spark here: the catalog, Terraform-facing checks and the control plane read i
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, model_validator
 
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 
@@ -33,6 +34,57 @@ DEFAULT_MAX_FUTURE = "5 minutes"
 # the live run did). Ten years keeps replays of archived history and refuses the zero dates
 # (1970-01-01, year 1) of a broken producer.
 DEFAULT_MAX_PAST = "3650 days"
+
+# A pattern runs on a field's every value: its length is bounded so that one hostile record cannot
+# make it expensive (Java's regex engine recurses per repetition of a group).
+PATTERN_MAX_LENGTH = 1000
+# Escapes Java's and Python's regex engines read alike (\\uXXXX aside, checked on its own).
+_SAME_ESCAPES = set("dDwWsSbB.\\-[](){}|*+?^$/tnr")
+
+
+def check_pattern(pattern: str, max_length: int | None) -> None:
+    """Refuse a pattern Spark (Java's regex engine) would read differently from how it is checked
+    here (Python's), or not at all, and one whose field has no max_length (PATTERN_MAX_LENGTH at
+    most). Raises ValueError naming what to change."""
+    try:
+        with warnings.catch_warnings():  # "possible nested set": refused below, in words
+            warnings.simplefilter("ignore", FutureWarning)
+            re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
+    in_class, index = False, 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            escaped = pattern[index + 1:index + 2]
+            if escaped == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", pattern[index + 2:index + 6]):
+                index += 6
+                continue
+            if escaped not in _SAME_ESCAPES:
+                raise ValueError(f"pattern {pattern!r}: the escape \\{escaped} means something else to Java (which runs it) "
+                                 "than to Python, or nothing; write the characters as a class such as [0-9] or [A-Z]")
+            index += 2
+            continue
+        if in_class:
+            if char == "[" or pattern.startswith("&&", index):
+                raise ValueError(f"pattern {pattern!r}: '[' or '&&' inside a character class is a nested class or an "
+                                 "intersection to Java and a plain character to Python; escape it (\\[)")
+            in_class = char != "]"
+        elif char == "[":
+            if pattern.startswith(("[]", "[^]"), index):
+                raise ValueError(f"pattern {pattern!r}: a ']' first in a character class is a literal to Python and ends "
+                                 "the class to Java; escape it (\\])")
+            in_class = True
+        elif char == "(" and pattern.startswith("(?", index) and not pattern.startswith(("(?:", "(?=", "(?!", "(?<=", "(?<!"), index):
+            raise ValueError(f"pattern {pattern!r}: only the groups (...), (?:...) and lookarounds read alike in Java and "
+                             "Python; no flags, comments, named or conditional groups")
+        elif pattern.startswith("{,", index):
+            raise ValueError(f"pattern {pattern!r}: '{{,n}}' is a repetition to Python and a literal to Java; write '{{0,n}}'")
+        index += 1
+    if max_length is None or max_length > PATTERN_MAX_LENGTH:
+        raise ValueError(f"pattern {pattern!r} needs max_length on the same field, at most {PATTERN_MAX_LENGTH} characters "
+                         f"(got {max_length}): it bounds the work the pattern does on one record")
+
 
 RULE_KINDS = {
     "min_length": "string", "max_length": "string", "pattern": "string", "allowed": "string",
@@ -57,19 +109,11 @@ class FieldRules(BaseModel):
     minimum: StrictInt | None = None
     maximum: StrictInt | None = None
 
-    @field_validator("pattern")
-    @classmethod
-    def _pattern_compiles(cls, pattern: str | None) -> str | None:
-        if pattern is None:
-            return None
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"pattern {pattern!r} is not a regular expression: {exc}") from None
-        if re.search(r"\\[0-9]|\(\?P|\(\?<[A-Za-z]", pattern):
-            raise ValueError(f"pattern {pattern!r}: back references and named groups differ between Python and Java; "
-                             "write the pattern without them")
-        return pattern
+    @model_validator(mode="after")
+    def _pattern_reads_alike(self) -> FieldRules:
+        if self.pattern is not None:
+            check_pattern(self.pattern, self.max_length)
+        return self
 
     @model_validator(mode="after")
     def _bounds_in_order(self) -> FieldRules:
@@ -113,17 +157,32 @@ def field_problems(contract: InputContract, declared: list[dict]) -> list[tuple[
         if name not in types:
             problems.append((name, f"the program's fields for this input are {', '.join(types)}; there is no {name!r}"))
             continue
-        for rule in rules.set_rules():
+        for rule, value in rules.set_rules().items():
             if RULE_KINDS[rule] != types[name]:
                 kind = "strings" if RULE_KINDS[rule] == "string" else "integers"
                 problems.append((f"{name}.{rule}", f"applies to {kind}, and {name!r} is a {types[name]} field"))
+            program_allows = next((f.get("allowed") for f in declared if f["path"] == name), None)
+            if rule == "allowed" and program_allows and not set(value) & set(program_allows):
+                problems.append((f"{name}.allowed", f"none of {value} is a value the program allows ({', '.join(program_allows)})"))
     return problems
 
 
 def merged_rules(declared: dict, contract: InputContract) -> dict[str, Any]:
-    """One field's rules: the program's (`declared`, a field as data) with the catalog's on top."""
-    rules = {name: declared.get(name) for name in RULE_KINDS if declared.get(name) not in (None, [], ())}
+    """One field's rules: the program's (`declared`, a field as data) and the catalog's together,
+    the stricter where both set one (the catalog can narrow what a program needs, never widen it):
+    the larger minimum, the smaller maximum, the values both allow, both patterns."""
+    rules: dict[str, Any] = {name: declared.get(name) for name in RULE_KINDS if declared.get(name) not in (None, [], ())}
     overrides = contract.fields.get(declared["path"])
-    if overrides is not None:
-        rules.update(overrides.set_rules())
+    for name, value in (overrides.set_rules() if overrides is not None else {}).items():
+        if name not in rules:
+            rules[name] = value
+        elif name in ("min_length", "minimum"):
+            rules[name] = max(rules[name], value)
+        elif name in ("max_length", "maximum"):
+            rules[name] = min(rules[name], value)
+        elif name == "allowed":
+            rules[name] = [v for v in rules[name] if v in value]
+        elif name == "pattern" and value != rules[name]:
+            # Both must match the whole value (Java's \z: Spark runs it).
+            rules[name] = f"(?=(?:{rules[name]})\\z)(?:{value})"
     return rules

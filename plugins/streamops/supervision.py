@@ -54,8 +54,8 @@ NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "outp
 # once given never change (alert rules match them): "output stopped", added later, is 11.
 STATE_NUMBERS = {"healthy": 0, "stopped": 1, "not deployed": 2, "in operation": 3, "degraded": 4, "lagging": 5,
                  "stalled": 6, "crashed": 7, "crash-loop": 8, "held": 9, "unreadable": 10, "output stopped": 11}
-# Batches with input, all dropped as late, before a query's output counts as stopped (one such
-# batch can be a burst of stragglers).
+# Batches with input, each dropping records as late and none updating state, before a query's
+# output counts as stopped (one such batch can be a burst of stragglers).
 OUTPUT_STOPPED_BATCHES = 2
 # Clock skew allowed between producers and the driver when a watermark is compared with now.
 WATERMARK_SKEW_S = 60.0
@@ -351,7 +351,9 @@ def _output_stopped(spec: AppSpec, status: AppStatus, now: datetime) -> list[tup
                 break
             streak.append(batch)
         late_drops = sum(dropped for _, _, dropped in streak)
-        all_late = len(streak) >= OUTPUT_STOPPED_BATCHES and late_drops > 0
+        # Every one of them dropped records as late (a batch of only dead letters, or of records
+        # that never reach the state, updates nothing either, and is no evidence).
+        all_late = len(streak) >= OUTPUT_STOPPED_BATCHES and all(dropped for _, _, dropped in streak)
         hijacked = ahead_s is not None and ahead_s > bound_s + WATERMARK_SKEW_S
         if not (all_late or hijacked):
             continue
@@ -386,7 +388,7 @@ def driver_exits(catalog: Catalog) -> dict[str, dict[str, Any]]:
                 continue
             desired = desired_state(runtime)
             record = runtime.driver()
-        except (OSError, ValueError) as exc:  # a torn file: the scheduled supervisor reports it
+        except Exception as exc:  # noqa: BLE001 - one app's unreadable files must not blind the watch over the others
             log.debug("driver exits: %s not readable: %s", name, exc)
             continue
         if not desired or desired.get("state") != "running" or desired.get("inferred") or record is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -66,8 +67,17 @@ class DriverExitTrigger(BaseEventTrigger):
             await asyncio.sleep(self.poll_interval_s)
 
 
+_loaded: dict[tuple, Any] = {}
+
+
 def _driver_exits() -> dict[str, dict[str, Any]]:
-    from streamops.catalog import load_catalog
+    from streamops.catalog import catalog_path, load_catalog
     from streamops.supervision import driver_exits
 
-    return driver_exits(load_catalog(check_programs=False))
+    # The catalog is read again only when its file changed (not every poll).
+    path = catalog_path()
+    key = (str(path), path.stat().st_mtime_ns, os.environ.get("STREAMOPS_ENVIRONMENT"), os.environ.get("STREAMOPS_CHECKPOINT_ROOT"))
+    if key not in _loaded:
+        _loaded.clear()
+        _loaded[key] = load_catalog(path, check_programs=False)
+    return driver_exits(_loaded[key])

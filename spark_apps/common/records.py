@@ -8,6 +8,7 @@ What "good" means is the input contract below, one for every app.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Literal
@@ -16,7 +17,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec
-from streamops.input_contract import DEFAULT_CONTRACT, InputContract, merged_rules
+from streamops.input_contract import DEFAULT_CONTRACT, InputContract, check_pattern, merged_rules
+
+log = logging.getLogger("streamops.records")
 
 FieldType = Literal["string", "bigint", "timestamp"]
 
@@ -106,6 +109,8 @@ class Field:
             if getattr(self, rule) not in (None, ()) and kind != applies_to:
                 raise ValueError(f"field {self.path!r} ({self.type}): {rule} applies to "
                                  f"{'strings' if applies_to == 'string' else 'integers'} only")
+        if self.pattern is not None:
+            check_pattern(self.pattern, self.max_length)
 
     def as_data(self) -> dict:
         """The field as JSON data (an artifact's manifest, dead-letter replay)."""
@@ -212,6 +217,15 @@ def _record_time(raw_columns: list[str]) -> tuple[Column, Column]:
     return kafka, F.least(kafka, now)
 
 
+def _past_limit_micros(kafka_time: Column, past_ms: int) -> Column:
+    """The earliest event time max_past allows: max_past before the Kafka timestamp, and never
+    more than twice that before the time of processing (a producer that sets its Kafka timestamps
+    to a zero date, 1970 or year 1, gets no pass from them). A re-run within max_past of the live
+    run judges the same."""
+    past_us = past_ms * 1000
+    return F.greatest(F.unix_micros(kafka_time) - F.lit(past_us), F.unix_micros(F.current_timestamp()) - F.lit(2 * past_us))
+
+
 def within_future_bound(frame: DataFrame, event_time: str, contract: InputContract) -> DataFrame:
     """Rows whose `event_time` keeps the contract's max_future against their Kafka `timestamp`:
     for a query that reads back an app's own output (records the input bounds already passed),
@@ -252,13 +266,13 @@ def _in_bounds(ts: Column, contract: InputContract, kafka_time: Column, referenc
     if future_ms is not None:
         ok = ok & (F.unix_micros(ts) <= F.unix_micros(reference) + F.lit(future_ms * 1000))
     if past_ms is not None:
-        ok = ok & (F.unix_micros(ts) >= F.unix_micros(kafka_time) - F.lit(past_ms * 1000))
+        ok = ok & (F.unix_micros(ts) >= _past_limit_micros(kafka_time, past_ms))
     return ok
 
 
 def parse(
     raw: DataFrame, fields: list[Field], max_record_bytes: int, key_field: str | None = None,
-    contract: InputContract = DEFAULT_CONTRACT,
+    contract: InputContract | None = None,
 ) -> DataFrame:
     """Add a column per field, `event_json` (the whole value as VARIANT) and `error`.
 
@@ -268,6 +282,13 @@ def parse(
     good; only records they reject get the checks that name the exact rule (CASE WHEN evaluates
     that branch for those rows only).
     """
+    if contract is None:
+        # A program written before the catalog's input_contract: the defaults protect it, but what
+        # the catalog says for this input does not reach it.
+        log.warning("records.parse without the input's contract: the catalog's apps[].input_contract does not apply "
+                    "(defaults: max_depth 64, max_future 5 minutes, max_past 3650 days); call "
+                    "records.parse_input(frame, app, role, fields) instead")
+        contract = DEFAULT_CONTRACT
     if key_field is not None and not any(f.path == key_field and f.type == "string" for f in fields):
         raise ValueError(
             f"key rule: the key must equal field {key_field!r}, but the input's fields have no string field of that name "
@@ -327,7 +348,7 @@ def parse(
 
 def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:
     """(broken, reason) for each of the field's rules, in the order `_field_ok` checks them."""
-    name = f"field '{field.path}'"
+    name = _pct(f"field '{field.path}'")
     checks: list[tuple[Column, Column]] = []
     if field.min_length is not None:
         need = "must not be empty" if field.min_length == 1 else f"must have at least {field.min_length} characters"
@@ -341,7 +362,7 @@ def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:
         checks.append((~value.rlike(_whole(field.pattern)), F.format_string(
             f"{name} does not match the pattern %s: '%s' (input contract pattern)", F.lit(_shown_pattern(field.pattern)), shown(value))))
     if field.allowed:
-        allowed = ", ".join(field.allowed)
+        allowed = _pct(", ".join(field.allowed))
         checks.append((~value.isin(*field.allowed), F.format_string(
             f"{name} must be one of {allowed}, got '%s' (input contract allowed-value)", shown(value))))
     if field.minimum is not None:
@@ -358,14 +379,16 @@ def _shown_pattern(pattern: str) -> str:
 
 
 def _bound_checks(
-    field: Field, ts: Column, as_text: Column, contract: InputContract, kafka_time: Column, reference: Column
+    field: Field, ts: Column, as_text: Column, contract: InputContract, kafka_time: Column, reference: Column,
+    has_kafka_time: bool,
 ) -> list[tuple[Column, Column]]:
     """(broken, reason) for the event-time bounds, naming the time the field was compared with."""
-    name = f"field '{field.path}'"
+    name = _pct(f"field '{field.path}'")
     checks: list[tuple[Column, Column]] = []
     future_ms, past_ms = contract.max_future_ms(), contract.max_past_ms()
+    processed, kafka = F.lit("the time it was processed"), F.lit("the record's Kafka timestamp")
     if future_ms is not None:
-        compared = F.when(reference < kafka_time, F.lit("the time it was processed")).otherwise(F.lit("the record's Kafka timestamp"))
+        compared = F.when((reference < kafka_time) | F.lit(not has_kafka_time), processed).otherwise(kafka)
         checks.append((
             F.unix_micros(ts) > F.unix_micros(reference) + F.lit(future_ms * 1000),
             F.format_string(
@@ -373,15 +396,35 @@ def _bound_checks(
                 f"max_future {contract.max_future})", shown(as_text), compared, iso_time(reference),
             ),
         ))
-    if past_ms is not None:
+    if past_ms is not None and contract.max_past is not None:
+        by_kafka = F.unix_micros(ts) < F.unix_micros(kafka_time) - F.lit(past_ms * 1000)
         checks.append((
-            F.unix_micros(ts) < F.unix_micros(kafka_time) - F.lit(past_ms * 1000),
+            by_kafka & F.lit(has_kafka_time),
             F.format_string(
                 f"{name} '%s' is more than {contract.max_past} before the record's Kafka timestamp %s (input contract "
                 f"event-time: max_past {contract.max_past})", shown(as_text), iso_time(kafka_time),
             ),
         ))
+        twice = _twice(contract.max_past)
+        checks.append((
+            F.unix_micros(ts) < _past_limit_micros(kafka_time, past_ms),
+            F.format_string(
+                f"{name} '%s' is more than {twice} before the time it was processed %s, and its Kafka timestamp is too old "
+                f"to go by (input contract event-time: max_past {contract.max_past}, at most twice that before processing)",
+                shown(as_text), iso_time(F.current_timestamp()),
+            ),
+        ))
     return checks
+
+
+def _twice(duration: str) -> str:
+    amount, unit = duration.split()
+    return f"{int(amount) * 2} {unit.rstrip('s')}s"
+
+
+def _pct(text: str) -> str:
+    """Text put into a format_string template, its '%' escaped (a value set or a field name may hold one)."""
+    return text.replace("%", "%%")
 
 
 def _column_of(fields: list[Field], path: str) -> str:
@@ -461,6 +504,7 @@ def _reason(
         (~_starts_an_object(text), F.lit("value is not a JSON object (input contract object)")),
     ]
     kafka_time, reference = _record_time(raw_columns)
+    has_kafka_time = "timestamp" in raw_columns
     for field in fields:
         path = _json_path(field)
         present = F.variant_get(doc, path, "variant")
@@ -479,11 +523,11 @@ def _reason(
                 (
                     # An integral literal of 19+ digits; shorter DECIMAL(p,0) values came from '1.0'.
                     actual_type.rlike(r"^DECIMAL\((19|[2-9][0-9]),0\)\z"),
-                    F.format_string(f"field '{field.path}' is an integer outside the int64 range: %s (input contract field-type)", shown(literal)),
+                    F.format_string(f"field '{_pct(field.path)}' is an integer outside the int64 range: %s (input contract field-type)", shown(literal)),
                 ),
                 (
                     ~actual_type.isin(*_INTEGER_TYPES),
-                    F.format_string(f"field '{field.path}' must be an integer, got %s (input contract field-type)", shown(actual_type)),
+                    F.format_string(f"field '{_pct(field.path)}' must be an integer, got %s (input contract field-type)", shown(actual_type)),
                 ),
                 *_rule_checks(field, number),
             ]
@@ -493,7 +537,7 @@ def _reason(
             (
                 actual_type != "STRING",
                 F.format_string(
-                    f"field '{field.path}' must be {_TYPE_NAMES[field.type]}, got %s (input contract field-type)", shown(actual_type)
+                    f"field '{_pct(field.path)}' must be {_TYPE_NAMES[field.type]}, got %s (input contract field-type)", shown(actual_type)
                 ),
             )
         )
@@ -502,12 +546,12 @@ def _reason(
             checks += [
                 (
                     as_text.rlike(_NO_OFFSET),
-                    F.format_string(f"field '{field.path}' has no timezone offset: '%s' (input contract timestamp)", shown(as_text)),
+                    F.format_string(f"field '{_pct(field.path)}' has no timezone offset: '%s' (input contract timestamp)", shown(as_text)),
                 ),
                 (
                     ~as_text.rlike(_RFC3339),
                     F.format_string(
-                        f"field '{field.path}' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.ffffff](Z|±HH:MM): '%s' "
+                        f"field '{_pct(field.path)}' is not an RFC 3339 date-time YYYY-MM-DDTHH:MM:SS[.ffffff](Z|±HH:MM): '%s' "
                         "(input contract timestamp)",
                         shown(as_text),
                     ),
@@ -515,16 +559,16 @@ def _reason(
                 (
                     ts.isNull(),
                     F.format_string(
-                        f"field '{field.path}' is not a valid date and time: '%s' (a day the month has, seconds 00-59, an "
+                        f"field '{_pct(field.path)}' is not a valid date and time: '%s' (a day the month has, seconds 00-59, an "
                         "offset within ±18:00; input contract timestamp)",
                         shown(as_text),
                     ),
                 ),
                 (
                     ~_timestamp_in_range(ts),
-                    F.format_string(f"field '{field.path}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)", shown(as_text)),
+                    F.format_string(f"field '{_pct(field.path)}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)", shown(as_text)),
                 ),
-                *_bound_checks(field, ts, as_text, contract, kafka_time, reference),
+                *_bound_checks(field, ts, as_text, contract, kafka_time, reference, has_kafka_time),
             ]
         else:
             checks += _rule_checks(field, as_text)

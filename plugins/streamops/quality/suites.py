@@ -172,12 +172,12 @@ def _rule_problems(path: str, kind: str, rules: dict, max_future: str | None, do
     problems = []
     if kind == "string":
         if "min_length" in rules:
-            need = "empty" if rules["min_length"] == 1 else f"shorter than {rules['min_length']} characters"
-            problems.append((f"{present} AND char_length({text}) < {rules['min_length']}",
+            need = "empty" if int(rules["min_length"]) == 1 else f"shorter than {int(rules['min_length'])} characters"
+            problems.append((f"{present} AND char_length({text}) < {int(rules['min_length'])}",
                              f"concat('field {path} is \"', {shown}, '\", {need} (input contract length)')"))
         if "max_length" in rules:
-            problems.append((f"{present} AND char_length({text}) > {rules['max_length']}",
-                             f"concat('field {path} has ', char_length({text}), ' characters, more than {rules['max_length']} "
+            problems.append((f"{present} AND char_length({text}) > {int(rules['max_length'])}",
+                             f"concat('field {path} has ', char_length({text}), ' characters, more than {int(rules['max_length'])} "
                              "(input contract length)')"))
         if "pattern" in rules:
             whole = "^(?:" + rules["pattern"] + ")\\z"

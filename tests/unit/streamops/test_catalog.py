@@ -499,7 +499,7 @@ def test_input_contract_rules_load_on_top_of_the_programs_fields(tmp_path):
 
     contract = ("    input_contract:\n      operations:\n        max_depth: 20\n        max_future: 30 seconds\n"
                 "        max_past: null\n        fields:\n          seq: {minimum: 0, maximum: 1000}\n"
-                "          user_id: {pattern: 'u[0-9]+'}\n")
+                "          user_id: {pattern: 'u[0-9]+', max_length: 32}\n")
     app = load_catalog(write(tmp_path, TOPICS + APP.replace("    settings:\n", contract + "    settings:\n"))).app("router")
     rules = app.contract("operations")
     assert (rules.max_depth, rules.max_future_ms(), rules.max_past_ms()) == (20, 30_000, None)
@@ -523,10 +523,43 @@ def test_input_contract_rules_load_on_top_of_the_programs_fields(tmp_path):
     ("      operations:\n        fields:\n          user_id: {minimum: 1}\n",
      "field 'input_contract.operations.fields.user_id.minimum': applies to integers, and 'user_id' is a string field"),
     ("      operations:\n        fields:\n          seq: {minimum: 5, maximum: 1}\n", "minimum 5 is more than maximum 1"),
-    ("      operations:\n        fields:\n          user_id: {pattern: 'u[0-9'}\n", "pattern 'u[0-9' is not a regular expression"),
-    ("      operations:\n        fields:\n          user_id: {pattern: '(a)\\1'}\n", "back references and named groups differ"),
+    ("      operations:\n        fields:\n          user_id: {pattern: 'u[0-9', max_length: 9}\n",
+     "pattern 'u[0-9' is not a regular expression"),
+    # Patterns Java (Spark) would read differently from Python, or not at all, and one without a length bound.
+    ("      operations:\n        fields:\n          user_id: {pattern: '(a)\\1', max_length: 9}\n", "the escape \\1 means something else"),
+    ("      operations:\n        fields:\n          user_id: {pattern: '[A-Z]{,8}', max_length: 9}\n", "'{,n}' is a repetition to Python"),
+    ("      operations:\n        fields:\n          user_id: {pattern: '(?i)u[0-9]+', max_length: 9}\n", "no flags, comments"),
+    ("      operations:\n        fields:\n          user_id: {pattern: '[[]u', max_length: 9}\n", "inside a character class"),
+    ("      operations:\n        fields:\n          user_id: {pattern: 'u[0-9]+'}\n", "needs max_length on the same field, at most 1000"),
 ])
 def test_input_contract_mistakes_are_named_with_the_field(tmp_path, contract, expected):
     text = TOPICS + APP.replace("    settings:\n", "    input_contract:\n" + contract + "    settings:\n")
     found = problems(write(tmp_path, text))
     assert len(found) == 1 and expected in found[0] and "apps[0] 'router'" in found[0], found
+
+
+def test_a_windowed_apps_event_time_bound_stays_below_its_watermark(tmp_path):
+    """A record max_future ahead moves a windowed app's watermark that far: the catalog refuses a
+    bound at or above the watermark, and an input without one gets half of it."""
+    import shutil
+
+    import yaml
+
+    from streamops.paths import PROJECT_ROOT
+
+    document = yaml.safe_load((PROJECT_ROOT / "catalog" / "pipelines.yaml").read_text())
+    shutil.copytree(PROJECT_ROOT / "catalog" / "expectations", tmp_path / "expectations")
+    notifier = next(app for app in document["apps"] if app["name"] == "presence-notifier")
+    notifier["input_contract"]["events"]["max_future"] = "1 minute"  # the windows' watermark is 1 minute
+    del notifier["input_contract"]["ticks"]["max_future"]
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    (problem,) = problems(path)
+    assert "apps[1] 'presence-notifier'" in problem and problem.endswith(
+        "field 'input_contract.events.max_future': max_future 1 minute is not shorter than settings.watermark (1 minute): one "
+        "record that far ahead would move the windows' watermark past records still on time; keep it below (unset, it is half "
+        "the watermark)")
+    notifier["input_contract"]["events"]["max_future"] = "20 seconds"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    app = load_catalog(path).app("presence-notifier")
+    assert (app.contract("events").max_future, app.contract("ticks").max_future) == ("20 seconds", "30 seconds")
