@@ -260,7 +260,7 @@ def test_event_time_bounds_name_the_time_they_compared_with_and_a_zero_kafka_tim
     ahead = now + timedelta(hours=1)
     epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-    def event(seq, when: datetime, action="Close") -> bytes:
+    def event(seq, when: datetime, action="Open") -> bytes:
         return json.dumps({"seq": seq, "user_id": "u1", "action": action,
                            "event_time": when.strftime("%Y-%m-%dT%H:%M:%SZ")}).encode()
 

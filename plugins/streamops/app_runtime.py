@@ -465,7 +465,7 @@ class AppRuntime:
             # once per half-limit of new lines, never at every batch.
             lines = [json.dumps(entry) for entry in self.rates(within_s=RATE_HISTORY_S)]
             size = sum(len(line) + 1 for line in lines)
-            while lines and size > RATE_HISTORY_BYTES // 2:
+            while len(lines) > 1 and size > RATE_HISTORY_BYTES // 2:
                 size -= len(lines.pop(0)) + 1
             _write_lines_atomic(self.rates_file, lines)
 

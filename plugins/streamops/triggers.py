@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from streamops import settings
 
 log = logging.getLogger("streamops.triggers")
 
@@ -76,7 +77,7 @@ def _driver_exits() -> dict[str, dict[str, Any]]:
 
     # The catalog is read again only when its file changed (not every poll).
     path = catalog_path()
-    key = (str(path), path.stat().st_mtime_ns, os.environ.get("STREAMOPS_ENVIRONMENT"), os.environ.get("STREAMOPS_CHECKPOINT_ROOT"))
+    key = (str(path), path.stat().st_mtime_ns, settings.ENVIRONMENT.get(), settings.CHECKPOINT_ROOT.get())
     if key not in _loaded:
         _loaded.clear()
         _loaded[key] = load_catalog(path, check_programs=False)

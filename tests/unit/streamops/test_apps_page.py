@@ -35,12 +35,16 @@ def test_a_driver_keeps_an_hour_of_batch_rates_and_trims_the_rest(tmp_path, monk
     runtime.write_progress("route", {"published_at": old, "input_rows": 7})
     runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": 11})
     assert [e["input_rows"] for e in runtime.rates()] == [11]  # read: the last hour only
-    monkeypatch.setattr(app_runtime, "RATE_HISTORY_BYTES", 10)  # past the size: the file is trimmed on write
-    runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": 13})
+    line_bytes = len(runtime.rates_file.read_text().splitlines()[-1]) + 1
+    # Past the limit the file is trimmed on write: to the last hour, then to half the limit (the
+    # newest lines), so it is not rewritten again at every batch.
+    monkeypatch.setattr(app_runtime, "RATE_HISTORY_BYTES", 2 * 2 * line_bytes + 20)
+    for rows in (13, 17, 19):
+        runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": rows})
     kept = [json.loads(line)["input_rows"] for line in runtime.rates_file.read_text().splitlines()]
-    assert kept == [11, 13]
+    assert kept == [17, 19]
     runtime.rates_file.write_text(runtime.rates_file.read_text() + '{"at": "2026-11-2')  # a crash mid-line
-    assert [e["input_rows"] for e in runtime.rates()] == [11, 13]
+    assert [e["input_rows"] for e in runtime.rates()] == [17, 19]
 
 
 def test_a_row_that_needs_someone_is_red_with_its_evidence_and_links():
