@@ -86,6 +86,19 @@ def check_pattern(pattern: str, max_length: int | None) -> None:
                          f"(got {max_length}): it bounds the work the pattern does on one record")
 
 
+# The nesting-depth check, as the apps (records._deeper_than) and the output suites
+# (suites._deeper_than_sql) run it: JSON strings blanked first (unrolled and possessive: linear, no
+# regex recursion on a long string), then innermost containers removed, one level per pass.
+JSON_STRING_REGEX = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+INNERMOST_CONTAINER_REGEX = r"[\[{][^\[\]{}]*+[\]}]"
+
+
+def whole_match(pattern: str) -> str:
+    """A field's pattern as Spark runs it: the whole value (\\z, not $: Java's $ also matches
+    before a final line break)."""
+    return f"^(?:{pattern})\\z"
+
+
 RULE_KINDS = {
     "min_length": "string", "max_length": "string", "pattern": "string", "allowed": "string",
     "minimum": "bigint", "maximum": "bigint",

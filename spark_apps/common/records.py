@@ -17,7 +17,15 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec
-from streamops.input_contract import DEFAULT_CONTRACT, InputContract, check_pattern, merged_rules
+from streamops.input_contract import (
+    DEFAULT_CONTRACT,
+    INNERMOST_CONTAINER_REGEX,
+    JSON_STRING_REGEX,
+    InputContract,
+    check_pattern,
+    merged_rules,
+    whole_match,
+)
 
 log = logging.getLogger("streamops.records")
 
@@ -81,10 +89,6 @@ _LONE_SURROGATE = (
     r"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2})*+(\\u[dD][89a-fA-F][0-9a-fA-F]{2})"
 )
 _JSON_WHITESPACE = " \t\n\r"
-# Nesting depth: JSON strings blanked first (unrolled and possessive: linear, no regex recursion
-# on a long string), then innermost containers replaced, one level per pass.
-_JSON_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
-_INNERMOST = r"[\[{][^\[\]{}]*+[\]}]"
 _STRICT_JACKSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false", "mode": "PERMISSIVE"}
 
 
@@ -203,9 +207,10 @@ def _deeper_than(text: Column, limit: int) -> Column:
     innermost containers removed `limit` times: a pair left means a deeper level). Works on text
     that does not parse too (an unclosed bracket is no level), so its reason can be right."""
     brackets = F.length(text) - F.length(F.translate(text, "{[", ""))
-    blanked = F.regexp_replace(text, _JSON_STRING, '""')
-    reduced = F.aggregate(F.sequence(F.lit(1), F.lit(limit)), blanked, lambda rest, _: F.regexp_replace(rest, _INNERMOST, "0"))
-    return (brackets > limit) & reduced.rlike(_INNERMOST)
+    blanked = F.regexp_replace(text, JSON_STRING_REGEX, '""')
+    reduced = F.aggregate(F.sequence(F.lit(1), F.lit(limit)), blanked,
+                          lambda rest, _: F.regexp_replace(rest, INNERMOST_CONTAINER_REGEX, "0"))
+    return (brackets > limit) & reduced.rlike(INNERMOST_CONTAINER_REGEX)
 
 
 def _processing_time() -> Column:
@@ -238,11 +243,9 @@ def within_future_bound(frame: DataFrame, event_time: str, contract: InputContra
     """Rows whose `event_time` keeps the contract's max_future against their Kafka `timestamp`:
     for a query that reads back an app's own output (records the input bounds already passed),
     so a record another writer put there cannot move its watermark."""
-    future_ms = contract.max_future_ms()
-    if future_ms is None:
+    if contract.max_future is None:
         return frame
-    _, reference = _record_time(frame.columns)
-    return frame.where(F.unix_micros(F.col(event_time)) <= F.unix_micros(reference) + F.lit(future_ms * 1000))
+    return frame.where(_in_bounds(F.col(event_time), contract.model_copy(update={"max_past": None}), *_record_time(frame.columns)))
 
 
 def _field_ok(field: Field, value: Column) -> Column:
@@ -253,7 +256,7 @@ def _field_ok(field: Field, value: Column) -> Column:
     if field.max_length is not None:
         ok = ok & (F.length(value) <= field.max_length)
     if field.pattern is not None:
-        ok = ok & value.rlike(_whole(field.pattern))
+        ok = ok & value.rlike(whole_match(field.pattern))
     if field.allowed:
         ok = ok & value.isin(*field.allowed)
     if field.minimum is not None:
@@ -261,11 +264,6 @@ def _field_ok(field: Field, value: Column) -> Column:
     if field.maximum is not None:
         ok = ok & (value <= F.lit(field.maximum))
     return ok
-
-
-def _whole(pattern: str) -> str:
-    # \z, not $: Java's $ also matches before a final line break.
-    return f"^(?:{pattern})\\z"
 
 
 def _in_bounds(ts: Column, contract: InputContract, kafka_time: Column, reference: Column) -> Column:
@@ -367,7 +365,7 @@ def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:
             f"{name} must have at most {field.max_length} characters, got %d: '%s' (input contract length)",
             F.length(value), shown(value))))
     if field.pattern is not None:
-        checks.append((~value.rlike(_whole(field.pattern)), F.format_string(
+        checks.append((~value.rlike(whole_match(field.pattern)), F.format_string(
             f"{name} does not match the pattern %s: '%s' (input contract pattern)", F.lit(_shown_pattern(field.pattern)), shown(value))))
     if field.allowed:
         allowed = _pct(", ".join(field.allowed))

@@ -113,27 +113,21 @@ def _skipping(frame: DataFrame, entries: list[dict], topics: list[str]) -> DataF
     return frame.withColumn(OPERATOR_SKIP, operator_skip(entries, topics))
 
 
-def _skipped_in(entries: list[dict], topic_range: TopicRange) -> list[str]:
-    """The skip list's offsets inside a range, as 'topic:partition:first-last' (a single offset alone)."""
-    named = []
-    for entry in entries:
-        if entry["topic"] != topic_range.topic or int(entry["partition"]) not in topic_range.partitions:
-            continue
-        low, end = topic_range.partitions[int(entry["partition"])]
-        first, last = max(int(entry["first"]), low), min(int(entry["last"]), end - 1)
-        if first <= last:
-            span = str(first) if first == last else f"{first}-{last}"
-            named.append(f"{entry['topic']}:{entry['partition']}:{span}")
-    return named
-
-
-def _count_of(spans: list[str]) -> int:
-    total = 0
-    for span in spans:
-        offsets = span.rsplit(":", 1)[1]
-        first, _, last = offsets.partition("-")
-        total += int(last or first) - int(first) + 1
-    return total
+def _skipped_in(entries: list[dict], ranges: list[TopicRange]) -> tuple[list[str], int]:
+    """The skip list's offsets inside the ranges, as 'topic:partition:first-last' (a single offset
+    alone), and how many records they are."""
+    named, count = [], 0
+    for topic_range in ranges:
+        for entry in entries:
+            if entry["topic"] != topic_range.topic or int(entry["partition"]) not in topic_range.partitions:
+                continue
+            low, end = topic_range.partitions[int(entry["partition"])]
+            first, last = max(int(entry["first"]), low), min(int(entry["last"]), end - 1)
+            if first <= last:
+                span = str(first) if first == last else f"{first}-{last}"
+                named.append(f"{entry['topic']}:{entry['partition']}:{span}")
+                count += last - first + 1
+    return named, count
 
 
 def _with_source(frame: DataFrame) -> DataFrame:
@@ -204,7 +198,7 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
         F.sum(F.greatest(F.col("copies") - 1, F.lit(0))).alias("duplicates"),
     ))
     outputs.unpersist()
-    skipped = _skipped_in(entries, input_range)
+    skipped, skipped_count = _skipped_in(entries, [input_range])
     summary = {
         "input_range": input_range.to_json(),
         **{key: int(totals[key] or 0) for key in ("expected", "written", "missing", "unexpected", "duplicates")},
@@ -215,7 +209,7 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
         f"{input_topic} {input_range.spans()}: {summary['expected']} record(s) of this category expected, "
         f"{summary['written']} written, {summary['missing']} missing, {summary['unexpected']} unexpected, "
         f"{summary['duplicates']} duplicate copies; not expected: {dead_lettered} dead-lettered with a reason"
-        + (f" ({_count_of(skipped)} of them skipped by an operator, recover_skip_records: {', '.join(skipped)})" if skipped else "")
+        + (f" ({skipped_count} of them skipped by an operator, recover_skip_records: {', '.join(skipped)})" if skipped else "")
     )
     return Reconciliation(frame, summary, note)
 
@@ -277,13 +271,13 @@ def _window_counts(
         F.sum((closed & (F.col("emitted_count") != F.col("recomputed_count"))).cast("int")).alias("differ"),
     ))
     summary: dict = {key: int(totals[key] or 0) for key in ("windows", "closed", "differ")}
-    skipped = [span for whole in read_whole for span in _skipped_in(entries, whole)]
+    skipped, skipped_count = _skipped_in(entries, read_whole)
     summary["skipped_by_operator"] = skipped
     frame = lined_up.where(closed)
     note = (
         f"{summary['windows']} window(s) in the range, {summary['closed']} closed by the watermark and compared with "
         f"the app's own '{query}' query re-run over its whole retained input, {summary['differ']} differ"
-        + (f"; {_count_of(skipped)} record(s) skipped by an operator not counted (recover_skip_records: {', '.join(skipped)})"
+        + (f"; {skipped_count} record(s) skipped by an operator not counted (recover_skip_records: {', '.join(skipped)})"
            if skipped else "")
     )
     return Reconciliation(frame, summary, note)

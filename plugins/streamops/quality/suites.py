@@ -26,7 +26,7 @@ from pathlib import Path
 
 from streamops.programs import program_info, running_version, settings_dict
 from streamops.catalog import AppSpec, Catalog, TopicSpec
-from streamops.input_contract import merged_rules
+from streamops.input_contract import INNERMOST_CONTAINER_REGEX, JSON_STRING_REGEX, merged_rules, whole_match
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 
 
@@ -150,16 +150,15 @@ def _sql_text(text: str) -> str:
 
 # The apps' depth check in SQL (records._deeper_than): strings blanked, innermost containers
 # removed once per level; a pair left over is a level too deep. Only for values with more brackets.
-_JSON_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
-_INNERMOST = r"[\[{][^\[\]{}]*+[\]}]"
 _TWO_QUOTES = '""'
 
 
 def _deeper_than_sql(value: str, limit: int) -> str:
     brackets = f"length({value}) - length(translate({value}, {_sql_text('{[')}, ''))"
-    blanked = f"regexp_replace({value}, {_sql_text(_JSON_STRING)}, {_sql_text(_TWO_QUOTES)})"
-    reduced = f"aggregate(sequence(1, {limit}), {blanked}, (rest, level) -> regexp_replace(rest, {_sql_text(_INNERMOST)}, '0'))"
-    return f"({brackets} > {limit} AND {reduced} RLIKE {_sql_text(_INNERMOST)})"
+    innermost = _sql_text(INNERMOST_CONTAINER_REGEX)
+    blanked = f"regexp_replace({value}, {_sql_text(JSON_STRING_REGEX)}, {_sql_text(_TWO_QUOTES)})"
+    reduced = f"aggregate(sequence(1, {limit}), {blanked}, (rest, level) -> regexp_replace(rest, {innermost}, '0'))"
+    return f"({brackets} > {limit} AND {reduced} RLIKE {innermost})"
 
 
 def _rule_problems(path: str, kind: str, rules: dict, max_future: str | None, doc: str) -> list[tuple[str, str]]:
@@ -180,8 +179,7 @@ def _rule_problems(path: str, kind: str, rules: dict, max_future: str | None, do
                              f"concat('field {path} has ', char_length({text}), ' characters, more than {int(rules['max_length'])} "
                              "(input contract length)')"))
         if "pattern" in rules:
-            whole = "^(?:" + rules["pattern"] + ")\\z"
-            problems.append((f"{present} AND NOT {text} RLIKE {_sql_text(whole)}",
+            problems.append((f"{present} AND NOT {text} RLIKE {_sql_text(whole_match(rules['pattern']))}",
                              f"concat('field {path} is \"', {shown}, '\", not matching the input contract pattern ', "
                              f"{_sql_text(rules['pattern'])})"))
         if "allowed" in rules:
