@@ -181,11 +181,18 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
     assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
 
 
-def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
+def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_and_a_restart_after_it_keeps_them(
     run_dag, app_env, reprocess_env, app_catalog, broker
 ):
+    """The cutover hands the live app over to the new topics; then its driver is killed (-9) and the
+    supervisor restarts it, under the same load: the restart keeps the new topics (an approved change
+    the catalog does not say yet), nothing more reaches the old ones, nothing is lost."""
+    import os
+    import signal
+
     from tests.support.routes import wait_until_all_routed
 
+    from streamops.kafka_offsets import end_offsets
     from streamops.loadgen import LoadSpec, background_load
     from streamops.reprocess import target_catalog
     from streamops.waiting import poll_until
@@ -199,29 +206,58 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap(
         result = run_dag("reprocess", catalog_file, app="oplog-router", start="earliest", end="now", target="versioned",
                          version="v2", dry_run=False, cutover=True)
         under_load = load.is_alive()  # the producer was still writing when the cutover finished
+        assert result.state == "success", result.task_states
+        old_ends = {t: end_offsets(broker.client_config, t) for t in [*spec.outputs.values(), spec.dead_letter_topic]}
+        cut = runtime.driver()
 
-    assert result.state == "success", result.task_states
-    assert under_load, "the load ended before the cutover: it was not a cutover under load"
+        # kill -9 after the cutover: the supervisor's restart must run the approved spec, not the catalog's.
+        os.killpg(cut.process_group, signal.SIGKILL)
+        poll_until(lambda: not runtime.is_running(), timeout=30, what="the killed driver's lease to free")
+        supervised = run_dag("app_status", catalog_file, apps=["oplog-router"])
+        restarted = runtime.driver()
+        assert supervised.xcoms["status"]["oplog-router"]["health"]["action"].startswith("restarted it"), supervised.xcoms
+        assert runtime.state() == "running" and restarted.pid != cut.pid
+        poll_until(lambda: runtime.progress().get("route", {}).get("published_at", "") > restarted.started_at,
+                   timeout=120, what="the restarted router to complete a batch under load")
+        restarted_under_load = load.is_alive()
+
+    assert under_load and restarted_under_load, "the load ended early: not a cutover and restart under load"
     handed_over = result.xcoms["cut_over"]
     targets = dict(zip(handed_over["old_topics"], handed_over["new_topics"]))
     assert handed_over["old_topics"] == [*spec.outputs.values(), spec.dead_letter_topic]
-    assert runtime.state() == "running" and runtime.driver().version == "1.0.0+v2"
+    assert cut.version == "1.0.0+v2" and restarted.version == "1.0.0+v2"
     assert [(e["step"], e["outcome"]) for e in read_audit(run_id=result.run_id)] == [
         ("plan", "planned"), ("backfill", "done"), ("validate", "done"), ("cutover", "done")]
+    # Both launches recorded the same effective spec: the new topics, the checkpoint's cluster.
+    for driver in (cut, restarted):
+        assert driver.launch.spec["outputs"] == {role: targets[t] for role, t in spec.outputs.items()}
+        assert driver.launch.spec["dead_letter_topic"] == targets[spec.dead_letter_topic]
+    assert restarted.launch.spec["digest"] == cut.launch.spec["digest"]
+    # Drift says what the catalog still names, and the edit that commits the cutover.
+    drift = supervised.xcoms["status"]["oplog-router"]["drift"]
+    assert drift["state"] == "drifted"
+    assert {(f["field"], f["declared"], f["running"], f["cause"]) for f in drift["fields"] if f["field"] != "version"} == {
+        *((f"outputs.{role}", t, targets[t], "approved") for role, t in spec.outputs.items()),
+        ("dead_letter_topic", spec.dead_letter_topic, targets[spec.dead_letter_topic], "approved")}
+    assert f"+    contacts: {targets[spec.outputs['contacts']]}" in drift["catalog_edit"]
+    assert handed_over["catalog_edit"] == drift["catalog_edit"]
 
     new_app = target_catalog(app_catalog, "oplog-router", targets).app("oplog-router")
     routing = wait_until_all_routed(broker.client_config, new_app)  # zero loss; nothing no input explains
     expected, duplicates = routing.expected, routing.duplicates
+    # Nothing reached the old topics after the cutover, the restart included.
+    assert {t: end_offsets(broker.client_config, t) for t in old_ends} == old_ends
     # No overlap: no record was written both by the backfill and by the app after the cutover.
-    cut_ms = datetime.fromisoformat(runtime.driver().started_at).timestamp() * 1000
+    cut_ms = datetime.fromisoformat(cut.started_at).timestamp() * 1000
     phases: dict[str, set] = {"backfill": set(), "live": set()}
     for topic in new_app.outputs.values():
         for record in read_all(broker.client_config, topic):
             phases["backfill" if record.timestamp_ms < cut_ms else "live"].add((record.json()["event_id"], topic))
     assert phases["backfill"] and phases["live"]
     assert phases["backfill"] & phases["live"] == set()
-    print(f"cutover under load: {len(expected)} routed records on the new topics ({len(phases['backfill'])} by the "
-          f"backfill, {len(phases['live'])} after the cutover), none lost, no overlap, {duplicates} duplicates")
+    print(f"cutover under load, then kill -9 and the supervisor's restart: {len(expected)} routed records on the new "
+          f"topics ({len(phases['backfill'])} by the backfill, {len(phases['live'])} after the cutover), none lost, no "
+          f"overlap, {duplicates} duplicates, nothing more on the old topics")
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"]).state == "success"
 
 

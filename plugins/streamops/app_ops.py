@@ -10,6 +10,7 @@ the driver itself, so a launch by hand is refused the same way.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -34,6 +35,20 @@ class LaunchError(RuntimeError):
 class StandbyUnsupported(LaunchError):
     """The version's driver predates warm standbys (an artifact built before them): it refused
     --standby, so it can only be started cold."""
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """A driver's spark-submit argv and the effective spec it runs (streamops.effective_spec), which
+    the driver records in its launch record. `spec` None: a launch outside the control plane (the
+    bench); such a driver shows drift "unknown"."""
+
+    argv: list[str]
+    spec: dict | None = None
+
+
+def as_launch_command(command: LaunchCommand | list[str]) -> LaunchCommand:
+    return command if isinstance(command, LaunchCommand) else LaunchCommand(list(command))
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,7 @@ def spark_submit_command(spec: SubmitSpec, conn_id: str = "spark_default") -> li
 
 def launch(
     app: AppSpec,
-    command: list[str],
+    command: LaunchCommand | list[str],
     *,
     checkpoint: str,
     launched_by: str,
@@ -82,6 +97,7 @@ def launch(
     idle query reports none.) Records that the app should run (asked for by `desired_by` in run
     `launched_by`), before it starts, so a start that fails shows as a crash; the supervisor's own
     restarts do not (`record_desired=False`), so they count against its crash-loop guard."""
+    command = as_launch_command(command)
     runtime = AppRuntime(checkpoint)
     if runtime.is_running():
         raise AlreadyRunningError(runtime.refusal(app.name))
@@ -106,15 +122,17 @@ class _Started:
     launch_id: str
 
 
-def _start_driver(runtime: AppRuntime, command: list[str], *, launched_by: str, version: str,
+def _start_driver(runtime: AppRuntime, command: LaunchCommand, *, launched_by: str, version: str,
                   spark_conf: dict[str, str] | None) -> _Started:
     driver_log = runtime.new_driver_log()
     launch_id = uuid.uuid4().hex
     with open(driver_log, "ab") as log:
-        log.write(f"\n===== launch by {launched_by}: {' '.join(command)}\n".encode())
+        log.write(f"\n===== launch by {launched_by}: {' '.join(command.argv)}\n".encode())
+        if command.spec:
+            log.write(f"===== effective spec {command.spec.get('digest')}: {json.dumps(command.spec, sort_keys=True)}\n".encode())
         log.flush()
         process = subprocess.Popen(  # noqa: S603 - argv built from the catalog by the provider hook
-            command,
+            command.argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -122,7 +140,8 @@ def _start_driver(runtime: AppRuntime, command: list[str], *, launched_by: str, 
                 STREAMOPS_LAUNCHED_BY=launched_by,
                 STREAMOPS_DRIVER_LOG=str(driver_log),
                 # Recorded by the driver, so a rollback can start exactly this again.
-                STREAMOPS_LAUNCH=LaunchRecord(version=version, spark_conf=spark_conf or {}, launch_id=launch_id).to_env(),
+                STREAMOPS_LAUNCH=LaunchRecord(version=version, spark_conf=spark_conf or {}, launch_id=launch_id,
+                                              spec=command.spec).to_env(),
             ),
             start_new_session=True,  # the driver outlives the Airflow task that started it
             # Not the project folder: Spark's Python workers put their working folder first on the
@@ -139,7 +158,7 @@ def _exited(app: AppSpec, process: subprocess.Popen, driver_log: Path, when: str
                        f"{driver_log}:\n{readable_tail(driver_log)}")
 
 
-def _await_queries(app: AppSpec, runtime: AppRuntime, start: _Started, command: list[str], *, version: str,
+def _await_queries(app: AppSpec, runtime: AppRuntime, start: _Started, command: LaunchCommand, *, version: str,
                    wait_for_start_s: float) -> Launch:
     expected_queries = _query_names(app, version)
     process, driver_log = start.process, start.driver_log
@@ -167,7 +186,7 @@ def _await_queries(app: AppSpec, runtime: AppRuntime, start: _Started, command: 
     record = runtime.driver()
     if record is None or record.pid is None:  # seen started a moment ago: only a record replaced since
         raise LaunchError(f"{app.name} started, but its driver record ({runtime.driver_file}) no longer names its pid")
-    return Launch(app.name, int(record.pid), version, record.application_id, str(driver_log), command)
+    return Launch(app.name, int(record.pid), version, record.application_id, str(driver_log), command.argv)
 
 
 @dataclass
@@ -179,7 +198,7 @@ class Standby:
     runtime: AppRuntime
     slot: StandbySlot
     start: _Started
-    command: list[str]
+    command: LaunchCommand
     launched_by: str
     version: str
     ready_record: dict = field(default_factory=dict)  # what it reported when ready (kept: it clears its file)
@@ -229,7 +248,7 @@ class Standby:
 
 def start_standby(
     app: AppSpec,
-    command: list[str],
+    command: LaunchCommand | list[str],
     *,
     checkpoint: str,
     launched_by: str,
@@ -241,9 +260,10 @@ def start_standby(
     """Start `command` as a warm standby beside the running driver and wait until it is ready
     (session and plans built); raise LaunchError with its log's tail if it exits or is not ready
     in time (it is stopped then). The running driver is not touched."""
+    command = as_launch_command(command)
     runtime = AppRuntime(checkpoint)
     slot = StandbySlot(runtime.dir, new_token())
-    full = [*command, "--standby", slot.token, "--standby-timeout", f"{standby_timeout_s:g}"]
+    full = LaunchCommand([*command.argv, "--standby", slot.token, "--standby-timeout", f"{standby_timeout_s:g}"], command.spec)
     start = _start_driver(runtime, full, launched_by=launched_by, version=version, spark_conf=spark_conf)
     process, driver_log = start.process, start.driver_log
     standby = Standby(app, runtime, slot, start, command, launched_by, version)

@@ -112,17 +112,22 @@ class LaunchRecord:
     version: str | None = None
     spark_conf: dict[str, str] | None = None
     launch_id: str | None = None
+    # The effective spec this launch runs, with its digest (streamops.effective_spec); None: a
+    # launch outside the control plane (the bench, a driver by hand) or from before specs.
+    spec: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, value: object) -> LaunchRecord:
         if not isinstance(value, dict):
             return cls()
-        return cls(version=value.get("version"), spark_conf=value.get("spark_conf"), launch_id=value.get("launch_id"))
+        spec = value.get("spec")
+        return cls(version=value.get("version"), spark_conf=value.get("spark_conf"), launch_id=value.get("launch_id"),
+                   spec=spec if isinstance(spec, dict) else None)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object (without the keys that are None): what the driver records."""
         return {key: value for key, value in (("version", self.version), ("spark_conf", self.spark_conf),
-                                              ("launch_id", self.launch_id)) if value is not None}
+                                              ("launch_id", self.launch_id), ("spec", self.spec)) if value is not None}
 
     def to_env(self) -> str:
         """STREAMOPS_LAUNCH's value for the driver."""

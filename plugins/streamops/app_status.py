@@ -12,11 +12,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec
-from streamops.checkpoints import positions
+from streamops.checkpoints import cluster_problem, positions
 from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.kafka_client import KafkaClientConfig
 
@@ -97,6 +97,10 @@ class AppStatus:
     # Per query, its batches of the last health window (what health is judged on).
     recent: dict[str, QueryWindow] = field(default_factory=dict)
     lags: list[PartitionLag] = field(default_factory=list)
+    # The Kafka cluster the suite's connection reaches (its id), and why the app's checkpoint cannot
+    # run there (written against another cluster: streamops.checkpoints.cluster_problem).
+    kafka_cluster: str | None = None
+    cluster_problem: str | None = None
 
     @property
     def total_lag(self) -> int:
@@ -196,6 +200,13 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         window_s = duration_ms(spec.supervision.health_window) / 1000
         status.recent = query_windows(runtime.rates(within_s=window_s), window_s)
 
+    try:
+        status.kafka_cluster = kafka.cluster_id(next(iter(spec.inputs.values())), timeout=5)
+    except KafkaException:
+        status.kafka_cluster = None  # the lag below says what is wrong with the connection
+    status.cluster_problem = cluster_problem(spec.name, runtime.checkpoint, status.kafka_cluster, kafka.bootstrap_servers)
+    if status.cluster_problem:  # its offsets belong to another cluster: a lag against this one means nothing
+        return status
     ends_cache: dict[str, dict[int, tuple[int, int]]] = {}
     behind: list[TopicPartition] = []
     for query, position in positions(runtime.checkpoint).items():

@@ -2,7 +2,7 @@
 served by the API server at /streamops/apps behind the UI's login (plugins/streamops_ui.py).
 
 Per app: its health as the supervisor judges it (red when it needs someone, with the evidence),
-version, uptime, driver host, last batch age, lag and time lag, input rate over the last hour
+version, drift (what the catalog declares against what runs, field by field), uptime, driver host, last batch age, lag and time lag, input rate over the last hour
 (a small chart drawn here from the driver's per-batch rates), dead letters, restarts, and links
 to its recent DAG runs (from the audit log), Data Docs, driver log and Spark UI. Also as JSON
 at /streamops/apps.json for scripts.
@@ -21,7 +21,7 @@ from streamops.app_runtime import AppRuntime, parse_recorded_time
 from streamops.app_status import is_spark_ui_address
 from streamops.audit import read_audit
 from streamops.catalog import Catalog
-from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_client import KafkaClientConfig, app_principal
 from streamops.supervision import observe, unreadable
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class AppRow:
     restarts_total: int = 0
     recent_runs: list[dict[str, Any]] = field(default_factory=list)
     has_driver_log: bool = False
+    # Declared (catalog) against running (streamops.effective_spec.Drift.to_dict); None: not read.
+    drift: dict[str, Any] | None = None
 
 
 def minute_rates(rates: list[dict[str, Any]], now: datetime, minutes: int = CHART_MINUTES) -> list[float]:
@@ -83,7 +85,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
         spec = catalog.app(name)
         runs = _recent_runs([e for e in audit if e.get("app") == name])
         try:
-            seen = observe(spec, kafka)
+            seen = observe(spec, kafka, catalog, app_principal(name))
             current, health = seen.status, seen.health
             rates = seen.runtime.rates()
             has_log = seen.runtime.driver_log() is not None
@@ -106,9 +108,32 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             time_lag_s=max(time_lags) if time_lags else (0.0 if current.lags else None),
             input_rate_per_minute=minute_rates(rates, now),
             dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
-            recent_runs=runs, has_driver_log=has_log,
+            recent_runs=runs, has_driver_log=has_log, drift=seen.drift.to_dict() if seen.drift else None,
         ))
     return rows
+
+
+def drift_cell(drift: dict[str, Any] | None) -> str:
+    """The drift column: 'in sync', or each drifted field with both values and the catalog edit."""
+    e = html.escape
+    if not drift:
+        return "-"
+    if not drift["fields"]:
+        title = f"spec {drift.get('running_digest') or '?'}" if drift["state"] == "in sync" else drift.get("evidence") or ""
+        return f'<span class="drift {e(drift["state"].replace(" ", "-"))}" title="{e(title)}">{e(drift["state"])}</span>'
+    items = "".join(
+        f"<li><b>{e(f['field'])}</b>: the catalog says <code>{e(_text(f['declared']))}</code>, it runs "
+        f"<code>{e(_text(f['running']))}</code> <span class='small'>({e(f['note'])})</span></li>" for f in drift["fields"])
+    edit = (f"<details><summary>catalog edit that makes the catalog agree</summary><pre>{e(drift['catalog_edit'])}</pre>"
+            "</details>" if drift.get("catalog_edit") else "")
+    return f'<span class="drift drifted">drifted</span><ul class="small drift-fields">{items}</ul>{edit}'
+
+
+def _text(value: Any) -> str:
+    import json
+
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _recent_runs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -162,6 +187,8 @@ tr.attention td{background:#fde2e1}
 .state.bad{background:#c62828;color:#fff}
 .small{font-size:12px;color:#555}.evidence{max-width:28em}
 a{color:#0b5cad}
+.drift{font-weight:600;white-space:nowrap}.drift.in-sync{color:#145a24}.drift.drifted{color:#b35c00}
+.drift-fields{padding-left:1em;margin:.2em 0;max-width:30em}
 """
 QUIET_STATES = ("stopped", "not deployed", "in operation")
 
@@ -192,6 +219,7 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             f'<td><b>{e(row.app)}</b><div class="small">{" · ".join(links)}</div></td>'
             f'<td><span class="state {kind}">{e(row.state)}</span><div class="small evidence">{e(row.evidence)}</div></td>'
             f"<td>{e(row.version or '-')}</td>"
+            f"<td class='drift-cell'>{drift_cell(row.drift)}</td>"
             f"<td>{_duration(row.uptime_s)}</td>"
             f"<td>{e(row.driver_host or '-')}</td>"
             f"<td>{_duration(row.last_batch_age_s)}</td>"
@@ -210,7 +238,7 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
         f"<p class='small'>As of {now.strftime('%Y-%m-%d %H:%M:%S')} UTC (refreshes every 30 s). "
         "The supervisor (<a href='/dags/app_status' target='_top'>app_status</a>) restarts crashed apps and pages "
         f"when one needs someone. Operate: {dag_links}</p>"
-        "<table><thead><tr><th>app</th><th>state</th><th>version</th><th>uptime</th><th>driver host</th>"
+        "<table><thead><tr><th>app</th><th>state</th><th>version</th><th>declared vs running</th><th>uptime</th><th>driver host</th>"
         "<th>last batch</th><th>lag (records)</th><th>time lag</th><th>input rate, last hour</th>"
         "<th>dead letters</th><th>restarts</th><th>recent runs</th></tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></body></html>")

@@ -14,6 +14,8 @@ the checkpoint, its snapshots:
                                            "v1", then JSON (a Kafka source: topic -> partition ->
                                            offset)
     <checkpoint>/<query>/state/            the state store of a stateful query
+    <checkpoint>/_kafka_cluster.json       the Kafka cluster (id, address) its offsets belong to
+                                           (`bind_cluster`): part of every snapshot
     <checkpoint>/_runtime/                 the suite's own files (lease, driver.json, ...): never
                                            a query, never part of a snapshot
     <checkpoint root>/_backups/<app>/<UTC time>-<label>/   a snapshot: the query folders and
@@ -40,6 +42,7 @@ Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
 
 RUNTIME_FOLDER = "_runtime"
 BACKUP_INFO = "_backup.json"
+CLUSTER_FILE = "_kafka_cluster.json"
 
 
 # --- queries and batches ----------------------------------------------------------------------------
@@ -177,6 +180,55 @@ def batch_marks(checkpoint: str | Path) -> dict[str, int | None]:
     return {name: pos.batch for name, pos in positions(checkpoint).items()}
 
 
+# --- the Kafka cluster a checkpoint belongs to ------------------------------------------------------
+
+
+class CheckpointOfAnotherCluster(RuntimeError):
+    """The checkpoint's offsets were written against another Kafka cluster: nothing was started."""
+
+
+def checkpoint_cluster(checkpoint: str | Path) -> dict[str, Any] | None:
+    """{cluster_id, bootstrap, at} of the cluster the checkpoint was written against (None: not
+    recorded: a new checkpoint, or one from before checkpoints recorded it)."""
+    try:
+        found = json.loads((Path(checkpoint) / CLUSTER_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return found if isinstance(found, dict) and isinstance(found.get("cluster_id"), str) else None
+
+
+def cluster_problem(app: str, checkpoint: str | Path, cluster_id: str | None, bootstrap: str) -> str | None:
+    """Why the checkpoint cannot run against `cluster_id` (its offsets belong to another cluster),
+    with the ways forward; None when it can (same cluster, no offsets yet, or not recorded)."""
+    recorded = checkpoint_cluster(checkpoint)
+    if cluster_id is None or recorded is None or recorded["cluster_id"] == cluster_id or not query_dirs(checkpoint):
+        return None
+    return (f"{app}'s checkpoint ({checkpoint}) was written against Kafka cluster {recorded['cluster_id']} "
+            f"({recorded.get('bootstrap') or '?'}), and this environment's cluster is {cluster_id} ({bootstrap}): its "
+            "offsets mean nothing there, and Spark would fail on them or skip data. Ways forward: give each environment "
+            "a checkpoint root of its own ($STREAMOPS_CHECKPOINT_ROOT, or the app's checkpoint in the environment's "
+            "catalog section), or move it onto this cluster on a new checkpoint from the earliest offsets "
+            "(recover_rebuild_state; the old checkpoint is backed up)")
+
+
+def bind_cluster(app: str, checkpoint: str | Path, cluster_id: str | None, bootstrap: str) -> None:
+    """Record the cluster a launch runs the checkpoint against; CheckpointOfAnotherCluster if its
+    offsets were written against another one. A checkpoint without offsets is (re)bound."""
+    if cluster_id is None:
+        return
+    if problem := cluster_problem(app, checkpoint, cluster_id, bootstrap):
+        raise CheckpointOfAnotherCluster(problem)
+    recorded = checkpoint_cluster(checkpoint)
+    if recorded is not None and recorded["cluster_id"] == cluster_id:
+        return
+    root = Path(checkpoint)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{CLUSTER_FILE}.tmp"
+    tmp.write_text(json.dumps({"cluster_id": cluster_id, "bootstrap": bootstrap,
+                               "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}, sort_keys=True))
+    tmp.replace(root / CLUSTER_FILE)
+
+
 # --- snapshots --------------------------------------------------------------------------------------
 
 
@@ -234,7 +286,7 @@ def restore_checkpoint(checkpoint: str | Path, backup: Path) -> Path:
     replaced = backup_checkpoint(checkpoint, "replaced")
     retire_queries(checkpoint)
     for child in backup.iterdir():
-        if child.name.startswith("_"):  # _backup.json, never a query folder
+        if child.name.startswith("_") and child.name != CLUSTER_FILE:  # _backup.json, never a query folder
             continue
         target = Path(checkpoint) / child.name
         shutil.copytree(child, target) if child.is_dir() else shutil.copy2(child, target)

@@ -197,6 +197,11 @@ class KafkaClientConfig:
 
         return AdminClient(self.client_settings(**extra))
 
+    def cluster_id(self, topic: str | None = None, timeout: float = 15.0) -> str | None:
+        """The id of the Kafka cluster this connects to (one metadata request; `topic` keeps it to
+        one topic, which a principal with rights on that topic alone may describe)."""
+        return while_transient(lambda: self.admin().list_topics(topic=topic, timeout=timeout).cluster_id, timeout=timeout * 2)
+
     def consumer(self, group_id: str, **extra: Any):
         from confluent_kafka import Consumer
 
@@ -353,6 +358,20 @@ def airflow_connection(conn_id: str = DEFAULT_CONN_ID) -> KafkaClientConfig:
     from airflow.sdk import BaseHook
 
     return KafkaClientConfig.from_extra(BaseHook.get_connection(conn_id).extra_dejson, source=f"connection {conn_id}")
+
+
+def app_principal(app_name: str) -> str | None:
+    """The principal the app's next launch connects as (app_connection's, without its warning:
+    drift asks this on every status run and scrape); None when no connection says one here."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    try:
+        try:
+            return airflow_connection(app_conn_id(app_name)).principal
+        except AirflowNotFoundException:
+            return airflow_connection(DEFAULT_CONN_ID).principal
+    except Exception:  # noqa: BLE001 - no connection here: drift then compares no principal
+        return None
 
 
 def app_connection(app_name: str) -> KafkaClientConfig:

@@ -37,7 +37,7 @@ from pathlib import Path
 from streamops import settings
 from streamops.app_runtime import parse_recorded_time
 from streamops.catalog import Catalog
-from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_client import KafkaClientConfig, app_principal
 from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, observe, unreadable
 
 log = logging.getLogger(__name__)
@@ -77,12 +77,14 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
                                         labels=["app", "topic"])
     batch_age = gauge("streamops_app_last_batch_age_seconds", "Seconds since the app's last completed batch", ["app"])
     restarts = CounterMetricFamily("streamops_app_restarts", "Restarts by the supervisor", labels=["app"])
+    drifted = gauge("streamops_app_drift_fields", "Fields in which what runs differs from the catalog (0: in sync; absent: "
+                    "not running, or launched before launches recorded their spec)", ["app"])
     failures = gauge("streamops_app_scrape_error", "1 when the app's figures could not be read in this scrape", ["app"])
 
     for name in catalog.app_names():
         spec = catalog.app(name)
         try:
-            seen = observe(spec, kafka)
+            seen = observe(spec, kafka, catalog, app_principal(name))
             current, health = seen.status, seen.health
         except Exception as exc:  # noqa: BLE001 - one app's unreadable figures must not hide the others'
             log.warning("metrics: %s could not be read: %s", name, exc)
@@ -121,9 +123,11 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
         if current.progress_age_s is not None:
             batch_age.add_metric([name], current.progress_age_s)
         restarts.add_metric([name], health.restarts_total)
+        if seen.drift is not None and seen.drift.state in ("in sync", "drifted"):
+            drifted.add_metric([name], len(seen.drift.fields))
 
     families = [state, attention, info, up, lag, time_lag, input_rate, processed_rate, duration, state_rows, letters,
-                window_input, window_letters, window_late, window_updated, ahead, letters_total, batch_age, restarts, failures]
+                window_input, window_letters, window_late, window_updated, ahead, letters_total, batch_age, restarts, drifted, failures]
 
     class Snapshot:
         def collect(self):

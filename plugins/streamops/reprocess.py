@@ -23,9 +23,11 @@ import logging
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -338,6 +340,7 @@ def run_reprocess(
     from streamops.app_ops import readable_tail
     from streamops.provisioning import ensure_topics
     from streamops.app_runtime import AppRuntime
+    from streamops.checkpoints import bind_cluster
     from streamops.spark_submit import KAFKA_CLIENT_FILE, driver_env, submit_spec
 
     # A run's folder is never reused: its checkpoint would resume instead of starting at the plan.
@@ -351,6 +354,8 @@ def run_reprocess(
     catalog_file.write_text(targeted.to_yaml())
     app = targeted.app(plan.app)
     checkpoint = work_dir / "checkpoint"
+    # The checkpoint knows its Kafka cluster: a cutover hands it to the live app.
+    bind_cluster(plan.app, checkpoint, kafka.cluster_id(next(iter(app.inputs.values()))), kafka.bootstrap_servers)
     # A cutover continues from this checkpoint: cutting at the planned end would drop what
     # arrived since the plan. Otherwise the run is exactly the planned range.
     bounds = [] if plan.request.get("cutover") else ["--ending-offsets", json.dumps(plan.ending_offsets())]
@@ -441,19 +446,12 @@ def _records_read(checkpoint: Path, plan: ReprocessPlan) -> int:
     return read
 
 
-def cutover(
-    live: AppSpec,
-    result: ReprocessResult,
-    command: list[str],
-    *,
-    requested_by: str,
-    version: str,
-    spark_conf: dict[str, str] | None = None,
-    stop_deadline_s: float = 60.0,
-) -> dict:
+def cutover(live: AppSpec, result: ReprocessResult, start: Callable[[], Any], *, requested_by: str,
+            stop_deadline_s: float = 60.0) -> dict:
     """Stop the live app gracefully, put the backfill's checkpoint in place of its own (the old
-    one is kept as a snapshot), and start it on the targets from there: no gap, no overlap."""
-    from streamops.app_ops import launch, stop
+    one is kept as a snapshot), and `start()` it on the targets from there: no gap, no overlap.
+    `start` records the new topics as approved before it launches (the checkpoint is theirs now)."""
+    from streamops.app_ops import stop
     from streamops.checkpoints import backup_checkpoint, restore_checkpoint
 
     checkpoint = live.checkpoint_location()
@@ -461,6 +459,5 @@ def cutover(
     Path(checkpoint).mkdir(parents=True, exist_ok=True)
     snapshot = backup_checkpoint(checkpoint, "before-cutover")
     restore_checkpoint(checkpoint, Path(result.checkpoint))
-    started = launch(live, command, checkpoint=checkpoint, launched_by=requested_by, version=version, spark_conf=spark_conf)
-    return {"stopped": stopped, "backup": str(snapshot), "pid": started.pid, "version": version,
-            "catalog_file": result.catalog_file, "driver_log": started.driver_log}
+    started = start()
+    return {"stopped": stopped, "backup": str(snapshot), "pid": started.pid, "driver_log": started.driver_log}

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from streamops.app_ops import Launch, LaunchError, Standby, StandbyUnsupported, launch, start_standby, stop
+from streamops.app_ops import (Launch, LaunchCommand, LaunchError, Standby, StandbyUnsupported, as_launch_command, launch,
+                               start_standby, stop)
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
@@ -57,11 +58,11 @@ def dependency_order(catalog: Catalog, names: list[str]) -> list[str]:
 # --- the stateful plan check ------------------------------------------------------------------------
 
 
-def plan_fingerprint(command: list[str]) -> dict[str, list[str]]:
+def plan_fingerprint(command: LaunchCommand | list[str]) -> dict[str, list[str]]:
     """The stateful plan of a version whose driver predates warm standbys: its --plan-fingerprint
     builds the queries and starts nothing (a driver with standbys reports it when ready)."""
     result = subprocess.run(  # noqa: S603 - argv from the catalog
-        [*command, "--plan-fingerprint"], capture_output=True, text=True, timeout=600, env=driver_env()
+        [*as_launch_command(command).argv, "--plan-fingerprint"], capture_output=True, text=True, timeout=600, env=driver_env()
     )
     for line in result.stdout.splitlines():
         if line.startswith("PLAN-FINGERPRINT "):
@@ -166,8 +167,8 @@ def _reason(record: DriverRecord | None) -> str:
 def roll_restart(
     app: AppSpec,
     *,
-    new_command: list[str],
-    previous_command: Callable[[DriverRecord], list[str]],
+    new_command: LaunchCommand | list[str],
+    previous_command: Callable[[DriverRecord], LaunchCommand | list[str]],
     new_version: str,
     kafka: KafkaClientConfig,
     new_spark_conf: dict | None = None,

@@ -13,7 +13,9 @@ one health state per app:
     crash-loop    crashed, and the crash-loop guard's limit of restarts is reached: it stays down
                   until an operator starts or stops it
     held          down after a DAG run failed while changing it (a reset, restore, roll ...): its
-                  checkpoint may be half-changed, so nothing restarts it; an operator decides
+                  checkpoint may be half-changed, so nothing restarts it; an operator decides.
+                  Also down with a checkpoint written against another Kafka cluster (the
+                  evidence names both and the ways forward)
     unreadable    its status could not be read (the error is the evidence)
     stalled       running, records waiting, and no completed batch for several trigger intervals
     lagging       the oldest unprocessed record is older than the app's max_time_lag
@@ -174,10 +176,12 @@ class Observation:
     status: AppStatus
     health: Health
     dead_letters_total: int
+    drift: Any = None  # streamops.effective_spec.Drift (None: not asked for)
 
 
-def observe(spec: AppSpec, kafka) -> Observation:
-    """Read one app (raises when it cannot be read: callers report it as `unreadable`)."""
+def observe(spec: AppSpec, kafka, catalog: Catalog | None = None, principal: str | None = None) -> Observation:
+    """Read one app (raises when it cannot be read: callers report it as `unreadable`); with the
+    `catalog`, its drift too (declared against running; `principal`: the one it would connect as)."""
     from streamops.app_status import app_status
     from streamops.kafka_offsets import end_offsets
 
@@ -185,7 +189,20 @@ def observe(spec: AppSpec, kafka) -> Observation:
     status = app_status(spec, kafka)
     health = evaluate(spec, status, runtime)
     dead_letters = sum(high for _, high in end_offsets(kafka, spec.dead_letter_topic).values())
-    return Observation(runtime, status, health, dead_letters)
+    return Observation(runtime, status, health, dead_letters,
+                       app_drift(catalog, spec.name, runtime, status, principal) if catalog is not None else None)
+
+
+def app_drift(catalog: Catalog, name: str, runtime: AppRuntime, status: AppStatus, principal: str | None):
+    """The app's drift; its own problem reading it is reported as drift "unknown", never raised
+    (the app's health and figures still show)."""
+    from streamops.effective_spec import Drift, drift
+
+    try:
+        return drift(catalog, name, runtime, principal=principal, kafka_cluster=status.kafka_cluster)
+    except Exception as exc:  # noqa: BLE001 - drift is one more view; it must not hide the others
+        log.warning("%s: its drift could not be read: %s", name, exc)
+        return Drift(name, "unknown", [], evidence=f"its drift could not be read: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 def desired_state(runtime: AppRuntime) -> dict[str, Any] | None:
@@ -239,7 +256,13 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
     if status.state != "running":
         if desired.get("state") == "stopped":
             health.state = "stopped"
-            health.evidence = f"stopped on purpose by {_who(desired)}"
+            health.evidence = f"stopped on purpose by {_who(desired)}" + (
+                f"; NOTE: {status.cluster_problem}" if status.cluster_problem else "")
+            return health
+        if status.cluster_problem:
+            # A restart would fail the same way every time (or, worse, skip data): an operator decides.
+            health.state = "held"
+            health.evidence = f"{status.cluster_problem}. The supervisor does not start it."
             return health
         if desired.get("inferred"):
             decision = RestartDecision("none", 0, "its desired state was never recorded (it was started before supervision): "

@@ -6,7 +6,7 @@ import json
 import logging
 from collections.abc import Sequence
 
-from streamops.app_ops import launch, stop
+from streamops.app_ops import LaunchCommand, launch, stop
 from streamops.app_status import AppStatus, app_status, lag_table, status_table
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
@@ -86,7 +86,7 @@ def roll(app_name: str, version: str | None, spark_conf: dict, gate_deadline_s: 
     checked_overrides(previous.launched_version, previous.launched_spark_conf,
                       f"the running version's launch record ({app.name}): ")
 
-    def previous_command(previous: DriverRecord) -> list[str]:
+    def previous_command(previous: DriverRecord) -> LaunchCommand:
         # Exactly the code that ran: an artifact whose digest changed since is refused.
         return command_for(app_name, previous.launched_version, previous.launched_spark_conf,
                            expected_digest=previous.artifact_digest)
@@ -118,13 +118,15 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     and crash-loop guard allow it (streamops.supervision). Never fails on an app's health: that
     is `check_health`'s, after this task has recorded every app's figures."""
     from streamops.app_runtime import AppRuntime
-    from streamops.supervision import Health, act, evaluate, health_table, unreadable
+    from streamops.kafka_client import app_principal
+    from streamops.supervision import Health, act, app_drift, evaluate, health_table, unreadable
 
     # Status and stop never need an app's code: one app's missing artifact must not blind them.
     catalog = load_catalog(check_programs=False)
     kafka = kafka_connection()
     statuses: list[AppStatus] = []
     healths: list[Health] = []
+    drifts = []
     for name in selected(catalog, names):
         spec = catalog.app(name)
         runtime = AppRuntime(spec.checkpoint_location())
@@ -147,7 +149,14 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
             health.action = f"its action failed: {type(exc).__name__}: {str(exc)[:500]}"
         statuses.append(current)
         healths.append(health)
+        drifts.append(app_drift(catalog, name, runtime, current, app_principal(name)))
     log.info("Streaming apps:\n%s", status_table(statuses))
+    log.info("Declared (catalog) against running (README \"Desired state and drift\"):\n%s",
+             "\n".join(d.line() for d in drifts) or "no apps")
+    for drifted in drifts:
+        if drifted.catalog_edit:
+            log.warning("%s runs approved changes the catalog does not say yet; this edit of the catalog makes it agree:\n%s",
+                        drifted.app, drifted.catalog_edit)
     log.info("Health (catalog thresholds per app, README \"Supervision\"):\n%s", health_table(healths))
     for item in statuses:
         if item.lags:
@@ -155,7 +164,9 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     for health in healths:
         if health.needs_someone:
             log.warning("%s", health.line())
-    return {item.app: json.loads(json.dumps({**item.to_dict(), "health": health.to_dict()}, default=str))
+    drift_of = {d.app: d.to_dict() for d in drifts}
+    return {item.app: json.loads(json.dumps({**item.to_dict(), "health": health.to_dict(), "drift": drift_of.get(item.app)},
+                                            default=str))
             for item, health in zip(statuses, healths)}
 
 

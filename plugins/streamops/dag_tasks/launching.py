@@ -3,7 +3,9 @@ the Spark provider's hook and spark_default), what a launch record read back may
 the start/stop callables handed to the recoveries, the cutover and the supervisor.
 
 Every launch passes `command_for`, so a version and Spark conf are checked there whatever asked
-for them (a trigger, a launch record on disk, a plan handed between tasks).
+for them (a trigger, a launch record on disk, a plan handed between tasks), and every launch runs
+the app's one effective spec (streamops.effective_spec): the catalog plus the approved changes
+(a cutover's topics), against the Kafka cluster its checkpoint belongs to.
 """
 
 from __future__ import annotations
@@ -11,31 +13,57 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from streamops.app_ops import Launch, launch, spark_submit_command, stop
+from streamops.app_ops import Launch, LaunchCommand, launch, spark_submit_command, stop
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import load_catalog
-from streamops.kafka_client import app_connection
+from streamops.checkpoints import CheckpointOfAnotherCluster, bind_cluster
+from streamops.effective_spec import SpecRefused, bind_app, installed_code
+from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
 from streamops.recovery.common import RecoveryRefused
 from streamops.spark_submit import submit_spec
 
 
 def command_for(app_name: str, version: str | None, spark_conf: Mapping[str, object] | None, starting_offsets: str | None = None,
-                expected_digest: str | None = None) -> list[str]:
+                expected_digest: str | None = None) -> LaunchCommand:
     """The spark-submit command for an app at a version with extra Spark conf, via spark_default
-    (`starting_offsets`: where a new checkpoint starts; an existing one ignores it). Every launch
-    passes here, so the version and conf are checked here too (LaunchOverrideRefused). An artifact
-    app runs that version's artifact (ProgramError if there is none, or if its digest is not
-    `expected_digest`, or not the one this version ran with before)."""
+    (`starting_offsets`: where a new checkpoint starts; an existing one ignores it), and the
+    effective spec it runs. Every launch passes here, so the version and conf are checked here too
+    (LaunchOverrideRefused); an artifact app runs that version's artifact (ProgramError if there is
+    none, or if its digest is not `expected_digest`, or not the one this version ran with before);
+    a checkpoint of another Kafka cluster is refused (SpecRefused)."""
     version = checked_version(version)
     overrides = checked_spark_conf(spark_conf)
-    app = load_catalog().app(app_name)
-    # The checkpoint is passed explicitly so the driver and the DAGs agree on it. The driver
-    # connects as the app's own principal (kafka_app_<app>, else kafka_default).
-    spec = submit_spec(app, kafka=app_connection(app.name), version=version, checkpoint=app.checkpoint_location(),
+    bound = bind_app(load_catalog(), app_name)
+    app, checkpoint = bound.app, bound.app.checkpoint_location()
+    # The driver connects as the app's own principal (kafka_app_<app>, else kafka_default).
+    kafka = app_connection(app.name)
+    cluster = kafka_cluster(kafka, app_name, next(iter(app.inputs.values())))
+    try:
+        bind_cluster(app.name, checkpoint, cluster, kafka.bootstrap_servers)
+    except CheckpointOfAnotherCluster as exc:
+        raise SpecRefused(f"{exc}; nothing was started") from None
+    # The checkpoint is passed explicitly so the driver and the DAGs agree on it.
+    spec = submit_spec(app, kafka=kafka, catalog=bound.catalog_file, version=version, checkpoint=checkpoint,
                        starting_offsets=starting_offsets, expected_digest=expected_digest)
     spec = replace(spec, conf={**spec.conf, **overrides})
-    return spark_submit_command(spec)
+    effective = bound.spec(version=spec.version, spark_conf=overrides, code=spec.digest or installed_code(app.program),
+                           principal=kafka.principal, kafka_cluster=cluster)
+    return LaunchCommand(spark_submit_command(spec), effective.to_record())
+
+
+def kafka_cluster(kafka: KafkaClientConfig, app_name: str, topic: str) -> str:
+    """The id of the cluster the app's connection reaches (SpecRefused naming it if none answers)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        found = kafka.cluster_id(topic)
+    except KafkaException as exc:
+        raise SpecRefused(f"{app_name}: the Kafka cluster at {kafka.describe()} did not say its id ({exc}); nothing was "
+                          "started") from None
+    if not found:
+        raise SpecRefused(f"{app_name}: the Kafka cluster at {kafka.describe()} did not say its id; nothing was started")
+    return found
 
 
 def trusted_launch(app_name: str, version: object, spark_conf: object) -> tuple[str, dict[str, str]]:

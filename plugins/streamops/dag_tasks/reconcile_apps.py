@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
 from streamops.dag_tasks.reprocess import work_root
+from streamops.effective_spec import effective_catalog
 from streamops.reconciliation import compare_windows, delete_scratch_topics, window_outputs
 from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess, target_catalog
 from streamops.kafka_client import KafkaClientConfig
@@ -35,7 +36,8 @@ def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, s
 
     checked_number(max_mismatch_ratio, "max_mismatch_ratio", 0, 1, whole=False)
     program_version = checked_version(program_version, "program_version")
-    catalog = load_catalog()
+    # The live app's outputs as it runs them (a cutover's approved topics included).
+    catalog = effective_catalog(load_catalog(), app_name)
     app = catalog.app(app_name)
     tag = "recon-" + datetime.now(timezone.utc).strftime("%Y%m%dt%H%M%S")
     # The version running live is recomputed (ReprocessRequest's default): its output is compared.

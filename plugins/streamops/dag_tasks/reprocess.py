@@ -56,7 +56,7 @@ def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
         version=params.get("version") or "v2", tag=params.get("tag") or "", cutover=params.get("cutover") is True,
         program_version=checked_version(params.get("program_version"), "program_version") or "",
     )
-    the_plan = plan_reprocess(admin, kafka, load_catalog(), request, measured_rate=measured_rate(request.app))
+    the_plan = plan_reprocess(admin, kafka, app_catalog(request.app), request, measured_rate=measured_rate(request.app))
     tag = the_plan.request["tag"]
     problems = []
     if tag.startswith(RESERVED_TAG_PREFIXES):
@@ -80,7 +80,7 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
     request = the_plan.request
     problems = []
     try:
-        app = load_catalog().app(the_plan.app)
+        app = app_catalog(the_plan.app).app(the_plan.app)
     except KeyError as exc:
         raise OneLineRefused(f"the plan names {exc.args[0]}") from None
     if not isinstance(request.get("tag"), str) or not re.fullmatch(TAG_PATTERN, request["tag"]):
@@ -113,7 +113,7 @@ def run(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark_mas
     log.info("Running version %s of %s (%s); driver log %s", the_plan.program_version, the_plan.app,
              the_plan.program_digest or "installed code", work_dir / "driver.log")
     try:
-        result = run_reprocess(kafka, admin, load_catalog(), the_plan, work_dir, spark_master=spark_master, launched_by=run_id)
+        result = run_reprocess(kafka, admin, app_catalog(the_plan.app), the_plan, work_dir, spark_master=spark_master, launched_by=run_id)
     except ReprocessFailed as exc:
         raise AirflowFailException(str(exc)) from None
     log.info("Reprocessed %s", result.summary())
@@ -135,7 +135,7 @@ def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spar
     from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
 
     the_plan, _ = checked_plan(plan_json)
-    catalog = target_catalog(load_catalog(), the_plan.app, the_plan.targets)
+    catalog = target_catalog(app_catalog(the_plan.app), the_plan.app, the_plan.targets)
     topics = [t for t in the_plan.targets.values() if catalog.topic(t).expectation_suite]
     ranges = whole_topics(admin, topics)
     spark = spark_session("streamops-reprocess", spark_master)
@@ -150,49 +150,63 @@ def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spar
 
 
 def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -> dict:
-    """Hand the live app over to the backfill's targets and checkpoint; say what to change next."""
-    from dataclasses import replace
-
-    from streamops.app_ops import spark_submit_command
-    from streamops.dag_tasks.launching import last_launch
+    """Hand the live app over to the backfill's targets and checkpoint; say what to change next.
+    The new topics become an approved change of the app (streamops.effective_spec): every later
+    launch (a supervisor's restart, a roll, a restore) keeps them until the catalog says them."""
+    from streamops.audit import acting_user
+    from streamops.dag_tasks.launching import command_for, last_launch, launch_app
+    from streamops.effective_spec import approve_topics, drift
+    from streamops.app_runtime import AppRuntime
     from streamops.reprocess import ReprocessResult, cutover as hand_over
-    from streamops.spark_submit import submit_spec
 
     the_plan, work_dir = checked_plan(plan_json)
-    catalog = load_catalog()
+    catalog = app_catalog(the_plan.app)
     live = catalog.app(the_plan.app)
-    # The driver's catalog is made again from the reviewed one (never read back from the run's
-    # folder, where anyone could have edited its Spark conf), with the app on its new topics.
+    runtime = AppRuntime(live.checkpoint_location())
+    # The run's folder keeps the catalog the backfill ran with, for review (made again from the
+    # reviewed one, never read back: anyone could have edited the copy in the folder).
     catalog_file = work_dir / "catalog.yaml"
     catalog_file.write_text(target_catalog(catalog, the_plan.app, the_plan.targets).to_yaml())
-    targeted_catalog = load_catalog(catalog_file)
-    targeted = targeted_catalog.app(the_plan.app)
-    granted = _grant_new_topics(targeted_catalog, the_plan.app, kafka)
+    granted = _grant_new_topics(load_catalog(catalog_file), the_plan.app, kafka)
     # The app goes on as it last ran (version and Spark conf from its launch record, checked like a
     # trigger's), with semantic-version build metadata naming the topics' version (one '+').
     running, spark_conf = last_launch(the_plan.app)
     version = required_version(f"{running}{'.' if '+' in running else '+'}{the_plan.request['version']}")
-    spec = submit_spec(
-        # The live app's driver connects as the app's own principal.
-        targeted, kafka=app_connection(the_plan.app), catalog=catalog_file,
-        checkpoint=live.checkpoint_location(), version=version,
-        # The code that wrote the backfill's checkpoint (the plan refuses a cutover of another version).
-        expected_digest=the_plan.program_digest,
-    )
-    command = spark_submit_command(replace(spec, conf={**spec.conf, **spark_conf}))
+    # Checked before anything stops: the code that wrote the backfill's checkpoint (the plan refuses
+    # a cutover of another version), the launch's conf, the cluster.
+    command_for(the_plan.app, version, spark_conf, expected_digest=the_plan.program_digest)
+
+    def start_on_new_topics():
+        # The checkpoint now belongs to the new topics: from here on every launch must run on them.
+        approve_topics(runtime, dict(the_plan.targets), run_id=run_id, by=acting_user())
+        return launch_app(the_plan.app, run_id, version, spark_conf, expected_digest=the_plan.program_digest)
+
     result = ReprocessResult(the_plan.app, ran["records_in"], ran["records_out"], ran["dead_letters"], ran["seconds"],
                              str(work_dir / "checkpoint"), str(catalog_file))
-    outcome = hand_over(live, result, command, requested_by=run_id, version=version, spark_conf=spark_conf)
+    outcome = hand_over(live, result, start_on_new_topics, requested_by=run_id)
     old = list(the_plan.targets)
+    main_catalog = load_catalog()
+    pending = drift(main_catalog, the_plan.app, runtime, principal=app_connection(the_plan.app).principal, kafka_cluster=None)
+    edit = pending.catalog_edit or "(none: the catalog already names them)"
     log.info(
         "Cutover done: %s (%s) now runs as version %s (pid %s) from the backfill's checkpoint, writing to %s.\n"
         "The old topics are kept, untouched: %s.\nThe old checkpoint is kept at %s.\n"
-        "Next: make catalog/pipelines.yaml name the new topics as %s's outputs; until then the app runs with %s, "
-        "and a redeploy or roll from the catalog would write to the old topics again.",
+        "Every later launch of %s (the supervisor's restarts, rolls, restores) keeps the new topics: they are an approved "
+        "change, recorded in %s. Until the catalog names them, drift shows \"the catalog still names ...\".\n"
+        "Make the catalog agree with this edit:\n%s",
         the_plan.app, outcome["stopped"], version, outcome["pid"], ", ".join(the_plan.targets.values()), ", ".join(old),
-        outcome["backup"], the_plan.app, catalog_file,
+        outcome["backup"], the_plan.app, runtime.dir / "approved.json", edit,
     )
-    return {**outcome, "old_topics": old, "new_topics": list(the_plan.targets.values()), "acls_granted": granted}
+    return {**outcome, "version": version, "catalog_file": str(catalog_file), "old_topics": old,
+            "new_topics": list(the_plan.targets.values()), "acls_granted": granted, "catalog_edit": pending.catalog_edit}
+
+
+def app_catalog(app_name: str):
+    """The catalog as `app_name` runs it (its approved topic bindings applied): a reprocess plans,
+    runs and validates the live app's current outputs, whatever an earlier cutover moved them to."""
+    from streamops.effective_spec import effective_catalog
+
+    return effective_catalog(load_catalog(), app_name)
 
 
 def _grant_new_topics(targeted_catalog, app: str, kafka: KafkaClientConfig) -> list[str]:
