@@ -70,6 +70,12 @@ def pytest_unconfigure(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", "integration: runs on real components (Kafka, Spark, Airflow, processes); "
                                        "every test outside tests/unit/")
+    if not hasattr(config, "workerinput"):
+        # A version pins code: the shipped apps' catalog versions are built once, from this
+        # checkout, before any test process starts (they inherit the store's location).
+        from tests.support.artifacts import build_shipped_artifacts
+
+        build_shipped_artifacts(_SESSION_DIR / "artifacts")
     if kept_dir_requested():
         return  # components kept between runs: the folder the caller named, never stopped here
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):

@@ -26,6 +26,7 @@ from streamops.reprocess import target_catalog
 from streamops.local_stack.airflow_stack import CELERY_WORKER_ADDRESSES as AIRFLOW_WORKERS
 from streamops.local_stack.spark_cluster import WORKER_ADDRESSES
 from streamops.waiting import poll_until
+from tests.support.artifacts import same_code_as
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -150,6 +151,7 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     before = runtime.driver()
 
     run_load(router, LoadSpec(count=200, keys=20, seed=52, start_seq=30_000_000), kafka)
+    same_code_as(router, "1.1.0")
     rolled = api.trigger("roll_restart_apps", {"apps": ["oplog-router"], "version": "1.1.0", "gate_deadline_s": 240,
                                               "approve_in_ui": False})
     assert api.wait_for_run("roll_restart_apps", rolled, timeout=900) == "success", api.task_log(

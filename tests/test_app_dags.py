@@ -11,12 +11,14 @@ from streamops.audit import read_audit
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
+from tests.support.artifacts import same_code_as
 
 
 def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_catalog, broker, capfd):
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
 
+    same_code_as(spec, "1.0.1")
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.1")
     assert deployed.state == "success", deployed.task_states
     driver = runtime.driver()

@@ -25,6 +25,7 @@ from streamops.paths import PROJECT_ROOT
 from streamops.spark_submit import DRIVER_ENTRYPOINT
 from streamops.waiting import poll_until
 from tests.support import LOCAL_SPARK_CONNECTION
+from tests.support.artifacts import private_store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "byo_apps"
 
@@ -42,8 +43,7 @@ def revision_two(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(tmp_path, monkeypatch) -> ArtifactStore:
-    monkeypatch.setenv("STREAMOPS_ARTIFACT_STORE", str(tmp_path / "artifacts"))
-    return ArtifactStore()
+    return private_store(tmp_path, monkeypatch)
 
 
 # --- artifacts and the catalog (no Spark) -------------------------------------------------------
@@ -100,7 +100,7 @@ def test_the_catalog_refuses_apps_that_do_not_fit_their_program(store, tmp_path)
         "apps[0] 'acme-dedup' (line 39), field 'outputs': program acme_pipelines.dedup writes the roles ['unique_payments'], "
         "the catalog gives ['unique']"
     ]
-    assert problems(good.replace("    artifact: acme-dedup\n", "")) == [
+    assert problems(good.replace("    artifact: acme-dedup\n", "    code: installed\n")) == [
         "apps[0] 'acme-dedup' (line 30), field 'program': program 'acme_pipelines.dedup': no module 'acme_pipelines' here "
         "(a typo, or a package not installed: name an artifact instead)"
     ]

@@ -78,6 +78,7 @@ def test_starting_stopping_or_rolling_apps_needs_an_explicit_choice(dag_bag):
 
 
 MUTATING = {"provision_topics": ("plan", "apply"), "roll_restart_apps": ("ordered_apps", "roll"), "reprocess": ("plan", "run"),
+            "reconcile_desired_state": ("plan", "roll_approved"),
             **{f"recover_{name}": ("plan", "apply") for name in
                ("reset_offsets", "replay_dead_letters", "rebuild_state", "skip_records", "restore_checkpoint", "restart_app")}}
 
@@ -92,7 +93,9 @@ def test_every_mutating_dag_waits_for_approval_of_its_plan_before_it_applies(dag
         dag = dag_bag.get_dag(dag_id)
         approve, apply = dag.get_task("approve"), dag.get_task(apply_task)
         assert isinstance(approve, PlanApproval) and approve.plan_task_id == plan_task, dag_id
-        assert approve.upstream_task_ids == {plan_task} and "approve" in apply.upstream_task_ids, dag_id
+        # Reconcile rolls its `auto` apps (no approval needed) before it asks for one.
+        after = {"reconcile_desired_state": "roll_auto"}.get(dag_id, plan_task)
+        assert approve.upstream_task_ids == {after} and "approve" in apply.upstream_task_ids, dag_id
         assert apply.trigger_rule == "none_failed", dag_id
         assert approve.defaults == ["Reject"] and approve.response_timeout is not None, dag_id  # no answer: nothing changes
         assert dag.params["approve_in_ui"] is True and dag.params.get("dry_run", False) is False, dag_id
@@ -123,12 +126,12 @@ def test_the_approval_shows_the_plan_and_is_skipped_when_nothing_is_applied():
 
 
 class _Ti:
-    def __init__(self, answer):
-        self.answer = answer
+    def __init__(self, answer, plan=None):
+        self.answer, self.plan = answer, plan
 
     def xcom_pull(self, task_ids):
-        assert task_ids == "approve"
-        return self.answer
+        assert task_ids in ("approve", "plan")
+        return self.answer if task_ids == "approve" else self.plan
 
 
 def test_the_apply_refuses_to_run_without_an_approve_answer():
@@ -144,6 +147,11 @@ def test_the_apply_refuses_to_run_without_an_approve_answer():
     for answer in (None, {"chosen_options": ["Reject"]}, {}):
         with pytest.raises(AirflowFailException, match="Not applied: this run waits for an approval of its plan"):
             check_approved({"params": waiting, "ti": _Ti(answer)})
+    # A plan in which nothing waits for an approval (reconcile's auto rolls) needs no answer; a
+    # plan's other fields never stand in for one.
+    check_approved({"params": waiting, "ti": _Ti(None, {"approval_not_needed": "Nothing in this plan needs an approval."})})
+    with pytest.raises(AirflowFailException, match="Not applied"):
+        check_approved({"params": waiting, "ti": _Ti(None, {"approval_not_needed": None, "summary": "x"})})
 
 
 def test_a_rejection_and_a_timeout_are_audited_before_the_apply_is_skipped(dag_bag, monkeypatch, tmp_path):

@@ -20,6 +20,7 @@ from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
 from tests.support.routes import routed, wait_until_all_routed
+from tests.support.artifacts import same_code_as
 
 
 @pytest.fixture
@@ -78,6 +79,7 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
         assert restarted.state == "success", restarted.task_states
         assert runtime.driver().pid != dead.pid and runtime.driver().trigger == "real-time"
 
+        same_code_as(spec, "1.1.0")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.1.0", gate_deadline_s=120)
         assert rolled.state == "success", rolled.task_states
         assert load.is_alive(), "the load ended before the roll: it was not a roll under load"

@@ -27,11 +27,13 @@ from streamops.checkpoints import backup_checkpoint, backup_info, list_backups
 from streamops.waiting import poll_until
 from tests.support.routes import routed, wait_until_all_routed
 from tests.support.operations import checkpoint_state, steps_of, stop_driver
+from tests.support.artifacts import same_code_as
 
 
 def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing(run_dag, app_env, app_catalog, broker):
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
+    same_code_as(spec, "1.0.3")
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.3")
     assert deployed.state == "success", deployed.task_states
     producer = threading.Thread(target=run_load, args=(spec, LoadSpec(count=3000, keys=30, rate=300, seed=11), broker.client_config))

@@ -16,6 +16,7 @@ from streamops.loadgen import LoadSpec
 from streamops.loadgen import background_load
 from streamops.waiting import poll_until
 from tests.support.routes import wait_until_all_routed
+from tests.support.artifacts import same_code_as
 
 
 def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app_env, app_catalog, broker, capfd, monkeypatch):
@@ -26,6 +27,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
 
     with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.client_config) as load:
         poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
+        same_code_as(spec, "1.1.0")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.1.0", gate_deadline_s=120)
         under_load = load.is_alive()  # the producer was still writing when the roll finished
     assert rolled.state == "success", rolled.task_states
@@ -54,6 +56,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
 
     monkeypatch.setitem(ALLOWED_SPARK_CONF, "spark.sql.streaming.minBatchesToRetain",
                         ConfKey("spark.sql.streaming.minBatchesToRetain", "count", "widened by this test", 0, 10000))
+    same_code_as(app_catalog.app("oplog-router"), "1.2.0")
     broken = run_dag(
         "roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.2.0",
         spark_conf={"spark.sql.streaming.minBatchesToRetain": 0}, gate_deadline_s=60,
@@ -81,6 +84,7 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     assert run_dag("deploy_apps", catalog_file, apps=["presence-notifier"]).state == "success"
     with background_load(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.client_config) as load:
         poll_until(lambda: runtime.progress().get("notify", {}).get("input_rows"), timeout=180, what="notify to see load")
+        same_code_as(spec, "1.1.0")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="1.1.0", gate_deadline_s=180)
         under_load = load.is_alive()
     assert rolled.state == "success", rolled.task_states
@@ -108,6 +112,7 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     next(a for a in changed["apps"] if a["name"] == "presence-notifier")["settings"]["count_window"] = "11 minutes"
     catalog_file.write_text(yaml.safe_dump(changed, sort_keys=False))
     capfd.readouterr()
+    same_code_as(spec, "2.0.0")
     refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="2.0.0")
     assert refused.state == "failed"
     out = capfd.readouterr().out

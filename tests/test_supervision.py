@@ -21,6 +21,7 @@ from streamops.catalog import SupervisionSpec, load_catalog
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce
 from streamops.waiting import poll_until
+from tests.support.artifacts import same_code_as
 
 
 
@@ -66,6 +67,7 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     catalog = _with_policy(catalog, catalog_file, backoff_initial="1 second", max_restarts=3)
     kafka = broker.client_config
     produce_to_partitions(kafka, source, range(1, 41))
+    same_code_as(app_catalog.app("oplog-router"), "1.0.7")
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.7")
     assert deployed.state == "success", deployed.task_states
     assert runtime.desired()["state"] == "running" and runtime.desired()["by"] == "dag_test"

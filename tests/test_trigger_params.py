@@ -102,17 +102,28 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
     assert not canary[0].exists()
 
 
-def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env):
+def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env, broker, monkeypatch):
     from streamops.dag_tasks.launching import command_for
+    from tests.support.artifacts import same_code_as
+    from streamops.catalog import load_catalog
 
-    argv = command_for(APP, "1.2.3", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8,
-                                      "spark.sql.streaming.noDataMicroBatches.enabled": False})
+    # A launch asks the cluster its id (the checkpoint's cluster): a real one here.
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "%s"}}'
+                       % broker.bootstrap_servers)
+    same_code_as(load_catalog().app(APP), "1.2.3")
+    launch = command_for(APP, "1.2.3", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8,
+                                        "spark.sql.streaming.noDataMicroBatches.enabled": False})
+    argv = launch.argv
     pairs = {argv[i + 1] for i, word in enumerate(argv) if word == "--conf"}
     assert {"spark.driver.memory=2g", "spark.sql.shuffle.partitions=8",
             "spark.sql.streaming.noDataMicroBatches.enabled=false"} <= pairs
     assert argv[argv.index("--version") + 1] == "1.2.3"
     # The Python still comes from this environment, not from the trigger.
     assert f"spark.pyspark.python={sys.executable}" in pairs
+    # The launch's effective spec carries the overrides as approved by the trigger, and the cluster.
+    assert launch.spec["spark_conf"]["spark.driver.memory"] == "2g" and launch.spec["approved"]["spark_conf"].startswith(
+        "the launch's Spark conf")
+    assert launch.spec["kafka_cluster"] and launch.spec["version"] == "1.2.3"
 
 
 def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_catalog, broker, canary, submits, monkeypatch):

@@ -19,6 +19,10 @@
     <checkpoint>/_runtime/operation.json   a DAG run that is changing the app now (stop, change,
                                            start): the supervisor leaves the app alone meanwhile
     <checkpoint>/_runtime/restarts.jsonl   the supervisor's restarts (streamops.supervision)
+    <checkpoint>/_runtime/approved.json    approved changes every later launch keeps that the catalog
+                                           does not say yet: a cutover's topics (streamops.effective_spec)
+    <checkpoint>/_runtime/launch-catalog.yaml  the catalog the last launch's driver read: the main
+                                           catalog with the approved changes applied
 
 The lease and files need a POSIX filesystem the drivers and the DAGs share (local mode, or a
 shared mount on every host); a checkpoint on an object store keeps its runtime folder on such a

@@ -56,6 +56,8 @@ class AppRow:
     has_driver_log: bool = False
     # Declared (catalog) against running (streamops.effective_spec.Drift.to_dict); None: not read.
     drift: dict[str, Any] | None = None
+    # The code it runs: its artifact's digest, or "installed" (code: installed, development only).
+    code: str | None = None
 
 
 def minute_rates(rates: list[dict[str, Any]], now: datetime, minutes: int = CHART_MINUTES) -> list[float]:
@@ -109,8 +111,19 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             input_rate_per_minute=minute_rates(rates, now),
             dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
             recent_runs=runs, has_driver_log=has_log, drift=seen.drift.to_dict() if seen.drift else None,
+            code=current.code,
         ))
     return rows
+
+
+def code_note(code: str | None) -> str:
+    """Under the version: the artifact's short digest, or a warning that it runs installed code."""
+    if not code:
+        return ""
+    if code.startswith("sha256:"):
+        return f'<div class="small code" title="{html.escape(code)}">artifact {html.escape(code[7:19])}</div>'
+    return ('<div class="small code installed" title="code: installed in the catalog: the version is a label, not pinned '
+            'code">installed code (development)</div>')
 
 
 def drift_cell(drift: dict[str, Any] | None) -> str:
@@ -189,6 +202,7 @@ tr.attention td{background:#fde2e1}
 a{color:#0b5cad}
 .drift{font-weight:600;white-space:nowrap}.drift.in-sync{color:#145a24}.drift.drifted{color:#b35c00}
 .drift-fields{padding-left:1em;margin:.2em 0;max-width:30em}
+.code.installed{color:#b35c00;font-weight:600}
 """
 QUIET_STATES = ("stopped", "not deployed", "in operation")
 
@@ -218,7 +232,7 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             f'data-restarts="{row.restarts_total}">'
             f'<td><b>{e(row.app)}</b><div class="small">{" · ".join(links)}</div></td>'
             f'<td><span class="state {kind}">{e(row.state)}</span><div class="small evidence">{e(row.evidence)}</div></td>'
-            f"<td>{e(row.version or '-')}</td>"
+            f"<td>{e(row.version or '-')}{code_note(row.code)}</td>"
             f"<td class='drift-cell'>{drift_cell(row.drift)}</td>"
             f"<td>{_duration(row.uptime_s)}</td>"
             f"<td>{e(row.driver_host or '-')}</td>"

@@ -273,3 +273,30 @@ def describe_in_subprocess(zip_path: Path, program: str) -> dict:
         raise ArtifactError(f"program {program} in the build does not load as a streaming program:\n"
                             f"{(result.stderr or result.stdout)[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def ensure_catalog_artifacts(catalog, store: ArtifactStore | None = None, built_by: str = "") -> list[str]:
+    """Build the artifact of every catalog app at its catalog version that the store lacks, from
+    the code installed here (what `streamops up` and a test run do first: a version pins code, so
+    the catalog's versions must exist before anything launches). An app whose program is not
+    installed here (built elsewhere, from its own source) is reported with the command, not built.
+    One line per app."""
+    store = store or ArtifactStore()
+    said = []
+    for app in catalog.apps:
+        if app.artifact is None:
+            said.append(f"{app.name}: code: installed (development): runs the code installed here, no artifact")
+            continue
+        if (store.folder(app.artifact, app.version) / MANIFEST_FILE).is_file():
+            said.append(f"{app.name}: artifact {app.artifact} {app.version} is in the store")
+            continue
+        try:
+            artifact, _ = build(app.artifact, app.version, app.program, store=store, built_by=built_by)
+        except ArtifactError as exc:
+            said.append(f"{app.name}: artifact {app.artifact} {app.version} is not in the store and could not be built "
+                        f"from the code installed here ({str(exc).splitlines()[0]}); build it with: streamops artifact "
+                        f"build --app {app.name} --version {app.version} --source DIR")
+            continue
+        said.append(f"{app.name}: built artifact {artifact.short()} from the code installed here")
+    return said
+

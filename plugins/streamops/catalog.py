@@ -345,14 +345,20 @@ _IDENTIFIERS = r"[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*"
 VERSION_PATTERN = rf"^[0-9]+\.[0-9]+\.[0-9]+(-{_IDENTIFIERS})?(\+{_IDENTIFIERS})?$"
 
 
+ReconcilePolicy = Literal["report", "approve", "auto"]
+
+
 class AppSpec(_Strict):
     """One long-running Spark Structured Streaming app."""
 
     name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{1,62}$")]
     # The program (streamops.program_contract): an importable reference, `package.module` (its
-    # `program`) or `package.module:attribute`; with `artifact`, the code of `version` comes from
-    # that artifact in the store (streamops.artifacts), else from this environment.
+    # `program`) or `package.module:attribute`. The code of `version` comes from the artifact
+    # `artifact` (default: the app's name) in the store (streamops.artifacts): a version pins code.
     program: Annotated[str, StringConstraints(pattern=REFERENCE_PATTERN)]
+    # `code: installed`, for development only: run the code installed here, whatever the version
+    # says (a version is then a label; the apps page says so). No artifact then.
+    code: Literal["artifact", "installed"] = "artifact"
     artifact: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{1,62}$")] | None = None
     version: Annotated[str, StringConstraints(pattern=VERSION_PATTERN)]
     owner: str = Field(min_length=1)
@@ -392,6 +398,25 @@ class AppSpec(_Strict):
     settings: Any = Field(default_factory=dict)
     # Restart policy, crash-loop guard and health thresholds (README "Supervision").
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
+    # What the reconcile_desired_state DAG does when what runs differs from this entry (README
+    # "Desired state and drift"): report (show the drift only), approve (plan the roll and wait
+    # for an approval), auto (roll compatible changes without one, audited).
+    reconcile: ReconcilePolicy = "report"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _artifact_by_default(cls, data: Any) -> Any:
+        """A version pins code: an app runs its artifact (named after the app unless it says)."""
+        if isinstance(data, dict) and data.get("code", "artifact") == "artifact" and not data.get("artifact"):
+            return {**data, "artifact": data.get("name")}
+        return data
+
+    @model_validator(mode="after")
+    def _installed_code_has_no_artifact(self) -> AppSpec:
+        if self.code == "installed" and self.artifact is not None:
+            raise ValueError(f"code: installed runs the code installed here, and artifact: {self.artifact} names an artifact; "
+                             "keep one (artifact for every environment but development)")
+        return self
 
     @model_validator(mode="after")
     def _input_keys_name_inputs(self) -> AppSpec:
@@ -480,6 +505,7 @@ class AppSettingsOverride(_Strict):
     spark_conf: dict[str, StrictInt | bool | str] = Field(default_factory=dict)
     # Fields of the app's supervision this environment sets (e.g. restart: never in dev).
     supervision: dict[str, Any] = Field(default_factory=dict)
+    reconcile: ReconcilePolicy | None = None
 
 
 class EnvironmentSpec(_Strict):
@@ -740,7 +766,7 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
             override = env.apps[app["name"]]
             conf = app.get("spark_conf") if isinstance(app.get("spark_conf"), dict) else {}
             app = {**app, "spark_conf": {**(conf or {}), **override.spark_conf}}
-            for field in ("trigger", "checkpoint_interval", "max_offsets_per_trigger"):
+            for field in ("trigger", "checkpoint_interval", "max_offsets_per_trigger", "reconcile"):
                 if getattr(override, field) is not None:
                     app[field] = getattr(override, field)
             if override.trigger is not None and override.trigger != REAL_TIME:

@@ -9,6 +9,7 @@
     streamops airflow init|start|stop|status|cli ARGS...
     streamops catalog check [FILE]
     streamops artifact build --app APP --version V       package a program version (immutable)
+    streamops artifact ensure                            build the catalog's versions the store lacks
     streamops artifact list [NAME]
     streamops app run APP [--trigger available-now]    a streaming app in the foreground
     streamops loadgen APP --count N [--rate R] ...       realistic input for an app
@@ -186,8 +187,13 @@ def up(
     from streamops.catalog import selected_environment
     from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
 
+    from streamops.artifacts import ArtifactError, ensure_catalog_artifacts
+
     environment = (settings.ENVIRONMENT.get() or "cluster") if cluster else selected_environment()
     try:
+        # A version pins code: the catalog's versions are built (once) before anything launches.
+        for line in ensure_catalog_artifacts(load_catalog(environment=environment, check_programs=False), built_by="streamops up"):
+            typer.echo(line)
         catalog = load_catalog(environment=environment)
         _check_environment_fits(catalog, brokers=3 if cluster else 1)
         running = LocalAirflow.from_env()  # as recorded by the last init
@@ -232,7 +238,7 @@ def up(
         run_id = api.trigger("provision_topics", {"dry_run": dry_run, "approve_in_ui": False, "topics": []})
         typer.echo(f"triggered provision_topics (dry_run={dry_run}), run {run_id}; waiting for it to finish")
         state = api.wait_for_run("provision_topics", run_id)
-    except (CatalogError, ServiceError, AirflowApiError, TimeoutError, KafkaConfigError, KafkaException) as exc:
+    except (CatalogError, ServiceError, AirflowApiError, TimeoutError, KafkaConfigError, KafkaException, ArtifactError) as exc:
         raise _fail(str(exc)) from None
 
     plan = api.xcom("provision_topics", run_id, "plan") or {}
@@ -479,7 +485,8 @@ def artifact_build(
             raise _fail(str(exc.args[0]) if isinstance(exc, KeyError) else str(exc)) from None
         name, program = name or app_spec.artifact, program or app_spec.program
         if not name:
-            raise _fail(f"app {app_name} names no artifact in the catalog: give --name, and add `artifact: <name>` to the app")
+            raise _fail(f"app {app_name} runs installed code (code: installed): give --name, or drop `code: installed` "
+                        "so the app runs its artifact")
     if not name or not program:
         raise _fail("give --app, or --name and --program")
     try:
@@ -489,6 +496,19 @@ def artifact_build(
     said = "built" if new else "already in the store with these exact bytes (nothing written)"
     typer.echo(f"{artifact.name} {artifact.version}: {said}\n  {artifact.path}\n  {artifact.digest}\n  program {artifact.program}, "
                f"{artifact.manifest['files']} files")
+
+
+@artifact_app.command("ensure")
+def artifact_ensure() -> None:
+    """Build every catalog app's artifact at its catalog version that the store lacks, from the code
+    installed here (what `streamops up` does first; compose's airflow-init runs it too)."""
+    from streamops.artifacts import ArtifactError, ensure_catalog_artifacts
+
+    try:
+        lines = ensure_catalog_artifacts(load_catalog(check_programs=False), built_by="streamops artifact ensure")
+    except (CatalogError, ArtifactError) as exc:
+        raise _fail(str(exc)) from None
+    typer.echo("\n".join(lines))
 
 
 @artifact_app.command("list")

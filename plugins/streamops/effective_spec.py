@@ -166,13 +166,19 @@ def installed_code(program: str) -> str:
     return f"{INSTALLED} {file_digest(origin)}" if origin and os.path.isfile(origin) else INSTALLED
 
 
-def written_settings(app: AppSpec) -> dict[str, Any]:
-    """The program settings as the catalog writes them (a program's model: the fields set), so a
-    catalog read with or without its programs checked gives the same spec."""
+def effective_settings(app: AppSpec, version: str) -> dict[str, Any]:
+    """The program settings with the defaults of the version that runs, however the catalog was
+    read (its programs checked or not), so declared and running compare like for like."""
+    from streamops.programs import ProgramError, program_info
+
     settings = app.settings
     if hasattr(settings, "model_dump"):
-        settings = settings.model_dump(mode="json", exclude_unset=True)
-    return json.loads(json.dumps(settings or {}, sort_keys=True, default=str))
+        settings = settings.model_dump(mode="json")
+    settings = json.loads(json.dumps(settings or {}, sort_keys=True, default=str))
+    try:
+        return program_info(app, version).with_defaults(settings)
+    except ProgramError:  # the version is not built: as written (drift shows its code as missing)
+        return settings
 
 
 def spec_of(app: AppSpec, *, environment: str, version: str, code: str, spark_conf: dict[str, str],
@@ -180,7 +186,7 @@ def spec_of(app: AppSpec, *, environment: str, version: str, code: str, spark_co
     conf = {key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in app.spark_conf.items()}
     return EffectiveSpec(
         app=app.name, environment=environment, version=version, code=code, program=app.program,
-        settings=written_settings(app), spark_conf={**conf, **spark_conf},
+        settings=effective_settings(app, version), spark_conf={**conf, **spark_conf},
         inputs=dict(app.inputs), outputs=dict(app.outputs), dead_letter_topic=app.dead_letter_topic,
         trigger=app.trigger, principal=principal, kafka_cluster=kafka_cluster, approved=approved or {},
     )

@@ -14,6 +14,7 @@ import importlib
 import json
 import re
 import sys
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -241,7 +242,8 @@ def load_program(app: AppSpec, version: str | None = None) -> StreamingProgram:
         package = artifact.manifest.get("package") or parse_reference(app.program)[0].split(".")[0]
         loaded = sys.modules.get(package)
         origin = str(artifact.path)
-        if loaded is not None and not str(getattr(loaded, "__file__", "") or "").startswith(origin):
+        if loaded is not None and not str(getattr(loaded, "__file__", "") or "").startswith(origin) \
+                and not _same_code(loaded, artifact.path):
             raise ProgramError(
                 f"{app.name}: this process already imported package {package!r} from {getattr(loaded, '__file__', '?')}; "
                 f"the code of {artifact.short()} must run in a process of its own (a driver)"
@@ -249,6 +251,24 @@ def load_program(app: AppSpec, version: str | None = None) -> StreamingProgram:
         if origin not in sys.path:
             sys.path.insert(0, origin)
     return import_program(app.program)
+
+
+def _same_code(loaded: Any, artifact_zip: Path) -> bool:
+    """Is the package this process imported byte for byte the artifact's (every file of the zip
+    under it, and no other Python file)? Then its code is the artifact's, wherever it was read from
+    (the checkout an artifact was just built from)."""
+    import zipfile
+
+    folder = Path(getattr(loaded, "__file__", "") or "").parent
+    if not folder.is_dir():
+        return False
+    prefix = f"{folder.name}/"
+    with zipfile.ZipFile(artifact_zip) as archive:
+        entries = {name[len(prefix):]: name for name in archive.namelist() if name.startswith(prefix) and not name.endswith("/")}
+        here = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+        if {e for e in entries if e.endswith(".py")} != {h for h in here if h.endswith(".py")}:
+            return False
+        return all((folder / rel).is_file() and (folder / rel).read_bytes() == archive.read(name) for rel, name in entries.items())
 
 
 def settings_dict(app: AppSpec) -> dict[str, Any]:

@@ -41,14 +41,18 @@ def approval_param():
                              "plan at once (for the API and scheduled runs).")
 
 
-def approval_skip_reason(params: dict) -> str | None:
-    """Why this run needs no approval (None: it waits for one)."""
+def approval_skip_reason(params: dict, plan: Any = None) -> str | None:
+    """Why this run needs no approval (None: it waits for one). `plan`: the plan task's XCom; a
+    plan that says nothing in it waits for an approval (`approval_not_needed`, made by the plan
+    task from the catalog's policies, never from a trigger's params) skips it."""
     from streamops.dag_tasks import is_dry_run
 
     if "dry_run" in params and is_dry_run(params):  # roll_restart_apps has no dry run
         return "Dry run: nothing will be applied, so there is nothing to approve. The plan is in the 'plan' task's log."
     if params.get(APPROVE_PARAM, True) is False:
         return "Approval turned off for this run ('Wait for approval' off): the plan is applied as planned."
+    if isinstance(plan, dict) and isinstance(plan.get("approval_not_needed"), str):
+        return plan["approval_not_needed"]
     return None
 
 
@@ -128,10 +132,11 @@ class PlanApproval(ApprovalOperator):
     def execute(self, context):
         from airflow.sdk.exceptions import AirflowSkipException
 
-        reason = approval_skip_reason(context["params"])
+        planned = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        reason = approval_skip_reason(context["params"], planned)
         if reason:
             raise AirflowSkipException(reason)
-        self.body = plan_body(context["ti"].xcom_pull(task_ids=self.plan_task_id), dict(context["params"]))
+        self.body = plan_body(planned, dict(context["params"]))
         log.info("Waiting for an operator to approve the %s (the run's 'Required actions' in the UI).", self.what)
         return super().execute(context)
 
@@ -175,7 +180,7 @@ def check_approved(context) -> None:
     task recorded an Approve. An approve task marked success or skipped by hand has no answer."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    if approval_skip_reason(context["params"]):
+    if approval_skip_reason(context["params"], context["ti"].xcom_pull(task_ids="plan")):
         return
     answer = context["ti"].xcom_pull(task_ids="approve")
     chosen = answer.get("chosen_options") if isinstance(answer, dict) else None

@@ -189,6 +189,7 @@ apps:
     dead_letter_topic: orders.dead
     settings:
       categories: {big: [LARGE_ORDER]}
+    code: installed  # these tests check the installed program's declarations
 """
 TOPICS = "version: 1\ntopics:\n" + GOOD_TOPIC + "".join(
     GOOD_TOPIC.replace("orders.placed", name) for name in ("orders.big", "orders.dead")
@@ -263,9 +264,9 @@ def test_two_apps_writing_one_topic_is_refused(tmp_path):
     second = APP.replace("apps:\n", "").replace("name: router", "name: router-two")
     path = write(tmp_path, TOPICS + APP + second)
     assert problems(path) == [
-        "apps[1] 'router-two' (line 35), field 'outputs.big': topic 'orders.big' is already written by app "
+        "apps[1] 'router-two' (line 36), field 'outputs.big': topic 'orders.big' is already written by app "
         "'router'; every topic has one writing app",
-        "apps[1] 'router-two' (line 36), field 'dead_letter_topic': topic 'orders.dead' is already written by app "
+        "apps[1] 'router-two' (line 37), field 'dead_letter_topic': topic 'orders.dead' is already written by app "
         "'router'; every topic has one writing app",
     ]
 
@@ -457,7 +458,7 @@ def test_real_time_is_refused_for_a_stateful_program_with_the_reason(tmp_path):
         "outputs: {big: orders.big}", "outputs: {activity_counts: orders.counts, challenges: orders.big}"
     ).replace("categories: {big: [LARGE_ORDER]}", "captcha_logger: x") + "    trigger: real-time\n"
     assert problems(write(tmp_path, text)) == [
-        "apps[0] 'router' (line 34), field 'trigger': real-time mode runs stateless queries only (Spark 4.2 keeps no "
+        "apps[0] 'router' (line 35), field 'trigger': real-time mode runs stateless queries only (Spark 4.2 keeps no "
         "state in real-time mode), and program spark_apps.browser_activity keeps state (query challenge: "
         "groupBy(fingerprint).applyInPandasWithState: actions and captcha verification per browser; query "
         "window-count: windowed count per fingerprint with a watermark); give this app a micro-batch interval such "

@@ -1,0 +1,44 @@
+"""The shipped apps' artifacts for a test run (a version pins code: every launch runs one).
+
+The run builds the catalog's artifacts once, from this checkout's code, into a store of its own
+(tests/conftest.py, before any test process starts); a test that deploys or rolls a shipped app
+to another version label first publishes that label with `same_code_as`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from streamops.artifacts import Artifact, ArtifactStore, ensure_catalog_artifacts
+from streamops.catalog import AppSpec
+
+STORE_ENV = "STREAMOPS_ARTIFACT_STORE"
+
+
+def build_shipped_artifacts(store: Path) -> list[str]:
+    """The project catalog's artifacts, built into `store`, which every process of the run uses."""
+    from streamops.catalog import load_catalog
+
+    os.environ[STORE_ENV] = str(store)
+    return ensure_catalog_artifacts(load_catalog(check_programs=False), ArtifactStore(store), built_by="the test run")
+
+
+def private_store(tmp_path: Path, monkeypatch) -> ArtifactStore:
+    """A store of the test's own, holding the run's builds of the shipped apps and nothing else: for
+    a test that builds other code under a version (the run's store is shared by every test)."""
+    import shutil
+
+    shutil.copytree(os.environ[STORE_ENV], tmp_path / "artifacts")
+    monkeypatch.setenv(STORE_ENV, str(tmp_path / "artifacts"))
+    return ArtifactStore()
+
+
+def same_code_as(app: AppSpec, version: str, base: str | None = None) -> Artifact:
+    """Publish `app`'s artifact of `base` (default: its catalog version) again as `version`: the
+    same code under another version label, as `streamops artifact build --version` of the same
+    source gives (builds are reproducible). Already there with these bytes: nothing changes."""
+    assert app.artifact, f"{app.name} runs installed code: it has no artifact"
+    store = ArtifactStore()
+    built = store.resolve(app.artifact, base or app.version)
+    artifact, _ = store.publish(app.artifact, version, built.path, {**built.manifest, "version": version})
+    return artifact
