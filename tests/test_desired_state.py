@@ -11,7 +11,7 @@ from streamops.kafka_records import produce
 
 
 def test_a_stateful_app_deployed_against_another_cluster_is_refused_and_held_never_crash_looped(
-    run_dag, app_env, app_catalog, broker, tmp_path, monkeypatch, capfd
+    run_dag, app_env, app_catalog, broker, tmp_path, monkeypatch, capfd, caplog
 ):
     from tests.support.ports import free_port_pair
 
@@ -45,8 +45,9 @@ def test_a_stateful_app_deployed_against_another_cluster_is_refused_and_held_nev
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
                            '{"conn_type": "kafka", "extra": {"bootstrap.servers": "%s"}}' % other.bootstrap_servers)
         capfd.readouterr()
+        caplog.clear()
         refused = run_dag("deploy_apps", catalog_file, apps=["presence-notifier"])
-        said = capfd.readouterr().out + capfd.readouterr().err
+        said = "".join(capfd.readouterr()) + caplog.text  # where a task's log goes depends on the process
         assert refused.state == "failed" and not runtime.is_running()
         assert (f"presence-notifier's checkpoint ({runtime.checkpoint}) was written against Kafka cluster {first_cluster} "
                 f"({broker.bootstrap_servers})") in said
@@ -90,7 +91,7 @@ def routed(seq: int, user: str) -> tuple[str, str]:
 
 
 def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_with_the_reason(
-    run_dag, app_env, app_catalog, broker, tmp_path, monkeypatch, capfd
+    run_dag, app_env, app_catalog, broker, tmp_path, monkeypatch, capfd, caplog
 ):
     """The catalog changes the router's version (an artifact of other code) and Spark conf, and the
     notifier's window (state-incompatible). Drift shows it on every surface; reconcile rolls the
@@ -135,8 +136,9 @@ def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_
 
     # Drift, field by field: the status run's log and result, the apps page's JSON, the metric.
     capfd.readouterr()
+    caplog.clear()
     status = run_dag("app_status", catalog_file, apps=["oplog-router", "presence-notifier"])
-    said = capfd.readouterr().out
+    said = "".join(capfd.readouterr()) + caplog.text
     assert "oplog-router: drifted: version: the catalog says 1.1.0, it runs 1.0.0 (the catalog changed since the launch)" in said
     assert "spark_conf.spark.sql.shuffle.partitions: the catalog says 3, it runs 4" in said
     assert "presence-notifier: drifted: settings.count_window: the catalog says 11 minutes, it runs 10 minutes" in said
@@ -156,8 +158,9 @@ def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_
     # Reconcile (unattended: approval off, as from the API): the router rolls onto 1.1.0's artifact;
     # the notifier's window change cannot carry its state over: refused, the notifier untouched.
     capfd.readouterr()
+    caplog.clear()
     reconciled = run_dag("reconcile_desired_state", catalog_file, gate_deadline_s=120)
-    said = capfd.readouterr().out
+    said = "".join(capfd.readouterr()) + caplog.text
     assert reconciled.state == "success", reconciled.task_states
     items = {i["app"]: i for i in reconciled.xcoms["plan"]["items"]}
     assert (items["oplog-router"]["action"], items["oplog-router"]["policy"], items["oplog-router"]["version"]) == (

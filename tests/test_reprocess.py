@@ -135,6 +135,10 @@ def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_cat
         "start '2026-11-22T10:00:00' has no timezone: add Z or an offset such as +01:00; or use 'earliest' or a duration such as '6 hours'"
     ]
     assert refused(app="oplog-router", version="2") == ["version '2' must look like v2 (it becomes the topic suffix)"]
+    # A version pins code: a backfill of a version no artifact holds is refused, naming the build.
+    (missing,) = refused(app="oplog-router", program_version="0.9.0")
+    assert missing.startswith("no artifact oplog-router 0.9.0 in the store ") and missing.endswith(
+        "build it with: streamops artifact build --app oplog-router --version 0.9.0 [--source DIR]")
     assert not [t for t in admin.list_topics(timeout=10).topics if t.endswith(".v2") and t.startswith(app_catalog.topics[0].name.split(".")[0])]
 
 

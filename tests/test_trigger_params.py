@@ -121,8 +121,8 @@ def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env, broker, monkeyp
     # The Python still comes from this environment, not from the trigger.
     assert f"spark.pyspark.python={sys.executable}" in pairs
     # The launch's effective spec carries the overrides as approved by the trigger, and the cluster.
-    assert launch.spec["spark_conf"]["spark.driver.memory"] == "2g" and launch.spec["approved"]["spark_conf"].startswith(
-        "the launch's Spark conf")
+    assert launch.spec["spark_conf"]["spark.driver.memory"] == "2g"
+    assert launch.spec["approved"]["spark_conf.spark.driver.memory"] == "the launch's Spark conf (a roll, restore or trigger)"
     assert launch.spec["kafka_cluster"] and launch.spec["version"] == "1.2.3"
 
 

@@ -148,7 +148,7 @@ def _record_timestamps(kafka: KafkaClientConfig, positions: list[TopicPartition]
     return found
 
 
-def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None = None) -> AppStatus:
+def app_status(spec: AppSpec, kafka: KafkaClientConfig | None, checkpoint: str | None = None) -> AppStatus:
     location = checkpoint or spec.checkpoint_location()
     runtime = AppRuntime(location)
     record = runtime.driver() or DriverRecord()
@@ -200,6 +200,8 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig, checkpoint: str | None =
         window_s = duration_ms(spec.supervision.health_window) / 1000
         status.recent = query_windows(runtime.rates(within_s=window_s), window_s)
 
+    if kafka is None:  # the runtime files alone (no broker to compare with)
+        return status
     try:
         status.kafka_cluster = kafka.cluster_id(next(iter(spec.inputs.values())), timeout=5)
     except KafkaException:

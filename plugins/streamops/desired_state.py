@@ -31,6 +31,9 @@ from streamops.effective_spec import Drift, drift
 from streamops.plans import JsonPlan
 
 ROLL, REFUSE, DECIDE, NONE = "roll", "refuse", "decide", "none"
+# In the app's runtime folder: the catalog entry (its declared spec's digest) a reconcile roll failed
+# to bring in (health gate failed, rolled back). That entry is not rolled again until it changes.
+FAILED_ROLL_FILE = "reconcile-failed.json"
 REBUILD_OR_REPROCESS = ("reprocess it (the reprocess DAG with cutover: the new version's output from the earliest offsets, "
                         "then the live app moves onto it) or rebuild its state (recover_rebuild_state)")
 
@@ -46,6 +49,7 @@ class SyncItem:
     spark_conf: dict[str, str] = field(default_factory=dict)  # the launch's approved overrides, kept
     catalog_edit: str = ""
     running_digest: str | None = None
+    declared_digest: str | None = None  # the catalog entry's spec, as planned (a failed roll names it)
 
     @property
     def applied(self) -> bool:
@@ -107,7 +111,7 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
     runtime = AppRuntime(app.checkpoint_location())
     found: Drift = drift(catalog, name, runtime, principal=principal, kafka_cluster=kafka_cluster)
     item = SyncItem(name, policy, NONE, "", [f.to_dict() for f in found.fields], catalog_edit=found.catalog_edit,
-                    running_digest=found.running_digest)
+                    running_digest=found.running_digest, declared_digest=found.declared_digest)
     if found.state != "drifted":
         item.reason = found.state + (f": {found.evidence}" if found.evidence else "")
         return item
@@ -127,6 +131,13 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
     if "inputs" in heads:
         item.action, item.reason = REFUSE, ("the catalog changes the topics it reads: its checkpoint's offsets belong to the "
                                             "old ones, so a roll cannot carry it over; " + REBUILD_OR_REPROCESS)
+        return item
+    failed = failed_roll(runtime)
+    if failed and failed.get("declared_digest") == found.declared_digest:
+        item.action, item.reason = REFUSE, (
+            f"the last reconcile roll onto this catalog entry failed (run {failed.get('run_id')} at {failed.get('at')}: "
+            f"{str(failed.get('error'))[:300]}) and was rolled back; it is not tried again until the entry changes: fix "
+            "the entry, or roll it by hand (roll_restart_apps)")
         return item
     record = runtime.driver() or DriverRecord()
     # The version: the catalog's when the catalog changed it, else the one running (approved).
@@ -149,3 +160,24 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
                    + (f", keeping the approved {', '.join(kept)}" if kept else "")
                    + ("" if policy != "report" else "; policy report: shown only"))
     return item
+
+
+def failed_roll(runtime: AppRuntime) -> dict[str, Any] | None:
+    """The reconcile roll that failed for this app ({declared_digest, run_id, at, error}), if any."""
+    from streamops.runtime_files import read_json_object
+
+    return read_json_object(runtime.dir / FAILED_ROLL_FILE)
+
+
+def record_roll_outcome(runtime: AppRuntime, item: SyncItem, run_id: str, error: str | None) -> None:
+    """Remember a failed reconcile roll (so that entry is not rolled again on every run), or forget
+    it once a roll succeeded."""
+    from streamops.runtime_files import write_json_atomic
+
+    if error is None:
+        (runtime.dir / FAILED_ROLL_FILE).unlink(missing_ok=True)
+        return
+    runtime.dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(runtime.dir / FAILED_ROLL_FILE, {"declared_digest": item.declared_digest, "run_id": run_id,
+                                                       "at": now_iso(), "error": error[:2000]}, indent=1)
+

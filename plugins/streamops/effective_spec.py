@@ -140,6 +140,8 @@ class EffectiveSpec(_Strict):
     trigger: str
     principal: str | None = None
     kafka_cluster: str | None = None
+    # Which fields an approved change set rather than the catalog: field path ("outputs.contacts",
+    # "spark_conf.spark.driver.memory", "version") -> by what.
     approved: dict[str, str] = Field(default_factory=dict)
 
     def digest(self) -> str:
@@ -209,8 +211,8 @@ class BoundApp:
         if version != self.app.version:
             why["version"] = "the launch's version (a roll, restore or trigger)"
             why["code"] = why["version"]
-        if spark_conf:
-            why["spark_conf"] = f"the launch's Spark conf ({', '.join(sorted(spark_conf))})"
+        for key in sorted(spark_conf):
+            why[f"spark_conf.{key}"] = "the launch's Spark conf (a roll, restore or trigger)"
         return spec_of(self.app, environment=self.catalog.environment, version=version, code=code, spark_conf=spark_conf,
                        principal=principal, kafka_cluster=kafka_cluster, approved=why)
 
@@ -232,9 +234,13 @@ def bind_app(catalog: Catalog, app_name: str) -> BoundApp:
     app = bound_catalog.app(app_name)
     why: dict[str, str] = {}
     last = approved.history[-1] if approved.history else None
-    for field_name in ("inputs", "outputs", "dead_letter_topic"):
-        if getattr(app, field_name) != getattr(declared, field_name):
-            why[field_name] = (f"the {last.kind} by run {last.run_id}" + (f" ({last.by})" if last.by else "")) if last else "an approved change"
+    by = (f"the {last.kind} by run {last.run_id}" + (f" ({last.by})" if last.by else "")) if last else "an approved change"
+    for field_name in ("inputs", "outputs"):
+        for role, topic in getattr(app, field_name).items():
+            if getattr(declared, field_name).get(role) != topic:
+                why[f"{field_name}.{role}"] = by
+    if app.dead_letter_topic != declared.dead_letter_topic:
+        why["dead_letter_topic"] = by
     runtime.dir.mkdir(parents=True, exist_ok=True)
     catalog_file = runtime.dir / LAUNCH_CATALOG_FILE
     tmp = catalog_file.with_name(f".{catalog_file.name}.{os.getpid()}.tmp")
@@ -343,8 +349,8 @@ def drift(catalog: Catalog, app_name: str, runtime: AppRuntime, *, principal: st
         for field_path, want, have in _flatten(name, getattr(declared, name), running.get(name)):
             if name == "code" and str(have or "").startswith(INSTALLED) and str(want).startswith(INSTALLED):
                 cause, note = "catalog", "the installed code changed since the launch"
-            elif name in approved:
-                cause, note = "approved", f"set by {approved[name]}; the catalog still names {_short(want)}"
+            elif (why := approved.get(field_path) or approved.get(name)) is not None:
+                cause, note = "approved", f"set by {why}; the catalog still names {_short(want)}"
             elif name == "code" and running.get("version") != declared.version:
                 cause, note = "catalog", "another version's code"
             else:

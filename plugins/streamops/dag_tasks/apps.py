@@ -154,6 +154,8 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     log.info("Declared (catalog) against running (README \"Desired state and drift\"):\n%s",
              "\n".join(d.line() for d in drifts) or "no apps")
     for drifted in drifts:
+        if drifted.fields:  # what runs is not what the catalog says: said where on-call looks
+            log.warning("%s", drifted.line())
         if drifted.catalog_edit:
             log.warning("%s runs approved changes the catalog does not say yet; this edit of the catalog makes it agree:\n%s",
                         drifted.app, drifted.catalog_edit)

@@ -11,7 +11,8 @@ from typing import Any
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, is_dry_run
-from streamops.desired_state import SyncItem, SyncPlan, plan_sync
+from streamops.app_runtime import AppRuntime
+from streamops.desired_state import SyncItem, SyncPlan, plan_sync, record_roll_outcome
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +71,20 @@ def apply(context: Mapping[str, Any], planned: dict, policy: str) -> list[dict]:
     if policy == "approve":
         check_approved(context)
     params, run_id = context["params"], context["run_id"]
-    return [
-        audited_step(context, "roll", partial(steps.roll, item.app, item.version, item.spark_conf, params["gate_deadline_s"],
-                                              params["max_dead_letter_rate"], run_id), app=item.app, operation=True)
-        for item in items
-    ]
+    catalog = load_catalog(check_programs=False)
+
+    def roll(item: SyncItem) -> dict:
+        runtime = AppRuntime(catalog.app(item.app).checkpoint_location())
+        try:
+            rolled = steps.roll(item.app, item.version, item.spark_conf, params["gate_deadline_s"], params["max_dead_letter_rate"],
+                                run_id)
+        except Exception as exc:
+            record_roll_outcome(runtime, item, run_id, str(exc))
+            raise
+        record_roll_outcome(runtime, item, run_id, None)
+        return rolled
+
+    return [audited_step(context, "roll", partial(roll, item), app=item.app, operation=True) for item in items]
 
 
 def verify(context: Mapping[str, Any], planned: dict, rolled_results: list[dict]) -> dict:
@@ -82,7 +92,6 @@ def verify(context: Mapping[str, Any], planned: dict, rolled_results: list[dict]
     says now (approved changes aside)."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.app_runtime import AppRuntime
     from streamops.dag_tasks.connections import kafka_connection
     from streamops.effective_spec import drift
     from streamops.kafka_client import app_principal

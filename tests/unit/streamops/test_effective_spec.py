@@ -87,7 +87,8 @@ def test_the_app_runs_its_approved_topics_and_the_catalog_edit_commits_them(cata
     assert bound.app.outputs == {role: targets[t] for role, t in app.outputs.items()}
     assert bound.app.dead_letter_topic == targets[app.dead_letter_topic]
     assert bound.app.inputs == app.inputs and bound.app.checkpoint_location() == app.checkpoint_location()
-    assert set(bound.approved) == {"outputs", "dead_letter_topic"} and "reprocess__1 (alice)" in bound.approved["outputs"]
+    assert set(bound.approved) == {*(f"outputs.{role}" for role in app.outputs), "dead_letter_topic"}
+    assert bound.approved["outputs.contacts"] == "the cutover by run reprocess__1 (alice)"
     # The driver reads the bound catalog: new topics declared as copies, other apps untouched.
     written = load_catalog(bound.catalog_file)
     assert written.app(ROUTER).outputs == bound.app.outputs
