@@ -7,7 +7,7 @@ and drift (what the catalog declares against what the live driver runs).
                      trigger or restore asked for (the launch that asked for them)
                    + the Kafka cluster it runs against (by cluster id)
 
-`launch_spec` builds it, and every launch path passes there (streamops.dag_tasks.launching:
+`bind_app` and `BoundApp.spec` build it, and every launch path passes there (streamops.dag_tasks.launching:
 deploy, roll and rollback, the standby, the recoveries, the supervisor's restarts, restore, the
 cutover). The driver gets the spec's catalog as a file of its own (`launch-catalog.yaml` in the
 runtime folder, the main catalog with the approved bindings applied), and records the spec and
@@ -26,9 +26,9 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.catalog import AppSpec, Catalog
@@ -52,11 +52,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A legal Kafka topic name: the file is on a shared volume, and its names become the driver's topics.
+TopicName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+
+
 class ApprovedChange(_Strict):
     """One approved change that the catalog did not say when it was made."""
 
     kind: str  # cutover
-    topics: dict[str, str] = Field(default_factory=dict)  # topic the catalog named -> the one it runs on
+    topics: dict[TopicName, TopicName] = Field(default_factory=dict)  # topic the catalog named -> the one it runs on
     run_id: str
     by: str | None = None
     at: str
@@ -67,7 +71,7 @@ class ApprovedChanges(_Strict):
     An entry whose topic the catalog no longer names for the app is spent: the catalog was edited
     to say it (or to say something else, which drift then shows)."""
 
-    topics: dict[str, str] = Field(default_factory=dict)
+    topics: dict[TopicName, TopicName] = Field(default_factory=dict)
     history: list[ApprovedChange] = Field(default_factory=list)
 
 
@@ -92,9 +96,8 @@ def approve_topics(runtime: AppRuntime, topics: dict[str, str], *, run_id: str, 
     composed with earlier cutovers (a -> b, then b -> c: a -> c)."""
     before = read_approved(runtime)
     composed = {old: topics.get(new, new) for old, new in before.topics.items()}
-    for current, new in topics.items():
-        if current not in before.topics.values():  # not itself an earlier cutover's target
-            composed[current] = new
+    # The topic it runs on now is bound too: the catalog may already name it (a cutover committed).
+    composed.update(topics)
     composed = {old: new for old, new in composed.items() if old != new}
     approved = ApprovedChanges(
         topics=composed,

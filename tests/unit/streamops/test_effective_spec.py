@@ -66,7 +66,8 @@ def test_a_cutover_is_approved_once_and_composed_with_the_next(catalog):
     first = approve_topics(runtime, {"a": "a.v2", "b": "b.v2"}, run_id="r1", by="alice")
     assert first.topics == {"a": "a.v2", "b": "b.v2"}
     second = approve_topics(runtime, {"a.v2": "a.v3", "b.v2": "b.v3"}, run_id="r2", by=None)
-    assert second.topics == {"a": "a.v3", "b": "b.v3"}
+    # Whether the catalog still names a or already names a.v2 (the first cutover committed), the app runs a.v3.
+    assert second.topics == {"a": "a.v3", "b": "b.v3", "a.v2": "a.v3", "b.v2": "b.v3"}
     assert [(c.run_id, c.by, c.topics) for c in read_approved(runtime).history] == [
         ("r1", "alice", {"a": "a.v2", "b": "b.v2"}), ("r2", None, {"a.v2": "a.v3", "b.v2": "b.v3"})]
 
@@ -76,6 +77,9 @@ def test_an_unreadable_approval_file_is_a_refusal_never_no_approvals(catalog):
     runtime.dir.mkdir(parents=True)
     (runtime.dir / "approved.json").write_text('{"topics": {"a": 7}}')
     with pytest.raises(SpecRefused, match=r"approved\.json \(the approved changes every launch of the app keeps.*nothing was started"):
+        read_approved(runtime)
+    (runtime.dir / "approved.json").write_text('{"topics": {"a": "../../etc"}}')  # never a topic
+    with pytest.raises(SpecRefused, match="should match pattern"):
         read_approved(runtime)
 
 
