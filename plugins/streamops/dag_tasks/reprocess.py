@@ -186,7 +186,8 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     outcome = hand_over(live, result, start_on_new_topics, requested_by=run_id)
     old = list(the_plan.targets)
     main_catalog = load_catalog()
-    pending = drift(main_catalog, the_plan.app, runtime, principal=app_connection(the_plan.app).principal, kafka_cluster=None)
+    pending = drift(main_catalog, the_plan.app, runtime, principal=app_connection(the_plan.app).principal,
+                    kafka_cluster=kafka.cluster_id())
     edit = pending.catalog_edit or "(none: the catalog already names them)"
     log.info(
         "Cutover done: %s (%s) now runs as version %s (pid %s) from the backfill's checkpoint, writing to %s.\n"
