@@ -187,7 +187,7 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     old = list(the_plan.targets)
     main_catalog = load_catalog()
     pending = drift(main_catalog, the_plan.app, runtime, principal=app_connection(the_plan.app).principal,
-                    kafka_cluster=kafka.cluster_id())
+                    kafka_cluster=kafka.cluster_id(next(iter(live.inputs.values()))))
     edit = pending.catalog_edit or "(none: the catalog already names them)"
     log.info(
         "Cutover done: %s (%s) now runs as version %s (pid %s) from the backfill's checkpoint, writing to %s.\n"
