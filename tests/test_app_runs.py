@@ -57,9 +57,19 @@ def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, ap
     print(f"router restart: {len(expected)} routed records expected, all present; {duplicates} duplicates")
 
 
-def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_path):
-    """The README's app command, on its own catalog copy: spark-submit, process, exit 0."""
-    spec = app_catalog.app("oplog-router")
+def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, admin, tmp_path):
+    """The README's app command, on its own catalog copy: spark-submit, process, exit 0; on the
+    app's own checkpoint it runs the app's effective spec, a cutover's approved topic included."""
+    from streamops.app_runtime import AppRuntime
+    from streamops.effective_spec import approve_topics, with_bindings
+    from streamops.provisioning import ensure_topics
+
+    declared = app_catalog.app("oplog-router")
+    moved = {declared.outputs["contacts"]: declared.outputs["contacts"] + ".v2"}
+    approve_topics(AppRuntime(tmp_path / "checkpoints" / "oplog-router"), moved, run_id="reprocess__cutover", by="alice")
+    bound = with_bindings(app_catalog, "oplog-router", moved)
+    ensure_topics(admin, [bound.topic(t) for t in moved.values()])
+    spec = bound.app("oplog-router")
     catalog_file = tmp_path / "catalog.yaml"
     catalog_file.write_text(app_catalog.to_yaml())
     load = run_load(spec, LoadSpec(count=500, keys=10, seed=3), broker.client_config)
@@ -77,14 +87,15 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, tmp_
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert '"records_in": 500' in result.stdout
     assert set(routed(broker.client_config, spec)) == expected_routes(broker.client_config, spec)
+    # The catalog's contacts topic got nothing: the approved topic took its records.
+    assert sum(high for _, high in end_offsets(broker.client_config, declared.outputs["contacts"]).values()) == 0
+    record = AppRuntime(tmp_path / "checkpoints" / "oplog-router").driver()
+    assert record.launch.spec["outputs"]["contacts"] == moved[declared.outputs["contacts"]] and record.launch.spec["kafka_cluster"]
     assert (tmp_path / "checkpoints" / "oplog-router" / "route" / "commits" / "0").exists()
     assert load.produced == 500
     # The run's batch is recorded however fast the driver exits (Spark's listener is asynchronous;
     # about 1 run in 5 used to leave no progress and no group offsets): progress file and group.
     from confluent_kafka import TopicPartition
-
-    from streamops.app_runtime import AppRuntime
-    from streamops.kafka_offsets import end_offsets
 
     topic = spec.inputs["operations"]
     ends = {p: high for p, (_, high) in end_offsets(broker.client_config, topic).items()}

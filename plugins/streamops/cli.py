@@ -605,19 +605,48 @@ def app_run(
     from streamops.launch_overrides import LaunchOverrideRefused, checked_version
     from streamops.programs import ProgramError
 
+    from streamops.effective_spec import SpecRefused, bind_app
+
+    bound = None
     try:
+        if checkpoint is None:
+            # The app's own checkpoint: it runs what every launch of the app runs, the catalog with
+            # the live app's approved changes (a cutover's topics: streamops.effective_spec).
+            bound = bind_app(load_catalog(), name)
+            app_spec = bound.app
         version = checked_version(version, "--version")
         spec = submit_spec(app_spec, kafka=kafka, trigger=trigger, checkpoint=checkpoint, version=version,
-                           settings_file=settings_file)
-    except (ProgramError, LaunchOverrideRefused) as exc:
+                           settings_file=settings_file, catalog=bound.catalog_file if bound else None)
+    except (ProgramError, LaunchOverrideRefused, SpecRefused) as exc:
         raise _fail(str(exc)) from None
     argv = spec.argv(master=master)
     typer.echo(shlex.join(argv), err=not print_only)
     if not print_only:
-        raise typer.Exit(run_in_foreground(argv, checkpoint or app_spec.checkpoint_location()))
+        launch = _launch_record(bound, spec, kafka) if bound is not None else None
+        raise typer.Exit(run_in_foreground(argv, checkpoint or app_spec.checkpoint_location(), launch=launch))
 
 
-def run_in_foreground(argv: list[str], checkpoint: str) -> int:
+def _launch_record(bound, spec, kafka: KafkaClientConfig) -> str:
+    """STREAMOPS_LAUNCH for a run on the app's own checkpoint: its effective spec, after the
+    checkpoint's cluster was checked (a checkpoint of another cluster is refused: nothing starts)."""
+    from streamops.app_runtime import LaunchRecord
+    from streamops.checkpoints import CheckpointOfAnotherCluster, bind_cluster
+    from streamops.effective_spec import installed_code
+
+    app = bound.app
+    try:
+        cluster = kafka.cluster_id(next(iter(app.inputs.values())))
+        bind_cluster(app.name, app.checkpoint_location(), cluster, kafka.bootstrap_servers)
+    except CheckpointOfAnotherCluster as exc:
+        raise _fail(f"{exc}; nothing was started") from None
+    except KafkaException as exc:
+        raise _fail(f"{app.name}: the Kafka cluster at {kafka.describe()} did not say its id ({exc}); nothing was started") from None
+    effective = bound.spec(version=spec.version, spark_conf={}, code=spec.digest or installed_code(app.program),
+                           principal=kafka.principal, kafka_cluster=cluster)
+    return LaunchRecord(version=spec.version, spark_conf={}, spec=effective.to_record()).to_env()
+
+
+def run_in_foreground(argv: list[str], checkpoint: str, launch: str | None = None) -> int:
     """spark-submit in a process group of its own, so Ctrl-C at the terminal reaches only this
     process, which asks the driver for a graceful stop (as stop_apps does); a second Ctrl-C (or
     SIGTERM) sends SIGTERM to the driver's group. Returns the driver's exit code."""
@@ -632,7 +661,8 @@ def run_in_foreground(argv: list[str], checkpoint: str) -> int:
     runtime.dir.mkdir(parents=True, exist_ok=True)
     me = f"streamops app run (pid {os.getpid()})"
     # Not this folder: Spark's Python workers put their working folder first on the path.
-    process = subprocess.Popen(argv, env=driver_env(STREAMOPS_LAUNCHED_BY=me), process_group=0,  # noqa: S603
+    extra = {"STREAMOPS_LAUNCH": launch} if launch else {}  # its launch record: the effective spec it runs
+    process = subprocess.Popen(argv, env=driver_env(STREAMOPS_LAUNCHED_BY=me, **extra), process_group=0,  # noqa: S603
                                cwd=runtime.dir)
     signals: list[signal.Signals] = []
 
