@@ -21,11 +21,10 @@ from streamops.app_runtime import AppRuntime, CodeRecord
 from streamops.artifacts import ArtifactError, ArtifactStore, build
 from streamops.catalog import CatalogError, load_catalog
 from streamops.kafka_records import produce, read_all
-from streamops.paths import PROJECT_ROOT
 from streamops.spark_submit import DRIVER_ENTRYPOINT
 from streamops.waiting import poll_until
 from tests.support import LOCAL_SPARK_CONNECTION
-from tests.support.artifacts import private_store
+from tests.support.artifacts import private_store, router_source
 
 FIXTURE = Path(__file__).parent / "fixtures" / "byo_apps"
 
@@ -258,22 +257,6 @@ def test_a_program_from_outside_the_project_is_provisioned_deployed_validated_re
 # --- the router: a bad code change is undone by the rollback ------------------------------------
 
 
-def router_version(tmp_path: Path, marker: str) -> Path:
-    """A copy of spark_apps whose router marks what it writes (`"code": marker`) and refuses every
-    odd seq as if its op type were in no category: visible in the records, and a failed gate."""
-    copy = tmp_path / f"router-{marker}"
-    shutil.copytree(PROJECT_ROOT / "spark_apps", copy / "spark_apps", ignore=shutil.ignore_patterns("__pycache__"))
-    module = copy / "spark_apps" / "oplog_router.py"
-    text = module.read_text()
-    marked = text.replace('            F.col("event_id"),\n            target["category"]',
-                          f'            F.col("event_id"),\n            F.lit("{marker}").alias("code"),\n            target["category"]')
-    broken = marked.replace('unknown = F.col("error").isNull() & ~F.col("op_type").isin(*table)',
-                            'unknown = F.col("error").isNull() & (~F.col("op_type").isin(*table) | (F.col("seq") % 2 == 1))')
-    assert text != marked != broken
-    module.write_text(broken)
-    return copy
-
-
 def routed_event(seq: int, user: str) -> tuple[str, str]:
     return user, json.dumps({"seq": seq, "user_id": user, "op_type": "SEND_MESSAGE", "event_time": "2026-11-24T03:00:00.000Z"})
 
@@ -284,7 +267,7 @@ def test_a_rollback_runs_the_previous_artifact_again(run_dag, app_env, app_catal
     # The shipped router runs from its artifact by default: 1.0.0 is the run's build of this checkout.
     v1, new = build("oplog-router", "1.0.0", "spark_apps.oplog_router", store=store)
     assert not new, "the run's store holds the router's 1.0.0 already, with these exact bytes"
-    build("oplog-router", "2.0.0", "spark_apps.oplog_router", source=router_version(tmp_path, "2.0.0"), store=store)
+    build("oplog-router", "2.0.0", "spark_apps.oplog_router", source=router_source(tmp_path, "2.0.0", refuse_odd_seqs=True), store=store)
     spec = load_catalog(catalog_file).app("oplog-router")
     assert spec.artifact == "oplog-router" and spec.code == "artifact"
     messages, kafka = spec.outputs["messages"], broker.client_config

@@ -68,24 +68,6 @@ def test_a_stateful_app_deployed_against_another_cluster_is_refused_and_held_nev
         other.stop()
 
 
-def marked_router(tmp_path, marker: str):
-    """A copy of spark_apps whose router adds `"code": marker` to what it routes: which version's
-    code wrote a record is then in the record."""
-    import shutil
-
-    from streamops.paths import PROJECT_ROOT
-
-    copy = tmp_path / f"router-{marker}"
-    shutil.copytree(PROJECT_ROOT / "spark_apps", copy / "spark_apps", ignore=shutil.ignore_patterns("__pycache__"))
-    module = copy / "spark_apps" / "oplog_router.py"
-    text = module.read_text()
-    marked = text.replace('            F.col("event_id"),\n            target["category"]',
-                          f'            F.col("event_id"),\n            F.lit("{marker}").alias("code"),\n            target["category"]')
-    assert marked != text
-    module.write_text(marked)
-    return copy
-
-
 def routed(seq: int, user: str) -> tuple[str, str]:
     return user, json.dumps({"seq": seq, "user_id": user, "op_type": "SEND_MESSAGE", "event_time": "2026-11-27T03:00:00.000Z"})
 
@@ -109,14 +91,14 @@ def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_
     from streamops.metrics import metrics_app
     from streamops.waiting import poll_until
 
-    from tests.support.artifacts import private_store
+    from tests.support.artifacts import private_store, router_source
 
     catalog_file, router_runtime = app_env
     kafka = broker.client_config
     private_store(tmp_path, monkeypatch)  # 1.1.0 here is other code than the run's 1.1.0 label
     notifier_runtime = AppRuntime(app_catalog.app("presence-notifier").checkpoint_location())
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router", "presence-notifier"]).state == "success"
-    v110, _ = build("oplog-router", "1.1.0", "spark_apps.oplog_router", source=marked_router(tmp_path, "1.1.0"))
+    v110, _ = build("oplog-router", "1.1.0", "spark_apps.oplog_router", source=router_source(tmp_path, "1.1.0"))
     notifier_pid = notifier_runtime.driver().pid
 
     def edit(**changes) -> None:

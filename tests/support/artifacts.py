@@ -42,3 +42,28 @@ def same_code_as(app: AppSpec, version: str, base: str | None = None) -> Artifac
     built = store.resolve(app.artifact, base or app.version)
     artifact, _ = store.publish(app.artifact, version, built.path, {**built.manifest, "version": version})
     return artifact
+
+
+def router_source(tmp_path: Path, marker: str, *, refuse_odd_seqs: bool = False) -> Path:
+    """A copy of spark_apps whose router adds `"code": marker` to what it routes (which version's
+    code wrote a record is then in the record); with `refuse_odd_seqs`, it also refuses every odd
+    seq as if its op type were in no category (a health gate then fails on dead letters)."""
+    import shutil
+
+    from streamops.paths import PROJECT_ROOT
+
+    copy = tmp_path / f"router-{marker}"
+    shutil.copytree(PROJECT_ROOT / "spark_apps", copy / "spark_apps", ignore=shutil.ignore_patterns("__pycache__"))
+    module = copy / "spark_apps" / "oplog_router.py"
+    text = module.read_text()
+    changed = text.replace('            F.col("event_id"),\n            target["category"]',
+                           f'            F.col("event_id"),\n            F.lit("{marker}").alias("code"),\n            target["category"]')
+    assert changed != text, "the router's output select changed: update this helper"
+    if refuse_odd_seqs:
+        refusing = changed.replace('unknown = F.col("error").isNull() & ~F.col("op_type").isin(*table)',
+                                   'unknown = F.col("error").isNull() & (~F.col("op_type").isin(*table) | (F.col("seq") % 2 == 1))')
+        assert refusing != changed, "the router's unknown-op-type rule changed: update this helper"
+        changed = refusing
+    module.write_text(changed)
+    return copy
+
