@@ -630,17 +630,13 @@ def _launch_record(bound, spec, kafka: KafkaClientConfig) -> str:
     """STREAMOPS_LAUNCH for a run on the app's own checkpoint: its effective spec, after the
     checkpoint's cluster was checked (a checkpoint of another cluster is refused: nothing starts)."""
     from streamops.app_runtime import LaunchRecord
-    from streamops.checkpoints import CheckpointOfAnotherCluster, bind_cluster
-    from streamops.effective_spec import installed_code
+    from streamops.effective_spec import SpecRefused, installed_code, launch_cluster
 
     app = bound.app
     try:
-        cluster = kafka.cluster_id(next(iter(app.inputs.values())))
-        bind_cluster(app.name, app.checkpoint_location(), cluster, kafka.bootstrap_servers)
-    except CheckpointOfAnotherCluster as exc:
-        raise _fail(f"{exc}; nothing was started") from None
-    except KafkaException as exc:
-        raise _fail(f"{app.name}: the Kafka cluster at {kafka.describe()} did not say its id ({exc}); nothing was started") from None
+        cluster = launch_cluster(app, kafka)
+    except SpecRefused as exc:
+        raise _fail(str(exc)) from None
     effective = bound.spec(version=spec.version, spark_conf={}, code=spec.digest or installed_code(app.program),
                            principal=kafka.principal, kafka_cluster=cluster)
     return LaunchRecord(version=spec.version, spark_conf={}, spec=effective.to_record()).to_env()

@@ -220,6 +220,29 @@ class BoundApp:
                        principal=principal, kafka_cluster=kafka_cluster, approved=why)
 
 
+def launch_cluster(app: AppSpec, kafka: Any) -> str:
+    """The id of the Kafka cluster a launch of `app` runs against through `kafka` (asked through
+    one of its input topics: its principal may describe no other), checked against the cluster the
+    app's checkpoint was written against and recorded there. SpecRefused, nothing started, if the
+    cluster does not say its id or the checkpoint belongs to another one."""
+    from confluent_kafka import KafkaException
+
+    from streamops.checkpoints import CheckpointOfAnotherCluster, bind_cluster
+
+    try:
+        found = kafka.cluster_id(next(iter(app.inputs.values())))
+    except KafkaException as exc:
+        raise SpecRefused(f"{app.name}: the Kafka cluster at {kafka.describe()} did not say its id ({exc}); nothing was "
+                          "started") from None
+    if not found:
+        raise SpecRefused(f"{app.name}: the Kafka cluster at {kafka.describe()} did not say its id; nothing was started")
+    try:
+        bind_cluster(app.name, app.checkpoint_location(), found, kafka.bootstrap_servers)
+    except CheckpointOfAnotherCluster as exc:
+        raise SpecRefused(f"{exc}; nothing was started") from None
+    return found
+
+
 def effective_catalog(catalog: Catalog, app_name: str) -> Catalog:
     """The catalog as the app runs it: with its approved topic bindings (for work that continues
     the live app, e.g. a reprocess of what it writes now)."""
@@ -280,10 +303,6 @@ class Drift:
     declared_digest: str | None = None
     catalog_edit: str = ""  # the YAML edit that makes the catalog say the approved changes
     evidence: str = ""
-
-    @property
-    def in_sync(self) -> bool:
-        return self.state == "in sync"
 
     def to_dict(self) -> dict[str, Any]:
         return {"app": self.app, "state": self.state, "fields": [f.to_dict() for f in self.fields],

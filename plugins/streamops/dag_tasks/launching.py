@@ -16,9 +16,8 @@ from dataclasses import replace
 from streamops.app_ops import Launch, LaunchCommand, launch, spark_submit_command, stop
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import load_catalog
-from streamops.checkpoints import CheckpointOfAnotherCluster, bind_cluster
-from streamops.effective_spec import SpecRefused, bind_app, installed_code
-from streamops.kafka_client import KafkaClientConfig, app_connection
+from streamops.effective_spec import bind_app, installed_code, launch_cluster
+from streamops.kafka_client import app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
 from streamops.recovery.common import RecoveryRefused
 from streamops.spark_submit import submit_spec
@@ -38,11 +37,7 @@ def command_for(app_name: str, version: str | None, spark_conf: Mapping[str, obj
     app, checkpoint = bound.app, bound.app.checkpoint_location()
     # The driver connects as the app's own principal (kafka_app_<app>, else kafka_default).
     kafka = app_connection(app.name)
-    cluster = kafka_cluster(kafka, app_name, next(iter(app.inputs.values())))
-    try:
-        bind_cluster(app.name, checkpoint, cluster, kafka.bootstrap_servers)
-    except CheckpointOfAnotherCluster as exc:
-        raise SpecRefused(f"{exc}; nothing was started") from None
+    cluster = launch_cluster(app, kafka)
     # The checkpoint is passed explicitly so the driver and the DAGs agree on it.
     spec = submit_spec(app, kafka=kafka, catalog=bound.catalog_file, version=version, checkpoint=checkpoint,
                        starting_offsets=starting_offsets, expected_digest=expected_digest)
@@ -50,20 +45,6 @@ def command_for(app_name: str, version: str | None, spark_conf: Mapping[str, obj
     effective = bound.spec(version=spec.version, spark_conf=overrides, code=spec.digest or installed_code(app.program),
                            principal=kafka.principal, kafka_cluster=cluster)
     return LaunchCommand(spark_submit_command(spec), effective.to_record())
-
-
-def kafka_cluster(kafka: KafkaClientConfig, app_name: str, topic: str) -> str:
-    """The id of the cluster the app's connection reaches (SpecRefused naming it if none answers)."""
-    from confluent_kafka import KafkaException
-
-    try:
-        found = kafka.cluster_id(topic)
-    except KafkaException as exc:
-        raise SpecRefused(f"{app_name}: the Kafka cluster at {kafka.describe()} did not say its id ({exc}); nothing was "
-                          "started") from None
-    if not found:
-        raise SpecRefused(f"{app_name}: the Kafka cluster at {kafka.describe()} did not say its id; nothing was started")
-    return found
 
 
 def trusted_launch(app_name: str, version: object, spark_conf: object) -> tuple[str, dict[str, str]]:
