@@ -24,12 +24,17 @@ def build_shipped_artifacts(store: Path) -> list[str]:
 
 
 def private_store(tmp_path: Path, monkeypatch) -> ArtifactStore:
-    """A store of the test's own, holding the run's builds of the shipped apps and nothing else: for
-    a test that builds other code under a version (the run's store is shared by every test)."""
-    import shutil
+    """A store of the test's own, holding the run's builds of the catalog's versions and nothing
+    else: for a test that builds other code under a version. Other labels that tests published
+    into the run's store (e.g. `same_code_as(router, "1.1.0")`) stay out, whatever ran before."""
+    from streamops.catalog import load_catalog
 
-    shutil.copytree(os.environ[STORE_ENV], tmp_path / "artifacts")
-    monkeypatch.setenv(STORE_ENV, str(tmp_path / "artifacts"))
+    shared, own = ArtifactStore(os.environ[STORE_ENV]), ArtifactStore(tmp_path / "artifacts")
+    for app in load_catalog(check_programs=False).apps:
+        if app.artifact:
+            built = shared.resolve(app.artifact, app.version)
+            own.publish(app.artifact, app.version, built.path, built.manifest)
+    monkeypatch.setenv(STORE_ENV, str(own.root))
     return ArtifactStore()
 
 
