@@ -1,4 +1,5 @@
-"""The shipped streaming apps, and (in `common`) the runtime every program shares.
+"""The shipped streaming apps: programs only (the driver that runs them is `streamops.driver`;
+record parsing and dead letters, `streamops.records`).
 
 Each program module holds a `program`: a `streamops.program_contract.StreamingProgram` whose
 `queries()` build the transformation shared by streaming runs, backfills and reconciliations.

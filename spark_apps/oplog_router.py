@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_apps.common import records
-from spark_apps.common.runner import OutputQuery
+from streamops import records
+from streamops.program_contract import OutputQuery
 from streamops.catalog import AppSpec
 from streamops.program_contract import LineageOutput, StreamingProgram
 

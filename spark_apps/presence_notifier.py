@@ -24,9 +24,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from spark_apps.common import records
-from spark_apps.common.records import iso_ms
-from spark_apps.common.runner import OutputQuery
+from streamops import records
+from streamops.records import iso_ms
+from streamops.program_contract import OutputQuery
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamops.catalog import AppSpec, Duration

@@ -396,7 +396,7 @@ def _release_failed_tasks_frames() -> None:
 @pytest.fixture(scope="session")
 def spark(session_dir):
     """One local Spark session for every app test (each query has its own checkpoint)."""
-    from spark_apps.common.session import build_session
+    from streamops.driver.session import build_session
 
     # py4j logs its shutdown at interpreter exit, after pytest has closed the captured streams.
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -10,7 +10,8 @@ import threading
 from pathlib import Path
 
 from spark_apps import oplog_router
-from spark_apps.common.runner import RunOptions, start_app
+from streamops.driver.options import RunOptions
+from streamops.driver.queries import start_app
 from streamops.kafka_records import end_offsets
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
@@ -130,7 +131,7 @@ def test_an_in_process_spark_jvm_logs_to_stdout_not_stderr(tmp_path):
     """Airflow files a task's stderr lines under [error]: the JVM an Airflow task starts (quality
     checks, backfills, replays) writes its log lines to stdout, WARN included."""
     script = (
-        "from spark_apps.common.session import build_session\n"
+        "from streamops.driver.session import build_session\n"
         "spark = build_session('log-check', master='local[1]', extra_conf={'spark.ui.enabled': 'false'})\n"
         "spark._jvm.org.apache.logging.log4j.LogManager.getLogger('streamops.canary').warn('canary warning line')\n"
         "spark.stop()\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.support.apps import run_available_now
-from spark_apps.common.runner import observed_totals
+from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
 
 CAPTCHA = "com.example.security.CaptchaVerifier"
@@ -171,7 +171,7 @@ def test_a_hijacked_watermark_is_output_stopped_and_the_rebuild_with_the_bound_r
     and apply steps, the start being an in-process run from earliest) writes the exact windows."""
     from types import SimpleNamespace
 
-    from spark_apps.common.runner import ProgressPublisher
+    from streamops.driver.progress import ProgressPublisher
     from streamops.app_runtime import AppRuntime
     from streamops.app_status import app_status
     from streamops.input_contract import InputContract

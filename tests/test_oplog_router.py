@@ -6,7 +6,7 @@ import base64
 import json
 
 from tests.support.apps import run_available_now
-from spark_apps.common.runner import observed_totals
+from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
 
 

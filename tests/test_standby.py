@@ -125,7 +125,7 @@ class _Untouchable:
 
 
 def test_once_stopping_a_query_starts_no_batch_and_writes_nothing():
-    from spark_apps.common.runner import StoppedBeforeBatch, fenced_kafka_writer
+    from streamops.driver.sink import StoppedBeforeBatch, fenced_kafka_writer
 
     stopping = threading.Event()
     write = fenced_kafka_writer({"kafka.bootstrap.servers": "127.0.0.1:9"}, still_held=lambda: True, stopping=stopping)

@@ -1,4 +1,4 @@
-"""The input contract (spark_apps/common/records.py, README "Input contract") on a real broker
+"""The input contract (plugins/streamops/records.py, README "Input contract") on a real broker
 and real Spark: every record is routed exactly or dead-lettered once with the rule it breaks,
 the original bytes kept and base64-encoded without line breaks."""
 
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tests.support.apps import run_available_now
-from spark_apps.common import records
-from spark_apps.common.runner import observed_totals
+from streamops import records
+from streamops.driver.queries import observed_totals
 from spark_apps.presence_notifier import EVENT_FIELDS
 from streamops.catalog import CatalogError, load_catalog
 from streamops.kafka_records import produce, read_all
@@ -314,7 +314,7 @@ def test_catalog_key_rules_name_an_input_role(tmp_path):
 
 def test_base64_of_dead_letters_has_no_line_breaks_in_every_app_session(spark):
     """spark.sql.chunkBase64String.enabled=false in BASE_CONF: base64() of >57 bytes is one line."""
-    from spark_apps.common.session import BASE_CONF
+    from streamops.driver.session import BASE_CONF
 
     assert BASE_CONF["spark.sql.chunkBase64String.enabled"] == "false"
     value = bytes(range(256)) * 2

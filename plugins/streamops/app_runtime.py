@@ -94,7 +94,7 @@ def parse_recorded_time(moment: Any) -> datetime | None:
 # --- driver.json, typed --------------------------------------------------------------------------
 #
 # The driver writes driver.json as a JSON object (AppRuntime.acquire, update, release: the keys
-# spark_apps/common/runner.py hands over, kept as written); everyone else reads it through
+# streamops.driver.run hands over, kept as written); everyone else reads it through
 # DriverRecord.from_json. A driver of an older artifact writes it too, so every key may be missing
 # (None, or an empty list or object), and a key this version does not know is ignored here and
 # kept when the driver rewrites the file. The file is on a shared volume: values are kept as the

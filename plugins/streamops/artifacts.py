@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from streamops import settings
+from streamops.driver import DRIVER_PROTOCOL
 from streamops.paths import RUN_DIR
 
 ARTIFACT_FILE = "artifact.zip"
@@ -45,6 +46,24 @@ _SKIPPED = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache"}
 # platform's copy (a zip comes first on the path), the digest check included.
 RUNTIME_PACKAGES = frozenset({"streamops", "pyspark", "py4j", "pydantic", "pydantic_core", "pandas", "pyarrow", "numpy",
                               "confluent_kafka", "airflow", "great_expectations"})
+
+
+# Said to a program written for the driver of protocol 1, which programs imported from spark_apps.
+MOVED_MODULES = ("\nThe driver moved into the platform (driver protocol 2): import `records` from streamops (was "
+                 "spark_apps.common.records) and OutputQuery from streamops.program_contract (was spark_apps.common.runner).")
+
+
+def driver_protocol_problem(artifact: Artifact) -> str | None:
+    """Why this platform's driver cannot run the artifact's program (None: it can). Artifacts built
+    before the protocol was recorded carried their own driver (protocol 1): refused by name."""
+    protocol = artifact.manifest.get("driver_protocol", 1)
+    if protocol == DRIVER_PROTOCOL:
+        return None
+    return (f"artifact {artifact.short()} was built for driver protocol {protocol}, and this platform's driver speaks "
+            f"protocol {DRIVER_PROTOCOL}" + (" (protocol 1 artifacts carried their own driver, spark_apps.common.runner, "
+            "which now lives in the platform)" if protocol == 1 else "") + ": build the program's source again under a new "
+            f"version (streamops artifact build --name {artifact.name} --version X.Y.Z --program {artifact.program} "
+            "--source DIR) and roll to it." + (MOVED_MODULES if protocol == 1 else ""))
 
 
 class ArtifactError(RuntimeError):
@@ -256,6 +275,8 @@ def build(
             "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "built_by": built_by or os.environ.get("USER", ""),
             "description": description,
+            # The driver it is built for: its program is imported into the platform's driver.
+            "driver_protocol": DRIVER_PROTOCOL,
         }
         return store.publish(name, version, built, manifest)
 
@@ -270,8 +291,9 @@ def describe_in_subprocess(zip_path: Path, program: str) -> dict:
             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(zip_path), os.environ.get("PYTHONPATH", "")])},
         )
     if result.returncode:
-        raise ArtifactError(f"program {program} in the build does not load as a streaming program:\n"
-                            f"{(result.stderr or result.stdout)[-3000:]}")
+        told = (result.stderr or result.stdout)[-3000:]
+        raise ArtifactError(f"program {program} in the build does not load as a streaming program:\n{told}"
+                            + (MOVED_MODULES if "spark_apps.common" in told else ""))
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -288,7 +310,8 @@ def ensure_catalog_artifacts(catalog, store: ArtifactStore | None = None, built_
             said.append(f"{app.name}: code: installed (development): runs the code installed here, no artifact")
             continue
         if (store.folder(app.artifact, app.version) / MANIFEST_FILE).is_file():
-            said.append(f"{app.name}: artifact {app.artifact} {app.version} is in the store")
+            problem = driver_protocol_problem(store.resolve(app.artifact, app.version))
+            said.append(f"{app.name}: " + (problem or f"artifact {app.artifact} {app.version} is in the store"))
             continue
         try:
             artifact, _ = build(app.artifact, app.version, app.program, store=store, built_by=built_by)

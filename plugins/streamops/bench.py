@@ -55,8 +55,9 @@ def _fresh_topics(admin: AdminClient, prefix: str) -> Catalog:
 
 def spark_router(app: AppSpec, kafka: KafkaClientConfig, checkpoint: Path, label: str) -> Result:
     """One AvailableNow run of the router over the whole backlog, from a fresh checkpoint."""
-    from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, observed_totals, start_app
-    from spark_apps.common.session import build_session
+    from streamops.driver.options import AVAILABLE_NOW, RunOptions
+    from streamops.driver.queries import observed_totals, start_app
+    from streamops.driver.session import build_session
     from streamops.programs import load_program
 
     spark = build_session("streamops-bench", master="local[*]", extra_conf={"spark.ui.enabled": "false"})
@@ -217,8 +218,8 @@ def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplo
     records (a full pass over every column `parse` adds); the best repeat is the figure."""
     from pyspark.sql import functions as F
 
-    from spark_apps.common import records
-    from spark_apps.common.session import apply_app_conf, build_session
+    from streamops import records
+    from streamops.driver.session import apply_app_conf, build_session
     from streamops.loadgen import events as load_events
     from streamops.programs import program_info
 

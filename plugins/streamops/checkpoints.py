@@ -26,7 +26,7 @@ a whole file or none; only files named by a batch number count. A commit whose o
 missing, or an offset log entry that does not parse, is a damaged checkpoint: reading it raises,
 nothing here guesses (a source's start that does not parse is left out: see initial_offsets).
 
-Imported by the Spark apps' driver (spark_apps.common.runner): no Airflow, no Kafka client here.
+Imported by the Spark apps' driver (streamops.driver): no Airflow, no Kafka client here.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ depth and how far an event time may lie from the record's own time (README "Inpu
 Declared per input role in the catalog (`apps[].input_contract.<role>`), on top of what the
 program declares for its fields (`records.Field`); the catalog's value wins where both say one.
 No Spark here: the catalog, Terraform-facing checks and the control plane read it; the apps
-(`spark_apps.common.records`) and the output suites (`streamops.quality.suites`) enforce it.
+(`streamops.records`) and the output suites (`streamops.quality.suites`) enforce it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Declarations (class attributes), checked when the catalog loads:
 - `Settings`: a pydantic model of the app's `settings:`. The catalog validates an app's settings
   with it (a wrong field is named with its file, entry and line); the program receives the
   validated model as `app.settings` (see `bind`).
-- `input_fields`: per input role, the fields (`spark_apps.common.records.Field`) every record must
+- `input_fields`: per input role, the fields (`streamops.records.Field`) every record must
   carry; records without them become dead letters, and dead-letter replay re-checks with them.
 - `reads_outputs`: output roles the program reads back (its ACLs grant Read on them); the catalog
   entry repeats them under `reads_outputs` so Terraform, which cannot import Python, sees them.
@@ -33,8 +33,8 @@ Declarations (class attributes), checked when the catalog loads:
 
 Behaviour (methods):
 
-- `queries(app, version, source)`: the app's streaming queries as DataFrames of (key, value,
-  topic) rows, built from `source(topics)`, which returns the records of those topics (a stream
+- `queries(app, version, source)`: the app's streaming queries, each an `OutputQuery` (its
+  name, a DataFrame of (key, value, topic) rows, its output mode), built from `source(topics)`, which returns the records of those topics (a stream
   in a live run, a bounded batch in a backfill or a reconciliation: the same code runs in all).
   `version` is written into dead letters.
 - `check(app)`: problems the declarations cannot express (default: none).
@@ -54,8 +54,16 @@ from pydantic import BaseModel
 if TYPE_CHECKING:  # the suite's control plane reads the contract without Spark
     from pyspark.sql import DataFrame
 
-    from spark_apps.common.runner import OutputQuery
     from streamops.catalog import AppSpec
+
+
+@dataclass(frozen=True)
+class OutputQuery:
+    """One streaming query of an app: rows of (key, value, topic) for the Kafka sink."""
+
+    name: str
+    frame: DataFrame
+    output_mode: str = "append"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
+from streamops.driver.arguments import DriverArgs
 from streamops.kafka_client import KafkaClientConfig
 from streamops.toolchain import connector_jars
 
@@ -108,31 +109,27 @@ def submit_spec(
     that version's artifact, its digest checked (and equal to `expected_digest` when given: a
     rollback restarts exactly the code that ran). `settings_file`: the driver reads the connection
     from this existing file (mode 600; a command printed for a person to run later)."""
-    from streamops.programs import ran_digest, resolve_artifact
+    from streamops.artifacts import driver_protocol_problem
+    from streamops.programs import ProgramError, ran_digest, resolve_artifact
 
     version = version or app.version
     artifact = None
     if app.artifact:
         artifact = resolve_artifact(app, version, expected_digest or ran_digest(app, version))
+        if problem := driver_protocol_problem(artifact):
+            raise ProgramError(f"{app.name}: {problem}")
     if settings_file is not None:
-        connection = ["--kafka-config", str(Path(settings_file).resolve())]
+        connection = str(Path(settings_file).resolve())
     else:
         # The connection (with its secrets) goes to the driver in a file only this user can read,
         # beside the checkpoint it runs on; the command line names the file, never a secret.
-        written = kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / KAFKA_CLIENT_FILE)
-        connection = ["--kafka-config", str(written)]
-    args = ["--app", app.name, "--program", app.program, "--catalog", str(catalog_path(catalog)), *connection]
-    if artifact is not None:
-        args += ["--artifact", str(artifact.path), "--artifact-digest", artifact.digest]
-    for flag, value in (
-        ("--trigger", trigger),
-        ("--checkpoint", checkpoint),
-        ("--version", version),
-        ("--starting-offsets", starting_offsets),
-    ):
-        if value:
-            args += [flag, value]
-    args += extra_args or []
+        connection = str(kafka.write_private(AppRuntime(checkpoint or app.checkpoint_location()).dir / KAFKA_CLIENT_FILE))
+    args = DriverArgs(
+        app=app.name, program=app.program, catalog=str(catalog_path(catalog)), kafka_config=connection,
+        artifact=str(artifact.path) if artifact is not None else None,
+        artifact_digest=artifact.digest if artifact is not None else None,
+        trigger=trigger or None, checkpoint=checkpoint or None, version=version, starting_offsets=starting_offsets or "earliest",
+    ).to_argv() + (extra_args or [])
     python = sys.executable
     conf = {
         # Driver and executors run this environment's Python (pandas, pyarrow, streamops).

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 def run_available_now(spark, catalog, app_name, broker, checkpoint, **options):
     """Run every query of the app over what its inputs hold now, then stop; return the queries."""
-    from spark_apps.common.runner import AVAILABLE_NOW, RunOptions, start_app
+    from streamops.driver.options import AVAILABLE_NOW, RunOptions
+    from streamops.driver.queries import start_app
     from streamops.programs import load_program
 
     spec = catalog.app(app_name)

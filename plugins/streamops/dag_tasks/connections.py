@@ -46,6 +46,6 @@ def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
 def spark_session(name: str, master: str | None = None) -> SparkSession:
     """A Spark session named `name` for a task's own batch job (validation, replay, reconciliation)
     on `master`, by default spark_default's."""
-    from spark_apps.common.session import build_session
+    from streamops.driver.session import build_session
 
     return build_session(name, master=master or spark_master())

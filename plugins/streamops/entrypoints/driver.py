@@ -4,9 +4,9 @@
         --app APP --program REF [--artifact ARTIFACT.zip --artifact-digest sha256:...] ...
 
 The artifact's digest is checked here, before anything is imported from it: an artifact whose
-bytes are not the ones its version was built with never runs (exit 5). Its zip then comes first
-on the path, so the program (and, for the shipped apps, the runtime in spark_apps.common) is
-that version's code. This folder holds only this file: Python puts it first on the path.
+bytes are not the ones its version was built with never runs (exit 5, ExitCode.ARTIFACT_REFUSED). Its zip then comes first
+on the path, so the program is that version's code; the driver (`streamops.driver`) is the
+platform's. This folder holds only this file: Python puts it first on the path.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import re
 import sys
 import zipfile
 
+# streamops.driver.exit_codes.ExitCode.ARTIFACT_REFUSED: nothing is imported from the package path
+# before the artifact is checked (a test holds the two equal).
+ARTIFACT_REFUSED = 5
 _SPARK_ZIPS = re.compile(r"pyspark\.zip|py4j-(?P<py4j>[\w.]+)-src\.zip")
 
 
@@ -87,15 +90,15 @@ def main() -> int:
             actual = _sha256(artifact)
         except OSError as exc:
             print(f"refused: cannot read the artifact {artifact}: {exc.strerror}", file=sys.stderr)
-            return 5
+            return ARTIFACT_REFUSED
         if not expected or actual != expected:
             print(f"refused: artifact {artifact} has digest {actual}, expected {expected or '(none given)'}: "
                   "it is not the code this version was built with", file=sys.stderr)
-            return 5
+            return ARTIFACT_REFUSED
         if artifact not in sys.path:  # spark-submit --py-files puts it there; a run by hand may not
             sys.path.insert(1, artifact)
     prefer_installed_pyspark(sys.path)
-    from spark_apps.common.runner import main as run
+    from streamops.driver.run import main as run
 
     return run(argv)
 

@@ -15,7 +15,7 @@ import json
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from spark_apps.common.kafka_io import BOUNDED_READ_OPTIONS
+from streamops.driver.kafka_io import BOUNDED_READ_OPTIONS
 from streamops.catalog import TopicSpec
 from streamops.kafka_client import KafkaClientConfig
 from streamops.quality.ranges import TopicRange

@@ -89,7 +89,7 @@ def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batc
 def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
     """The frame of one of the app's own queries, built over `source` (a batch reader)."""
     program = load_program(app, running_version(app))  # before the runtime's own import: it may be the artifact's
-    from spark_apps.common.session import apply_app_conf
+    from streamops.driver.session import apply_app_conf
 
     apply_app_conf(sources.session(), app)
     for output in program.queries(program.bind(app), running_version(app), source):
@@ -108,7 +108,7 @@ def _skip_entries(app: AppSpec) -> list[dict]:
 def _skipping(frame: DataFrame, entries: list[dict], topics: list[str]) -> DataFrame:
     """A batch read of input topics with the column the live source adds: each record's skip
     reason (runner.operator_skip), so the app's own parse dead-letters skipped records."""
-    from spark_apps.common.runner import OPERATOR_SKIP, operator_skip
+    from streamops.driver.outputs import OPERATOR_SKIP, operator_skip
 
     return frame.withColumn(OPERATOR_SKIP, operator_skip(entries, topics))
 

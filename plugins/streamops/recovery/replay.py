@@ -206,7 +206,7 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
     """index -> the reason the app's parsing gives now (None: it passes)."""
     from pyspark.sql import functions as F
 
-    from spark_apps.common import records
+    from streamops import records
     from streamops.programs import program_info, running_version
 
     # The input fields of the version that runs (its artifact's declarations), not the catalog's.

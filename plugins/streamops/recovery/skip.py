@@ -173,7 +173,7 @@ def _preview(data: bytes | None, limit: int) -> str:
 
 
 def _stamp(epoch_ms: int) -> str:
-    from spark_apps.common.records import iso_ms
+    from streamops.records import iso_ms
 
     return iso_ms(epoch_ms) if epoch_ms and epoch_ms > 0 else "-"
 

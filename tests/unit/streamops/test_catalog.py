@@ -253,9 +253,9 @@ def test_unknown_program_is_refused(tmp_path):
         "apps[0] 'router' (line 20), field 'program': 'oplog router' does not have the expected form (an importable "
         "reference such as 'my_pipelines.dedup' or 'my_pipelines.dedup:program')"
     ]
-    path = write(tmp_path, TOPICS + APP.replace("program: spark_apps.oplog_router", "program: spark_apps.common.records:Field"))
+    path = write(tmp_path, TOPICS + APP.replace("program: spark_apps.oplog_router", "program: streamops.records:Field"))
     assert problems(path) == [
-        "apps[0] 'router' (line 20), field 'program': spark_apps.common.records:Field is a type, not a streaming "
+        "apps[0] 'router' (line 20), field 'program': streamops.records:Field is a type, not a streaming "
         "program (an instance of streamops.program_contract.StreamingProgram)"
     ]
 

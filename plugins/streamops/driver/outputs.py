@@ -1,0 +1,85 @@
+"""An app's queries as DataFrames, not started: the program's `queries()` over sources that read
+the app's input topics, with the operator's skip list as a column and a backfill's end offsets
+as a filter. Used by a live run, a standby's rehearsal and the quality reconciliation alike.
+
+Contract: `build_outputs` returns the program's `OutputQuery` list; `OPERATOR_SKIP` is the column
+`streamops.records.parse` turns into a record's error (the skip reason), null for every other record.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from streamops.app_runtime import AppRuntime
+from streamops.catalog import REAL_TIME, AppSpec
+from streamops.driver.kafka_io import read_topics
+from streamops.driver.options import RunOptions
+from streamops.driver.session import apply_app_conf
+from streamops.program_contract import OutputQuery, StreamingProgram
+
+
+def build_outputs(
+    spark: SparkSession, spec: AppSpec, program: StreamingProgram, options: RunOptions,
+    sources_read: list[list[str]] | None = None,
+) -> list[OutputQuery]:
+    """The app's queries as DataFrames, not started. `sources_read` collects the topics of each
+    Kafka source the queries read (a real-time run needs a task slot per partition of each)."""
+    spec = program.bind(spec)
+    apply_app_conf(spark, spec)
+    # Read once at start: recover_skip_records writes the list while the app is stopped.
+    skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
+
+    def source(topics: list[str]) -> DataFrame:
+        if sources_read is not None:
+            sources_read.append(list(topics))
+        # Real-time mode bounds a batch by time (its checkpoint interval), not by a record count.
+        limit = None if options.trigger == REAL_TIME else options.max_offsets_per_trigger or spec.max_offsets_per_trigger
+        frame = read_topics(
+            spark, options.kafka, topics, _starting_offsets(options.starting_offsets, topics),
+            limit, group_id_prefix=f"streamops.{spec.name}", real_time=options.trigger == REAL_TIME,
+        ).withColumn(OPERATOR_SKIP, operator_skip(skipped, topics))
+        ends = {t: e for t, e in (options.ending_offsets or {}).items() if t in topics}
+        if not ends:
+            return frame
+        within = F.lit(False)
+        for topic, partitions in ends.items():
+            for partition, end in partitions.items():
+                within = within | ((F.col("topic") == topic) & (F.col("partition") == int(partition)) & (F.col("offset") < end))
+        unbounded = ~F.col("topic").isin(*ends)
+        return frame.where(within | unbounded)
+
+    return program.queries(spec, options.version or spec.version, source)
+
+
+# The column `records.parse` turns into a record's error: the skip reason, or null.
+OPERATOR_SKIP = "_operator_skip"
+
+
+def operator_skip(entries: list[dict[str, Any]], topics: list[str]) -> Column:
+    """The skip reason of a source record named in the skip list (null for every other record).
+    It runs on every record, so it stays cheap: a null literal when no entry names these topics
+    (Spark folds it away), else one offset-range comparison per entry."""
+    reason = F.lit(None).cast("string")
+    for entry in reversed([e for e in entries if e["topic"] in topics]):
+        named = ((F.col("topic") == entry["topic"]) & (F.col("partition") == int(entry["partition"]))
+                 & F.col("offset").between(int(entry["first"]), int(entry["last"])))
+        reason = F.when(named, F.lit(entry["reason"])).otherwise(reason)
+    return reason
+
+
+def _starting_offsets(starting: str, topics: list[str]) -> str:
+    """earliest/latest as given; a JSON of offsets narrowed to these topics (a query's source may
+    read a topic the JSON does not name, e.g. the app's own output: that one starts at earliest)."""
+    if not starting.lstrip().startswith("{"):
+        return starting
+    offsets = {t: o for t, o in json.loads(starting).items() if t in topics}
+    if not offsets:
+        return "earliest"
+    missing = [t for t in topics if t not in offsets]
+    if missing:
+        raise ValueError(f"starting offsets name {sorted(offsets)} but not {missing}, read by the same query")
+    return json.dumps(offsets)

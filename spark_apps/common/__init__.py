@@ -1,1 +1,0 @@
-"""Code every app shares: the Spark session, Kafka in and out, record parsing, dead letters."""
