@@ -149,6 +149,8 @@ def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_
         "roll", "approve", "1.1.0"), items["oplog-router"]["reason"]
     assert items["presence-notifier"]["action"] == "refuse"
     assert "a state-incompatible change" in items["presence-notifier"]["reason"]
+    # Judged on the plan the new values build (the driver's --plan-fingerprint), not for want of one.
+    assert "query 'count' changes its stateful operators" in items["presence-notifier"]["reason"], items["presence-notifier"]
     assert "recover_rebuild_state" in items["presence-notifier"]["reason"] and "reprocess" in items["presence-notifier"]["reason"]
     assert "presence-notifier" in said and "refuse" in said
     assert router_runtime.driver().version == "1.1.0" and router_runtime.driver().code.digest == v110.digest

@@ -7,7 +7,7 @@ import threading
 import psutil
 import pytest
 
-from streamops.app_ops import LaunchError, StandbyUnsupported, start_standby
+from streamops.app_ops import LaunchError, start_standby
 from streamops.catalog import load_catalog
 from streamops.standby import ABORT, GO, StandbySlot, new_token
 from streamops.waiting import DeadlineExceeded
@@ -53,10 +53,6 @@ from pathlib import Path
 from streamops.standby import StandbySlot
 mode = sys.argv[1]
 token = sys.argv[sys.argv.index("--standby") + 1]
-if mode == "old-driver":  # what argparse says in a driver that predates --standby
-    print("usage: streamops-driver [-h] --app APP", file=sys.stderr)
-    print(f"streamops-driver: error: unrecognized arguments: --standby {token}", file=sys.stderr)
-    sys.exit(2)
 if mode == "crash":
     print("cannot run oplog-router: spark_apps.oplog_router has no attribute 'program'", file=sys.stderr)
     sys.exit(1)
@@ -90,12 +86,9 @@ def test_a_ready_standby_reports_its_plan_and_leaves_when_sent_away(router, tmp_
     assert list((tmp_path / "_runtime" / "standby").iterdir()) == []
 
 
-def test_a_driver_that_predates_standbys_is_told_apart_from_a_crash(router, tmp_path):
-    with pytest.raises(StandbyUnsupported, match="unrecognized arguments: --standby"):
-        start_standby(router, stand_in("old-driver"), checkpoint=str(tmp_path), launched_by="r", version="0.9.0")
+def test_a_standby_that_crashes_says_how_with_its_log(router, tmp_path):
     with pytest.raises(LaunchError) as crashed:
         start_standby(router, stand_in("crash"), checkpoint=str(tmp_path), launched_by="r", version="1.1.0")
-    assert not isinstance(crashed.value, StandbyUnsupported)
     assert "oplog-router: the driver exited with code 1 before it was ready as a standby" in str(crashed.value)
     assert "has no attribute 'program'" in str(crashed.value)
 

@@ -32,11 +32,6 @@ class LaunchError(RuntimeError):
     pass
 
 
-class StandbyUnsupported(LaunchError):
-    """The version's driver predates warm standbys (an artifact built before them): it refused
-    --standby, so it can only be started cold."""
-
-
 @dataclass(frozen=True)
 class LaunchCommand:
     """A driver's spark-submit argv and the effective spec it runs (streamops.effective_spec), which
@@ -279,11 +274,8 @@ def start_standby(
         standby.abort(f"not ready within {wait_ready_s:g}s", wait_s=5)
         raise LaunchError(f"{app.name}: the standby was not ready within {wait_ready_s:g}s and was stopped; last lines of "
                           f"{driver_log}:\n{readable_tail(driver_log)}") from None
-    except LaunchError as exited:
+    except LaunchError:
         slot.clear()
-        told = driver_log.read_text(encoding="utf-8", errors="replace")  # this start's own log: short
-        if process.returncode == 2 and re.search(r"unrecognized arguments:.*--standby", told):
-            raise StandbyUnsupported(str(exited)) from None
         raise
     except BaseException:  # the task was killed or timed out: no standby is left behind
         standby.abort("the rollout that started it stopped", wait_s=5)

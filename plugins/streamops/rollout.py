@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from streamops.app_ops import (Launch, LaunchCommand, LaunchError, Standby, StandbyUnsupported, as_launch_command, launch,
+from streamops.app_ops import (Launch, LaunchCommand, LaunchError, Standby, as_launch_command, launch,
                                start_standby, stop)
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
@@ -59,14 +59,17 @@ def dependency_order(catalog: Catalog, names: list[str]) -> list[str]:
 
 
 def plan_fingerprint(command: LaunchCommand | list[str]) -> dict[str, list[str]]:
-    """The stateful plan of a version whose driver predates warm standbys: its --plan-fingerprint
-    builds the queries and starts nothing (a driver with standbys reports it when ready)."""
+    """The stateful plan a launch command's driver would run with, asked before anything stops
+    (the reconcile of a stateful app): its --plan-fingerprint builds the queries and starts nothing.
+    A roll asks its warm standby instead, which reports the plan when ready."""
+    from streamops.driver.arguments import PLAN_FINGERPRINT_FLAG, PLAN_FINGERPRINT_LINE
+
     result = subprocess.run(  # noqa: S603 - argv from the catalog
-        [*as_launch_command(command).argv, "--plan-fingerprint"], capture_output=True, text=True, timeout=600, env=driver_env()
+        [*as_launch_command(command).argv, PLAN_FINGERPRINT_FLAG], capture_output=True, text=True, timeout=600, env=driver_env()
     )
     for line in result.stdout.splitlines():
-        if line.startswith("PLAN-FINGERPRINT "):
-            return json.loads(line.removeprefix("PLAN-FINGERPRINT "))
+        if line.startswith(PLAN_FINGERPRINT_LINE):
+            return json.loads(line.removeprefix(PLAN_FINGERPRINT_LINE))
     raise RolloutRefused(f"could not build the new version's plan (exit {result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
 
 
@@ -194,10 +197,6 @@ def roll_restart(
                                 spark_conf=new_spark_conf)
         new_plan = standby.plan_fingerprint
         log(f"{app.name}: standby ready ({standby.describe()})")
-    except StandbyUnsupported:
-        # An artifact built before warm standbys: the old way, a plan check, then stop and start.
-        log(f"{app.name}: version {new_version}'s driver predates warm standbys; cold roll (stop, then start)")
-        new_plan = plan_fingerprint(new_command)
     except LaunchError as exc:
         raise RolloutRefused(f"{app.name}: version {new_version} could not start as a standby, so nothing was "
                              f"stopped: {exc}") from None

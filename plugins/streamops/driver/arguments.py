@@ -8,7 +8,7 @@ turned back into argv (`to_argv`) by whoever builds a launch, so both sides shar
         [--trigger "2 seconds" | --trigger available-now | --trigger real-time] \\
         [--starting-offsets earliest|latest|JSON] [--ending-offsets JSON] [--skip-records-of CHECKPOINT] \\
         [--no-consumer-group] [--version X.Y.Z] [--max-offsets-per-trigger N] \\
-        [--standby TOKEN [--standby-timeout SECONDS]]
+        [--standby TOKEN [--standby-timeout SECONDS] | --plan-fingerprint]
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from streamops.driver.options import AVAILABLE_NOW
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_STANDBY_TIMEOUT_S = 900.0
+PLAN_FINGERPRINT_FLAG = "--plan-fingerprint"
+PLAN_FINGERPRINT_LINE = "PLAN-FINGERPRINT "  # the line the driver prints it on, then JSON
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class DriverArgs:
     max_offsets_per_trigger: int | None = None
     standby: str | None = None  # a warm standby's token (driver.warm_standby)
     standby_timeout_s: float = DEFAULT_STANDBY_TIMEOUT_S
+    plan_fingerprint: bool = False  # print the stateful plan (PLAN-FINGERPRINT <json>) and exit: nothing started
 
     def to_argv(self) -> list[str]:
         """The command line that parses back into this value."""
@@ -65,6 +68,8 @@ class DriverArgs:
                 argv += [flag, value]
         if not self.consumer_group:
             argv.append("--no-consumer-group")
+        if self.plan_fingerprint:
+            argv.append(PLAN_FINGERPRINT_FLAG)
         return argv
 
 
@@ -114,6 +119,9 @@ def parser() -> argparse.ArgumentParser:
                         "for the rollout's word before taking the lease (streamops.standby)")
     p.add_argument("--standby-timeout", type=float, default=DEFAULT_STANDBY_TIMEOUT_S,
                    help="seconds a standby waits for the rollout's word before it exits by itself")
+    p.add_argument(PLAN_FINGERPRINT_FLAG, action="store_true",
+                   help="print the stateful plan's fingerprint as JSON and exit (no lease, nothing started): what a "
+                        "reconcile compares with the running version's before it rolls a stateful app")
     return p
 
 

@@ -24,11 +24,14 @@ from pyspark.sql.streaming import StreamingQuery
 from streamops import settings
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
 from streamops.catalog import REAL_TIME, AppSpec, Catalog, catalog_path, load_catalog
-from streamops.driver.arguments import DriverArgs, parse_args
+from streamops.driver.arguments import PLAN_FINGERPRINT_LINE, DriverArgs, parse_args
 from streamops.driver.exit_codes import ExitCode
+from streamops.driver.fingerprints import stateful_fingerprint
 from streamops.driver.options import AVAILABLE_NOW, RunOptions
+from streamops.driver.outputs import build_outputs
 from streamops.driver.preparation import Prepared, prepare
 from streamops.driver.queries import observed_totals, start_app
+from streamops.driver.session import build_session
 from streamops.driver.stopping import StopSignals, ended_by, graceful_stop, not_a_stop_refusal, record_failed_batches
 from streamops.driver.warm_standby import await_go, warm_up
 from streamops.failures import error_gist
@@ -258,6 +261,16 @@ class DriverRun:
             self.runtime.release(self.outcome, self.reason)
 
 
+def print_plan_fingerprint(spec: AppSpec, program: StreamingProgram, options: RunOptions) -> ExitCode:
+    """The stateful plan this version would run with (`--plan-fingerprint`): the queries are built,
+    never started; no lease is taken. The reconcile judges a stateful app's roll by it."""
+    spark = build_session(f"streamops-{spec.name}-plan")
+    spark.sparkContext.setLogLevel("ERROR")
+    fingerprint = stateful_fingerprint(program, build_outputs(spark, spec, program, options))
+    print(PLAN_FINGERPRINT_LINE + json.dumps(fingerprint, sort_keys=True), flush=True)
+    return ExitCode.OK
+
+
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stdout)
     logging.getLogger("py4j.clientserver").addFilter(not_a_stop_refusal)
@@ -265,6 +278,8 @@ def main(argv: list[str]) -> int:
     catalog, spec, program = load_app(args)
     options = run_options(args, spec)
     log.info("app %s (%s %s) from %s: %s", spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
+    if args.plan_fingerprint:
+        return print_plan_fingerprint(spec, program, options)
     run = DriverRun(args, catalog, spec, program, options, AppRuntime(options.checkpoint), StopSignals())
     if args.standby and not run.stand_by(args.standby):
         return ExitCode.OK
