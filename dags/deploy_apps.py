@@ -8,8 +8,8 @@ from __future__ import annotations
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import DEFAULT_ARGS, apps_param, audited_step, runbook
+from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 

@@ -12,8 +12,7 @@ from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
-from streamops.dag_tasks import apps_param, one_run_at_a_time, runbook
-from streamops.dag_tasks import desired_state
+from streamops.dag_tasks import apps_param, desired_state, one_run_at_a_time, runbook
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.dag_tasks.recovery_params import dry_run_param
 

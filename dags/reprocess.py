@@ -12,8 +12,8 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, one_run_at_a_time, runbook
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.dag_tasks import reprocess as steps
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master
 from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN

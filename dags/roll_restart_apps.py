@@ -12,8 +12,8 @@ from airflow.sdk import Asset, Param, dag, get_current_context, task
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param, audited_step, one_run_at_a_time, runbook
-from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
+from streamops.dag_tasks.quality import APP_DEPLOYMENTS_ASSET
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN, spark_conf_schema
 from streamops.rollout import dependency_order
 

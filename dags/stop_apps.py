@@ -8,8 +8,8 @@ from __future__ import annotations
 from airflow.sdk import Param, dag, get_current_context, task
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import DEFAULT_ARGS, apps_param, audited_step, runbook
+from streamops.dag_tasks import apps as steps
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
 

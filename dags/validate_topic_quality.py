@@ -12,8 +12,8 @@ from airflow.timetables.assets import AssetOrTimeSchedule
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from streamops.catalog import load_catalog
-from streamops.dag_tasks import quality as steps
 from streamops.dag_tasks import one_run_at_a_time, runbook
+from streamops.dag_tasks import quality as steps
 from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master
 from streamops.kafka_offsets import MAX_OFFSET, TIME_PATTERN
 from streamops.quality.ranges import MAX_LAST_RECORDS, MODES

@@ -21,9 +21,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streamops import records
-from streamops.program_contract import OutputQuery
 from streamops.catalog import AppSpec
-from streamops.program_contract import LineageOutput, StreamingProgram
+from streamops.program_contract import LineageOutput, OutputQuery, StreamingProgram
 
 
 class RouterSettings(BaseModel):

@@ -17,22 +17,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pandas as pd
-from typing import Any
+from pydantic import BaseModel, ConfigDict, Field
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from streamops import records
-from streamops.records import iso_ms
-from streamops.program_contract import OutputQuery
-from pydantic import BaseModel, ConfigDict, Field
-
 from streamops.catalog import AppSpec, Duration
 from streamops.input_contract import InputContract
 from streamops.kafka_offsets import duration_ms
-from streamops.program_contract import StreamingProgram, WindowCountOutput
+from streamops.program_contract import OutputQuery, StreamingProgram, WindowCountOutput
+from streamops.records import iso_ms
 
 
 class PresenceSettings(BaseModel):

@@ -7,6 +7,7 @@ the broker without seeing each other's topics.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import shutil
@@ -40,11 +41,9 @@ os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_DRIVER_JIT)
 os.environ.setdefault("STREAMOPS_KAFKA_JVM_OPTIONS", SPARK_DRIVER_JIT)
 
 from streamops.local_stack.broker import LocalBroker  # noqa: E402
-from tests.support.ports import free_port_pair  # noqa: E402
-from tests.support.shared import (  # noqa: E402
-    kept_dir_requested, locked_unless_busy, make_shared_dir, shared_broker, shared_dir, stop_shared)
-
 from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT  # noqa: E402
+from tests.support.ports import free_port_pair  # noqa: E402
+from tests.support.shared import kept_dir_requested, locked_unless_busy, make_shared_dir, shared_broker, shared_dir, stop_shared  # noqa: E402
 
 # The time per module, slowest first, at the end of every run (the suite's budget, made visible).
 pytest_plugins = ["tests.support.budget"]
@@ -142,7 +141,7 @@ def broker(session_dir: Path) -> LocalBroker:
         instance = LocalBroker(state_dir=session_dir / "kafka", port=free_port_pair())
         instance.start()
     os.environ["AIRFLOW_CONN_KAFKA_DEFAULT"] = (
-        '{"conn_type": "kafka", "extra": {"bootstrap.servers": "%s"}}' % instance.bootstrap_servers
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": instance.bootstrap_servers}})
     )
     yield instance
     # confluent-kafka's AdminClient has no close(): a client is closed when it is collected. Do

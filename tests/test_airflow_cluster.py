@@ -15,18 +15,18 @@ import signal
 import psutil
 import pytest
 
-from tests.support.cluster_profile import ClusterProfile
-from tests.support.routes import wait_until_all_routed
 from streamops.app_status import app_status
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
-from streamops.reprocess import target_catalog
 from streamops.local_stack.airflow_stack import CELERY_WORKER_ADDRESSES as AIRFLOW_WORKERS
 from streamops.local_stack.spark_cluster import WORKER_ADDRESSES
+from streamops.reprocess import target_catalog
 from streamops.waiting import poll_until
 from tests.support.artifacts import same_code_as
+from tests.support.cluster_profile import ClusterProfile
+from tests.support.routes import wait_until_all_routed
 
 pytestmark = pytest.mark.timeout(1800)
 

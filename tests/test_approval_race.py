@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import re
 
-
-from tests.support import PROJECT_ROOT
-from tests.support.ports import free_port
 from streamops.local_stack.airflow_api import AirflowApi
 from streamops.local_stack.airflow_stack import LOCAL_EXECUTOR, LocalAirflow
 from streamops.waiting import poll_until
+from tests.support import PROJECT_ROOT
+from tests.support.ports import free_port
 
 DAG_ID = "approval_race"
 GATES = ("parked-may-exit", "resumed-may-finish")

@@ -11,9 +11,9 @@ import re
 import shutil
 import subprocess
 import sys
-from urllib.parse import unquote
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -165,7 +165,7 @@ def test_a_version_that_ran_is_pinned_to_the_bytes_it_ran(store, tmp_path, monke
 def payment(n: int, *, currency: bool = True, copy_of: int | None = None) -> tuple[str, str]:
     user = f"user-{n % 5}"
     body = {"event_id": f"pay-{copy_of if copy_of is not None else n}", "user_id": user, "amount": 100 + n,
-            "event_time": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")}
+            "event_time": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")}
     if currency:
         body["currency"] = "EUR"
     return user, json.dumps(body)

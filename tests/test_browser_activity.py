@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tests.support.apps import run_available_now
 from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
+from tests.support.apps import run_available_now
 
 CAPTCHA = "com.example.security.CaptchaVerifier"
 ACTION = "com.example.web.CheckoutController"
@@ -171,9 +171,9 @@ def test_a_hijacked_watermark_is_output_stopped_and_the_rebuild_with_the_bound_r
     and apply steps, the start being an in-process run from earliest) writes the exact windows."""
     from types import SimpleNamespace
 
-    from streamops.driver.progress import ProgressPublisher
     from streamops.app_runtime import AppRuntime
     from streamops.app_status import app_status
+    from streamops.driver.progress import ProgressPublisher
     from streamops.input_contract import InputContract
     from streamops.recovery.rebuild import apply_rebuild_live, plan_rebuild
     from streamops.supervision import evaluate

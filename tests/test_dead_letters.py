@@ -15,9 +15,9 @@ import json
 
 from confluent_kafka import TopicPartition
 
-from tests.support.apps import run_available_now
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce, read_all
+from tests.support.apps import run_available_now
 
 LIMIT = 65536  # the catalog's max_record_bytes of oplog-router
 BUDGET = 1_048_576 - 16 * 1024  # producer max.request.size - the envelope's reserve

@@ -13,13 +13,12 @@ from streamops.kafka_records import produce
 def test_a_stateful_app_deployed_against_another_cluster_is_refused_and_held_never_crash_looped(
     run_dag, app_env, app_catalog, broker, tmp_path, monkeypatch, capfd, caplog
 ):
-    from tests.support.ports import free_port_pair
-
     from streamops.app_runtime import AppRuntime
     from streamops.checkpoints import checkpoint_cluster, positions
     from streamops.local_stack.broker import LocalBroker
     from streamops.provisioning import ensure_topics
     from streamops.waiting import poll_until
+    from tests.support.ports import free_port_pair
 
     catalog_file, _ = app_env
     spec = app_catalog.app("presence-notifier")
@@ -43,7 +42,7 @@ def test_a_stateful_app_deployed_against_another_cluster_is_refused_and_held_nev
 
         ensure_topics(AdminClient({"bootstrap.servers": other.bootstrap_servers}), app_catalog.topics)
         monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
-                           '{"conn_type": "kafka", "extra": {"bootstrap.servers": "%s"}}' % other.bootstrap_servers)
+                           json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": other.bootstrap_servers}}))
         capfd.readouterr()
         caplog.clear()
         refused = run_dag("deploy_apps", catalog_file, apps=["presence-notifier"])
@@ -90,7 +89,6 @@ def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_
     from streamops.kafka_records import read_all
     from streamops.metrics import metrics_app
     from streamops.waiting import poll_until
-
     from tests.support.artifacts import private_store, router_source
 
     catalog_file, router_runtime = app_env

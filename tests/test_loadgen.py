@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, run
@@ -11,7 +11,7 @@ from streamops.loadgen import LoadSpec, run
 
 def test_loadgen_produces_sequence_numbered_records_with_malformed_and_late_ones(broker, app_catalog):
     spec = app_catalog.app("oplog-router")
-    start = datetime(2026, 3, 1, tzinfo=timezone.utc)
+    start = datetime(2026, 3, 1, tzinfo=UTC)
     report = run(
         spec,
         LoadSpec(count=2000, keys=20, malformed=0.05, late=0.1, late_by=timedelta(minutes=5), start_seq=100,
@@ -38,6 +38,6 @@ def test_loadgen_produces_sequence_numbered_records_with_malformed_and_late_ones
     seqs = sorted(e["seq"] for e in good)
     assert seqs[0] >= 100 and seqs[-1] <= 2099 and len(set(seqs)) == len(seqs)
     times = [datetime.fromisoformat(e["event_time"].replace("Z", "+00:00")) for e in good]
-    late = sum(1 for e, t in zip(good, times) if t < start + timedelta(milliseconds=e["seq"] - 100) - timedelta(minutes=4))
+    late = sum(1 for e, t in zip(good, times, strict=True) if t < start + timedelta(milliseconds=e["seq"] - 100) - timedelta(minutes=4))
     assert 140 <= late <= 260 and report.late >= late  # ~10 % five minutes behind their slot
     assert "produced 2000 records (seq 100..2099;" in report.summary()

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.support.ports import free_port_pair
 from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.process import AlreadyRunning, ServiceError
 from streamops.toolchain import check
+from tests.support.ports import free_port_pair
 
 
 def test_installed_versions_fit_together():

@@ -19,12 +19,12 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
+from streamops.kafka_client import KafkaClientConfig
+from streamops.waiting import poll_until
 from tests.support import PROJECT_ROOT
 from tests.support.local_stack import LocalStack
 from tests.support.oplog_events import produce_to_partitions
 from tests.support.routes import wait_until_all_routed
-from streamops.kafka_client import KafkaClientConfig
-from streamops.waiting import poll_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = PROJECT_ROOT / "test-artifacts" / "operator-ui"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import base64
 import json
 
-from tests.support.apps import run_available_now
 from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
+from tests.support.apps import run_available_now
 
 
 def op(seq, user, op_type, second, **extra):
@@ -72,7 +72,7 @@ def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(sp
 
     dead = read_all(broker.client_config, spec.dead_letter_topic)
     envelopes = [r.json() for r in dead]
-    assert [(r.key_text, e["reason"], e["source"]["offset"]) for r, e in zip(dead, envelopes)] == [
+    assert [(r.key_text, e["reason"], e["source"]["offset"]) for r, e in zip(dead, envelopes, strict=True)] == [
         ("u2", "op type 'LOGIN' is in no category (contacts, groups, messages) of the catalog's settings.categories "
                "(router contract: every op type is routed or refused)", 3),
         ("u3", "value is not valid JSON (input contract json: RFC 8259)", 4),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tests.support.apps import run_available_now
 from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
+from tests.support.apps import run_available_now
 
 MESSAGE = "You are not currently viewing Facebook."
 FAR_FUTURE, FAR_PAST = "9999-12-31T23:59:59.999Z", "0001-01-01T00:00:00Z"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from tests.support.catalogs import topic_entry, write_catalog
 from streamops.audit import read_audit
 from streamops.provisioning import describe_broker
+from tests.support.catalogs import topic_entry, write_catalog
 
 
 def broker_state(admin, names):

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -19,8 +19,8 @@ from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
-from tests.support.routes import routed, wait_until_all_routed
 from tests.support.artifacts import same_code_as
+from tests.support.routes import routed, wait_until_all_routed
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
 
     # Reset to the cut: the real-time checkpoint goes back, and exactly those 200 records are routed again.
     reset = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", mode="datetime",
-                    to_datetime=datetime.fromtimestamp(cut_ms / 1000, tz=timezone.utc).isoformat(), dry_run=False)
+                    to_datetime=datetime.fromtimestamp(cut_ms / 1000, tz=UTC).isoformat(), dry_run=False)
     assert reset.state == "success", reset.task_states
     assert reset.xcoms["plan"]["replayed"] == 200 and runtime.driver().trigger == "real-time"
     again = Counter({pair: 1 for pair in expected if pair[0] in after_cut})

@@ -10,24 +10,24 @@ import signal
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support.apps import run_available_now
 from streamops.app_runtime import AppRuntime
+from streamops.audit import read_audit
+from streamops.checkpoints import backup_checkpoint, backup_info, list_backups
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce, read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
-from streamops.audit import read_audit
-from streamops.checkpoints import backup_checkpoint, backup_info, list_backups
 from streamops.waiting import poll_until
-from tests.support.routes import routed, wait_until_all_routed
-from tests.support.operations import checkpoint_state, steps_of, stop_driver
+from tests.support.apps import run_available_now
 from tests.support.artifacts import same_code_as
+from tests.support.operations import checkpoint_state, steps_of, stop_driver
+from tests.support.routes import routed, wait_until_all_routed
 
 
 def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing(run_dag, app_env, app_catalog, broker):
@@ -86,7 +86,7 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     source = spec.inputs["operations"]
     run_load(spec, LoadSpec(count=400, keys=20, seed=21), broker.client_config)
     before = read_all(broker.client_config, source)
-    cut = datetime.fromtimestamp((max(r.timestamp_ms for r in before) + 1) / 1000, tz=timezone.utc)
+    cut = datetime.fromtimestamp((max(r.timestamp_ms for r in before) + 1) / 1000, tz=UTC)
     poll_until(lambda: time.time() * 1000 > cut.timestamp() * 1000 + 1, timeout=5, what="the clock to pass the cut")
     run_load(spec, LoadSpec(count=250, keys=20, seed=22, start_seq=1000), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, spec.checkpoint_location())
@@ -250,7 +250,7 @@ def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_
 def test_rebuild_into_the_live_topics_reproduces_the_state_and_its_output(spark, run_dag, app_env, app_catalog, broker):
     catalog_file, _ = app_env
     spec = app_catalog.app("browser-activity")
-    load = LoadSpec(count=600, keys=12, seed=41, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc))
+    load = LoadSpec(count=600, keys=12, seed=41, start_time=datetime(2026, 11, 1, tzinfo=UTC))
     run_load(spec, load, broker.client_config)
     run_available_now(spark, app_catalog, "browser-activity", broker, spec.checkpoint_location())
     original = {t: Counter((r.key, r.value) for r in read_all(broker.client_config, t)) for t in spec.outputs.values()}
@@ -358,7 +358,7 @@ def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spar
     monkeypatch.setenv("STREAMOPS_QUALITY_ROOT", str(tmp_path / "quality"))
     catalog_file, _ = app_env
     spec = app_catalog.app("presence-notifier")
-    load = LoadSpec(count=600, keys=12, seed=61, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc), event_spacing=timedelta(seconds=2))
+    load = LoadSpec(count=600, keys=12, seed=61, start_time=datetime(2026, 11, 1, tzinfo=UTC), event_spacing=timedelta(seconds=2))
     run_load(spec, load, broker.client_config)
     run_available_now(spark, app_catalog, "presence-notifier", broker, spec.checkpoint_location())
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.apps import run_available_now
 from streamops import loadgen
 from streamops.audit import read_audit
 from streamops.kafka_records import read_all
+from tests.support.apps import run_available_now
 
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'
 
@@ -71,11 +71,11 @@ def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(s
     loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=1), broker.client_config)
     before = {(r.partition, r.offset) for r in read_all(broker.client_config, router.inputs["operations"])}
     cut = max(r.timestamp_ms for r in read_all(broker.client_config, router.inputs["operations"])) + 1
-    cut_time = datetime.fromtimestamp(cut / 1000, tz=timezone.utc)
+    cut_time = datetime.fromtimestamp(cut / 1000, tz=UTC)
     # The second batch is written after `cut`: poll the clock past it instead of sleeping.
     from streamops.waiting import poll_until
 
-    poll_until(lambda: datetime.now(timezone.utc) > cut_time, timeout=5, what="the clock to pass the cut")
+    poll_until(lambda: datetime.now(UTC) > cut_time, timeout=5, what="the clock to pass the cut")
     loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=2, start_seq=301), broker.client_config)
     after = {(r.partition, r.offset) for r in read_all(broker.client_config, router.inputs["operations"])} - before
 
@@ -149,7 +149,7 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
 
     monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
     browser = app_catalog.app("browser-activity")
-    load = loadgen.LoadSpec(count=1500, keys=20, seed=9, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc),
+    load = loadgen.LoadSpec(count=1500, keys=20, seed=9, start_time=datetime(2026, 11, 1, tzinfo=UTC),
                             event_spacing=timedelta(milliseconds=40))
     loadgen.run(browser, load, broker.client_config)
     run_available_now(spark, app_catalog, "browser-activity", broker, tmp_path / "checkpoints" / "browser-activity")
@@ -194,12 +194,11 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
     import os
     import signal
 
-    from tests.support.routes import wait_until_all_routed
-
     from streamops.kafka_offsets import end_offsets
     from streamops.loadgen import LoadSpec, background_load
     from streamops.reprocess import target_catalog
     from streamops.waiting import poll_until
+    from tests.support.routes import wait_until_all_routed
 
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
@@ -227,7 +226,7 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
 
     assert under_load and restarted_under_load, "the load ended early: not a cutover and restart under load"
     handed_over = result.xcoms["cut_over"]
-    targets = dict(zip(handed_over["old_topics"], handed_over["new_topics"]))
+    targets = dict(zip(handed_over["old_topics"], handed_over["new_topics"], strict=True))
     assert handed_over["old_topics"] == [*spec.outputs.values(), spec.dead_letter_topic]
     assert cut.version == "1.0.0+v2" and restarted.version == "1.0.0+v2"
     assert [(e["step"], e["outcome"]) for e in read_audit(run_id=result.run_id)] == [
@@ -272,7 +271,7 @@ def test_the_plan_warns_when_retention_could_delete_the_start_of_the_range(broke
     loadgen.run(router, loadgen.LoadSpec(count=60, keys=5, seed=8), broker.client_config)
     retention_h = app_catalog.topic(router.inputs["operations"]).configs["retention.ms"] / 3_600_000
     # Planned as if 6.5 of the input's 7 retained days had passed since these records were written.
-    later = datetime.now(timezone.utc) + timedelta(hours=retention_h - 12)
+    later = datetime.now(UTC) + timedelta(hours=retention_h - 12)
 
     plan = plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app="oplog-router"), now=later)
     fresh = plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app="oplog-router"))

@@ -12,11 +12,10 @@ from streamops.app_runtime import AppRuntime
 from streamops.audit import read_audit
 from streamops.checkpoints import list_backups
 from streamops.kafka_records import read_all
-from streamops.loadgen import LoadSpec
-from streamops.loadgen import background_load
+from streamops.loadgen import LoadSpec, background_load
 from streamops.waiting import poll_until
-from tests.support.routes import wait_until_all_routed
 from tests.support.artifacts import same_code_as
+from tests.support.routes import wait_until_all_routed
 
 
 def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app_env, app_catalog, broker, capfd, monkeypatch):

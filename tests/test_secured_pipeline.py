@@ -9,14 +9,12 @@ import json
 import os
 import stat
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.support import LOCAL_SPARK_CONNECTION
-from tests.support.routes import routed, wait_until_all_routed
 from streamops.acls import AppAcl, app_acls, apply_acls
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
@@ -26,6 +24,8 @@ from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.local_stack.secure_cluster import ADMIN_USER
 from streamops.waiting import poll_until
+from tests.support import LOCAL_SPARK_CONNECTION
+from tests.support.routes import routed, wait_until_all_routed
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -137,7 +137,7 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     cut_ms = sorted(r.timestamp_ms for r in records)[-300]
     after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in records if r.timestamp_ms >= cut_ms}
     before_reset = Counter(routed(admin_kafka, router))
-    cut = datetime.fromtimestamp(cut_ms // 1000, tz=timezone.utc) + timedelta(milliseconds=cut_ms % 1000)
+    cut = datetime.fromtimestamp(cut_ms // 1000, tz=UTC) + timedelta(milliseconds=cut_ms % 1000)
     reset = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", mode="datetime",
                     to_datetime=cut.isoformat(), dry_run=False)
     assert reset.state == "success", reset.task_states

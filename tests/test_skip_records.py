@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.apps import run_available_now
 from streamops.app_runtime import AppRuntime
-from streamops.kafka_offsets import end_offsets
-from streamops.kafka_records import produce, read_all
 from streamops.audit import read_audit
 from streamops.checkpoints import list_backups
-from tests.support.routes import expected_routes, routed
+from streamops.kafka_offsets import end_offsets
+from streamops.kafka_records import produce, read_all
+from tests.support.apps import run_available_now
 from tests.support.operations import checkpoint_state
 from tests.support.oplog_events import event, produce_to_partitions
+from tests.support.routes import expected_routes, routed
 
 
 def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_env, app_catalog, broker, admin):

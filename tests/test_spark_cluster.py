@@ -16,8 +16,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.support.ports import free_port
-from tests.support.routes import expected_routes, routed, wait_until_all_routed
 from streamops.app_status import app_status, status_table
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
@@ -25,6 +23,8 @@ from streamops.local_stack.process import AlreadyRunning
 from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone
 from streamops.spark_submit import driver_env, submit_spec
 from streamops.waiting import poll_until
+from tests.support.ports import free_port
+from tests.support.routes import expected_routes, routed, wait_until_all_routed
 
 pytestmark = pytest.mark.timeout(1200)
 

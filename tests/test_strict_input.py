@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC
 
 import pytest
 import yaml
 
-from tests.support.apps import run_available_now
-from streamops import records
-from streamops.driver.queries import observed_totals
 from spark_apps.presence_notifier import EVENT_FIELDS
+from streamops import records
 from streamops.catalog import CatalogError, load_catalog
+from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
 from streamops.paths import PROJECT_ROOT
+from tests.support.apps import run_available_now
 
 TIME = "2026-01-01T00:00:01Z"
 KEY_RULE = "(input contract key: the catalog keys this input by field 'user_id')"
@@ -192,7 +193,7 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
     assert [(e["source"]["offset"], e["reason"]) for e in envelopes] == [
         (first_invalid + i, reason.replace(KAFKA_TIME, envelopes[i]["source"]["timestamp"])) for i, (_, _, reason) in enumerate(INVALID)
     ]
-    for envelope, (key, value, _) in zip(envelopes, INVALID):
+    for envelope, (key, value, _) in zip(envelopes, INVALID, strict=True):
         # Strict decoding (validate=True refuses line breaks): the exact original bytes come back.
         for field, original in (("original_value_base64", value), ("original_key_base64", key)):
             encoded = envelope.get(field)  # to_json leaves out null fields
@@ -252,13 +253,13 @@ def test_event_time_bounds_name_the_time_they_compared_with_and_a_zero_kafka_tim
     time of processing; a record whose Kafka timestamp is itself a zero date is judged against it
     too; a value set with a '%' in it names the rule rather than failing the query."""
     import re
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from streamops.input_contract import InputContract
 
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     ahead = now + timedelta(hours=1)
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
 
     def event(seq, when: datetime, action="Open") -> bytes:
         return json.dumps({"seq": seq, "user_id": "u1", "action": action,

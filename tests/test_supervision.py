@@ -24,7 +24,6 @@ from streamops.waiting import poll_until
 from tests.support.artifacts import same_code_as
 
 
-
 def _with_policy(catalog, catalog_file: Path, **policy):
     """The catalog with the router's supervision set to `policy`, written where the DAGs read it."""
     updated = catalog.model_copy(update={"apps": [
@@ -49,14 +48,13 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     import json
     import random
 
-    from tests.support.oplog_events import NOT_CONTACTS, POISON_PARTITION, event, produce_to_partitions, with_small_output_topic
-    from tests.support.operations import steps_of
-    from tests.support.routes import routed_except
-
     from streamops.app_runtime import AppRuntime
     from streamops.app_status import app_status
     from streamops.checkpoints import backup_info
     from streamops.kafka_records import read_all
+    from tests.support.operations import steps_of
+    from tests.support.oplog_events import NOT_CONTACTS, POISON_PARTITION, event, produce_to_partitions, with_small_output_topic
+    from tests.support.routes import routed_except
 
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import PROJECT_ROOT
 from streamops.catalog import load_catalog
+from tests.support import PROJECT_ROOT
 
 TOFU = PROJECT_ROOT / ".cache" / "tools" / "tofu"
 TOFURC = PROJECT_ROOT / ".cache" / "terraform" / "tofurc"
@@ -235,7 +235,15 @@ def client_conf(bootstrap: str, user: str) -> dict[str, str]:
 
 def test_acls_on_a_broker_with_an_authorizer_let_each_app_do_its_job_and_nothing_else(initialised, prefix, tmp_path):
     from confluent_kafka import Consumer, KafkaException, Producer
-    from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        NewTopic,
+        ResourcePatternType,
+        ResourceType,
+    )
 
     broker = SecuredBroker.start(tmp_path / "secured-kafka")
     try:

@@ -7,18 +7,18 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
 from confluent_kafka import TopicPartition
 
-from tests.support.apps import run_available_now
 from streamops import loadgen
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce, read_all
 from streamops.quality import docs, docs_assets, results
+from tests.support.apps import run_available_now
 
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'
 
@@ -34,7 +34,7 @@ def app_outputs(spark, broker, admin, tmp_path_factory):
     ensure_topics(admin, catalog.topics)
     spacing = {"oplog-router": timedelta(milliseconds=5), "presence-notifier": timedelta(seconds=1),
                "browser-activity": timedelta(milliseconds=40)}
-    start = datetime(2026, 11, 1, 8, 0, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
     folder = tmp_path_factory.mktemp("quality")
     for app in catalog.apps:
         load = loadgen.LoadSpec(count=2400, keys=40, malformed=0.01, seed=7, start_time=start, event_spacing=spacing[app.name])
@@ -157,7 +157,7 @@ def test_a_missing_output_record_fails_the_reconciliation(spark, broker, admin, 
 
     router = app_catalog.app("oplog-router")
     contacts = router.outputs["contacts"]
-    load = loadgen.LoadSpec(count=1500, keys=40, seed=11, start_time=datetime(2026, 11, 1, tzinfo=timezone.utc))
+    load = loadgen.LoadSpec(count=1500, keys=40, seed=11, start_time=datetime(2026, 11, 1, tzinfo=UTC))
     loadgen.run(router, load, broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "ckpt")
     before = read_all(broker.client_config, contacts)
@@ -319,7 +319,7 @@ def test_range_requests_are_checked_against_the_catalog_and_the_broker(admin, br
     (last,) = resolve(admin, catalog, [contacts], RangeRequest(mode="last_records", last_records=3))
     assert last.partitions == {p: (max(low, high - 3), high) for p, (low, high) in marks.items()}
     # A scheduled run's data interval: records written in it (all of them, written minutes ago).
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     (hour,) = resolve(admin, catalog, [contacts], RangeRequest(mode="auto"), (now - timedelta(hours=1), now))
     assert hour.partitions == marks
     (future,) = resolve(admin, catalog, [contacts], RangeRequest(mode="auto"), (now, now + timedelta(hours=1)))

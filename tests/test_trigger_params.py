@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 
-from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT
 from streamops.launch_overrides import LaunchOverrideRefused
+from tests.support import LOCAL_SPARK_CONNECTION, PROJECT_ROOT
 from tests.support.hostile import KEY_REFUSED, hostile_confs
 
 PROJECT_CATALOG = PROJECT_ROOT / "catalog" / "pipelines.yaml"
@@ -103,13 +104,12 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
 
 
 def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env, broker, monkeypatch):
+    from streamops.catalog import load_catalog
     from streamops.dag_tasks.launching import command_for
     from tests.support.artifacts import same_code_as
-    from streamops.catalog import load_catalog
 
     # A launch asks the cluster its id (the checkpoint's cluster): a real one here.
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "%s"}}'
-                       % broker.bootstrap_servers)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap_servers}}))
     same_code_as(load_catalog().app(APP), "1.2.3")
     launch = command_for(APP, "1.2.3", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8,
                                         "spark.sql.streaming.noDataMicroBatches.enabled": False})
@@ -131,11 +131,11 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
     is refused before anything is stopped, backed up or started."""
     from airflow.sdk.exceptions import AirflowFailException
 
+    from streamops.audit import read_audit
+    from streamops.checkpoints import list_backups
     from streamops.dag_tasks import apps as steps
     from streamops.dag_tasks import launching
-    from streamops.audit import read_audit
     from streamops.recovery.common import RecoveryRefused
-    from streamops.checkpoints import list_backups
 
     catalog_file, _ = app_env
     checkpoint = Path(app_catalog.app(APP).checkpoint_location())
@@ -167,7 +167,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
 
 
 def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, app_catalog, broker):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from streamops.kafka_offsets import parse_time, time_back
     from streamops.quality.ranges import RangeError, RangeRequest, resolve
@@ -176,7 +176,7 @@ def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, a
     from streamops.recovery.reset import ResetRequest, plan_reset
     from streamops.reprocess import ReprocessRefused, ReprocessRequest, plan_reprocess
 
-    now = datetime(2026, 11, 23, 3, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
     out_of_range = ("is out of range: a time must be from 1970-01-01T00:00:00Z (where Kafka timestamps start) to "
                     "before 3000-01-01T00:00:00Z")
     with pytest.raises(ValueError) as refused:
@@ -188,7 +188,7 @@ def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, a
     with pytest.raises(ValueError) as refused:
         time_back("99999999999999999 days", "duration", now)
     assert str(refused.value) == "duration '99999999999999999 days' is more than 3650 days back; for everything retained use 'earliest'"
-    assert time_back("3650 days", "duration", now) == datetime(2016, 11, 25, 3, 0, tzinfo=timezone.utc)
+    assert time_back("3650 days", "duration", now) == datetime(2016, 11, 25, 3, 0, tzinfo=UTC)
 
     def reset_problems(**request) -> list[str]:
         with pytest.raises(RecoveryRefused) as refused:

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,6 @@ import psutil
 from streamops.driver_lease import DriverLease, Holder, LeaseTaken
 from streamops.refusals import OneLineRefused
 from streamops.runtime_files import read_json, read_json_object, write_json_atomic
-
 
 DRIVER_LOGS_KEPT = 20
 RATE_HISTORY_S = 3600
@@ -69,7 +68,7 @@ class OperationInProgress(OneLineRefused, RuntimeError):
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
@@ -408,7 +407,7 @@ class AppRuntime:
         """A fresh log file for a driver about to start (two starts never share one, so a refused
         second driver's own words stay readable); the oldest beyond DRIVER_LOGS_KEPT go."""
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         path = self.logs_dir / f"driver-{stamp}-{os.getpid()}.log"
         path.touch()
         current = self.driver_log()  # the running driver's own log stays, however many starts were refused
@@ -485,7 +484,7 @@ class AppRuntime:
             lines = self.rates_file.read_text(encoding="utf-8").splitlines()
         except OSError:
             return []
-        since = datetime.now(timezone.utc).timestamp() - within_s
+        since = datetime.now(UTC).timestamp() - within_s
         recent = []
         for line in lines:
             try:
@@ -549,7 +548,7 @@ class AppRuntime:
             gone = not alive
         else:
             started = parse_recorded_time(record.get("started_at"))
-            gone = started is None or (datetime.now(timezone.utc) - started).total_seconds() > OPERATION_MAX_S
+            gone = started is None or (datetime.now(UTC) - started).total_seconds() > OPERATION_MAX_S
         if gone:
             return {**record, "failed_at": "unknown", "error": f"its process (pid {record.get('pid')} on {record.get('host')}) "
                                                                 "ended without finishing it (killed, or its worker was lost)"}

@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec
 from streamops.checkpoints import cluster_problem, positions
-from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_offsets import duration_ms, end_offsets
 
 
 @dataclass
@@ -125,7 +125,7 @@ def _age_seconds(iso: str | None) -> float | None:
     if not iso:
         return None
     moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
-    return round((datetime.now(timezone.utc) - moment).total_seconds(), 1)
+    return round((datetime.now(UTC) - moment).total_seconds(), 1)
 
 
 def _record_timestamps(kafka: KafkaClientConfig, positions: list[TopicPartition]) -> dict[tuple[str, int], int]:

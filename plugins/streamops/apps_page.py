@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -76,7 +76,7 @@ def minute_rates(rates: list[dict[str, Any]], now: datetime, minutes: int = CHAR
 
 def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = None) -> list[AppRow]:
     """One row per catalog app; an app whose figures cannot be read says so (the others still show)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     try:
         audit = read_audit()
     except (OSError, ValueError) as exc:  # a torn line must not blank the page: the rows still show
@@ -270,14 +270,15 @@ def add_apps_page(app: Any) -> None:
     from streamops.catalog import CatalogError, load_catalog
     from streamops.kafka_client import airflow_connection
     from streamops.metrics import URL_PREFIX
-    from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX, serving_enabled
+    from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX
+    from streamops.quality.docs import serving_enabled
     from streamops.ui_auth import page_login
 
     login = page_login("the apps page")
 
     @app.get(PAGE_PATH, response_class=HTMLResponse)
     def apps_page(_user: str = Depends(login)) -> HTMLResponse:
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         rows = app_rows(load_catalog(check_programs=False), airflow_connection(), now)
         docs = f"{DATA_DOCS_PREFIX}/index.html" if serving_enabled() else None
         return HTMLResponse(render_page(rows, now, docs, URL_PREFIX), headers={"Cache-Control": "no-store"})

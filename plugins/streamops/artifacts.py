@@ -30,7 +30,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streamops import settings
@@ -272,7 +272,7 @@ def build(
             "files": files,
             "requirements": Path(requirements).read_text().splitlines() if requirements else [],
             "built_from": str(package_dir.resolve()),
-            "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "built_by": built_by or os.environ.get("USER", ""),
             "description": description,
             # The driver it is built for: its program is imported into the platform's driver.

@@ -16,7 +16,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -229,7 +229,7 @@ def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplo
     spark.sparkContext.setLogLevel("ERROR")
     apply_app_conf(spark, app)
     results: list[Result] = []
-    loaded_at = datetime.now(timezone.utc)
+    loaded_at = datetime.now(UTC)
     for role, described in declared.items():
         fields = [records.Field.from_data(f) for f in described]
         topic = app.inputs[role]

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from streamops import settings
@@ -269,7 +269,7 @@ def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger:
     finally:
         _stop_live(checkpoint)
     stamps = sorted(t for _, _, t in got)
-    gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0) / 1000
+    gap = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0) / 1000
     counts = Counter((e, c) for e, c, _ in got)
     return RollFigure(trigger, rate, summary["downtime_s"], round(gap, 2), len(expected),
                       len(expected - set(counts)), sum(n - 1 for n in counts.values()))
@@ -280,7 +280,7 @@ def machine() -> dict:
 
     return {"cpus": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "platform": platform.platform(), "python": platform.python_version(), "spark": pyspark.__version__,
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            "at": datetime.now(UTC).isoformat(timespec="seconds")}
 
 
 def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,

@@ -8,9 +8,9 @@ the file, the entry (index and name) and the field, with the YAML line where it 
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 import re
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -20,18 +20,18 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictInt,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic import StringConstraints
 
-from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
+from streamops import settings
 from streamops.input_contract import DEFAULT_CONTRACT, DEFAULT_MAX_FUTURE, InputContract, field_problems
+from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 from streamops.paths import PROJECT_ROOT
 from streamops.programs import REFERENCE_PATTERN
 from streamops.refusals import Refused
-from streamops import settings
 
 DEFAULT_CATALOG_PATH = PROJECT_ROOT / "catalog" / "pipelines.yaml"
 CATALOG_ENV_VAR = settings.CATALOG.name
@@ -826,7 +826,7 @@ def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tup
 
     apps, problems = [], []
     for index, app in enumerate(catalog.apps):
-        def where(*path: object) -> str:
+        def where(*path: object, index: int = index) -> str:
             return _where(("apps", index), data, root_node, field_path=("apps", index, *path))
 
         try:

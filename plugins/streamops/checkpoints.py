@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +225,7 @@ def bind_cluster(app: str, checkpoint: str | Path, cluster_id: str | None, boots
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{CLUSTER_FILE}.tmp"
     tmp.write_text(json.dumps({"cluster_id": cluster_id, "bootstrap": bootstrap,
-                               "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}, sort_keys=True))
+                               "at": datetime.now(UTC).isoformat(timespec="seconds")}, sort_keys=True))
     tmp.replace(root / CLUSTER_FILE)
 
 
@@ -249,13 +249,13 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
     wrote the checkpoint (version and launch conf, so a restore can start that version again)."""
     from streamops.app_runtime import AppRuntime, DriverRecord
 
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     target = backups_dir(checkpoint) / f"{stamp}-{label}"
     shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(RUNTIME_FOLDER))
     driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()
     info = {
         "label": label,
-        "taken_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "taken_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
         "version": driver.version,
         "launch": driver.launch.to_json(),
         "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from confluent_kafka import KafkaException
@@ -65,7 +65,7 @@ spark_app = typer.Typer(
 )
 app.add_typer(spark_app, name="spark")
 
-PortOpt = Annotated[Optional[int], typer.Option("--port", help="Listener port (default: env or the standard port).")]
+PortOpt = Annotated[int | None, typer.Option("--port", help="Listener port (default: env or the standard port).")]
 
 
 def _fail(message: str) -> typer.Exit:
@@ -93,7 +93,7 @@ def _broker(port: int | None = None, data_dir: Path | None = None) -> LocalBroke
 @broker_app.command("start")
 def broker_start(
     port: PortOpt = None,
-    data_dir: Annotated[Optional[Path], typer.Option(help="Where the broker keeps its log segments.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Where the broker keeps its log segments.")] = None,
 ) -> None:
     """Start the broker and wait until it is healthy (or fail with its log's tail)."""
     _start(_broker(port, data_dir).start)
@@ -184,10 +184,9 @@ def up(
                           "environment 'cluster', each app as its own user) instead of the single local broker.")] = False,
 ) -> None:
     """Start Kafka and Airflow, then provision every catalog topic through the DAG."""
+    from streamops.artifacts import ArtifactError, ensure_catalog_artifacts
     from streamops.catalog import selected_environment
     from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
-
-    from streamops.artifacts import ArtifactError, ensure_catalog_artifacts
 
     environment = (settings.ENVIRONMENT.get() or "cluster") if cluster else selected_environment()
     try:
@@ -451,7 +450,7 @@ def spark_status() -> None:
 
 
 @catalog_app.command("check")
-def catalog_check(path: Annotated[Optional[Path], typer.Argument(help="Catalog file (default: the project's).")] = None) -> None:
+def catalog_check(path: Annotated[Path | None, typer.Argument(help="Catalog file (default: the project's).")] = None) -> None:
     """Validate a catalog file; print every problem with its entry, field and line."""
     try:
         catalog = load_catalog(path)
@@ -466,12 +465,12 @@ def catalog_check(path: Annotated[Optional[Path], typer.Argument(help="Catalog f
 @artifact_app.command("build")
 def artifact_build(
     version: Annotated[str, typer.Option(help="The version this code is, a semantic version such as 1.2.0.")],
-    app_name: Annotated[Optional[str], typer.Option("--app", help="Take the artifact name and program from this catalog app.")] = None,
-    name: Annotated[Optional[str], typer.Option(help="Artifact name (default: the app's `artifact`).")] = None,
-    program: Annotated[Optional[str], typer.Option(help="Program reference, module[:attribute] (default: the app's).")] = None,
-    source: Annotated[Optional[Path], typer.Option(help="Folder holding the program's top-level package (default: where "
+    app_name: Annotated[str | None, typer.Option("--app", help="Take the artifact name and program from this catalog app.")] = None,
+    name: Annotated[str | None, typer.Option(help="Artifact name (default: the app's `artifact`).")] = None,
+    program: Annotated[str | None, typer.Option(help="Program reference, module[:attribute] (default: the app's).")] = None,
+    source: Annotated[Path | None, typer.Option(help="Folder holding the program's top-level package (default: where "
                                                         "this environment imports it from).")] = None,
-    requirements: Annotated[Optional[Path], typer.Option(help="requirements.txt of the program's own dependencies, "
+    requirements: Annotated[Path | None, typer.Option(help="requirements.txt of the program's own dependencies, "
                                                               "installed into the artifact (not pyspark or streamops: "
                                                               "the runtime brings those).")] = None,
 ) -> None:
@@ -512,7 +511,7 @@ def artifact_ensure() -> None:
 
 
 @artifact_app.command("list")
-def artifact_list(name: Annotated[Optional[str], typer.Argument(help="One artifact name (default: all).")] = None) -> None:
+def artifact_list(name: Annotated[str | None, typer.Argument(help="One artifact name (default: all).")] = None) -> None:
     """The artifacts in the store, with version, digest and when and from what each was built."""
     from tabulate import tabulate
 
@@ -535,10 +534,10 @@ def artifact_list(name: Annotated[Optional[str], typer.Argument(help="One artifa
 # --- apps ----------------------------------------------------------------------------------------
 
 BootstrapOpt = Annotated[
-    Optional[str], typer.Option("--bootstrap-servers", help="A PLAINTEXT Kafka without credentials (default: the local broker).")
+    str | None, typer.Option("--bootstrap-servers", help="A PLAINTEXT Kafka without credentials (default: the local broker).")
 ]
 KafkaConfigOpt = Annotated[
-    Optional[Path], typer.Option(
+    Path | None, typer.Option(
         "--kafka-config", envvar=settings.KAFKA_CONFIG.name,
         help="JSON file of librdkafka settings (bootstrap.servers, security.protocol, sasl.*, ssl.*), "
              "as in the Airflow connection's extra; readable by you only. Default: the local broker.")
@@ -579,11 +578,11 @@ def _app_spec(name: str):
 @apps_app.command("run")
 def app_run(
     name: Annotated[str, typer.Argument(help="App name in the catalog.")],
-    trigger: Annotated[Optional[str], typer.Option(help="'2 seconds', available-now to process what is there and stop, or real-time (stateless apps).")] = None,
+    trigger: Annotated[str | None, typer.Option(help="'2 seconds', available-now to process what is there and stop, or real-time (stateless apps).")] = None,
     bootstrap_servers: BootstrapOpt = None,
     kafka_config: KafkaConfigOpt = None,
-    checkpoint: Annotated[Optional[str], typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
-    version: Annotated[Optional[str], typer.Option(
+    checkpoint: Annotated[str | None, typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
+    version: Annotated[str | None, typer.Option(
         help="Version (default: the catalog's); an artifact app runs that version's artifact.")] = None,
     master: Annotated[str, typer.Option(help="Spark master.")] = "local[*]",
     print_only: Annotated[bool, typer.Option("--print", help="Print the spark-submit command; run nothing.")] = False,
@@ -602,10 +601,9 @@ def app_run(
         settings_file = _print_settings_file(kafka)
     else:
         settings_file = kafka_config if print_only else None
+    from streamops.effective_spec import SpecRefused, bind_app
     from streamops.launch_overrides import LaunchOverrideRefused, checked_version
     from streamops.programs import ProgramError
-
-    from streamops.effective_spec import SpecRefused, bind_app
 
     bound = None
     try:
@@ -703,7 +701,7 @@ def loadgen(
     late_by: Annotated[float, typer.Option(min=0, help="How late a late record is, in seconds.")] = 300,
     skew: Annotated[float, typer.Option(min=0, help="Event-time jitter, in seconds either way.")] = 0,
     start_seq: Annotated[int, typer.Option(help="First sequence number.")] = 1,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed, for a repeatable load.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed, for a repeatable load.")] = None,
     bootstrap_servers: BootstrapOpt = None,
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
@@ -725,7 +723,7 @@ def loadgen(
 def bench_router(
     events: Annotated[int, typer.Option(min=1000, help="Events to preload and drain.")] = 200_000,
     bootstrap_servers: Annotated[
-        Optional[str], typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
+        str | None, typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
     ] = None,
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
@@ -745,7 +743,7 @@ def bench_report(
     micro_batch: Annotated[str, typer.Option(help="The micro-batch trigger the live router is compared on.")] = "2 seconds",
     roll_rate: Annotated[float, typer.Option(min=1, help="Load during the roll-restarts, events/s.")] = 1000,
     bootstrap_servers: Annotated[
-        Optional[str], typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
+        str | None, typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
     ] = None,
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
@@ -791,7 +789,7 @@ def bench_parse(
 
 @quality_app.command("results")
 def quality_results(
-    topic: Annotated[Optional[str], typer.Option(help="Only this topic.")] = None,
+    topic: Annotated[str | None, typer.Option(help="Only this topic.")] = None,
     failed: Annotated[bool, typer.Option("--failed", help="Only failed validations.")] = False,
     limit: Annotated[int, typer.Option(help="How many, newest first.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Every field as JSON lines.")] = False,
@@ -819,9 +817,9 @@ def quality_results(
 
 @app.command("audit")
 def audit(
-    app_name: Annotated[Optional[str], typer.Option("--app", help="Only this app.")] = None,
-    run_id: Annotated[Optional[str], typer.Option("--run", help="Only this DAG run.")] = None,
-    dag_id: Annotated[Optional[str], typer.Option("--dag", help="Only this DAG (e.g. app_status: the supervisor's restarts).")] = None,
+    app_name: Annotated[str | None, typer.Option("--app", help="Only this app.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this DAG run.")] = None,
+    dag_id: Annotated[str | None, typer.Option("--dag", help="Only this DAG (e.g. app_status: the supervisor's restarts).")] = None,
     limit: Annotated[int, typer.Option(help="How many steps, newest last.")] = 30,
     as_json: Annotated[bool, typer.Option("--json", help="Every field as JSON lines.")] = False,
 ) -> None:

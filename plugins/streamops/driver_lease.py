@@ -33,15 +33,15 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
 from streamops import settings
 from streamops.runtime_files import read_json_object, write_json_atomic
-
 
 log = logging.getLogger("streamops.lease")
 
@@ -67,7 +67,7 @@ def lease_ttl_s() -> float:
 class LeaseTaken(RuntimeError):
     """Another driver holds the lease; `holder` says who."""
 
-    def __init__(self, message: str, holder: "Holder"):
+    def __init__(self, message: str, holder: Holder):
         super().__init__(message)
         self.holder = holder
 

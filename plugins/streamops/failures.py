@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-
 # A Java exception class, e.g. "org.apache.kafka.common.errors.RecordTooLargeException".
 _JAVA_EXCEPTION = re.compile(r"(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b")
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from streamops.kafka_client import while_transient
@@ -50,8 +50,8 @@ if TYPE_CHECKING:
 MAX_OFFSET = 2**63 - 1  # Kafka offsets are signed 64-bit
 MAX_PARTITION = 2**31 - 1  # Kafka partitions are signed 32-bit
 # Kafka timestamps count milliseconds from 1970; a time past year 2999 is a typo, not a plan.
-EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
-LATEST_TIME = datetime(3000, 1, 1, tzinfo=timezone.utc)
+EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_TIME = datetime(3000, 1, 1, tzinfo=UTC)
 MAX_LOOKBACK = timedelta(days=3650)
 
 # ---------------------------------------------------------------------------------------------

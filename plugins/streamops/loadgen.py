@@ -14,14 +14,14 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka import KafkaException
 
 from streamops.catalog import AppSpec
-from streamops.programs import program_info, settings_dict
-from streamops.kafka_records import producer
 from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_records import producer
+from streamops.programs import program_info, settings_dict
 
 UNKNOWN_OP_TYPES = ["LOGIN", "LOGOUT", "UPDATE_PROFILE"]
 ACTION_LOGGERS = ["com.example.web.CheckoutController", "com.example.web.SearchController", "com.example.web.CartController"]
@@ -67,7 +67,7 @@ class LoadReport:
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _malformed(rng: random.Random, good: dict) -> str:
@@ -88,7 +88,7 @@ def _malformed(rng: random.Random, good: dict) -> str:
 def events(app: AppSpec, load: LoadSpec) -> Iterator[tuple[str, str, str, bool, bool]]:
     """(topic, key, value, malformed, late) for `load.count` records of the app's inputs."""
     rng = random.Random(load.seed)
-    start = load.start_time or datetime.now(timezone.utc)
+    start = load.start_time or datetime.now(UTC)
     spacing = load.event_spacing or (timedelta(seconds=1 / load.rate) if load.rate else timedelta(milliseconds=1))
     # Test data for the shipped programs, told apart by the name each program declares.
     kind = program_info(app).name

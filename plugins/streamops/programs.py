@@ -14,8 +14,8 @@ import importlib
 import json
 import re
 import sys
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from streamops.program_contract import LineageOutput, StreamingProgram, WindowCountOutput, contract_problems, describe
@@ -190,7 +190,6 @@ def program_info(app: AppSpec, version: str | None = None, expected_digest: str 
 def running_version(app: AppSpec) -> str:
     """The version the app's driver last ran (its driver record), else the catalog's."""
     from streamops.app_runtime import AppRuntime, DriverRecord
-
     from streamops.catalog import VERSION_PATTERN
 
     version = (AppRuntime(app.checkpoint_location()).driver() or DriverRecord()).launched_version

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
@@ -23,11 +23,11 @@ from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import committed_batch_metadata, query_dir
+from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import duration_ms
+from streamops.programs import ProgramError, program_info, settings_dict
 from streamops.quality.batches import aggregated, read_decoded
 from streamops.quality.ranges import whole_topics
-from streamops.programs import ProgramError, program_info, settings_dict
-from streamops.kafka_client import KafkaClientConfig
 
 EXAMPLES = 5
 
@@ -139,7 +139,7 @@ def compare_windows(
         app=app.name,
         live_topic=live_topic,
         scratch_topic=scratch_topic,
-        closed_before=datetime.fromtimestamp(bound_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds"),
+        closed_before=datetime.fromtimestamp(bound_ms / 1000, tz=UTC).isoformat(timespec="seconds"),
         closed_by=closed_by,
         compared=int(counts["compared"] or 0),
         matching=int(counts["matching"] or 0),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pyspark.sql import Column, DataFrame
@@ -77,9 +77,9 @@ _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 # (\z, not $: Java's $ also matches before a final line break, which would pass '...Z\n'.)
 _NO_OFFSET = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?\z"
 _RFC3339 = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?(Z|[+-][0-9]{2}:[0-9]{2})\z"
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_FIRST_MICROS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
-_LAST_MICROS = (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_FIRST_MICROS = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
+_LAST_MICROS = (datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 # A lone surrogate escape: read the text token by token from its start (possessively, so in
 # linear time): any character but a backslash, an escape other than \u, a \u escape that is not
 # a surrogate, or a high-low surrogate pair; the first \uD800-\uDFFF escape that is left over is

@@ -25,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,11 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.catalog import VERSION_PATTERN, AppSpec, Catalog, TopicSpec
-from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.plans import JsonPlan
+from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.refusals import Refused
 
 # Used for the estimate until this machine has measured a run of the app.
@@ -156,7 +156,7 @@ class ReprocessResult:
 
 
 def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def target_topics(app: AppSpec, target: str, version: str, tag: str) -> dict[str, str]:
@@ -214,7 +214,7 @@ def plan_reprocess(
     measured_rate: float | None = None,
 ) -> ReprocessPlan:
     """Resolve the request to offsets per input partition; refuse bad requests naming each problem."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     problems: list[str] = []
     try:
         app = catalog.app(request.app)
@@ -338,9 +338,9 @@ def run_reprocess(
     """Create the targets, run the planned version of the app over exactly the planned range (a
     driver of its own: spark-submit, as the live app runs), count the output."""
     from streamops.app_ops import readable_tail
-    from streamops.provisioning import ensure_topics
     from streamops.app_runtime import AppRuntime
     from streamops.checkpoints import bind_cluster
+    from streamops.provisioning import ensure_topics
     from streamops.spark_submit import KAFKA_CLIENT_FILE, driver_env, submit_spec
 
     # A run's folder is never reused: its checkpoint would resume instead of starting at the plan.

@@ -18,16 +18,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from streamops.app_ops import (Launch, LaunchCommand, LaunchError, Standby, as_launch_command, launch,
-                               start_standby, stop)
+from streamops.app_ops import Launch, LaunchCommand, LaunchError, Standby, as_launch_command, launch, start_standby, stop
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, restore_checkpoint
+from streamops.kafka_client import KafkaClientConfig
 from streamops.refusals import OneLineRefused
 from streamops.spark_submit import driver_env
 from streamops.waiting import DeadlineExceeded, poll_until
-from streamops.kafka_client import KafkaClientConfig
 
 
 class RolloutRefused(OneLineRefused, RuntimeError):

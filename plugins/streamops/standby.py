@@ -23,8 +23,9 @@ import os
 import re
 import secrets
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from streamops.runtime_files import read_json_object, write_json_atomic
 from streamops.waiting import poll_until

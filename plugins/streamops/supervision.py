@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
@@ -72,7 +72,7 @@ WAY_OUT = ("If a record fails the query, skip it with recover_skip_records, or m
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _words(seconds: float) -> str:
@@ -116,8 +116,8 @@ def restart_decision(policy: SupervisionSpec, restarts: list[dict[str, Any]], si
                                f"{gave_up[-1].get('restarts', '?')} restart(s) within {policy.restart_window} (its limit "
                                f"is {policy.max_restarts}): it stays down until an operator acts")
     counted = sorted(
-        (at for at in (since_operator(r) for r in restarts if r.get("outcome") in RESTARTS) if at is not None
-         and (now - at).total_seconds() <= window_s)
+        at for at in (since_operator(r) for r in restarts if r.get("outcome") in RESTARTS) if at is not None
+         and (now - at).total_seconds() <= window_s
     )
     if len(counted) >= policy.max_restarts:
         return RestartDecision(
@@ -228,7 +228,7 @@ def _who(desired: dict[str, Any]) -> str:
 
 def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetime | None = None) -> Health:
     """The app's health state with its evidence (what an on-call engineer reads first)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     policy = spec.supervision
     desired = desired_state(runtime)
     restarts = runtime.restarts()

@@ -21,7 +21,8 @@ from streamops.app_runtime import AppRuntime
 from streamops.catalog import Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.local_stack.airflow_api import AirflowApi
-from streamops.local_stack.airflow_stack import ADMIN_USER as AIRFLOW_ADMIN, LocalAirflow, _profile_from_record, read_stack_record
+from streamops.local_stack.airflow_stack import ADMIN_USER as AIRFLOW_ADMIN
+from streamops.local_stack.airflow_stack import LocalAirflow, _profile_from_record, read_stack_record
 from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.secure_cluster import ADMIN_USER
 from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports

@@ -169,7 +169,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     drift_of = {d.app: d.to_dict() for d in drifts}
     return {item.app: json.loads(json.dumps({**item.to_dict(), "health": health.to_dict(), "drift": drift_of.get(item.app)},
                                             default=str))
-            for item, health in zip(statuses, healths)}
+            for item, health in zip(statuses, healths, strict=True)}
 
 
 def check_health(statuses: dict) -> str:

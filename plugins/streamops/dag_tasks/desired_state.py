@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, is_dry_run
-from streamops.app_runtime import AppRuntime
 from streamops.desired_state import SyncItem, SyncPlan, plan_sync, record_roll_outcome
 
 log = logging.getLogger(__name__)

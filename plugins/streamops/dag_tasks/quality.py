@@ -10,8 +10,8 @@ from tabulate import tabulate
 
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import refusals_fail
-from streamops.quality.ranges import RangeRequest, TopicRange, resolve
 from streamops.kafka_client import KafkaClientConfig
+from streamops.quality.ranges import RangeRequest, TopicRange, resolve
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ outcome. Refusals fail the task without retries, naming every problem; nothing w
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from streamops.catalog import load_catalog
@@ -143,7 +143,7 @@ def _rebuild_reprocess_plan(step: Step, plan: RebuildPlan) -> Result:
         return {}
     return {"reprocess_plan": reprocessing.plan(step.admin, step.kafka, {
         "app": plan.app, "start": "earliest", "end": "now", "target": "versioned",
-        "version": step.params.get("version") or "v2", "tag": datetime.now(timezone.utc).strftime("rebuild-%Y%m%dt%H%M%S"),
+        "version": step.params.get("version") or "v2", "tag": datetime.now(UTC).strftime("rebuild-%Y%m%dt%H%M%S"),
         "cutover": True,
     })}
 

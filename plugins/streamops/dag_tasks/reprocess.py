@@ -153,11 +153,12 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     """Hand the live app over to the backfill's targets and checkpoint; say what to change next.
     The new topics become an approved change of the app (streamops.effective_spec): every later
     launch (a supervisor's restart, a roll, a restore) keeps them until the catalog says them."""
+    from streamops.app_runtime import AppRuntime
     from streamops.audit import acting_user
     from streamops.dag_tasks.launching import command_for, last_launch, launch_app
     from streamops.effective_spec import approve_topics, drift
-    from streamops.app_runtime import AppRuntime
-    from streamops.reprocess import ReprocessResult, cutover as hand_over
+    from streamops.reprocess import ReprocessResult
+    from streamops.reprocess import cutover as hand_over
 
     the_plan, work_dir = checked_plan(plan_json)
     catalog = app_catalog(the_plan.app)

@@ -9,7 +9,6 @@ import re
 
 from streamops.program_contract import OutputQuery, StreamingProgram
 
-
 _STATEFUL = ("FlatMapGroups", "Aggregate", "Deduplicate", "Join", "TransformWithState")
 
 

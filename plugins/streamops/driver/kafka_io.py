@@ -7,7 +7,6 @@ from pyspark.sql import DataFrame, SparkSession
 from streamops.catalog import ProducerSettings
 from streamops.kafka_client import KafkaClientConfig
 
-
 # A read of a bounded offset range (a batch read, a micro-batch) ends with one fetch past the last
 # record it needs, which the broker holds for fetch.max.wait.ms (Kafka's default: 500 ms) when no
 # newer record exists yet: measured here, every task of such a read took about 0.6 s for a few hundred

@@ -12,7 +12,6 @@ from typing import Any
 
 from streamops.kafka_client import KafkaClientConfig
 
-
 AVAILABLE_NOW = "available-now"
 
 

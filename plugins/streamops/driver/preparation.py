@@ -30,7 +30,7 @@ class Prepared:
     progress, the queries' plans and their stateful fingerprint."""
 
     spark: SparkSession
-    publisher: "ProgressPublisher"
+    publisher: ProgressPublisher
     outputs: list[OutputQuery]
     sources_read: list[list[str]]
     fingerprint: dict[str, list[str]]

@@ -10,8 +10,13 @@ import logging
 import threading
 
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
-from pyspark.sql.streaming.listener import (QueryIdleEvent, QueryProgressEvent, QueryStartedEvent, QueryTerminatedEvent,
-                                             StreamingQueryProgress)
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryProgress,
+)
 
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.driver.sink import STOPPED_BEFORE_BATCH

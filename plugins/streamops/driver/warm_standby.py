@@ -134,7 +134,7 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
     return summary + (f"; skipped: {'; '.join(skipped_steps)}" if skipped_steps else "")
 
 
-def await_go(slot: StandbySlot, prepared: Prepared, timeout_s: float, stops: "StopSignals") -> bool:
+def await_go(slot: StandbySlot, prepared: Prepared, timeout_s: float, stops: StopSignals) -> bool:
     """As a warm standby: report ready (with the plan's fingerprint, which the rollout compares
     with the running version's), then wait for the rollout's word. True: go and take the lease."""
     if stops.received:  # signalled while it prepared: the rollout is gone or gave up

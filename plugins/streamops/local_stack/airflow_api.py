@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 
@@ -56,7 +56,7 @@ class AirflowApi:
     def trigger(self, dag_id: str, conf: dict, attempts: int = 5) -> str:
         """Create a DAG run. The embedded SQLite database answers 500 "database is locked" while
         the scheduler writes: retry with the same run id, so a retry never makes a second run."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         run_id = f"streamops__{now.strftime('%Y%m%dT%H%M%S.%fZ')}"
         # run_after in whole seconds: on SQLite the scheduler compares it with CURRENT_TIMESTAMP,
         # which has none, and would leave a run made at 12:00:00.7 waiting until 12:00:01.

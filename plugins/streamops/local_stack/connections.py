@@ -11,8 +11,8 @@ the metadata database directly.
 from __future__ import annotations
 
 import argparse
-import re
 import json
+import re
 from collections.abc import Mapping
 
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig

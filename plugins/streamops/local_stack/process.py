@@ -6,9 +6,9 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -36,7 +36,7 @@ def ports_from_env(setting: Setting, names: Sequence[str], error: type[Exception
     if len(parts) != len(names) or not all(part.isdigit() and 0 < int(part) < 65536 for part in parts):
         count = {2: "two", 3: "three", 4: "four"}.get(len(names), str(len(names)))
         raise error(f"{variable} {raw!r} is not {count} ports: {','.join(n.removesuffix('_port').replace('_', '-') for n in names)}")
-    return dict(zip(names, map(int, parts)))
+    return dict(zip(names, map(int, parts), strict=True))
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

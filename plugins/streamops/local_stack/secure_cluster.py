@@ -38,10 +38,11 @@ import socket
 import stat
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 from streamops import settings
 from streamops.kafka_client import KafkaClientConfig, _jaas_quote
@@ -286,7 +287,7 @@ class SecureCluster:
                 if self.processes[node].pid() is None:
                     continue
                 try:
-                    poll_until(lambda: self._can_login(node, name), timeout=timeout,
+                    poll_until(partial(self._can_login, node, name), timeout=timeout,
                                what=f"user {name} to be able to log in on {self.describe_node(node)}")
                 except DeadlineExceeded as exc:
                     raise ClusterError(f"{exc}; log ({self.log_file(node)}):\n{log_tail(self.log_file(node))}") from None
@@ -398,7 +399,7 @@ class SecureCluster:
             registered = self._registered_nodes()
             controller = self.active_controller()
             health = (f"{len(registered)} broker(s) registered {sorted(registered)}, active controller: "
-                      f"{'node %d' % controller if controller is not None else 'NONE'}") if registered \
+                      f"{f'node {controller}' if controller is not None else 'NONE'}") if registered \
                 else "NOT answering"
         else:
             health = "stopped"
@@ -874,7 +875,7 @@ def _make_ca():
         x509.NameAttribute(NameOID.ORGANIZATION_NAME, _NODE_SUBJECT_O),
         x509.NameAttribute(NameOID.COMMON_NAME, "streamops local Kafka CA"),
     ])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name).issuer_name(name).public_key(key.public_key())
@@ -897,7 +898,7 @@ def _make_node_cert(ca_key, ca_cert, node: int, address: str):
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     subject = x509.Name([
         x509.NameAttribute(NameOID.ORGANIZATION_NAME, _NODE_SUBJECT_O),
         x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, _NODE_SUBJECT_OU),
@@ -929,7 +930,7 @@ def _expiring(cert_file: Path) -> bool:
         cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
     except ValueError:
         return True
-    return cert.not_valid_after_utc - dt.datetime.now(dt.timezone.utc) < _RENEW_BEFORE
+    return cert.not_valid_after_utc - dt.datetime.now(dt.UTC) < _RENEW_BEFORE
 
 
 def _cert_fits(keystore: Path, ca_cert, address: str) -> bool:
@@ -944,7 +945,7 @@ def _cert_fits(keystore: Path, ca_cert, address: str) -> bool:
         return False
     return (cert.issuer == ca_cert.subject
             and ipaddress.ip_address(address) in ips
-            and cert.not_valid_after_utc - dt.datetime.now(dt.timezone.utc) >= _RENEW_BEFORE
+            and cert.not_valid_after_utc - dt.datetime.now(dt.UTC) >= _RENEW_BEFORE
             and _signed_by(cert, ca_cert))
 
 

@@ -205,7 +205,7 @@ class SparkStandalone:
         state = self._master_json()
         health = f"master {state.get('status', '?')}, {self.describe_workers()}" if state else "master NOT answering"
         return (f"Spark standalone cluster at {self.master_url}: {health}; UI {self.master_ui}\n"
-                + "\n".join(f"  {name}: {'running (pid %d)' % pid if pid else 'stopped'}" for name, pid in pids.items()))
+                + "\n".join(f"  {name}: {f'running (pid {pid})' if pid else 'stopped'}" for name, pid in pids.items()))
 
     # --- what the master says -----------------------------------------------------------------
 
@@ -286,4 +286,4 @@ def free_spark_ports() -> dict[str, int]:
                     free_everywhere = False
         if free_everywhere:
             chosen.append(port)
-    return dict(zip(("master_port", "master_ui_port", "worker_port", "worker_ui_port"), chosen))
+    return dict(zip(("master_port", "master_ui_port", "worker_port", "worker_ui_port"), chosen, strict=True))

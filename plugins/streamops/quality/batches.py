@@ -15,8 +15,8 @@ import json
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from streamops.driver.kafka_io import BOUNDED_READ_OPTIONS
 from streamops.catalog import TopicSpec
+from streamops.driver.kafka_io import BOUNDED_READ_OPTIONS
 from streamops.kafka_client import KafkaClientConfig
 from streamops.quality.ranges import TopicRange
 

@@ -36,12 +36,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec, Catalog
-from streamops.quality.batches import aggregated, read_decoded, read_range
-from streamops.kafka_offsets import duration_ms, offsets_for_time, topic_partitions, watermarks
-from streamops.quality.ranges import TopicRange, whole_topics
 from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_offsets import duration_ms, offsets_for_time, topic_partitions, watermarks
 from streamops.program_contract import LineageOutput, WindowCountOutput
 from streamops.programs import load_program, program_info, running_version, settings_dict
+from streamops.quality.batches import aggregated, read_decoded, read_range
+from streamops.quality.ranges import TopicRange, whole_topics
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000

@@ -16,7 +16,6 @@ from pathlib import Path
 from streamops import settings
 from streamops.paths import RUN_DIR
 
-
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS validation_results (
     id INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -24,10 +24,10 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamops.programs import program_info, running_version, settings_dict
 from streamops.catalog import AppSpec, Catalog, TopicSpec
 from streamops.input_contract import INNERMOST_CONTAINER_REGEX, JSON_STRING_REGEX, merged_rules, whole_match
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
+from streamops.programs import program_info, running_version, settings_dict
 
 
 class SuiteError(ValueError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -22,12 +22,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamops.catalog import Catalog
+from streamops.kafka_client import KafkaClientConfig
 from streamops.quality import reconcile, results
 from streamops.quality.batches import read_decoded
 from streamops.quality.docs import airflow_base_url, ui_link
 from streamops.quality.ranges import TopicRange
 from streamops.quality.suites import TopicSuite, load_suite
-from streamops.kafka_client import KafkaClientConfig
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class TopicResult:
         for warning in self.warnings:
             lines.append(f"  warning: {warning.headline()}")
             lines += [f"      {sample}" for sample in warning.samples]
-        for url, link in zip(self.docs_urls, self.docs_links()):
+        for url, link in zip(self.docs_urls, self.docs_links(), strict=True):
             lines.append(f"  Data Docs: {link}  (file on the worker: {url})" if link else f"  Data Docs: {url}")
         return "\n".join(lines)
 
@@ -153,7 +153,7 @@ def validate_topics(
         results.record(
             {
                 "run_name": run_name,
-                "validated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "validated_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "topic": outcome.topic,
                 "suite": outcome.suite,
                 "suite_file": outcome.suite_file,
@@ -272,7 +272,7 @@ def _run_part(context, suite: TopicSuite, part: str, frame: DataFrame, run_name:
     run = checkpoint.run(
         batch_parameters={"dataframe": frame},
         expectation_parameters=suite.parameters,
-        run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(timezone.utc)),
+        run_id=RunIdentifier(run_name=run_name, run_time=datetime.now(UTC)),
     )
     failures: list[FailedExpectation] = []
     warnings: list[FailedExpectation] = []

@@ -14,8 +14,8 @@ from streamops.app_ops import driver_log_tail
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec
-from streamops.waiting import DeadlineExceeded, poll_until
 from streamops.kafka_client import KafkaClientConfig
+from streamops.waiting import DeadlineExceeded, poll_until
 
 
 @dataclass

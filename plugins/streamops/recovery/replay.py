@@ -21,7 +21,7 @@ import hashlib
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.catalog import AppSpec, Catalog
+from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import (
     BACK,
     EARLIEST,
@@ -43,10 +44,9 @@ from streamops.kafka_offsets import (
     watermarks,
 )
 from streamops.kafka_records import held_offsets, producer, read_spans
+from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
-from streamops.kafka_client import KafkaClientConfig
-from streamops.plans import JsonPlan
 
 HEADER_SOURCE = "streamops.replay.source"
 HEADER_DEAD_LETTER = "streamops.replay.dead-letter"
@@ -126,7 +126,7 @@ def _time(text: str, what: str, now: datetime, allowed: set[str], problems: list
 
 def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, now: datetime | None = None) -> tuple[AppSpec, dict[str, list[int]]]:
     """The app and the dead-letter offsets [start, end) per partition the request names."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     problems: list[str] = []
     app = resolve_app(catalog, request.app, problems)
     start = _time(request.start, "start", now, {EARLIEST, TIME, BACK}, problems)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
@@ -20,8 +20,8 @@ from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, batch_marks, initial_offsets, positions, query_dirs, retire_queries
 from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
-from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
 from streamops.plans import JsonPlan
+from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 
@@ -171,7 +171,7 @@ def plan_reset(
 ) -> ResetPlan:
     """Per input partition: where the checkpoint is, where the reset puts it, records replayed or
     skipped. Refuses (naming every problem) before anything is changed."""
-    at = now or datetime.now(timezone.utc)
+    at = now or datetime.now(UTC)
     shift = request.shift
     problems: list[str] = []
     app = resolve_app(catalog, request.app, problems)

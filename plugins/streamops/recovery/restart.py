@@ -12,10 +12,10 @@ from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs
 from streamops.failures import describe_failed_batches, describe_ranges
-from streamops.recovery.common import RecoveryRefused, resolve_app
-from streamops.recovery.lifecycle import end_leftovers, leftovers
 from streamops.kafka_client import KafkaClientConfig
 from streamops.plans import JsonPlan
+from streamops.recovery.common import RecoveryRefused, resolve_app
+from streamops.recovery.lifecycle import end_leftovers, leftovers
 
 
 @dataclass

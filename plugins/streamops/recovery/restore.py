@@ -20,8 +20,8 @@ from streamops.checkpoints import (
     query_dir,
     restore_checkpoint,
 )
-from streamops.recovery.common import RecoveryRefused, name_problem, resolve_app
 from streamops.plans import JsonPlan
+from streamops.recovery.common import RecoveryRefused, name_problem, resolve_app
 
 
 @dataclass

@@ -25,14 +25,14 @@ from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
-from streamops.kafka_client import KafkaClientConfig
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import batch_marks, positions, query_dirs, uncommitted_batch
 from streamops.failures import describe_failed_batches
+from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, end_offsets, topic_partitions, watermarks
 from streamops.kafka_records import held_offsets, read_spans
-from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
 from streamops.plans import JsonPlan
+from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run

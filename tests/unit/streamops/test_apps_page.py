@@ -5,7 +5,7 @@ CDN rewrite. The page itself is exercised in a real browser by test_operator_ui.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from streamops import app_runtime
 from streamops.app_runtime import AppRuntime
@@ -13,7 +13,7 @@ from streamops.apps_page import AppRow, minute_rates, render_page, sparkline
 from streamops.quality import docs_assets
 from streamops.reprocess import progress_line
 
-NOW = datetime(2026, 11, 24, 12, 0, 30, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 24, 12, 0, 30, tzinfo=UTC)
 
 
 def at(seconds_ago: float) -> str:
@@ -31,7 +31,7 @@ def test_the_chart_sums_every_query_per_minute_as_records_per_second():
 
 def test_a_driver_keeps_an_hour_of_batch_rates_and_trims_the_rest(tmp_path, monkeypatch):
     runtime = AppRuntime(tmp_path / "checkpoint")
-    old = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat()
+    old = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
     runtime.write_progress("route", {"published_at": old, "input_rows": 7})
     runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": 11})
     assert [e["input_rows"] for e in runtime.rates()] == [11]  # read: the last hour only

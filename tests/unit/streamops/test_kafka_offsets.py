@@ -6,7 +6,7 @@ offsets) is exercised by the tests of its callers against a real broker."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -32,7 +32,7 @@ from streamops.kafka_offsets import (
     time_back,
 )
 
-UTC = timezone.utc
+UTC = UTC
 NOW_AT = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 OUT_OF_RANGE = ("is out of range: a time must be from 1970-01-01T00:00:00Z (where Kafka timestamps start) to "
                 "before 3000-01-01T00:00:00Z")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,8 +15,7 @@ from streamops.app_status import AppStatus, PartitionLag, QueryWindow
 from streamops.catalog import SupervisionSpec, load_catalog
 from streamops.supervision import evaluate, restart_decision
 
-
-T0 = datetime(2026, 11, 24, 3, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 24, 3, 0, tzinfo=UTC)
 
 
 def at(seconds: float) -> str:

@@ -6,7 +6,7 @@ tests/test_skip_records.py, tests/test_dead_letters.py."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -84,7 +84,7 @@ def test_a_rebuild_says_what_it_will_do_to_the_live_topics_or_beside_them():
 
 
 def test_a_replay_range_is_refused_before_the_broker_is_asked():
-    now = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 25, 3, 0, tzinfo=UTC)
     with pytest.raises(RecoveryRefused) as refused:
         resolve_spans(None, CATALOG, ReplayRequest(app="oplog-router", start="2026-11-25T02:00:00Z", end="2026-11-25T01:00:00Z",
                                                    reason_contains="x" * 201), now)  # type: ignore[arg-type]
