@@ -28,7 +28,7 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     (audited,) = read_audit(run_id=deployed.run_id)
     assert (audited["step"], audited["outcome"], audited["app"], audited["user"]) == ("deploy", "done", "oplog-router", "dag_test")
     assert audited["result"]["pid"] == driver.pid and audited["code"]["version"] == "1.0.1"
-    assert runtime.desired()["state"] == "running" and runtime.desired()["run_id"] == deployed.run_id
+    assert runtime.desired().state == "running" and runtime.desired().run_id == deployed.run_id
 
     capfd.readouterr()
     again = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])

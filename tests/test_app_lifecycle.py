@@ -103,7 +103,7 @@ def test_kill_dash_9_shows_crashed_and_a_restart_loses_nothing(launcher, broker,
     wait_running(runtime, first, "route")
     # The load runs until the block ends, so the kill lands mid-stream however fast this machine is.
     with background_load(spec, LoadSpec(count=10_000_000, keys=30, rate=400, seed=5), broker.client_config) as producer:
-        poll_until(lambda: runtime.progress()["route"]["input_rows"] > 0, timeout=120, what="a micro-batch with data")
+        poll_until(lambda: runtime.progress()["route"].input_rows > 0, timeout=120, what="a micro-batch with data")
         os.kill(runtime.driver().pid, signal.SIGKILL)
         at_kill = end_offsets_total(broker, spec)
         first.wait(timeout=60)

@@ -101,8 +101,8 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, admi
     topic = spec.inputs["operations"]
     ends = {p: high for p, (_, high) in end_offsets(broker.client_config, topic).items()}
     progress = AppRuntime(tmp_path / "checkpoints" / "oplog-router").progress()["route"]
-    assert progress["batch_id"] == 0 and progress["input_rows"] == 500
-    assert progress["end_offsets"] == {topic: {str(p): end for p, end in ends.items()}}
+    assert progress.batch_id == 0 and progress.input_rows == 500
+    assert progress.end_offsets == {topic: {str(p): end for p, end in ends.items()}}
     group = broker.client_config.consumer("streamops.oplog-router")
     try:
         committed = group.committed([TopicPartition(topic, p) for p in ends], timeout=15)

@@ -21,6 +21,7 @@ from streamops.app_runtime import AlreadyRunningError, AppRuntime
 from streamops.app_status import app_status, status_table
 from streamops.catalog import load_catalog
 from streamops.driver_lease import DriverLease, LeaseTaken, lease_ttl_s
+from streamops.runtime_records import QueryProgress
 from streamops.waiting import poll_until
 
 # A holder in its own process: take the lease (or say who has it), then report every 0.2 s
@@ -172,7 +173,7 @@ def test_a_fenced_driver_leaves_the_new_drivers_record_alone(tmp_path):
     (old.dir / "driver.json").write_text(json.dumps(record))
     assert old.fenced
     old.update(application_id="stale")
-    old.write_progress("route", {"batch_id": 99})
+    old.write_progress("route", QueryProgress(query="demo.route", batch_id=99))
     old.release("stopped", "the old driver ends")
     assert json.loads(old.driver_file.read_text()) == record  # untouched: the new driver's
     assert old.progress() == {}

@@ -69,7 +69,7 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
     assert (record.trigger, record.checkpoint_interval, record.spark_master) == ("real-time", "5 seconds", "local[6]")
 
     with background_load(spec, LoadSpec(count=10_000_000, keys=40, rate=300, seed=31), broker.client_config) as load:
-        poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120,
+        poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120,
                    what="a real-time checkpoint with data")
         dead = runtime.driver()
         os.kill(dead.pid, signal.SIGKILL)  # mid-stream: records since the last checkpoint are in flight

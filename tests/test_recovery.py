@@ -38,7 +38,7 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     assert deployed.state == "success", deployed.task_states
     producer = threading.Thread(target=run_load, args=(spec, LoadSpec(count=3000, keys=30, rate=300, seed=11), broker.client_config))
     producer.start()
-    poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120, what="a batch with data")
+    poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120, what="a batch with data")
     dead = runtime.driver()
     os.kill(dead.pid, signal.SIGKILL)  # mid-stream
     poll_until(lambda: not runtime.is_running(), timeout=30, what="the lock to be released")

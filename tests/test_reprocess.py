@@ -205,7 +205,7 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"]).state == "success"
 
     with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=33), broker.client_config) as load:
-        poll_until(lambda: runtime.progress().get("route", {}).get("input_rows"), timeout=120, what="the router to see load")
+        poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120, what="the router to see load")
         result = run_dag("reprocess", catalog_file, app="oplog-router", start="earliest", end="now", target="versioned",
                          version="v2", dry_run=False, cutover=True)
         under_load = load.is_alive()  # the producer was still writing when the cutover finished
@@ -220,7 +220,7 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
         restarted = runtime.driver()
         assert supervised.xcoms["status"]["oplog-router"]["health"]["action"].startswith("restarted it"), supervised.xcoms
         assert runtime.state() == "running" and restarted.pid != cut.pid
-        poll_until(lambda: runtime.progress().get("route", {}).get("published_at", "") > restarted.started_at,
+        poll_until(lambda: ((p := runtime.progress().get("route")) is not None and (p.published_at or "") > restarted.started_at),
                    timeout=120, what="the restarted router to complete a batch under load")
         restarted_under_load = load.is_alive()
 

@@ -14,6 +14,7 @@ from streamops.audit import read_audit
 from streamops.checkpoints import list_backups
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce, read_all
+from streamops.runtime_records import SkipEntry
 from tests.support.apps import run_available_now
 from tests.support.operations import checkpoint_state
 from tests.support.oplog_events import event, produce_to_partitions
@@ -92,7 +93,7 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
     assert runtime.skip_records() == []
 
     # The skip list on a run: exactly the three records are dead letters, every other one routed.
-    runtime.add_skip_records([{k: v for k, v in e.items() if k != "offsets"} for e in plan.entries])
+    runtime.add_skip_records([SkipEntry.model_validate({k: v for k, v in e.items() if k != "offsets"}) for e in plan.entries])
     run_available_now(spark, app_catalog, "oplog-router", broker, checkpoint)
     letters = [json.loads(r.value) for r in read_all(kafka, spec.dead_letter_topic)]
     assert [(v["reason"], v["source"]["partition"], v["source"]["offset"]) for v in letters] == [

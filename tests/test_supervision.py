@@ -68,7 +68,7 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     same_code_as(app_catalog.app("oplog-router"), "1.0.7")
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.7")
     assert deployed.state == "success", deployed.task_states
-    assert runtime.desired()["state"] == "running" and runtime.desired()["by"] == "dag_test"
+    assert runtime.desired().state == "running" and runtime.desired().by == "dag_test"
     routed_except(broker.client_config, spec, set())
 
     # The metrics endpoint's figures for the running app, with the labels Prometheus alerts use.
@@ -248,7 +248,7 @@ def test_a_driver_frozen_with_sigstop_is_reported_stalled(run_dag, app_env, app_
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])
     assert deployed.state == "success", deployed.task_states
     run_load(spec, LoadSpec(count=200, keys=10, seed=3), broker.client_config)
-    poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows", 0) > 0, timeout=120, what="a batch with data")
+    poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120, what="a batch with data")
     group = runtime.driver().process_group
     os.killpg(group, signal.SIGSTOP)  # spark-submit, its JVM and the Python driver
     try:

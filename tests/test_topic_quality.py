@@ -18,6 +18,7 @@ from streamops import loadgen
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce, read_all
 from streamops.quality import docs, docs_assets, results
+from streamops.runtime_records import SkipEntry
 from tests.support.apps import run_available_now
 
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'
@@ -209,8 +210,8 @@ def test_records_an_operator_skipped_are_not_missing_and_the_result_names_them(
     # Partition 0 holds seqs 4, 8, ... 40 (offsets 0-9), partition 1 seqs 1, 5, ... 37: offsets 4-6
     # of partition 0 (seqs 20, 24, 28) and offset 3 of partition 1 (seq 13), three of them contacts.
     reason = skip_reason("oncall", "manual__skip", "poison records")
-    entries = [{"topic": source, "partition": partition, "first": first, "last": last, "reason": reason,
-                "run_id": "manual__skip", "user": "oncall", "at": "2026-11-27T03:00:00Z", "note": "poison records"}
+    entries = [SkipEntry(topic=source, partition=partition, first=first, last=last, reason=reason,
+                         run_id="manual__skip", user="oncall", at="2026-11-27T03:00:00Z", note="poison records")
                for partition, first, last in ((0, 4, 6), (1, 3, 3))]
     checkpoint = router.checkpoint_location()
     AppRuntime(checkpoint).add_skip_records(entries)

@@ -24,6 +24,9 @@
     <checkpoint>/_runtime/launch-catalog.yaml  the catalog the last launch's driver read: the main
                                            catalog with the approved changes applied
 
+Each file that crosses a process boundary has one typed record in `streamops.runtime_records`,
+written and read through it (driver.json, progress, rates, the skip list, stop requests, desired state).
+
 The lease and files need a POSIX filesystem the drivers and the DAGs share (local mode, or a
 shared mount on every host); a checkpoint on an object store keeps its runtime folder on such a
 mount.
@@ -39,7 +42,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import MISSING, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,12 @@ import psutil
 from streamops.driver_lease import DriverLease, Holder, LeaseTaken
 from streamops.refusals import OneLineRefused
 from streamops.runtime_files import read_json, read_json_object, write_json_atomic
+
+# The records live in streamops.runtime_records; these three are read through this module by name too.
+from streamops.runtime_records import CodeRecord as CodeRecord
+from streamops.runtime_records import DesiredState, QueryProgress, RateLine, RuntimeRecordError, SkipEntry, SkipList, StopRequest
+from streamops.runtime_records import DriverRecord as DriverRecord
+from streamops.runtime_records import LaunchRecord as LaunchRecord
 
 DRIVER_LOGS_KEPT = 20
 RATE_HISTORY_S = 3600
@@ -88,167 +96,6 @@ def parse_recorded_time(moment: Any) -> datetime | None:
         return datetime.fromisoformat(str(moment).replace("Z", "+00:00")) if moment else None
     except ValueError:
         return None
-
-
-# --- driver.json, typed --------------------------------------------------------------------------
-#
-# The driver writes driver.json as a JSON object (AppRuntime.acquire, update, release: the keys
-# streamops.driver.run hands over, kept as written); everyone else reads it through
-# DriverRecord.from_json. A driver of an older artifact writes it too, so every key may be missing
-# (None, or an empty list or object), and a key this version does not know is ignored here and
-# kept when the driver rewrites the file. The file is on a shared volume: values are kept as the
-# file has them, not converted, and whatever of them reaches a command line, a path or a signal
-# is checked where it is used (checked_version and checked_spark_conf in
-# streamops.launch_overrides, running_version, driver_process, driver_log), with the error naming
-# it. Only the nested records must be objects: `launch` or `code` of another kind counts as absent.
-
-
-@dataclass(frozen=True)
-class LaunchRecord:
-    """How a launcher started a driver, so that a restart, rollback or restore can start exactly
-    that again: the version, the trigger's Spark conf overrides, and the id naming this one start
-    (a launcher waits for its own driver). It travels to the driver in STREAMOPS_LAUNCH (`to_env`)
-    and the driver records it, as it got it, as driver.json's `launch`; `from_json` reads it back.
-    None: not recorded (launchers before launch ids wrote version and spark_conf only; a driver
-    started by hand, or by a launcher before launch records, has none)."""
-
-    version: str | None = None
-    spark_conf: dict[str, str] | None = None
-    launch_id: str | None = None
-    # The effective spec this launch runs, with its digest (streamops.effective_spec); None: a
-    # launch outside the control plane (the bench, a driver by hand) or from before specs.
-    spec: dict[str, Any] | None = None
-
-    @classmethod
-    def from_json(cls, value: object) -> LaunchRecord:
-        if not isinstance(value, dict):
-            return cls()
-        spec = value.get("spec")
-        return cls(version=value.get("version"), spark_conf=value.get("spark_conf"), launch_id=value.get("launch_id"),
-                   spec=spec if isinstance(spec, dict) else None)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object (without the keys that are None): what the driver records."""
-        return {key: value for key, value in (("version", self.version), ("spark_conf", self.spark_conf),
-                                              ("launch_id", self.launch_id), ("spec", self.spec)) if value is not None}
-
-    def to_env(self) -> str:
-        """STREAMOPS_LAUNCH's value for the driver."""
-        return json.dumps(self.to_json())
-
-
-@dataclass(frozen=True)
-class CodeRecord:
-    """The code a driver ran: an artifact (its zip and digest) or the installed module (its file
-    and that file's digest)."""
-
-    artifact: str | None = None
-    installed: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def from_json(cls, value: object) -> CodeRecord | None:
-        """None for a record from before artifacts (no `code`, or an empty one)."""
-        if not isinstance(value, dict) or not value:
-            return None
-        return cls(artifact=value.get("artifact"), installed=value.get("installed"), digest=value.get("digest"))
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON object as the driver wrote it ({artifact, digest} or {installed, digest})."""
-        return {key: value for key, value in (("artifact", self.artifact), ("installed", self.installed),
-                                              ("digest", self.digest)) if value is not None}
-
-    @property
-    def artifact_digest(self) -> str | None:
-        """The artifact's digest (None: installed code)."""
-        return self.digest if self.artifact else None
-
-    @property
-    def label(self) -> str | None:
-        """What status shows: the artifact's digest, or 'installed'."""
-        return self.digest if self.artifact else "installed"
-
-
-@dataclass(frozen=True)
-class DriverRecord:
-    """driver.json: the current or last driver of an app (see the notes above on missing keys and
-    on values). `DriverRecord()`, every field absent, stands for no record where callers need one."""
-
-    # What runs, as the driver started (AppRuntime.acquire's info).
-    app: str | None = None
-    program: str | None = None
-    version: str | None = None
-    code: CodeRecord | None = None  # None: a driver from before artifacts
-    trigger: str | None = None
-    checkpoint_interval: str | None = None  # real-time apps only
-    spark_conf: dict[str, str] = field(default_factory=dict)  # the catalog's, as the driver got it
-    catalog: str | None = None
-    kafka: str | None = None  # where and as whom it connects (KafkaClientConfig.describe)
-    environment: str | None = None
-    launched_by: str | None = None  # a DAG run id, "streamops app run (pid N)", "command line"
-    launch: LaunchRecord = field(default_factory=LaunchRecord)  # empty: none recorded
-    # The process, and its lease (acquire).
-    pid: int | None = None
-    pid_created: float | None = None  # the process's start time: a reused pid is never taken for it
-    host: str | None = None
-    process_group: int | None = None  # spark-submit's, shared with its JVM
-    jvm_pid: int | None = None
-    driver_log: str | None = None
-    lease_epoch: int | None = None
-    started_at: str | None = None
-    # Where Spark runs it, and its queries (update).
-    application_id: str | None = None
-    spark_master: str | None = None
-    spark_ui: str | None = None
-    driver_host: str | None = None
-    plan_fingerprint: dict[str, list[str]] = field(default_factory=dict)  # query -> its stateful operators
-    queries_started: list[str] = field(default_factory=list)
-    queries_started_at: str | None = None
-    last_idle_at: str | None = None
-    failed_batches: list[dict[str, Any]] = field(default_factory=list)  # streamops.checkpoints.uncommitted_batch
-    # How it ended (release); none while it runs, or after it died unrecorded.
-    stopped_at: str | None = None
-    outcome: str | None = None  # stopped | failed | fenced
-    reason: str | None = None
-
-    @classmethod
-    def from_json(cls, value: object) -> DriverRecord | None:
-        """The record in a parsed driver.json; None if it is not a JSON object."""
-        if not isinstance(value, dict):
-            return None
-        found: dict[str, Any] = {}
-        for item in fields(cls):
-            raw = value.get(item.name)
-            if item.name == "launch":
-                found[item.name] = LaunchRecord.from_json(raw)
-            elif item.name == "code":
-                found[item.name] = CodeRecord.from_json(raw)
-            elif item.default_factory is not MISSING:  # a list or an object: missing, null or empty alike
-                found[item.name] = raw or item.default_factory()
-            else:
-                found[item.name] = raw
-        return cls(**found)
-
-    @classmethod
-    def read(cls, path: Path) -> DriverRecord | None:
-        """The record in a driver.json file; None when there is none, or it cannot be read (torn)."""
-        return cls.from_json(read_json(path))
-
-    @property
-    def launched_version(self) -> str | None:
-        """The version to start again: the launch record's, else (no launch record) the one the
-        driver recorded. Unchecked: see checked_version."""
-        return self.launch.version or self.version
-
-    @property
-    def launched_spark_conf(self) -> dict[str, str]:
-        """The Spark conf overrides to start again ({}: none). Unchecked: see checked_spark_conf."""
-        return self.launch.spark_conf or {}
-
-    @property
-    def artifact_digest(self) -> str | None:
-        """The artifact digest it ran (None: installed code, or a record from before artifacts)."""
-        return self.code.artifact_digest if self.code else None
 
 
 class AppRuntime:
@@ -336,6 +183,10 @@ class AppRuntime:
         return self.lease.epoch is not None and not self.lease.still_held()
 
     def update(self, **fields: Any) -> None:
+        """Set DriverRecord fields of this driver's record (a name it does not have is refused)."""
+        unknown = sorted(set(fields) - DriverRecord.field_names())
+        if unknown:
+            raise TypeError(f"driver.json has no field {', '.join(unknown)} (DriverRecord)")
         with self._record_lock:
             if self.fenced:
                 return  # driver.json is the new driver's now
@@ -433,53 +284,51 @@ class AppRuntime:
 
     def request_stop(self, by: str, deadline_s: float | None = None) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.stop_marker, {"requested_at": now_iso(), "by": by, "deadline_s": deadline_s}, indent=1)
+        write_json_atomic(self.stop_marker, StopRequest(requested_at=now_iso(), by=by, deadline_s=deadline_s).to_json(), indent=1)
 
     def stop_requested(self) -> bool:
         return self.stop_marker.exists()
 
-    def stop_request(self) -> dict[str, Any]:
-        return read_json(self.stop_marker) or {}
+    def stop_request(self) -> StopRequest:
+        """The request (StopRequest() when there is none, or it was torn: a stop all the same)."""
+        value = read_json(self.stop_marker)
+        try:
+            return StopRequest.from_file_value(value, str(self.stop_marker)) if value else StopRequest()
+        except RuntimeRecordError as exc:
+            log.warning("%s; stopping with the default deadline", exc)
+            return StopRequest()
 
     # --- progress ---------------------------------------------------------------------------------
 
-    def write_progress(self, query: str, progress: dict[str, Any]) -> None:
+    def write_progress(self, query: str, progress: QueryProgress) -> None:
         if self.fenced:
             return
         self.progress_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.progress_dir / f"{query}.json", progress, indent=1)
+        write_json_atomic(self.progress_dir / f"{query}.json", progress.to_json(), indent=1)
         try:
             self._append_rate(query, progress)
         except OSError as exc:  # the chart's history is a nicety: never the reason a batch's commit is skipped
             log.warning("could not record the batch's input rate in %s: %s", self.rates_file, exc)
 
-    def _append_rate(self, query: str, progress: dict[str, Any]) -> None:
+    def _append_rate(self, query: str, progress: QueryProgress) -> None:
         """One line per batch in progress/rates.jsonl (the apps page's input-rate chart); lines
         older than RATE_HISTORY_S go once the file passes RATE_HISTORY_BYTES."""
         # The batch's figures health is judged on over a window (supervision): input, dead letters,
         # rows dropped as late, state rows updated, and the watermark after it.
-        observed = progress.get("observed") or {}
-        line = json.dumps({"at": progress.get("published_at") or now_iso(), "query": query,
-                           "input_rows": progress.get("input_rows", 0),
-                           "dead_letters": sum(int(m.get("dead_letters") or 0) for m in observed.values()),
-                           "dropped_by_watermark": progress.get("dropped_by_watermark", 0),
-                           "state_rows_updated": progress.get("state_rows_updated", 0),
-                           "stateful": bool(progress.get("stateful")),
-                           "watermark": progress.get("watermark")})
+        line = json.dumps(RateLine.of(query, progress, now_iso()).to_json())
         with open(self.rates_file, "a", encoding="utf-8") as rates:
             rates.write(line + "\n")
         if self.rates_file.stat().st_size > RATE_HISTORY_BYTES:
             # The last hour, and at most half the limit of it (newest kept): the file is rewritten
             # once per half-limit of new lines, never at every batch.
-            lines = [json.dumps(entry) for entry in self.rates(within_s=RATE_HISTORY_S)]
+            lines = [json.dumps(entry.to_json()) for entry in self.rates(within_s=RATE_HISTORY_S)]
             size = sum(len(line) + 1 for line in lines)
             while len(lines) > 1 and size > RATE_HISTORY_BYTES // 2:
                 size -= len(lines.pop(0)) + 1
             _write_lines_atomic(self.rates_file, lines)
 
-    def rates(self, within_s: float = RATE_HISTORY_S) -> list[dict[str, Any]]:
-        """Batches published in the last `within_s` seconds: {at, query, input_rows, dead_letters,
-        dropped_by_watermark, state_rows_updated, stateful, watermark} (lines older than the fields: input_rows only)."""
+    def rates(self, within_s: float = RATE_HISTORY_S) -> list[RateLine]:
+        """Batches published in the last `within_s` seconds, oldest first."""
         try:
             lines = self.rates_file.read_text(encoding="utf-8").splitlines()
         except OSError:
@@ -488,37 +337,50 @@ class AppRuntime:
         recent = []
         for line in lines:
             try:
-                entry = json.loads(line)
-                moment = parse_recorded_time(entry["at"])
-            except (ValueError, KeyError, TypeError):
+                entry = RateLine.model_validate_json(line)
+            except ValueError:  # pydantic's ValidationError too
                 continue  # a line cut by a crash mid-write
+            moment = parse_recorded_time(entry.at)
             if moment is not None and moment.timestamp() >= since:
                 recent.append(entry)
         return recent
 
-    def progress(self) -> dict[str, dict[str, Any]]:
-        if not self.progress_dir.exists():
-            return {}
-        return {path.stem: read_json(path) for path in sorted(self.progress_dir.glob("*.json")) if read_json(path)}
+    def progress(self) -> dict[str, QueryProgress]:
+        """Each query's latest progress; a torn file is left out (read again at the next batch), one
+        that is not a QueryProgress too, with a warning naming it."""
+        found: dict[str, QueryProgress] = {}
+        for path in sorted(self.progress_dir.glob("*.json")) if self.progress_dir.exists() else []:
+            value = read_json(path)
+            if not value:
+                continue
+            try:
+                found[path.stem] = QueryProgress.from_file_value(value, str(path))
+            except RuntimeRecordError as exc:
+                log.warning("%s", exc)
+        return found
 
     # --- records skipped by an operator ------------------------------------------------------------
 
-    def skip_records(self) -> list[dict[str, Any]]:
-        """Entries of the skip list, oldest first: topic, partition, first, last (inclusive),
-        reason, run_id, user, at, note. The driver dead-letters those records with the reason."""
-        return list((read_json(self.skip_file) or {}).get("entries") or [])
+    def skip_records(self) -> list[SkipEntry]:
+        """Entries of the skip list, oldest first. The driver dead-letters those records with the
+        reason; a list that is not a SkipList is refused (RuntimeRecordError naming the entry):
+        a driver must never run on while ignoring what an operator skipped."""
+        value = read_json(self.skip_file)
+        return list(SkipList.from_file_value(value, str(self.skip_file)).entries) if value else []
 
-    def add_skip_records(self, entries: list[dict[str, Any]]) -> None:
+    def add_skip_records(self, entries: list[SkipEntry]) -> None:
         """Append entries to the skip list (written whole and atomically: a driver starting
         meanwhile reads the old list or the new one, never half of one)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.skip_file, {"entries": [*self.skip_records(), *entries]}, indent=1)
+        write_json_atomic(self.skip_file, SkipList(entries=[*self.skip_records(), *entries]).to_json(), indent=1)
 
     # --- desired state, operations in progress, the supervisor's restarts --------------------------
 
-    def desired(self) -> dict[str, Any] | None:
-        """{state: running | stopped, by, run_id, at, version} as last asked for (None: never)."""
-        return read_json_object(self.desired_file)
+    def desired(self) -> DesiredState | None:
+        """What was last asked for (None: never, or the file is torn); RuntimeRecordError names a
+        file that is not a DesiredState."""
+        value = read_json(self.desired_file)
+        return DesiredState.from_file_value(value, str(self.desired_file)) if value else None
 
     def set_desired(self, state: str, *, run_id: str, by: str | None = None, version: str | None = None) -> None:
         """Record what an operator asked for. It supersedes a failed operation's marker: starting or
@@ -526,7 +388,8 @@ class AppRuntime:
         if state not in ("running", "stopped"):
             raise ValueError(f"desired state must be running or stopped, not {state!r}")
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.desired_file, {"state": state, "run_id": run_id, "by": by, "at": now_iso(), "version": version}, indent=1)
+        desired = DesiredState(state=state, run_id=run_id, by=by, at=now_iso(), version=version)  # type: ignore[arg-type]
+        write_json_atomic(self.desired_file, desired.to_json(), indent=1)
         with self._operation_lock():
             if (read_json(self.operation_file) or {}).get("failed_at"):
                 self.operation_file.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ from streamops.catalog import AppSpec
 from streamops.checkpoints import cluster_problem, positions
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import duration_ms, end_offsets
+from streamops.runtime_records import RateLine
 
 
 @dataclass
@@ -48,20 +49,20 @@ class QueryWindow:
     watermark: str | None = None  # after the newest batch (Spark's eventTime.watermark)
 
 
-def query_windows(rates: list[dict], window_s: float) -> dict[str, QueryWindow]:
+def query_windows(rates: list[RateLine], window_s: float) -> dict[str, QueryWindow]:
     """The per-batch history (AppRuntime.rates) summed per query."""
     windows: dict[str, QueryWindow] = {}
     for entry in rates:
-        window = windows.setdefault(str(entry.get("query")), QueryWindow(window_s))
-        rows, updated, dropped = (int(entry.get(k) or 0) for k in ("input_rows", "state_rows_updated", "dropped_by_watermark"))
+        window = windows.setdefault(str(entry.query), QueryWindow(window_s))
+        rows, updated, dropped = entry.input_rows, entry.state_rows_updated, entry.dropped_by_watermark
         window.batches += 1
         window.input_rows += rows
-        window.dead_letters += int(entry.get("dead_letters") or 0)
+        window.dead_letters += entry.dead_letters
         window.dropped_by_watermark += dropped
         window.state_rows_updated += updated
-        window.stateful = window.stateful or bool(entry.get("stateful"))
+        window.stateful = window.stateful or entry.stateful
         window.per_batch.append((rows, updated, dropped))
-        window.watermark = entry.get("watermark") or window.watermark
+        window.watermark = entry.watermark or window.watermark
     return windows
 
 
@@ -184,16 +185,16 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig | None, checkpoint: str |
         status.reason = f"{describe_failed_batches(record.failed_batches)}: {status.reason or ''}"
     progress = runtime.progress()
     if progress:
-        latest = max((p.get("published_at") or "" for p in progress.values()), default="")
+        latest = max((p.published_at or "" for p in progress.values()), default="")
         status.last_progress_at = latest or None
         status.progress_age_s = _age_seconds(latest)
-        status.batches = {name: p["batch_id"] for name, p in progress.items()}
+        status.batches = {name: p.batch_id for name, p in progress.items()}
         status.queries = {name: {
-            "batch_id": p.get("batch_id"), "published_at": p.get("published_at"), "input_rows": int(p.get("input_rows") or 0),
-            "input_rows_per_second": float(p.get("input_rows_per_second") or 0.0),
-            "processed_rows_per_second": float(p.get("processed_rows_per_second") or 0.0),
-            "batch_duration_ms": int(p.get("batch_duration_ms") or 0), "state_rows": int(p.get("state_rows") or 0),
-            "dead_letters": sum(int(m.get("dead_letters") or 0) for m in (p.get("observed") or {}).values()),
+            "batch_id": p.batch_id, "published_at": p.published_at, "input_rows": p.input_rows,
+            "input_rows_per_second": p.input_rows_per_second or 0.0,
+            "processed_rows_per_second": p.processed_rows_per_second or 0.0,
+            "batch_duration_ms": p.batch_duration_ms, "state_rows": p.state_rows,
+            "dead_letters": p.observed_total("dead_letters"),
         } for name, p in progress.items()}
         status.dead_letters_last_batch = sum(q["dead_letters"] for q in status.queries.values())
         status.input_rows_last_batch = sum(q["input_rows"] for q in status.queries.values())

@@ -22,6 +22,7 @@ from streamops.app_status import is_spark_ui_address
 from streamops.audit import read_audit
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig, app_principal
+from streamops.runtime_records import RateLine
 from streamops.supervision import observe, unreadable
 
 log = logging.getLogger(__name__)
@@ -60,17 +61,17 @@ class AppRow:
     code: str | None = None
 
 
-def minute_rates(rates: list[dict[str, Any]], now: datetime, minutes: int = CHART_MINUTES) -> list[float]:
+def minute_rates(rates: list[RateLine], now: datetime, minutes: int = CHART_MINUTES) -> list[float]:
     """Input rows/s per minute over the last `minutes` (every query of the app summed), from
     the per-batch lines of AppRuntime.rates(); the last entry is the current minute so far."""
     rows = [0] * minutes
     for entry in rates:
-        moment = parse_recorded_time(entry.get("at"))
+        moment = parse_recorded_time(entry.at)
         if moment is None:
             continue
         age_minutes = int((now - moment).total_seconds() // 60)
         if 0 <= age_minutes < minutes:
-            rows[minutes - 1 - age_minutes] += int(entry.get("input_rows") or 0)
+            rows[minutes - 1 - age_minutes] += entry.input_rows
     return [count / 60 for count in rows]
 
 

@@ -242,7 +242,7 @@ def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger:
     first_offset = {p: high for p, (_, high) in end_offsets(kafka, app.inputs["operations"]).items()}
     try:
         with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=7), kafka):
-            poll_until(lambda: (runtime.progress().get("route") or {}).get("input_rows"), timeout=120,
+            poll_until(lambda: (progress := runtime.progress().get("route")) is not None and progress.input_rows > 0, timeout=120,
                        what="the router to see load")
             summary = roll_restart(app_here, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"),
                                    new_version="1.1.0", kafka=kafka, run_id="bench", log=lambda line: None)

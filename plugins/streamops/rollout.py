@@ -119,11 +119,10 @@ def health_gate(app: AppSpec, kafka: KafkaClientConfig, deadline_s: float, max_d
         if not runtime.is_running():
             raise _GateFailure(f"the new driver is {runtime.state()}: {_reason(runtime.driver())}")
         for name, progress in runtime.progress().items():
-            if progress["batch_id"] != seen.get(name):
-                seen[name] = progress["batch_id"]
-                for metrics in (progress.get("observed") or {}).values():
-                    records += int(metrics.get("records_in") or 0)
-                    dead += int(metrics.get("dead_letters") or 0)
+            if progress.batch_id != seen.get(name):
+                seen[name] = progress.batch_id
+                records += progress.observed_total("records_in")
+                dead += progress.observed_total("dead_letters")
         status = app_status(app, kafka)
         result.batches = status.batches
         result.lag_at_end = status.total_lag

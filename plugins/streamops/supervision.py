@@ -48,6 +48,7 @@ from streamops.app_runtime import parse_recorded_time as _parse
 from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, Catalog, SupervisionSpec
 from streamops.kafka_offsets import duration_ms
+from streamops.runtime_records import DesiredState
 
 log = logging.getLogger("streamops.supervision")
 
@@ -141,7 +142,7 @@ class Health:
     app: str
     state: str
     evidence: str
-    desired: dict[str, Any] | None = None
+    desired: DesiredState | None = None
     restarts_in_window: int = 0
     restarts_total: int = 0
     dead_letter_rate: float | None = None
@@ -161,7 +162,7 @@ class Health:
         return health_line(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"app": self.app, "state": self.state, "evidence": self.evidence, "desired": self.desired,
+        return {"app": self.app, "state": self.state, "evidence": self.evidence, "desired": self.desired.to_json() if self.desired else None,
                 "restarts_in_window": self.restarts_in_window, "restarts_total": self.restarts_total,
                 "dead_letter_rate": self.dead_letter_rate, "action": self.action,
                 "decision": asdict(self.decision) if self.decision else None}
@@ -205,7 +206,7 @@ def app_drift(catalog: Catalog, name: str, runtime: AppRuntime, status: AppStatu
         return Drift(name, "unknown", [], evidence=f"its drift could not be read: {type(exc).__name__}: {str(exc)[:300]}")
 
 
-def desired_state(runtime: AppRuntime) -> dict[str, Any] | None:
+def desired_state(runtime: AppRuntime) -> DesiredState | None:
     """The recorded desired state; for an app deployed before it was recorded, inferred from its
     last driver (a recorded graceful stop: stopped; anything else: running)."""
     desired = runtime.desired()
@@ -215,15 +216,15 @@ def desired_state(runtime: AppRuntime) -> dict[str, Any] | None:
     if record is None:
         return None
     stopped = record.stopped_at and record.outcome == "stopped"
-    return {"state": "stopped" if stopped else "running", "by": None, "run_id": record.launched_by,
-            "at": record.started_at, "version": record.version, "inferred": True}
+    return DesiredState(state="stopped" if stopped else "running", by=None, run_id=record.launched_by,
+                        at=record.started_at, version=record.version, inferred=True)
 
 
-def _who(desired: dict[str, Any]) -> str:
-    if desired.get("inferred"):
-        return f"nobody on record: inferred from its last driver (run {desired.get('run_id') or '?'}, started {desired.get('at') or '?'})"
-    by = desired.get("by") or "unknown"
-    return f"{by} (run {desired.get('run_id') or '?'}) at {desired.get('at') or '?'}"
+def _who(desired: DesiredState) -> str:
+    if desired.inferred:
+        return f"nobody on record: inferred from its last driver (run {desired.run_id or '?'}, started {desired.at or '?'})"
+    by = desired.by or "unknown"
+    return f"{by} (run {desired.run_id or '?'}) at {desired.at or '?'}"
 
 
 def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetime | None = None) -> Health:
@@ -254,7 +255,7 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
         health.state, health.evidence = "not deployed", "never started here"
         return health
     if status.state != "running":
-        if desired.get("state") == "stopped":
+        if desired.state == "stopped":
             health.state = "stopped"
             health.evidence = f"stopped on purpose by {_who(desired)}" + (
                 f"; NOTE: {status.cluster_problem}" if status.cluster_problem else "")
@@ -264,21 +265,21 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
             health.state = "held"
             health.evidence = f"{status.cluster_problem}. The supervisor does not start it."
             return health
-        if desired.get("inferred"):
+        if desired.inferred:
             decision = RestartDecision("none", 0, "its desired state was never recorded (it was started before supervision): "
                                                   "the supervisor restarts it once deploy_apps or recover_restart_app has "
                                                   "started it, or stop it with stop_apps")
         else:
-            decision = restart_decision(policy, restarts, desired.get("at"), now)
+            decision = restart_decision(policy, restarts, desired.at, now)
         health.decision = decision
         health.restarts_in_window = max(decision.attempt - 1, 0)
         if status.state == "never started":
-            evidence = (f"should be running (version {desired.get('version') or spec.version}, asked for by {_who(desired)}) "
-                        f"but no driver of it ever started: its start failed (see the log of run {desired.get('run_id')}).")
+            evidence = (f"should be running (version {desired.version or spec.version}, asked for by {_who(desired)}) "
+                        f"but no driver of it ever started: its start failed (see the log of run {desired.run_id}).")
         else:
             ended = status.reason or ("the driver died without recording a stop" if status.state == "crashed" else status.state)
             when = status.stopped_at or (f"heartbeat lost {status.heartbeat_age_s:.0f}s ago" if status.heartbeat_age_s else "unrecorded")
-            evidence = (f"should be running (version {desired.get('version') or status.version}, asked for by {_who(desired)}) "
+            evidence = (f"should be running (version {desired.version or status.version}, asked for by {_who(desired)}) "
                         f"but its driver is {status.state} (pid {status.pid}, ended {when}): {ended}.")
         failed_restarts = [r for r in restarts if r.get("outcome") == "failed"]
         if failed_restarts and failed_restarts[-1] is restarts[-1]:
@@ -301,7 +302,7 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
     else:
         health.evidence = (f"version {status.version}, last batch {_words(status.progress_age_s)} ago"
                            if status.progress_age_s is not None else f"version {status.version}, no batch yet")
-        if desired.get("state") == "stopped":
+        if desired.state == "stopped":
             health.evidence += f"; NOTE: running although stopped was asked for by {_who(desired)}"
     return health
 
@@ -414,7 +415,7 @@ def driver_exits(catalog: Catalog) -> dict[str, dict[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - one app's unreadable files must not blind the watch over the others
             log.debug("driver exits: %s not readable: %s", name, exc)
             continue
-        if not desired or desired.get("state") != "running" or desired.get("inferred") or record is None:
+        if not desired or desired.state != "running" or desired.inferred or record is None:
             continue
         exits[name] = {"app": name, "state": state, "pid": record.pid, "host": record.driver_host,
                        "lease_epoch": record.lease_epoch, "started_at": record.started_at, "stopped_at": record.stopped_at,
@@ -463,7 +464,7 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
         health.action = decision.reason
         return
     record = runtime.driver() or DriverRecord()
-    version = record.launched_version or (health.desired or {}).get("version") or spec.version
+    version = record.launched_version or (health.desired.version if health.desired else None) or spec.version
     spark_conf = record.launched_spark_conf
     digest = record.artifact_digest
     entry = {"at": now_iso(), "run_id": run_id, "attempt": decision.attempt, "backoff_s": decision.backoff_s,

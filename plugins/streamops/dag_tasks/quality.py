@@ -110,10 +110,10 @@ def freshness_failures(catalog: Catalog, ranges: list[TopicRange]) -> list[str]:
         for app in catalog.apps:
             if item.topic not in app.outputs.values():
                 continue
-            desired = desired_state(AppRuntime(app.checkpoint_location())) or {}
-            if desired.get("state") == "running":
+            desired = desired_state(AppRuntime(app.checkpoint_location()))
+            if desired is not None and desired.state == "running":
                 failures.append(f"{item.topic}: freshness: no records in {item.description}, though its app {app.name} should "
-                                f"be running (since {desired.get('at') or '?'}): a stopped, crashed or stalled app writes "
+                                f"be running (since {desired.at or '?'}): a stopped, crashed or stalled app writes "
                                 "nothing; see app_status")
     return failures
 

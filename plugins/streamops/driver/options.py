@@ -8,9 +8,9 @@ Triggers: a Spark interval ("5 seconds"), `AVAILABLE_NOW` (process what is there
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from streamops.kafka_client import KafkaClientConfig
+from streamops.runtime_records import SkipEntry
 
 AVAILABLE_NOW = "available-now"
 
@@ -32,4 +32,4 @@ class RunOptions:
     max_offsets_per_trigger: int | None = None
     # Records an operator skipped (recover_skip_records); None: the list beside the checkpoint.
     # A backfill runs on a checkpoint of its own and passes the live app's list here.
-    skip_records: list[dict[str, Any]] | None = None
+    skip_records: list[SkipEntry] | None = None

@@ -9,7 +9,6 @@ Contract: `build_outputs` returns the program's `OutputQuery` list; `OPERATOR_SK
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -20,6 +19,7 @@ from streamops.driver.kafka_io import read_topics
 from streamops.driver.options import RunOptions
 from streamops.driver.session import apply_app_conf
 from streamops.program_contract import OutputQuery, StreamingProgram
+from streamops.runtime_records import SkipEntry
 
 
 def build_outputs(
@@ -59,15 +59,15 @@ def build_outputs(
 OPERATOR_SKIP = "_operator_skip"
 
 
-def operator_skip(entries: list[dict[str, Any]], topics: list[str]) -> Column:
+def operator_skip(entries: list[SkipEntry], topics: list[str]) -> Column:
     """The skip reason of a source record named in the skip list (null for every other record).
     It runs on every record, so it stays cheap: a null literal when no entry names these topics
     (Spark folds it away), else one offset-range comparison per entry."""
     reason = F.lit(None).cast("string")
-    for entry in reversed([e for e in entries if e["topic"] in topics]):
-        named = ((F.col("topic") == entry["topic"]) & (F.col("partition") == int(entry["partition"]))
-                 & F.col("offset").between(int(entry["first"]), int(entry["last"])))
-        reason = F.when(named, F.lit(entry["reason"])).otherwise(reason)
+    for entry in reversed([e for e in entries if e.topic in topics]):
+        named = ((F.col("topic") == entry.topic) & (F.col("partition") == entry.partition)
+                 & F.col("offset").between(entry.first, entry.last))
+        reason = F.when(named, F.lit(entry.reason)).otherwise(reason)
     return reason
 
 

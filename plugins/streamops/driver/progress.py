@@ -21,6 +21,7 @@ from pyspark.sql.streaming.listener import (
 from streamops.app_runtime import AppRuntime, now_iso
 from streamops.driver.sink import STOPPED_BEFORE_BATCH
 from streamops.kafka_client import KafkaClientConfig
+from streamops.runtime_records import QueryProgress
 
 log = logging.getLogger("streamops.app")
 
@@ -101,25 +102,26 @@ class ProgressPublisher(StreamingQueryListener):
         )
         offsets = offsets_of(p)
         if self.runtime is not None:
+            name = p.name or str(p.id)
             self.runtime.write_progress(
-                (p.name or str(p.id)).rsplit(".", 1)[-1],
-                {
-                    "query": p.name,
-                    "batch_id": p.batchId,
-                    "timestamp": p.timestamp,
-                    "published_at": now_iso(),
-                    "input_rows": p.numInputRows,
-                    "input_rows_per_second": p.inputRowsPerSecond,
-                    "processed_rows_per_second": p.processedRowsPerSecond,
-                    "batch_duration_ms": duration_ms,
-                    "state_rows": state_rows,
-                    "dropped_by_watermark": dropped,
-                    "state_rows_updated": updated,
-                    "stateful": bool(p.stateOperators),
-                    "watermark": (p.eventTime or {}).get("watermark"),
-                    "end_offsets": offsets,
-                    "observed": observed,
-                },
+                name.rsplit(".", 1)[-1],
+                QueryProgress(
+                    query=name,
+                    batch_id=p.batchId,
+                    timestamp=p.timestamp,
+                    published_at=now_iso(),
+                    input_rows=p.numInputRows,
+                    input_rows_per_second=p.inputRowsPerSecond,
+                    processed_rows_per_second=p.processedRowsPerSecond,
+                    batch_duration_ms=duration_ms,
+                    state_rows=state_rows,
+                    dropped_by_watermark=dropped,
+                    state_rows_updated=updated,
+                    stateful=bool(p.stateOperators),
+                    watermark=(p.eventTime or {}).get("watermark"),
+                    end_offsets=offsets,
+                    observed=observed,
+                ),
             )
         if self.group is not None and offsets:
             from confluent_kafka import TopicPartition

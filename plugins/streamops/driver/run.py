@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyspark.sql.streaming import StreamingQuery
 
@@ -37,23 +36,24 @@ from streamops.driver.warm_standby import await_go, warm_up
 from streamops.failures import error_gist
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.program_contract import StreamingProgram
+from streamops.runtime_records import CodeRecord, DriverRecord, LaunchRecord
 from streamops.standby import StandbySlot
 from streamops.waiting import poll_until
 
 log = logging.getLogger("streamops.app")
 
 
-def code_record(program: StreamingProgram, args: DriverArgs) -> dict[str, str | None]:
+def code_record(program: StreamingProgram, args: DriverArgs) -> CodeRecord:
     """Which code runs: the artifact (path, digest) or the installed module (its file's digest)."""
     from streamops.artifacts import file_digest
     from streamops.programs import ProgramError
 
     if args.artifact:
-        return {"artifact": args.artifact, "digest": args.artifact_digest}
+        return CodeRecord(artifact=args.artifact, digest=args.artifact_digest)
     module_file = sys.modules[type(program).__module__].__file__
     if module_file is None:  # a program is a module with a file (program_contract); never a bare namespace
         raise ProgramError(f"program {type(program).__module__} has no file to pin its code by")
-    return {"installed": module_file, "digest": file_digest(module_file)}
+    return CodeRecord(installed=module_file, digest=file_digest(module_file))
 
 
 def app_problems(spec: AppSpec, program: StreamingProgram) -> list[str]:
@@ -144,29 +144,29 @@ class DriverRun:
     def real_time(self) -> bool:
         return self.options.trigger == REAL_TIME
 
-    def driver_record(self) -> dict[str, Any]:
-        """What driver.json says about this run from the start (AppRuntime.acquire)."""
+    def driver_record(self) -> DriverRecord:
+        """What driver.json says about this run from the start (AppRuntime.acquire adds the
+        process and its lease)."""
         options = self.options
-        return {
-            "app": self.spec.name,
-            "program": self.spec.program,
-            "version": options.version or self.spec.version,
-            "code": code_record(self.program, self.args),
-            "trigger": options.trigger,
-            **({"checkpoint_interval": options.checkpoint_interval} if self.real_time else {}),
-            "spark_conf": {k: str(v) for k, v in self.spec.spark_conf.items()},
-            "catalog": str(catalog_path(self.args.catalog)),
-            "kafka": options.kafka.describe(),
-            "environment": self.catalog.environment,
-            "launched_by": settings.LAUNCHED_BY.get() or "command line",
-            # The launcher's record (streamops.app_runtime.LaunchRecord.to_env), kept as it came:
-            # readers parse it with LaunchRecord.from_json.
-            "launch": json.loads(settings.LAUNCH.get() or "{}"),
+        return DriverRecord(
+            app=self.spec.name,
+            program=self.spec.program,
+            version=options.version or self.spec.version,
+            code=code_record(self.program, self.args),
+            trigger=options.trigger,
+            checkpoint_interval=options.checkpoint_interval if self.real_time else None,
+            spark_conf={k: str(v) for k, v in self.spec.spark_conf.items()},
+            catalog=str(catalog_path(self.args.catalog)),
+            kafka=options.kafka.describe(),
+            environment=self.catalog.environment,
+            launched_by=settings.LAUNCHED_BY.get() or "command line",
+            # The launcher's record (LaunchRecord.to_env), as it came.
+            launch=LaunchRecord.from_json(json.loads(settings.LAUNCH.get() or "{}")),
             # spark-submit and its JVM share it: a recovery can find what a dead driver left.
-            "process_group": os.getpgrp(),
-            "jvm_pid": self.jvm_pid,
-            "driver_log": settings.DRIVER_LOG.get(),
-        }
+            process_group=os.getpgrp(),
+            jvm_pid=self.jvm_pid,
+            driver_log=settings.DRIVER_LOG.get(),
+        )
 
     def stand_by(self, token: str) -> bool:
         """As a warm standby: prepare, rehearse, wait for the rollout's word. True: go."""
@@ -220,8 +220,8 @@ class DriverRun:
             self._publish_last()
             return ExitCode.FAILED
         request = runtime.stop_request()
-        why = self.stops.describe() or f"stop requested by {request.get('by') or 'an operator'}"
-        deadline = request.get("deadline_s") or float(settings.STOP_DEADLINE.get() or 60)
+        why = self.stops.describe() or f"stop requested by {request.by or 'an operator'}"
+        deadline = request.deadline_s or float(settings.STOP_DEADLINE.get() or 60)
         stopped = graceful_stop(queries, deadline_s=float(deadline), real_time=self.real_time, stopping=self.stopping)
         self.reason = f"{why}; {stopped}"
         self._publish_last()
@@ -284,7 +284,7 @@ def main(argv: list[str]) -> int:
     if args.standby and not run.stand_by(args.standby):
         return ExitCode.OK
     try:
-        run.runtime.acquire(run.driver_record())
+        run.runtime.acquire(run.driver_record().to_json())
     except AlreadyRunningError as exc:
         log.error("refused: %s", exc)
         return ExitCode.ALREADY_RUNNING

@@ -42,6 +42,7 @@ from streamops.program_contract import LineageOutput, WindowCountOutput
 from streamops.programs import load_program, program_info, running_version, settings_dict
 from streamops.quality.batches import aggregated, read_decoded, read_range
 from streamops.quality.ranges import TopicRange, whole_topics
+from streamops.runtime_records import SkipEntry
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
@@ -98,14 +99,14 @@ def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
     raise ValueError(f"app {app.name}: program {app.program} has no query {name!r}")
 
 
-def _skip_entries(app: AppSpec) -> list[dict]:
+def _skip_entries(app: AppSpec) -> list[SkipEntry]:
     """The live app's skip list (beside its checkpoint), as its driver reads it at start."""
     from streamops.app_runtime import AppRuntime
 
     return AppRuntime(app.checkpoint_location()).skip_records()
 
 
-def _skipping(frame: DataFrame, entries: list[dict], topics: list[str]) -> DataFrame:
+def _skipping(frame: DataFrame, entries: list[SkipEntry], topics: list[str]) -> DataFrame:
     """A batch read of input topics with the column the live source adds: each record's skip
     reason (runner.operator_skip), so the app's own parse dead-letters skipped records."""
     from streamops.driver.outputs import OPERATOR_SKIP, operator_skip
@@ -113,19 +114,19 @@ def _skipping(frame: DataFrame, entries: list[dict], topics: list[str]) -> DataF
     return frame.withColumn(OPERATOR_SKIP, operator_skip(entries, topics))
 
 
-def _skipped_in(entries: list[dict], ranges: list[TopicRange]) -> tuple[list[str], int]:
+def _skipped_in(entries: list[SkipEntry], ranges: list[TopicRange]) -> tuple[list[str], int]:
     """The skip list's offsets inside the ranges, as 'topic:partition:first-last' (a single offset
     alone), and how many records they are."""
     named, count = [], 0
     for topic_range in ranges:
         for entry in entries:
-            if entry["topic"] != topic_range.topic or int(entry["partition"]) not in topic_range.partitions:
+            if entry.topic != topic_range.topic or entry.partition not in topic_range.partitions:
                 continue
-            low, end = topic_range.partitions[int(entry["partition"])]
-            first, last = max(int(entry["first"]), low), min(int(entry["last"]), end - 1)
+            low, end = topic_range.partitions[entry.partition]
+            first, last = max(entry.first, low), min(entry.last, end - 1)
             if first <= last:
                 span = str(first) if first == last else f"{first}-{last}"
-                named.append(f"{entry['topic']}:{entry['partition']}:{span}")
+                named.append(f"{entry.topic}:{entry.partition}:{span}")
                 count += last - first + 1
     return named, count
 

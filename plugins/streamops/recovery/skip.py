@@ -33,6 +33,7 @@ from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, end_offsets, topi
 from streamops.kafka_records import held_offsets, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
+from streamops.runtime_records import SkipEntry
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
@@ -228,9 +229,9 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
                             "skipping it now changes nothing; to process records again use recover_reset_offsets")
     for entry in runtime.skip_records():
         for spec in specs:
-            if (entry["topic"], entry["partition"]) == (spec.topic, spec.partition) and spec.first <= entry["last"] and entry["first"] <= spec.last:
-                problems.append(f"record {spec.text!r} is already in the skip list (offsets {entry['first']}-{entry['last']}, "
-                                f"run {entry.get('run_id')} by {entry.get('user')} at {entry.get('at')})")
+            if (entry.topic, entry.partition) == (spec.topic, spec.partition) and spec.first <= entry.last and entry.first <= spec.last:
+                problems.append(f"record {spec.text!r} is already in the skip list (offsets {entry.first}-{entry.last}, "
+                                f"run {entry.run_id} by {entry.user} at {entry.at})")
     if problems:
         raise RecoveryRefused(problems)
 
@@ -326,7 +327,7 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) ->
     dead_letters_from = {p: high for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
 
     def add_entries() -> None:
-        runtime.add_skip_records([{k: v for k, v in e.items() if k != "offsets"} for e in plan.entries])
+        runtime.add_skip_records([SkipEntry.model_validate({k: v for k, v in e.items() if k != "offsets"}) for e in plan.entries])
 
     result = restart_from_checkpoint(app, plan.version, plan.spark_conf, start, label="before-skip", before_start=add_entries)
     return {**result, "skip_list": str(runtime.skip_file), "dead_letters_from": dead_letters_from,

@@ -12,6 +12,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.apps_page import AppRow, minute_rates, render_page, sparkline
 from streamops.quality import docs_assets
 from streamops.reprocess import progress_line
+from streamops.runtime_records import QueryProgress, RateLine
 
 NOW = datetime(2026, 11, 24, 12, 0, 30, tzinfo=UTC)
 
@@ -21,9 +22,9 @@ def at(seconds_ago: float) -> str:
 
 
 def test_the_chart_sums_every_query_per_minute_as_records_per_second():
-    rates = [{"at": at(10), "query": "a", "input_rows": 600}, {"at": at(20), "query": "b", "input_rows": 600},
-             {"at": at(90), "query": "a", "input_rows": 120}, {"at": at(3700), "query": "a", "input_rows": 9999},
-             {"at": "not a time", "query": "a", "input_rows": 5}]
+    rates = [RateLine(at=at(10), query="a", input_rows=600), RateLine(at=at(20), query="b", input_rows=600),
+             RateLine(at=at(90), query="a", input_rows=120), RateLine(at=at(3700), query="a", input_rows=9999),
+             RateLine(at="not a time", query="a", input_rows=5)]
     per_minute = minute_rates(rates, NOW)
     assert len(per_minute) == 60
     assert per_minute[-1] == 20.0 and per_minute[-2] == 2.0 and sum(per_minute[:-2]) == 0  # an hour ago: out
@@ -32,19 +33,19 @@ def test_the_chart_sums_every_query_per_minute_as_records_per_second():
 def test_a_driver_keeps_an_hour_of_batch_rates_and_trims_the_rest(tmp_path, monkeypatch):
     runtime = AppRuntime(tmp_path / "checkpoint")
     old = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
-    runtime.write_progress("route", {"published_at": old, "input_rows": 7})
-    runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": 11})
-    assert [e["input_rows"] for e in runtime.rates()] == [11]  # read: the last hour only
+    runtime.write_progress("route", QueryProgress(query="a.route", batch_id=0, published_at=old, input_rows=7))
+    runtime.write_progress("route", QueryProgress(query="a.route", batch_id=1, published_at=app_runtime.now_iso(), input_rows=11))
+    assert [e.input_rows for e in runtime.rates()] == [11]  # read: the last hour only
     line_bytes = len(runtime.rates_file.read_text().splitlines()[-1]) + 1
     # Past the limit the file is trimmed on write: to the last hour, then to half the limit (the
     # newest lines), so it is not rewritten again at every batch.
     monkeypatch.setattr(app_runtime, "RATE_HISTORY_BYTES", 2 * 2 * line_bytes + 20)
     for rows in (13, 17, 19):
-        runtime.write_progress("route", {"published_at": app_runtime.now_iso(), "input_rows": rows})
+        runtime.write_progress("route", QueryProgress(query="a.route", batch_id=rows, published_at=app_runtime.now_iso(), input_rows=rows))
     kept = [json.loads(line)["input_rows"] for line in runtime.rates_file.read_text().splitlines()]
     assert kept == [17, 19]
     runtime.rates_file.write_text(runtime.rates_file.read_text() + '{"at": "2026-11-2')  # a crash mid-line
-    assert [e["input_rows"] for e in runtime.rates()] == [17, 19]
+    assert [e.input_rows for e in runtime.rates()] == [17, 19]
 
 
 def test_a_row_that_needs_someone_is_red_with_its_evidence_and_links():

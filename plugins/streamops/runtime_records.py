@@ -1,0 +1,322 @@
+"""The records of the files beside a checkpoint that cross a process boundary (the driver and the
+control plane; a DAG task and the supervisor), one typed record per file, used by the writer and
+every reader. `to_json` is what the writer puts in the file; `from_json` reads it back, and a
+unit test round-trips each (tests/unit/streamops/test_runtime_records.py).
+
+driver.json (`DriverRecord`, with `LaunchRecord` and `CodeRecord`) is lenient by design (below):
+every field may be missing, values are kept as the file has them. The others are pydantic
+models: a value of the wrong type is refused where it is read, naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from streamops.runtime_files import read_json
+
+# --- driver.json, typed --------------------------------------------------------------------------
+#
+# The driver writes driver.json as a JSON object (AppRuntime.acquire, update, release: the keys
+# streamops.driver.run hands over, kept as written); everyone else reads it through
+# DriverRecord.from_json. A driver of an older artifact writes it too, so every key may be missing
+# (None, or an empty list or object), and a key this version does not know is ignored here and
+# kept when the driver rewrites the file. The file is on a shared volume: values are kept as the
+# file has them, not converted, and whatever of them reaches a command line, a path or a signal
+# is checked where it is used (checked_version and checked_spark_conf in
+# streamops.launch_overrides, running_version, driver_process, driver_log), with the error naming
+# it. Only the nested records must be objects: `launch` or `code` of another kind counts as absent.
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """How a launcher started a driver, so that a restart, rollback or restore can start exactly
+    that again: the version, the trigger's Spark conf overrides, and the id naming this one start
+    (a launcher waits for its own driver). It travels to the driver in STREAMOPS_LAUNCH (`to_env`)
+    and the driver records it, as it got it, as driver.json's `launch`; `from_json` reads it back.
+    None: not recorded (launchers before launch ids wrote version and spark_conf only; a driver
+    started by hand, or by a launcher before launch records, has none)."""
+
+    version: str | None = None
+    spark_conf: dict[str, str] | None = None
+    launch_id: str | None = None
+    # The effective spec this launch runs, with its digest (streamops.effective_spec); None: a
+    # launch outside the control plane (the bench, a driver by hand) or from before specs.
+    spec: dict[str, Any] | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> LaunchRecord:
+        if not isinstance(value, dict):
+            return cls()
+        spec = value.get("spec")
+        return cls(version=value.get("version"), spark_conf=value.get("spark_conf"), launch_id=value.get("launch_id"),
+                   spec=spec if isinstance(spec, dict) else None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (without the keys that are None): what the driver records."""
+        return {key: value for key, value in (("version", self.version), ("spark_conf", self.spark_conf),
+                                              ("launch_id", self.launch_id), ("spec", self.spec)) if value is not None}
+
+    def to_env(self) -> str:
+        """STREAMOPS_LAUNCH's value for the driver."""
+        return json.dumps(self.to_json())
+
+
+@dataclass(frozen=True)
+class CodeRecord:
+    """The code a driver ran: an artifact (its zip and digest) or the installed module (its file
+    and that file's digest)."""
+
+    artifact: str | None = None
+    installed: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> CodeRecord | None:
+        """None for a record from before artifacts (no `code`, or an empty one)."""
+        if not isinstance(value, dict) or not value:
+            return None
+        return cls(artifact=value.get("artifact"), installed=value.get("installed"), digest=value.get("digest"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object as the driver wrote it ({artifact, digest} or {installed, digest})."""
+        return {key: value for key, value in (("artifact", self.artifact), ("installed", self.installed),
+                                              ("digest", self.digest)) if value is not None}
+
+    @property
+    def artifact_digest(self) -> str | None:
+        """The artifact's digest (None: installed code)."""
+        return self.digest if self.artifact else None
+
+    @property
+    def label(self) -> str | None:
+        """What status shows: the artifact's digest, or 'installed'."""
+        return self.digest if self.artifact else "installed"
+
+
+@dataclass(frozen=True)
+class DriverRecord:
+    """driver.json: the current or last driver of an app (see the notes above on missing keys and
+    on values). `DriverRecord()`, every field absent, stands for no record where callers need one."""
+
+    # What runs, as the driver started (AppRuntime.acquire's info).
+    app: str | None = None
+    program: str | None = None
+    version: str | None = None
+    code: CodeRecord | None = None  # None: a driver from before artifacts
+    trigger: str | None = None
+    checkpoint_interval: str | None = None  # real-time apps only
+    spark_conf: dict[str, str] = field(default_factory=dict)  # the catalog's, as the driver got it
+    catalog: str | None = None
+    kafka: str | None = None  # where and as whom it connects (KafkaClientConfig.describe)
+    environment: str | None = None
+    launched_by: str | None = None  # a DAG run id, "streamops app run (pid N)", "command line"
+    launch: LaunchRecord = field(default_factory=LaunchRecord)  # empty: none recorded
+    # The process, and its lease (acquire).
+    pid: int | None = None
+    pid_created: float | None = None  # the process's start time: a reused pid is never taken for it
+    host: str | None = None
+    process_group: int | None = None  # spark-submit's, shared with its JVM
+    jvm_pid: int | None = None
+    driver_log: str | None = None
+    lease_epoch: int | None = None
+    started_at: str | None = None
+    # Where Spark runs it, and its queries (update).
+    application_id: str | None = None
+    spark_master: str | None = None
+    spark_ui: str | None = None
+    driver_host: str | None = None
+    plan_fingerprint: dict[str, list[str]] = field(default_factory=dict)  # query -> its stateful operators
+    queries_started: list[str] = field(default_factory=list)
+    queries_started_at: str | None = None
+    last_idle_at: str | None = None
+    failed_batches: list[dict[str, Any]] = field(default_factory=list)  # streamops.checkpoints.uncommitted_batch
+    # How it ended (release); none while it runs, or after it died unrecorded.
+    stopped_at: str | None = None
+    outcome: str | None = None  # stopped | failed | fenced
+    reason: str | None = None
+
+    @classmethod
+    def from_json(cls, value: object) -> DriverRecord | None:
+        """The record in a parsed driver.json; None if it is not a JSON object."""
+        if not isinstance(value, dict):
+            return None
+        found: dict[str, Any] = {}
+        for item in fields(cls):
+            raw = value.get(item.name)
+            if item.name == "launch":
+                found[item.name] = LaunchRecord.from_json(raw)
+            elif item.name == "code":
+                found[item.name] = CodeRecord.from_json(raw)
+            elif item.default_factory is not MISSING:  # a list or an object: missing, null or empty alike
+                found[item.name] = raw or item.default_factory()
+            else:
+                found[item.name] = raw
+        return cls(**found)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object the driver writes (AppRuntime.acquire adds the process and the lease):
+        fields not recorded (None, or an empty list or object) are left out; from_json reads it
+        back to an equal record."""
+        written: dict[str, Any] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name == "launch":
+                written["launch"] = value.to_json()
+            elif item.name == "code":
+                if value is not None:
+                    written["code"] = value.to_json()
+            elif value is not None and not (item.default_factory is not MISSING and not value):
+                written[item.name] = value
+        return written
+
+    @classmethod
+    def field_names(cls) -> frozenset[str]:
+        return frozenset(item.name for item in fields(cls))
+
+    @classmethod
+    def read(cls, path: Path) -> DriverRecord | None:
+        """The record in a driver.json file; None when there is none, or it cannot be read (torn)."""
+        return cls.from_json(read_json(path))
+
+    @property
+    def launched_version(self) -> str | None:
+        """The version to start again: the launch record's, else (no launch record) the one the
+        driver recorded. Unchecked: see checked_version."""
+        return self.launch.version or self.version
+
+    @property
+    def launched_spark_conf(self) -> dict[str, str]:
+        """The Spark conf overrides to start again ({}: none). Unchecked: see checked_spark_conf."""
+        return self.launch.spark_conf or {}
+
+    @property
+    def artifact_digest(self) -> str | None:
+        """The artifact digest it ran (None: installed code, or a record from before artifacts)."""
+        return self.code.artifact_digest if self.code else None
+
+
+# --- the pydantic records -----------------------------------------------------------------------
+
+
+class RuntimeRecordError(ValueError):
+    """A runtime file whose content is not its record; the message names the file and the field."""
+
+
+class _Record(BaseModel):
+    # Frozen values; keys this version does not know (a newer writer's) are ignored, not refused.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_file_value(cls, value: object, where: str) -> Any:
+        """The record in a parsed file (or one entry of it); RuntimeRecordError names `where`."""
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the value'}: {e['msg']}" for e in exc.errors())
+            raise RuntimeRecordError(f"{where}: not a {cls.__name__} ({problems})") from None
+
+
+class QueryProgress(_Record):
+    """progress/<query>.json: a query's latest micro-batch, as the driver's listener publishes it
+    (streamops.driver.progress); status, the health gate and the bench read it."""
+
+    query: str
+    batch_id: int
+    timestamp: str | None = None  # Spark's, of the batch's trigger
+    published_at: str | None = None  # when the driver wrote it (now_iso)
+    input_rows: int = 0
+    input_rows_per_second: float | None = None
+    processed_rows_per_second: float | None = None
+    batch_duration_ms: int = 0
+    state_rows: int = 0
+    dropped_by_watermark: int = 0
+    state_rows_updated: int = 0  # rows the stateful operators added or changed (a windowed count's updates)
+    stateful: bool = False
+    watermark: str | None = None
+    end_offsets: dict[str, dict[str, int]] = Field(default_factory=dict)  # topic -> partition -> next offset
+    observed: dict[str, dict[str, Any]] = Field(default_factory=dict)  # observe() name -> its metrics
+
+    def observed_total(self, metric: str) -> int:
+        """One observed metric (records_in, dead_letters) summed over the batch's observations."""
+        return sum(int(metrics.get(metric) or 0) for metrics in self.observed.values())
+
+
+class RateLine(_Record):
+    """One line of progress/rates.jsonl per batch: what health windows and the apps page's chart
+    are computed from (lines older than the fields have input_rows only)."""
+
+    at: str
+    query: str | None = None
+    input_rows: int = 0
+    dead_letters: int = 0
+    dropped_by_watermark: int = 0
+    state_rows_updated: int = 0
+    stateful: bool = False
+    watermark: str | None = None
+
+    @classmethod
+    def of(cls, query: str, progress: QueryProgress, at: str) -> RateLine:
+        return cls(at=progress.published_at or at, query=query, input_rows=progress.input_rows,
+                   dead_letters=progress.observed_total("dead_letters"), dropped_by_watermark=progress.dropped_by_watermark,
+                   state_rows_updated=progress.state_rows_updated, stateful=progress.stateful, watermark=progress.watermark)
+
+
+class SkipEntry(_Record):
+    """One entry of skip-records.json: input records an operator chose to skip
+    (recover_skip_records); the driver dead-letters them with `reason`."""
+
+    topic: str
+    partition: int
+    first: int  # offsets, inclusive
+    last: int
+    reason: str
+    run_id: str | None = None
+    user: str | None = None
+    at: str | None = None
+    note: str | None = None
+
+
+class SkipList(_Record):
+    """skip-records.json: the entries, oldest first (written whole and atomically)."""
+
+    entries: list[SkipEntry] = Field(default_factory=list)
+
+
+class StopRequest(_Record):
+    """stop-requested: an operator's (or a rollout's) request for a graceful stop."""
+
+    requested_at: str | None = None
+    by: str | None = None
+    deadline_s: float | None = None  # None: STREAMOPS_STOP_DEADLINE, else 60
+
+
+class DesiredState(_Record):
+    """desired.json: what an operator last asked the app to be doing (the supervisor keeps to it)."""
+
+    state: Literal["running", "stopped"]
+    run_id: str | None = None
+    by: str | None = None
+    at: str | None = None
+    version: str | None = None
+    # Not written by set_desired: supervision's reading of an app deployed before desired states
+    # were recorded (running unless its last driver stopped on request).
+    inferred: bool = False
+
+
+def read_record(cls: type[_Record], path: Path) -> Any:
+    """The record in `path`; None when there is none or it is torn (a reader retries later);
+    RuntimeRecordError when it parses but is not the record (named)."""
+    value = read_json(path)
+    return None if value is None else cls.from_file_value(value, str(path))
+
+
+def json_line(record: _Record) -> str:
+    return json.dumps(record.to_json())
