@@ -1,4 +1,4 @@
-"""Desired state on real components (README "Desired state and drift"): a checkpoint knows the Kafka
+"""Desired state on real components (docs/architecture.md "Desired state and drift"): a checkpoint knows the Kafka
 cluster it was written against, so a stateful app deployed on one broker, stopped, and deployed
 again against another cluster is refused with the reason (never started into a crash loop), and
 status names the cause."""

@@ -1,4 +1,4 @@
-"""The input contract (plugins/streamops/records.py, README "Input contract") on a real broker
+"""The input contract (plugins/streamops/records.py, docs/architecture.md "Input contract") on a real broker
 and real Spark: every record is routed exactly or dead-lettered once with the rule it breaks,
 the original bytes kept and base64-encoded without line breaks."""
 

@@ -15,7 +15,7 @@ version pins code), publishing the same bytes again is a no-op. Every use checks
 digest against the manifest, and a rollback also against the digest its driver ran.
 
 The store is a folder ($STREAMOPS_ARTIFACT_STORE, default .run/artifacts); on a cluster, a folder
-every host mounts (NFS). Object-store URLs are refused for now (README "Bring your own app").
+every host mounts (NFS). Object-store URLs are refused for now (docs/bring-your-own-app.md).
 """
 
 from __future__ import annotations

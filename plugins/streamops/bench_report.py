@@ -10,7 +10,7 @@ compared comes from the broker's one clock:
 - roll-restart: the largest gap in the output, records lost (must be 0) and duplicates, for a roll
   under load in each mode.
 Figures are printed, written to <out>/figures.json and drawn to <out>/*.png (matplotlib). Nothing
-here asserts a goal: the README says what the goals are and what was reached.
+here asserts a goal: docs/performance.md says what the goals are and what was reached.
 """
 
 from __future__ import annotations

@@ -364,7 +364,7 @@ class AppSpec(_Strict):
     owner: str = Field(min_length=1)
     description: str = Field(min_length=1)
     inputs: dict[str, str] = Field(min_length=1)  # role -> topic
-    # Input contract, key rule (README "Input contract"): input role -> the value's string field
+    # Input contract, key rule (docs/architecture.md "Input contract"): input role -> the value's string field
     # the Kafka key must equal. Records breaking it are dead letters (never re-keyed).
     input_keys: dict[str, Annotated[str, StringConstraints(pattern=r"^[A-Za-z_@$][A-Za-z0-9_@$.-]{0,99}$")]] = Field(
         default_factory=dict
@@ -396,7 +396,7 @@ class AppSpec(_Strict):
     # Validated with the program's own settings model when the catalog loads (programs.py); a
     # program's code sees them as that model (StreamingProgram.bind).
     settings: Any = Field(default_factory=dict)
-    # Restart policy, crash-loop guard and health thresholds (README "Supervision").
+    # Restart policy, crash-loop guard and health thresholds (docs/operating.md "Supervision").
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
     # What the reconcile_desired_state DAG does when what runs differs from this entry (README
     # "Desired state and drift"): report (show the drift only), approve (plan the roll and wait

@@ -1,5 +1,5 @@
 """What one app input may hold beyond the shared input contract: field constraints, the nesting
-depth and how far an event time may lie from the record's own time (README "Input contract").
+depth and how far an event time may lie from the record's own time (docs/architecture.md "Input contract").
 
 Declared per input role in the catalog (`apps[].input_contract.<role>`), on top of what the
 program declares for its fields (`records.Field`); the catalog's value wins where both say one.
@@ -146,7 +146,7 @@ class InputContract(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_depth: StrictInt = Field(default=DEFAULT_MAX_DEPTH, ge=1, le=PARSER_MAX_DEPTH)
-    # null turns a bound off (README "Input contract" says what that risks).
+    # null turns a bound off (docs/architecture.md "Input contract" says what that risks).
     max_future: Duration | None = DEFAULT_MAX_FUTURE
     max_past: Duration | None = DEFAULT_MAX_PAST
     fields: dict[str, FieldRules] = Field(default_factory=dict)

@@ -3,7 +3,7 @@
 A program is a Python object (usually a module-level `program = MyProgram()`) whose class
 subclasses `StreamingProgram`. The catalog names it by an importable reference,
 `package.module` (its `program` attribute) or `package.module:attribute`, optionally packaged as
-a versioned artifact (`streamops artifact build`, README "Bring your own app"). The suite never
+a versioned artifact (`streamops artifact build`, docs/bring-your-own-app.md). The suite never
 imports a program by name: `streamops.programs` resolves the catalog's reference and reads
 only what this class declares.
 

@@ -32,7 +32,7 @@ log = logging.getLogger("streamops.records")
 FieldType = Literal["string", "bigint", "timestamp"]
 
 # ---------------------------------------------------------------------------------------------
-# The input contract, the same for every app and input topic (README "Input contract").
+# The input contract, the same for every app and input topic (docs/architecture.md "Input contract").
 # A record is valid input only if every rule holds; otherwise it is a dead letter whose reason
 # names the first rule it breaks:
 #   value-present   the value is not null (a tombstone is not an event)

@@ -62,7 +62,7 @@ STATE_NUMBERS = {"healthy": 0, "stopped": 1, "not deployed": 2, "in operation": 
 OUTPUT_STOPPED_BATCHES = 2
 # Clock skew allowed between producers and the driver when a watermark is compared with now.
 WATERMARK_SKEW_S = 60.0
-WAY_BACK = ("Way back (README \"Input contract\", event-time bounds): make sure the inputs' max_future bound is on, then "
+WAY_BACK = ("Way back (docs/architecture.md \"Input contract\", event-time bounds): make sure the inputs' max_future bound is on, then "
             "rebuild the state with recover_rebuild_state (it reprocesses the retained input from earliest on a new "
             "checkpoint, the old one backed up; the bound dead-letters the record that moved the watermark; downstream "
             "readers see every window again), or put back a checkpoint backup from before it with recover_restore_checkpoint.")

@@ -1,5 +1,5 @@
 """The supervisor's event source: a trigger that fires when a streaming app's driver is known to
-have ended while the app should run (README "Supervision").
+have ended while the app should run (docs/operating.md "Supervision").
 
 An asset watcher (airflow.sdk.AssetWatcher) runs it in the triggerer; each event it yields
 becomes an asset event of DRIVER_EXITS_ASSET, which schedules the app_status DAG at once. The

@@ -1,7 +1,7 @@
 """The suite's time budget, visible at the end of every run: the wall-clock total and each test
 module's time (setup, call and teardown of its tests), slowest first.
 
-The project's budget for the whole test command is 40 minutes from a clean clone (README, Tests);
+The project's budget for the whole test command is 40 minutes from a clean clone (docs/testing.md);
 a module that grows shows here first. With two test processes the module times add up to more
 than the wall clock: they ran side by side."""
 

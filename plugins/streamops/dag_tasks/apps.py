@@ -151,7 +151,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
         healths.append(health)
         drifts.append(app_drift(catalog, name, runtime, current, app_principal(name)))
     log.info("Streaming apps:\n%s", status_table(statuses))
-    log.info("Declared (catalog) against running (README \"Desired state and drift\"):\n%s",
+    log.info("Declared (catalog) against running (docs/architecture.md \"Desired state and drift\"):\n%s",
              "\n".join(d.line() for d in drifts) or "no apps")
     for drifted in drifts:
         if drifted.fields:  # what runs is not what the catalog says: said where on-call looks
@@ -159,7 +159,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
         if drifted.catalog_edit:
             log.warning("%s runs approved changes the catalog does not say yet; this edit of the catalog makes it agree:\n%s",
                         drifted.app, drifted.catalog_edit)
-    log.info("Health (catalog thresholds per app, README \"Supervision\"):\n%s", health_table(healths))
+    log.info("Health (catalog thresholds per app, docs/operating.md \"Supervision\"):\n%s", health_table(healths))
     for item in statuses:
         if item.lags:
             log.info("%s lag per partition:\n%s", item.app, lag_table(item))

@@ -205,7 +205,7 @@ def test_output_stopped_is_input_all_dropped_as_late_or_a_watermark_beyond_the_e
     assert stopped.state == "output stopped" and stopped.needs_someone
     assert stopped.evidence.startswith(
         f"query window-count: its last 2 batch(es) with input (within 5 minutes) read 8 record(s) and updated no state: all of "
-        f"them dropped as late (16 late drop(s)); its watermark is {at(100)}, 20s behind now: its output stopped. Way back (README "
+        f"them dropped as late (16 late drop(s)); its watermark is {at(100)}, 20s behind now: its output stopped. Way back (docs/architecture.md "
         '"Input contract", event-time bounds): make sure the inputs\' max_future bound is on, then rebuild the state with '
         "recover_rebuild_state")
     hijacked = evaluate(spec, _status(recent={"window-count": _late((0, 0, 0), watermark="9999-12-31T23:59:49.999Z")}),
