@@ -35,6 +35,7 @@ from pathlib import Path
 
 from streamops import settings
 from streamops.driver import DRIVER_PROTOCOL
+from streamops.name_patterns import VERSION_PATTERN
 from streamops.paths import RUN_DIR
 
 ARTIFACT_FILE = "artifact.zip"
@@ -113,8 +114,6 @@ class ArtifactStore:
         self.root = Path(location)
 
     def folder(self, name: str, version: str) -> Path:
-        from streamops.catalog import VERSION_PATTERN
-
         # Both become path parts: only a name and a semantic version, never '..' or '/'.
         if not _NAME.fullmatch(name or "") or not re.fullmatch(VERSION_PATTERN, version or "") or len(version) > 64:
             raise ArtifactError(f"artifact {name!r} {version!r}: not an artifact name and a semantic version")
@@ -157,8 +156,6 @@ class ArtifactStore:
         same bytes were there already. Different bytes under an existing version are refused."""
         if not _NAME.fullmatch(name):
             raise ArtifactError(f"artifact name {name!r}: lowercase letters, digits and '-', starting with a letter")
-        from streamops.catalog import VERSION_PATTERN
-
         if not re.fullmatch(VERSION_PATTERN, version):
             raise ArtifactError(f"artifact version {version!r} is not a semantic version such as 1.2.0")
         digest = file_digest(built_zip)

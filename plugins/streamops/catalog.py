@@ -29,8 +29,8 @@ from pydantic import (
 from streamops import settings
 from streamops.input_contract import DEFAULT_CONTRACT, DEFAULT_MAX_FUTURE, InputContract, field_problems
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
+from streamops.name_patterns import APP_NAME_PATTERN, PATTERN_HINTS, REFERENCE_PATTERN, VERSION_PATTERN
 from streamops.paths import PROJECT_ROOT
-from streamops.programs import REFERENCE_PATTERN
 from streamops.refusals import Refused
 
 DEFAULT_CATALOG_PATH = PROJECT_ROOT / "catalog" / "pipelines.yaml"
@@ -339,19 +339,13 @@ class SupervisionSpec(_Strict):
         return self
 
 
-# A semantic version (semver.org): X.Y.Z, a pre-release and build metadata of dot-separated,
-# non-empty identifiers. Labels reach argv and folder names, so nothing else is allowed.
-_IDENTIFIERS = r"[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*"
-VERSION_PATTERN = rf"^[0-9]+\.[0-9]+\.[0-9]+(-{_IDENTIFIERS})?(\+{_IDENTIFIERS})?$"
-
-
 ReconcilePolicy = Literal["report", "approve", "auto"]
 
 
 class AppSpec(_Strict):
     """One long-running Spark Structured Streaming app."""
 
-    name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{1,62}$")]
+    name: Annotated[str, StringConstraints(pattern=APP_NAME_PATTERN)]
     # The program (streamops.program_contract): an importable reference, `package.module` (its
     # `program`) or `package.module:attribute`. The code of `version` comes from the artifact
     # `artifact` (default: the app's name) in the store (streamops.artifacts): a version pins code.
@@ -1009,16 +1003,8 @@ def _friendly_message(err: Mapping[str, Any]) -> str:
     if kind == "literal_error":
         return f"must be one of {err['ctx']['expected']} (got {raw!r})"
     if kind == "string_pattern_mismatch":
-        return f"{raw!r} does not have the expected form ({_PATTERN_HINTS.get(err['ctx']['pattern'], err['ctx']['pattern'])})"
+        return f"{raw!r} does not have the expected form ({PATTERN_HINTS.get(err['ctx']['pattern'], err['ctx']['pattern'])})"
     return err["msg"]
-
-
-_PATTERN_HINTS = {
-    DURATION_PATTERN: "a Spark interval such as '10 seconds' or '5 minutes'",
-    AppSpec.model_fields["name"].metadata[0].pattern: "lowercase letters, digits and '-', starting with a letter",
-    AppSpec.model_fields["version"].metadata[0].pattern: "a semantic version such as '1.2.0'",
-    REFERENCE_PATTERN: "an importable reference such as 'my_pipelines.dedup' or 'my_pipelines.dedup:program'",
-}
 
 
 def _where(entry_loc: tuple, data: Any, root_node: yaml.Node, field_path: tuple | None = None) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from streamops.catalog import VERSION_PATTERN
+from streamops.name_patterns import VERSION_PATTERN
 from streamops.refusals import OneLineRefused
 
 # Versions as the catalog writes them (streamops.catalog.VERSION_PATTERN), bounded in length.

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamops.name_patterns import PATTERN_HINTS, REFERENCE_PATTERN, VERSION_PATTERN
 from streamops.program_contract import LineageOutput, StreamingProgram, WindowCountOutput, contract_problems, describe
 from streamops.refusals import OneLineRefused
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from streamops.artifacts import Artifact
     from streamops.catalog import AppSpec
 
-REFERENCE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$"
 DEFAULT_ATTRIBUTE = "program"
 
 
@@ -107,9 +107,7 @@ class ProgramInfo:
                     problems.append(((*path, key), "unknown key (not a setting of this program; check the spelling)"))
                 continue
             elif error.validator == "pattern":
-                from streamops.catalog import _PATTERN_HINTS
-
-                hint = _PATTERN_HINTS.get(error.validator_value, f"the pattern {error.validator_value}")
+                hint = PATTERN_HINTS.get(error.validator_value, f"the pattern {error.validator_value}")
                 message = f"{error.instance!r} does not have the expected form ({hint})"
             elif error.validator == "required":
                 message = error.message.replace("is a required property", "is required but missing")
@@ -190,7 +188,6 @@ def program_info(app: AppSpec, version: str | None = None, expected_digest: str 
 def running_version(app: AppSpec) -> str:
     """The version the app's driver last ran (its driver record), else the catalog's."""
     from streamops.app_runtime import AppRuntime, DriverRecord
-    from streamops.catalog import VERSION_PATTERN
 
     version = (AppRuntime(app.checkpoint_location()).driver() or DriverRecord()).launched_version
     # driver.json is a file on the shared checkpoint volume: its version becomes a store path.

@@ -33,9 +33,10 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.catalog import VERSION_PATTERN, AppSpec, Catalog, TopicSpec
+from streamops.catalog import AppSpec, Catalog, TopicSpec
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.name_patterns import VERSION_PATTERN
 from streamops.plans import JsonPlan
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.refusals import Refused
