@@ -12,7 +12,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, one_run_at_a_time, runbook
 from streamops.dag_tasks import reconcile_apps as steps
-from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master
+from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_target
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 
 STATEFUL = steps.stateful_app_names(load_catalog(check_programs=False))
@@ -49,7 +49,7 @@ def reconcile_stateful_apps():
     def reconcile(app_name: str) -> dict:
         context = get_current_context()
         return audited_step(context, "reconcile", lambda: steps.reconcile_app(
-            app_name, context["run_id"], kafka_connection(), admin_client(), spark_master(),
+            app_name, context["run_id"], kafka_connection(), admin_client(), spark_target(),
             context["params"]["max_mismatch_ratio"], context["params"].get("program_version")), app=app_name)
 
     reconcile.expand(app_name=chosen())

@@ -14,7 +14,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, one_run_at_a_time, runbook
 from streamops.dag_tasks import reprocess as steps
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
-from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master
+from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master, spark_target
 from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
 from streamops.reprocess import TAG_PATTERN, VERSION_SUFFIX_PATTERN
@@ -70,7 +70,7 @@ def reprocess():
     def run(planned: dict) -> dict:
         context = get_current_context()
         return audited_step(context, "backfill", lambda: steps.run(
-            planned, context["run_id"], kafka_connection(), admin_client(), spark_master()), applies_plan=True)
+            planned, context["run_id"], kafka_connection(), admin_client(), spark_target()), applies_plan=True)
 
     @task(multiple_outputs=False)
     def validate(planned: dict, _ran: dict) -> list[dict]:

@@ -66,6 +66,7 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
 
 def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(spark, broker, admin, app_catalog, tmp_path):
     from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
+    from streamops.spark_submit import SparkTarget
 
     router = app_catalog.app("oplog-router")
     loadgen.run(router, loadgen.LoadSpec(count=300, keys=10, seed=1), broker.client_config)
@@ -82,7 +83,7 @@ def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(s
     plan = plan_reprocess(admin, broker.client_config, app_catalog,
                           ReprocessRequest(app="oplog-router", start=cut_time.isoformat(), target="scratch", tag="since"))
     assert plan.records == len(after) == 300
-    run_reprocess(broker.client_config, admin, app_catalog, plan, tmp_path / "work", spark_master="local[2]")
+    run_reprocess(broker.client_config, admin, app_catalog, plan, tmp_path / "work", spark=SparkTarget("local[2]"))
     # The driver's listener heard its query stop before the driver exited, and no event failed
     # against Python's closed callback server (a py4j stack trace at the end of the log).
     driver_log = (tmp_path / "work" / "driver.log").read_text()

@@ -126,6 +126,48 @@ def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env, broker, monkeyp
     assert launch.spec["kafka_cluster"] and launch.spec["version"] == "1.2.3"
 
 
+def test_a_spark_default_extra_reaches_a_live_app_and_a_backfill_alike(launch_env, broker, monkeypatch, tmp_path):
+    """One launch builder: spark_default made from a URI (spark://host:port, the scheme in its type)
+    with a deploy mode and a queue gives a live launch and a backfill the same spark-submit target."""
+    from streamops.catalog import load_catalog
+    from streamops.dag_tasks.connections import spark_target
+    from streamops.dag_tasks.launching import command_for
+    from streamops.kafka_client import KafkaClientConfig
+    from streamops.reprocess import ReprocessPlan, backfill_command
+    from tests.support.artifacts import same_code_as
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap_servers}}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark", "host": "spark-master.example", "port": 7077, "extra": {"deploy-mode": "client", "queue": "streaming"}}))
+    app = load_catalog().app(APP)
+    artifact = same_code_as(app, "1.2.3")
+    live = command_for(APP, "1.2.3", {}).argv
+    plan = ReprocessPlan(app=APP, request={}, inputs=[], targets={}, estimate_s=0.0, rate=0.0, rate_measured=False,
+                         program_version="1.2.3", program_digest=artifact.digest)
+    backfill = backfill_command(app, plan, KafkaClientConfig.plaintext(broker.bootstrap_servers, source="test"), tmp_path / "c.yaml",
+                                tmp_path / "backfill", app.checkpoint_location(), spark_target())
+
+    def target(argv: list[str]) -> list[str]:
+        return [word for flag in ("--master", "--deploy-mode", "--queue") for word in (flag, argv[argv.index(flag) + 1])]
+
+    assert target(live) == target(backfill) == ["--master", "spark://spark-master.example:7077", "--deploy-mode", "client",
+                                                "--queue", "streaming"]
+    assert live[0] == backfill[0] and live[0].endswith("spark-submit")
+    assert backfill[backfill.index("--trigger") + 1] == "available-now" and "--no-consumer-group" in backfill
+
+
+def test_a_spark_default_extra_the_launches_cannot_carry_out_is_refused_by_name(launch_env, monkeypatch):
+    from streamops.dag_tasks.connections import spark_target
+    from streamops.spark_submit import SparkTargetError
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"keytab": "AAAA"}}))
+    with pytest.raises(SparkTargetError, match=r"^connection spark_default: extra keytab is not supported by the suite's launches"):
+        spark_target()
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"spark-binary": "/tmp/x"}}))
+    with pytest.raises(SparkTargetError, match=r"spark-binary '/tmp/x' is not one of spark-submit, spark2-submit, spark3-submit"):
+        spark_target()
+
+
 def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_catalog, broker, canary, submits, monkeypatch):
     """A restart, a reset and a rollback start what the last launch record says: an edited record
     is refused before anything is stopped, backed up or started."""

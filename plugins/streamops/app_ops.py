@@ -1,9 +1,7 @@
 """Launch and stop the streaming apps as detached drivers (used by the DAGs and the CLI).
 
-The Spark provider's SparkSubmitHook.submit() runs spark-submit in the foreground and, in client
-mode, holds the Airflow worker slot for the life of the driver. We use the hook for what it is
-good at, turning the `spark_default` connection and our SubmitSpec into a spark-submit command,
-and start that command detached so the app outlives the task. The one-driver guard is the app's
+A driver starts detached (the app outlives the task), from the command streamops.spark_submit
+builds (SubmitSpec.argv on the spark_default connection's SparkTarget). The one-driver guard is the app's
 own lease (streamops.driver_lease), checked here first for a clear refusal and enforced again by
 the driver itself, so a launch by hand is refused the same way.
 """
@@ -23,7 +21,7 @@ import psutil
 
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, DriverRecord, LaunchRecord
 from streamops.catalog import AppSpec
-from streamops.spark_submit import SubmitSpec, driver_env, with_task_slots
+from streamops.spark_submit import driver_env
 from streamops.standby import ABORT, GO, StandbySlot, new_token
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -54,25 +52,6 @@ class Launch:
     application_id: str | None
     driver_log: str
     command: list[str]
-
-
-def spark_submit_command(spec: SubmitSpec, conn_id: str = "spark_default") -> list[str]:
-    """The spark-submit argv for `spec`, built by the Spark provider's hook from `conn_id`."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    hook = SparkSubmitHook(
-        conn_id=conn_id,
-        conf=spec.conf,
-        jars=",".join(spec.jars),
-        py_files=",".join(spec.py_files) or None,
-        name=spec.name,
-        application_args=spec.application_args,
-    )
-    command = hook._build_spark_submit_command(spec.application)  # noqa: SLF001 - see module doc
-    if "--master" in command:  # a local master gets the threads a real-time app needs
-        at = command.index("--master") + 1
-        command[at] = with_task_slots(command[at], spec.min_task_slots)
-    return command
 
 
 def launch(

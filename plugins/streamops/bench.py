@@ -29,6 +29,7 @@ from streamops.kafka_records import producer
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics
+from streamops.spark_submit import SparkTarget
 
 _HAS_OFFSET = re.compile(r"(Z|z|[+-][0-9]{2}:?[0-9]{2})$")
 
@@ -142,7 +143,7 @@ def reprocess_backfill(catalog: Catalog, admin: AdminClient, kafka: KafkaClientC
     from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 
     plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app="oplog-router", target="scratch", tag="bench"))
-    result = run_reprocess(kafka, admin, catalog, plan, workdir, spark_master="local[*]", launched_by="bench")
+    result = run_reprocess(kafka, admin, catalog, plan, workdir, spark=SparkTarget("local[*]"), launched_by="bench")
     written = sum(result.records_out.values()) + result.dead_letters
     return Result("Backfill from earliest (reprocess, its own driver)", result.records_in, written, result.seconds,
                   "targets " + ", ".join(sorted(plan.targets.values()))[:60] + "...")

@@ -38,6 +38,7 @@ from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics
+from streamops.spark_submit import SparkTarget
 from streamops.waiting import DeadlineExceeded, poll_until
 
 ROUTER = "oplog-router"
@@ -126,7 +127,7 @@ def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: P
                        checkpoint=str(checkpoint))
     launched_ms = time.time() * 1000
     with open(workdir / "drain-driver.log", "wb") as log:
-        code = subprocess.run(spec.argv(master="local[*]"), stdout=log, stderr=subprocess.STDOUT, env=driver_env(),  # noqa: S603
+        code = subprocess.run(spec.argv(SparkTarget("local[*]")), stdout=log, stderr=subprocess.STDOUT, env=driver_env(),  # noqa: S603
                               cwd=workdir, check=False).returncode
     finished_ms = time.time() * 1000
     if code != 0:
@@ -146,7 +147,7 @@ def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trig
     checkpoint = checkpoint or workdir / f"live-{uuid.uuid4().hex[:6]}"
     spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir, trigger), checkpoint=str(checkpoint),
                        version=version)
-    launch(app, spec.argv(master=BENCH_MASTER), checkpoint=str(checkpoint), launched_by="bench", version=version,
+    launch(app, spec.argv(SparkTarget(BENCH_MASTER)), checkpoint=str(checkpoint), launched_by="bench", version=version,
            record_desired=False)
     return checkpoint
 
@@ -234,7 +235,7 @@ def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger:
 
     def command(version: str) -> list[str]:
         spec = submit_spec(app_here, kafka=kafka, catalog=catalog_file, checkpoint=str(checkpoint), version=version)
-        return spec.argv(master=BENCH_MASTER)
+        return spec.argv(SparkTarget(BENCH_MASTER))
 
     before = {(e, c) for e, c, _ in _output_times(kafka, catalog)}
     _launch_live(catalog, kafka, workdir, trigger, checkpoint=checkpoint)

@@ -35,6 +35,7 @@ from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.local_stack.airflow_stack import ADMIN_USER, LocalAirflow
 from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.process import AlreadyRunning, ServiceError
+from streamops.spark_submit import SparkTarget
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 broker_app = typer.Typer(help="The local Kafka broker (KRaft, single node).", no_args_is_help=True)
@@ -617,7 +618,7 @@ def app_run(
                            settings_file=settings_file, catalog=bound.catalog_file if bound else None)
     except (ProgramError, LaunchOverrideRefused, SpecRefused) as exc:
         raise _fail(str(exc)) from None
-    argv = spec.argv(master=master)
+    argv = spec.argv(SparkTarget(master))
     typer.echo(shlex.join(argv), err=not print_only)
     if not print_only:
         launch = _launch_record(bound, spec, kafka) if bound is not None else None

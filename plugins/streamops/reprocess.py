@@ -13,7 +13,7 @@ catalog's definitions of the live ones (partitions, configs, value schema, suite
 
     plan = plan_reprocess(admin, catalog, ReprocessRequest(app="oplog-router", start="6 hours"))
     print(plan.table())                  # per input partition: offsets, records, estimate, warnings
-    result = run_reprocess(kafka, admin, catalog, plan, work_dir, spark_master="local[2]")
+    result = run_reprocess(kafka, admin, catalog, plan, work_dir, spark=SparkTarget("local[2]"))
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from streamops.name_patterns import VERSION_PATTERN
 from streamops.plans import JsonPlan
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.refusals import Refused
+from streamops.spark_submit import SparkTarget
 
 # Used for the estimate until this machine has measured a run of the app.
 log = logging.getLogger(__name__)
@@ -326,6 +327,27 @@ class ReprocessFailed(RuntimeError):
     """The backfill's driver failed; the message has its log's last lines."""
 
 
+def backfill_command(app: AppSpec, plan: ReprocessPlan, kafka: KafkaClientConfig, catalog_file: Path, checkpoint: Path,
+                     live_checkpoint: str, spark: SparkTarget) -> list[str]:
+    """The backfill driver's spark-submit: the same builder and Spark target as every live launch
+    (spark_default's deploy mode, queue and binary reach a backfill too)."""
+    from streamops.spark_submit import submit_spec
+
+    spec = submit_spec(
+        app, kafka=kafka, catalog=catalog_file, trigger="available-now", checkpoint=str(checkpoint),
+        version=plan.program_version or None, starting_offsets=json.dumps(plan.starting_offsets()),
+        expected_digest=plan.program_digest,
+        # A cutover continues from this checkpoint: cutting at the planned end would drop what
+        # arrived since the plan. Otherwise the run is exactly the planned range.
+        ending_offsets=None if plan.request.get("cutover") else plan.ending_offsets(),
+        # Records an operator skipped in the live app are skipped here too (same input).
+        skip_records_of=live_checkpoint,
+        # Its progress stays out of the consumer group: streamops.<app> shows the live app's lag.
+        consumer_group=False,
+    )
+    return spec.argv(spark)
+
+
 def run_reprocess(
     kafka: KafkaClientConfig,
     admin: AdminClient,
@@ -333,7 +355,7 @@ def run_reprocess(
     plan: ReprocessPlan,
     work_dir: Path,
     *,
-    spark_master: str,
+    spark: SparkTarget,
     launched_by: str = "reprocess",
 ) -> ReprocessResult:
     """Create the targets, run the planned version of the app over exactly the planned range (a
@@ -342,7 +364,7 @@ def run_reprocess(
     from streamops.app_runtime import AppRuntime
     from streamops.checkpoints import bind_cluster
     from streamops.provisioning import ensure_topics
-    from streamops.spark_submit import KAFKA_CLIENT_FILE, driver_env, submit_spec
+    from streamops.spark_submit import KAFKA_CLIENT_FILE, driver_env
 
     # A run's folder is never reused: its checkpoint would resume instead of starting at the plan.
     try:
@@ -357,23 +379,13 @@ def run_reprocess(
     checkpoint = work_dir / "checkpoint"
     # The checkpoint knows its Kafka cluster: a cutover hands it to the live app.
     bind_cluster(plan.app, checkpoint, kafka.cluster_id(next(iter(app.inputs.values()))), kafka.bootstrap_servers)
-    # A cutover continues from this checkpoint: cutting at the planned end would drop what
-    # arrived since the plan. Otherwise the run is exactly the planned range.
-    bounds = [] if plan.request.get("cutover") else ["--ending-offsets", json.dumps(plan.ending_offsets())]
-    spec = submit_spec(
-        app, kafka=kafka, catalog=catalog_file, trigger="available-now", checkpoint=str(checkpoint),
-        version=plan.program_version or None, starting_offsets=json.dumps(plan.starting_offsets()),
-        expected_digest=plan.program_digest,
-        # Records an operator skipped in the live app are skipped here too (same input).
-        # Its progress stays out of the consumer group: streamops.<app> shows the live app's lag.
-        extra_args=[*bounds, "--skip-records-of", catalog.app(plan.app).checkpoint_location(), "--no-consumer-group"],
-    )
+    command = backfill_command(app, plan, kafka, catalog_file, checkpoint, catalog.app(plan.app).checkpoint_location(), spark)
     driver_log = work_dir / "driver.log"
     started = time.monotonic()
     try:
         with driver_log.open("ab") as log_file:
             finished = subprocess.Popen(  # noqa: S603 - argv from the catalog and the checked plan
-                spec.argv(master=spark_master), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=work_dir, env=driver_env(STREAMOPS_LAUNCHED_BY=launched_by, STREAMOPS_DRIVER_LOG=str(driver_log)),
             )
             try:
@@ -387,7 +399,7 @@ def run_reprocess(
         # app's file stays: its restarts read it); the run folder is kept for review.
         (AppRuntime(str(checkpoint)).dir / KAFKA_CLIENT_FILE).unlink(missing_ok=True)
     if finished.returncode:
-        raise ReprocessFailed(f"the backfill of {plan.app} (version {spec.version}) failed with exit code "
+        raise ReprocessFailed(f"the backfill of {plan.app} (version {plan.program_version or app.version}) failed with exit code "
                               f"{finished.returncode}; last lines of {driver_log}:\n{readable_tail(driver_log, 40)}")
     seconds = time.monotonic() - started
     written = {}

@@ -1,5 +1,12 @@
-"""How an app is handed to spark-submit: one description used by the CLI and by the DAGs
-(through the Spark provider's SparkSubmitHook), so both launch an app the same way."""
+"""How an app is handed to spark-submit: one builder for every launch (a live app, its standby, a
+cutover, a backfill, the CLI, the bench): `SubmitSpec` (what runs) + `SparkTarget` (where: the master
+and what the `spark_default` connection adds) -> `SubmitSpec.argv`.
+
+The Spark provider's SparkSubmitHook builds its command only inside submit(), which runs the driver
+in the foreground (holding a worker slot for the app's life); our drivers run detached. So the
+connection is read here, with the provider's rules for its fields (master from host/port/type;
+extras deploy-mode, queue, spark-binary, namespace), and an extra we do not carry out is refused
+by name rather than dropped."""
 
 from __future__ import annotations
 
@@ -22,6 +29,59 @@ KAFKA_CLIENT_FILE = "kafka-client.json"
 DRIVER_ENTRYPOINT = Path(__file__).resolve().parent / "entrypoints" / "driver.py"
 
 
+# The provider's allowed spark-binary values (SparkSubmitHook): a name on the PATH, never a path.
+ALLOWED_SPARK_BINARIES = ("spark-submit", "spark2-submit", "spark3-submit")
+# Extras the provider knows that a detached launch does not carry out: Kerberos logins and the
+# standalone REST status endpoint (status here is the driver's own files, not the master's).
+UNSUPPORTED_EXTRAS = ("principal", "keytab", "spark-home", "rest-scheme", "rest-port")
+
+
+class SparkTargetError(ValueError):
+    """A Spark connection this suite cannot launch through; the message names the field."""
+
+
+@dataclass(frozen=True)
+class SparkTarget:
+    """Where spark-submit sends an app: the master, and what the Spark connection adds to it."""
+
+    master: str = DEFAULT_MASTER
+    deploy_mode: str | None = None  # client | cluster (spark-submit's default: client)
+    queue: str | None = None  # YARN
+    namespace: str | None = None  # Kubernetes
+    spark_binary: str = "spark-submit"
+
+    @classmethod
+    def from_connection(cls, conn_type: str | None, host: str | None, port: int | None, extra: dict[str, object],
+                        conn_id: str = "spark_default") -> SparkTarget:
+        """The provider's reading of a Spark connection: a UI-made `spark` connection whose host is a
+        whole master URL (or a local master) is used as it is; otherwise `<type>://<host>`; `:port` appended."""
+        named = sorted(key for key in UNSUPPORTED_EXTRAS if extra.get(key) not in (None, ""))
+        if named:
+            raise SparkTargetError(f"connection {conn_id}: extra {', '.join(named)} is not supported by the suite's launches "
+                                   "(drivers run detached under spark-submit; no Kerberos login, no REST status); remove it")
+        binary = str(extra.get("spark-binary") or "spark-submit")
+        if binary not in ALLOWED_SPARK_BINARIES:
+            raise SparkTargetError(f"connection {conn_id}: spark-binary {binary!r} is not one of {', '.join(ALLOWED_SPARK_BINARIES)}")
+        deploy_mode = extra.get("deploy-mode") or None
+        if deploy_mode not in (None, "client", "cluster"):
+            raise SparkTargetError(f"connection {conn_id}: deploy-mode {deploy_mode!r} is not client or cluster")
+        if not host:
+            master = DEFAULT_MASTER
+        elif conn_type == "spark" and ("://" in host or not port):
+            master = host
+        else:
+            master = f"{conn_type}://{host}"
+        if host and port:
+            master = f"{master}:{port}"
+        return cls(master=master, deploy_mode=deploy_mode, queue=str(extra["queue"]) if extra.get("queue") else None,
+                   namespace=str(extra["namespace"]) if extra.get("namespace") else None, spark_binary=binary)
+
+    def binary_path(self) -> str:
+        """This environment's copy of the binary (bin/setup installs spark-submit beside Python), else its name on the PATH."""
+        here = Path(sys.executable).parent / self.spark_binary
+        return str(here) if here.exists() else self.spark_binary
+
+
 @dataclass(frozen=True)
 class SubmitSpec:
     name: str
@@ -37,14 +97,22 @@ class SubmitSpec:
     # is given at least this many threads (see with_task_slots).
     min_task_slots: int = 0
 
-    def argv(self, master: str = DEFAULT_MASTER, spark_submit: str | None = None) -> list[str]:
-        binary = spark_submit or str(Path(sys.executable).parent / "spark-submit")
-        master = with_task_slots(master, self.min_task_slots)
-        argv = [binary, "--master", master, "--name", self.name, "--jars", ",".join(self.jars)]
+    def argv(self, target: SparkTarget | None = None) -> list[str]:
+        """The spark-submit command: the one builder of every launch's argv."""
+        target = target or SparkTarget()
+        argv = [target.binary_path(), "--master", with_task_slots(target.master, self.min_task_slots), "--name", self.name]
+        if target.deploy_mode:
+            argv += ["--deploy-mode", target.deploy_mode]
+        if target.queue:
+            argv += ["--queue", target.queue]
+        conf = dict(self.conf)
+        if target.namespace and target.master.startswith("k8s://"):
+            conf.setdefault("spark.kubernetes.namespace", target.namespace)
+        for key, value in sorted(conf.items()):
+            argv += ["--conf", f"{key}={value}"]
+        argv += ["--jars", ",".join(self.jars)]
         if self.py_files:
             argv += ["--py-files", ",".join(self.py_files)]
-        for key, value in sorted(self.conf.items()):
-            argv += ["--conf", f"{key}={value}"]
         return [*argv, self.application, *self.application_args]
 
 
@@ -103,7 +171,9 @@ def submit_spec(
     starting_offsets: str | None = None,
     settings_file: str | os.PathLike[str] | None = None,
     expected_digest: str | None = None,
-    extra_args: list[str] | None = None,
+    ending_offsets: dict[str, dict[str, int]] | None = None,
+    skip_records_of: str | None = None,
+    consumer_group: bool = True,
 ) -> SubmitSpec:
     """The spark-submit of an app at `version` (default: the catalog's). An artifact app ships
     that version's artifact, its digest checked (and equal to `expected_digest` when given: a
@@ -129,7 +199,8 @@ def submit_spec(
         artifact=str(artifact.path) if artifact is not None else None,
         artifact_digest=artifact.digest if artifact is not None else None,
         trigger=trigger or None, checkpoint=checkpoint or None, version=version, starting_offsets=starting_offsets or "earliest",
-    ).to_argv() + (extra_args or [])
+        ending_offsets=ending_offsets, skip_records_of=skip_records_of, consumer_group=consumer_group,
+    ).to_argv()
     python = sys.executable
     conf = {
         # Driver and executors run this environment's Python (pandas, pyarrow, streamops).

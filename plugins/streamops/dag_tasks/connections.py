@@ -2,7 +2,8 @@
 
     kafka_connection()   the suite's own Kafka settings (kafka_default), as a KafkaClientConfig
     admin_client()       a Kafka AdminClient on that connection
-    spark_master()       the master of spark_default (local[*] when it names no host)
+    spark_target()       where spark-submit sends an app: spark_default read as the Spark provider reads it
+    spark_master()       its master (local[*] when it names no host)
     spark_session(name)  a Spark session on that master, for the tasks' own batch jobs
 
 An app's driver connects as the app's own principal instead (kafka_app_<app>, resolved by
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
     from pyspark.sql import SparkSession
 
+    from streamops.spark_submit import SparkTarget
+
 SPARK_CONN_ID = "spark_default"
 
 
@@ -34,13 +37,20 @@ def admin_client(conn_id: str = DEFAULT_CONN_ID) -> AdminClient:
     return admin
 
 
-def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
-    """The master of the Spark connection (the tasks' batch jobs and the apps run there)."""
+def spark_target(conn_id: str = SPARK_CONN_ID) -> SparkTarget:
+    """The Spark connection as every launch uses it (SubmitSpec.argv): live apps and backfills alike."""
     from airflow.sdk import BaseHook
 
+    from streamops.spark_submit import SparkTarget
+
     connection = BaseHook.get_connection(conn_id)
-    host = connection.host or "local[*]"
-    return f"{host}:{connection.port}" if connection.port else host
+    return SparkTarget.from_connection(connection.conn_type, connection.host, connection.port, connection.extra_dejson or {},
+                                       conn_id=conn_id)
+
+
+def spark_master(conn_id: str = SPARK_CONN_ID) -> str:
+    """The master of the Spark connection (the tasks' batch jobs and the apps run there)."""
+    return spark_target(conn_id).master
 
 
 def spark_session(name: str, master: str | None = None) -> SparkSession:

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from streamops.app_ops import Launch, LaunchCommand, launch, spark_submit_command, stop
+from streamops.app_ops import Launch, LaunchCommand, launch, stop
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import load_catalog
+from streamops.dag_tasks.connections import spark_target
 from streamops.effective_spec import bind_app, installed_code, launch_cluster
 from streamops.kafka_client import app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_spark_conf, checked_version
@@ -25,7 +26,7 @@ from streamops.spark_submit import submit_spec
 
 def command_for(app_name: str, version: str | None, spark_conf: Mapping[str, object] | None, starting_offsets: str | None = None,
                 expected_digest: str | None = None) -> LaunchCommand:
-    """The spark-submit command for an app at a version with extra Spark conf, via spark_default
+    """The spark-submit command for an app at a version with extra Spark conf, on spark_default's target
     (`starting_offsets`: where a new checkpoint starts; an existing one ignores it), and the
     effective spec it runs. Every launch passes here, so the version and conf are checked here too
     (LaunchOverrideRefused); an artifact app runs that version's artifact (ProgramError if there is
@@ -44,7 +45,7 @@ def command_for(app_name: str, version: str | None, spark_conf: Mapping[str, obj
     spec = replace(spec, conf={**spec.conf, **overrides})
     effective = bound.spec(version=spec.version, spark_conf=overrides, code=spec.digest or installed_code(app.program),
                            principal=kafka.principal, kafka_cluster=cluster)
-    return LaunchCommand(spark_submit_command(spec), effective.to_record())
+    return LaunchCommand(spec.argv(spark_target()), effective.to_record())
 
 
 def trusted_launch(app_name: str, version: object, spark_conf: object) -> tuple[str, dict[str, str]]:

@@ -25,6 +25,7 @@ from typing import Any
 from streamops.dag_tasks import audited_step
 from streamops.kafka_client import KafkaClientConfig
 from streamops.plans import AppPlan
+from streamops.spark_submit import SparkTarget
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +63,14 @@ class Step:
         return admin_client()
 
     @cached_property
-    def spark_master(self) -> str:
-        from streamops.dag_tasks.connections import spark_master
+    def spark_target(self) -> SparkTarget:
+        from streamops.dag_tasks.connections import spark_target
 
-        return spark_master()
+        return spark_target()
+
+    @property
+    def spark_master(self) -> str:
+        return self.spark_target.master
 
     @cached_property
     def spark(self) -> Any:

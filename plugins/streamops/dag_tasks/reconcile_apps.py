@@ -13,6 +13,7 @@ from streamops.effective_spec import effective_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.reconciliation import compare_windows, delete_scratch_topics, window_outputs
 from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess, target_catalog
+from streamops.spark_submit import SparkTarget
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def stateful_app_names(catalog: Catalog) -> list[str]:
 
 
 @refusals_fail
-def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str, max_mismatch_ratio: float,
+def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, spark: SparkTarget, max_mismatch_ratio: float,
                   program_version: str | None = None) -> dict:
     """Recompute from earliest into scratch topics, compare, clean up; fail above the threshold."""
     from airflow.sdk.exceptions import AirflowFailException
@@ -47,13 +48,13 @@ def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, s
     comparisons = []
     try:
         # The backfill's driver first: a session held here would hold cores it may need.
-        result = run_reprocess(kafka, admin, catalog, plan, work_root() / app_name / tag, spark_master=spark_master,
+        result = run_reprocess(kafka, admin, catalog, plan, work_root() / app_name / tag, spark=spark,
                                launched_by=run_id)
         log.info("Recomputed %s", result.summary())
-        spark = spark_session("streamops-reconcile", spark_master)
+        session = spark_session("streamops-reconcile", spark.master)
         scratch = target_catalog(catalog, app_name, plan.targets)
         for _app, role in [(a, r) for a, r in window_outputs(catalog) if a.name == app_name]:
-            comparison = compare_windows(spark, kafka, admin, catalog, app, role, plan.targets[app.outputs[role]], scratch)
+            comparison = compare_windows(session, kafka, admin, catalog, app, role, plan.targets[app.outputs[role]], scratch)
             log.info("%s%s", comparison.summary(), "".join(f"\n    {e}" for e in comparison.examples))
             comparisons.append(comparison)
     finally:

@@ -156,7 +156,7 @@ def _rebuild_apply(step: Step, plan: RebuildPlan) -> Result:
         return apply_rebuild_live(load_catalog().app(plan.app), plan, start_on_new_checkpoint(plan.app, step.run_id),
                                   stopper(plan.app, step.run_id))
     reprocess_plan = step.handed["reprocess_plan"]
-    ran = reprocessing.run(reprocess_plan, step.run_id, step.kafka, step.admin, step.spark_master)
+    ran = reprocessing.run(reprocess_plan, step.run_id, step.kafka, step.admin, step.spark_target)
     reprocessing.validate(reprocess_plan, step.run_id, step.kafka, step.admin, step.spark_master)
     handed = reprocessing.cutover(reprocess_plan, ran, step.run_id, step.kafka)
     return {"reprocessed": ran["summary"], **handed,

@@ -26,6 +26,7 @@ from streamops.reprocess import (
     target_catalog,
     target_topics,
 )
+from streamops.spark_submit import SparkTarget
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
     return the_plan, work_root() / the_plan.app / request["tag"]
 
 
-def run(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark_master: str) -> dict:
+def run(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark: SparkTarget) -> dict:
     from airflow.sdk.exceptions import AirflowFailException
 
     from streamops.reprocess import ReprocessFailed
@@ -113,7 +114,7 @@ def run(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark_mas
     log.info("Running version %s of %s (%s); driver log %s", the_plan.program_version, the_plan.app,
              the_plan.program_digest or "installed code", work_dir / "driver.log")
     try:
-        result = run_reprocess(kafka, admin, app_catalog(the_plan.app), the_plan, work_dir, spark_master=spark_master, launched_by=run_id)
+        result = run_reprocess(kafka, admin, app_catalog(the_plan.app), the_plan, work_dir, spark=spark, launched_by=run_id)
     except ReprocessFailed as exc:
         raise AirflowFailException(str(exc)) from None
     log.info("Reprocessed %s", result.summary())
