@@ -379,7 +379,7 @@ class AppRuntime:
     def desired(self) -> DesiredState | None:
         """What was last asked for (None: never, or the file is torn); RuntimeRecordError names a
         file that is not a DesiredState."""
-        value = read_json(self.desired_file)
+        value = read_json_object(self.desired_file)  # torn, or not an object: as if never recorded
         return DesiredState.from_file_value(value, str(self.desired_file)) if value else None
 
     def set_desired(self, state: str, *, run_id: str, by: str | None = None, version: str | None = None) -> None:

@@ -392,7 +392,7 @@ class AppSpec(_Strict):
     settings: Any = Field(default_factory=dict)
     # Restart policy, crash-loop guard and health thresholds (docs/operating.md "Supervision").
     supervision: SupervisionSpec = Field(default_factory=SupervisionSpec)
-    # What the reconcile_desired_state DAG does when what runs differs from this entry (README
+    # What the reconcile_desired_state DAG does when what runs differs from this entry (docs/architecture.md
     # "Desired state and drift"): report (show the drift only), approve (plan the roll and wait
     # for an approval), auto (roll compatible changes without one, audited).
     reconcile: ReconcilePolicy = "report"

@@ -34,6 +34,25 @@ class ProgramError(OneLineRefused):
     there, or not the bytes it was built with): nothing that needs it is started."""
 
 
+class DriverProtocolRefused(ProgramError):
+    """The version's artifact was built for another driver protocol: it cannot run on this platform."""
+
+
+def protocol_problem(app: AppSpec, version: str) -> str | None:
+    """Why `version` of `app` cannot run on this platform's driver (its artifact's protocol), or
+    None: it can, or it runs installed code, or its artifact is missing (said where it is launched)."""
+    from streamops.artifacts import driver_protocol_problem
+
+    if app.artifact is None:
+        return None
+    try:
+        artifact = resolve_artifact(app, version)
+    except ProgramError:
+        return None
+    problem = driver_protocol_problem(artifact)
+    return f"{app.name}: {problem}" if problem else None
+
+
 @dataclass(frozen=True)
 class ProgramInfo:
     """What a program declares (program_contract), as data."""

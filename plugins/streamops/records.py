@@ -29,6 +29,10 @@ from streamops.input_contract import (
 
 log = logging.getLogger("streamops.records")
 
+# The column of a source record's skip reason (null for every record not skipped): the driver adds
+# it (streamops.driver.outputs.operator_skip), `parse` makes it the record's error.
+OPERATOR_SKIP = "_operator_skip"
+
 FieldType = Literal["string", "bigint", "timestamp"]
 
 # ---------------------------------------------------------------------------------------------
@@ -345,11 +349,11 @@ def parse(
         F.array(F.col("_in_brackets")), lambda wrapped: _reason(wrapped, fields, max_record_bytes, key_field, contract, raw.columns)
     )[0]
     error = F.when(F.coalesce(good_so_far, F.lit(False)), F.lit(None).cast("string")).otherwise(reason)
-    # Named in the app's skip list by an operator (recover_skip_records; the runner's source adds
+    # Named in the app's skip list by an operator (recover_skip_records; the driver's source adds
     # the column): the operator's reason is the error, before any check of the record itself.
-    if "_operator_skip" in raw.columns:
-        error = F.coalesce(F.col("_operator_skip"), error)
-    return staged.withColumn("error", error).drop("_operator_skip", "_in_brackets", *[f"_json_{f.column}" for f in fields])
+    if OPERATOR_SKIP in raw.columns:
+        error = F.coalesce(F.col(OPERATOR_SKIP), error)
+    return staged.withColumn("error", error).drop(OPERATOR_SKIP, "_in_brackets", *[f"_json_{f.column}" for f in fields])
 
 
 def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:

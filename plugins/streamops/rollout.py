@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from streamops.app_ops import Launch, LaunchCommand, LaunchError, Standby, as_launch_command, launch, start_standby, stop
+from streamops.app_ops import Launch, LaunchCommand, LaunchError, as_launch_command, launch, start_standby, stop
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
@@ -169,7 +169,7 @@ def roll_restart(
     app: AppSpec,
     *,
     new_command: LaunchCommand | list[str],
-    previous_command: Callable[[DriverRecord], LaunchCommand | list[str]],
+    previous_command: Callable[[DriverRecord], LaunchCommand | list[str]] | None,
     new_version: str,
     kafka: KafkaClientConfig,
     new_spark_conf: dict | None = None,
@@ -189,19 +189,18 @@ def roll_restart(
     # The new version starts beside the running one as a warm standby: session and plans built,
     # waiting for the word. A version that cannot get that far never stops the running one.
     log(f"{app.name}: starting version {new_version} as a warm standby beside version {previous.version}")
-    standby: Standby | None = None
     try:
         standby = start_standby(app, new_command, checkpoint=checkpoint, launched_by=run_id, version=new_version,
                                 spark_conf=new_spark_conf)
-        new_plan = standby.plan_fingerprint
-        log(f"{app.name}: standby ready ({standby.describe()})")
     except LaunchError as exc:
         raise RolloutRefused(f"{app.name}: version {new_version} could not start as a standby, so nothing was "
                              f"stopped: {exc}") from None
+    new_plan = standby.plan_fingerprint
+    log(f"{app.name}: standby ready ({standby.describe()})")
     try:
         if new_plan is None:
             raise RolloutRefused(f"{app.name}: version {new_version}'s standby reported no plan, so nothing was stopped; "
-                                 f"see its log ({standby.describe() if standby else '?'})")
+                                 f"see its log ({standby.describe()})")
         problems = incompatibilities(previous.plan_fingerprint, new_plan)
         if problems:
             raise RolloutRefused(
@@ -211,11 +210,10 @@ def roll_restart(
         if not runtime.is_running():
             raise RolloutRefused(f"{app.name} stopped while its standby started ({runtime.state()}): nothing was rolled; "
                                  "see its status")
-        if standby is not None and (gone := standby.gone()):
+        if gone := standby.gone():
             raise RolloutRefused(f"{app.name}: version {new_version}'s standby is gone, so nothing was stopped: {gone}")
     except BaseException as exc:  # any start failure is a failed gate: roll back
-        if standby is not None:
-            log(f"{app.name}: {standby.abort(f'the rollout stopped: {exc}')}")
+        log(f"{app.name}: {standby.abort(f'the rollout stopped: {exc}')}")
         raise
     log(f"{app.name}: stateful plan unchanged; stopping version {previous.version} (pid {previous.pid})")
     stop_began = time.monotonic()
@@ -223,20 +221,15 @@ def roll_restart(
         log(stop(app, checkpoint=checkpoint, requested_by=run_id, deadline_s=stop_deadline_s))
         backup = backup_checkpoint(checkpoint, f"before-{new_version}")
     except BaseException as exc:
-        if standby is not None:
-            log(f"{app.name}: {standby.abort(f'the running version could not be stopped: {exc}')}")
+        log(f"{app.name}: {standby.abort(f'the running version could not be stopped: {exc}')}")
         raise
-    log(f"{app.name}: checkpoint backed up to {backup}; " + ("the standby takes over" if standby else "starting"))
+    log(f"{app.name}: checkpoint backed up to {backup}; the standby takes over")
     try:
-        if standby is not None:
-            started: Launch = standby.take_over()
-        else:
-            started = launch(app, new_command, checkpoint=checkpoint, launched_by=run_id, version=new_version,
-                             spark_conf=new_spark_conf)
+        started: Launch = standby.take_over()
         downtime = time.monotonic() - stop_began
         log(f"{app.name}: version {new_version} running (pid {started.pid}) after {downtime:.1f}s down; health gate")
     except BaseException as exc:
-        if standby is not None and not standby.told_go:
+        if not standby.told_go:
             log(f"{app.name}: {standby.abort(f'it did not take over: {exc}')}")
         if not isinstance(exc, Exception):
             raise
@@ -252,10 +245,19 @@ def roll_restart(
         return {"app": app.name, "version": new_version, "previous_version": previous.version,
                 "backup": str(backup), "downtime_s": round(downtime, 1), "gate": gate.reason}
 
+    if previous_command is None:
+        # The running version could not have been started again (its artifact predates this
+        # platform's driver): said before anything stopped. The new version stays as it is.
+        state = "keeps running" if runtime.is_running() else f"is {runtime.state()}"
+        raise RolloutFailed(
+            f"{app.name}: version {new_version} failed its health gate ({gate.reason}); there is no rollback: version "
+            f"{previous.version} cannot start on this platform's driver. Version {new_version} {state}; the checkpoint "
+            f"backup from before it is {backup}. Fix forward (roll to a fixed version), or stop_apps"
+        )
     log(f"{app.name}: HEALTH GATE FAILED: {gate.reason}; rolling back to version {previous.version}")
     if runtime.is_running():
         log(stop(app, checkpoint=checkpoint, requested_by=f"{run_id} (rollback)", deadline_s=stop_deadline_s))
-    if standby is not None and not standby.told_go:
+    if not standby.told_go:
         # It never started a query, so the checkpoint is as the previous version left it.
         on = "its checkpoint, untouched (the new version never started a query)"
         log(f"{app.name}: the standby never took over: the checkpoint needs no restore")

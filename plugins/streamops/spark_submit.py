@@ -180,14 +180,14 @@ def submit_spec(
     rollback restarts exactly the code that ran). `settings_file`: the driver reads the connection
     from this existing file (mode 600; a command printed for a person to run later)."""
     from streamops.artifacts import driver_protocol_problem
-    from streamops.programs import ProgramError, ran_digest, resolve_artifact
+    from streamops.programs import DriverProtocolRefused, ran_digest, resolve_artifact
 
     version = version or app.version
     artifact = None
     if app.artifact:
         artifact = resolve_artifact(app, version, expected_digest or ran_digest(app, version))
         if problem := driver_protocol_problem(artifact):
-            raise ProgramError(f"{app.name}: {problem}")
+            raise DriverProtocolRefused(f"{app.name}: {problem}")
     if settings_file is not None:
         connection = str(Path(settings_file).resolve())
     else:

@@ -48,6 +48,7 @@ from streamops.app_runtime import parse_recorded_time as _parse
 from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, Catalog, SupervisionSpec
 from streamops.kafka_offsets import duration_ms
+from streamops.programs import protocol_problem
 from streamops.runtime_records import DesiredState
 
 log = logging.getLogger("streamops.supervision")
@@ -216,8 +217,13 @@ def desired_state(runtime: AppRuntime) -> DesiredState | None:
     if record is None:
         return None
     stopped = record.stopped_at and record.outcome == "stopped"
-    return DesiredState(state="stopped" if stopped else "running", by=None, run_id=record.launched_by,
-                        at=record.started_at, version=record.version, inferred=True)
+    # driver.json's values are kept as the file has them: shown as text here.
+    return DesiredState(state="stopped" if stopped else "running", by=None, run_id=_text(record.launched_by),
+                        at=_text(record.started_at), version=_text(record.version), inferred=True)
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def _who(desired: DesiredState) -> str:
@@ -467,6 +473,14 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
     version = record.launched_version or (health.desired.version if health.desired else None) or spec.version
     spark_conf = record.launched_spark_conf
     digest = record.artifact_digest
+    if problem := protocol_problem(spec, str(version)):
+        # A restart could never start (and each try would take a checkpoint backup): held instead.
+        health.state = "held"
+        health.evidence = (f"{health.evidence} It is not restarted: {problem} The supervisor does not start it; "
+                           "roll_restart_apps to a rebuilt version (there is no rollback from this one), or stop_apps.").strip()
+        health.action = "held: its version cannot run on this platform's driver"
+        log(f"{spec.name}: {health.action}")
+        return
     entry = {"at": now_iso(), "run_id": run_id, "attempt": decision.attempt, "backoff_s": decision.backoff_s,
              "not_before": decision.not_before, "version": version, "after": health.status.reason if health.status else None}
     try:

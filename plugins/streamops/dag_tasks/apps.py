@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from streamops.app_ops import LaunchCommand, launch, stop
 from streamops.app_status import AppStatus, app_status, lag_table, status_table
@@ -13,7 +13,7 @@ from streamops.dag_tasks import checked_number, refusals_fail
 from streamops.dag_tasks.connections import kafka_connection
 from streamops.dag_tasks.launching import command_for, supervisor_start
 from streamops.launch_overrides import checked_spark_conf, checked_version
-from streamops.programs import ProgramError
+from streamops.programs import DriverProtocolRefused, ProgramError
 from streamops.refusals import OneLineRefused
 
 log = logging.getLogger(__name__)
@@ -91,16 +91,26 @@ def roll(app_name: str, version: str | None, spark_conf: dict, gate_deadline_s: 
         return command_for(app_name, previous.launched_version, previous.launched_spark_conf,
                            expected_digest=previous.artifact_digest)
 
+    rollback: Callable[[DriverRecord], LaunchCommand] | None = previous_command
     try:
         new_command = command_for(app_name, version, spark_conf)
+    except ProgramError as exc:  # no artifact for the version, not the bytes it was built with, another protocol
+        raise OneLineRefused(f"{exc}; nothing was stopped") from None
+    try:
         previous_command(previous)  # the rollback's code must be there, unchanged, before anything stops
+    except DriverProtocolRefused as exc:
+        # The running version's artifact predates this platform's driver: it can never start here
+        # again, so there is nothing to roll back to; rolling forward is the way off it.
+        log.warning("No rollback for this roll: %s. If version %s fails its health gate, nothing older can be started: "
+                    "fix forward (roll to a fixed version) or stop the app.", exc, version)
+        rollback = None
     except ProgramError as exc:  # no artifact for a version, or not the bytes it was built with (or ran)
         raise OneLineRefused(f"{exc}; nothing was stopped") from None
     try:
         return roll_restart(
             app,
             new_command=new_command,
-            previous_command=previous_command,
+            previous_command=rollback,
             new_version=version,
             new_spark_conf=spark_conf,
             kafka=kafka_connection(),

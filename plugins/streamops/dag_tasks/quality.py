@@ -12,6 +12,7 @@ from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import refusals_fail
 from streamops.kafka_client import KafkaClientConfig
 from streamops.quality.ranges import RangeRequest, TopicRange, resolve
+from streamops.runtime_records import RuntimeRecordError
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,12 @@ def freshness_failures(catalog: Catalog, ranges: list[TopicRange]) -> list[str]:
         for app in catalog.apps:
             if item.topic not in app.outputs.values():
                 continue
-            desired = desired_state(AppRuntime(app.checkpoint_location()))
+            try:
+                desired = desired_state(AppRuntime(app.checkpoint_location()))
+            except RuntimeRecordError as exc:  # one app's unreadable file: its topic's check says so, the run goes on
+                failures.append(f"{item.topic}: freshness: no records in {item.description}; whether its app {app.name} "
+                                f"should be running cannot be read: {exc}")
+                continue
             if desired is not None and desired.state == "running":
                 failures.append(f"{item.topic}: freshness: no records in {item.description}, though its app {app.name} should "
                                 f"be running (since {desired.at or '?'}): a stopped, crashed or stalled app writes "

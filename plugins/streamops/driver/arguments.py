@@ -48,8 +48,12 @@ class DriverArgs:
     standby_timeout_s: float = DEFAULT_STANDBY_TIMEOUT_S
     plan_fingerprint: bool = False  # print the stateful plan (PLAN-FINGERPRINT <json>) and exit: nothing started
 
+    def __post_init__(self) -> None:
+        if self.kafka_config and self.bootstrap_servers:
+            raise ValueError("a driver connects through --kafka-config or --bootstrap-servers, not both")
+
     def to_argv(self) -> list[str]:
-        """The command line that parses back into this value."""
+        """The command line that parses back into this value (a standby's timeout only with a standby)."""
         argv = ["--app", self.app, "--program", self.program]
         optional = {
             "--artifact": self.artifact, "--artifact-digest": self.artifact_digest, "--catalog": self.catalog,
@@ -60,7 +64,8 @@ class DriverArgs:
             "--skip-records-of": self.skip_records_of, "--version": self.version,
             "--max-offsets-per-trigger": None if self.max_offsets_per_trigger is None else str(self.max_offsets_per_trigger),
             "--standby": self.standby,
-            "--standby-timeout": (f"{self.standby_timeout_s:g}" if self.standby and self.standby_timeout_s != DEFAULT_STANDBY_TIMEOUT_S
+            # Meaningful for a standby only; repr keeps every digit of a float.
+            "--standby-timeout": (repr(float(self.standby_timeout_s)) if self.standby and self.standby_timeout_s != DEFAULT_STANDBY_TIMEOUT_S
                                   else None),
         }
         for flag, value in optional.items():

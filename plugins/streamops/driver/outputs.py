@@ -2,8 +2,8 @@
 the app's input topics, with the operator's skip list as a column and a backfill's end offsets
 as a filter. Used by a live run, a standby's rehearsal and the quality reconciliation alike.
 
-Contract: `build_outputs` returns the program's `OutputQuery` list; `OPERATOR_SKIP` is the column
-`streamops.records.parse` turns into a record's error (the skip reason), null for every other record.
+Contract: `build_outputs` returns the program's `OutputQuery` list; `operator_skip` is the value of
+the column `streamops.records.OPERATOR_SKIP`, which `records.parse` turns into a record's error.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from streamops.driver.kafka_io import read_topics
 from streamops.driver.options import RunOptions
 from streamops.driver.session import apply_app_conf
 from streamops.program_contract import OutputQuery, StreamingProgram
+from streamops.records import OPERATOR_SKIP
 from streamops.runtime_records import SkipEntry
 
 
@@ -53,10 +54,6 @@ def build_outputs(
         return frame.where(within | unbounded)
 
     return program.queries(spec, options.version or spec.version, source)
-
-
-# The column `records.parse` turns into a record's error: the skip reason, or null.
-OPERATOR_SKIP = "_operator_skip"
 
 
 def operator_skip(entries: list[SkipEntry], topics: list[str]) -> Column:

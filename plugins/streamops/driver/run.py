@@ -160,7 +160,7 @@ class DriverRun:
             kafka=options.kafka.describe(),
             environment=self.catalog.environment,
             launched_by=settings.LAUNCHED_BY.get() or "command line",
-            # The launcher's record (LaunchRecord.to_env), as it came.
+            # The launcher's record (LaunchRecord.to_env), read as a LaunchRecord (keys it does not know are dropped).
             launch=LaunchRecord.from_json(json.loads(settings.LAUNCH.get() or "{}")),
             # spark-submit and its JVM share it: a recovery can find what a dead driver left.
             process_group=os.getpgrp(),
@@ -189,6 +189,7 @@ class DriverRun:
         self.queries = start_app(spark, self.spec, self.program, self.options, self.prepared.outputs,
                                  still_held=self.runtime.lease.still_held, sources_read=self.prepared.sources_read,
                                  stopping=self.stopping)
+        self.running = True
         self.stops.watch(self.queries)
         # Launchers wait for this: an idle query reports no progress, but it has started.
         self.runtime.update(queries_started=[q.name.rsplit(".", 1)[-1] for q in self.queries], queries_started_at=now_iso())
@@ -240,7 +241,6 @@ class DriverRun:
         began = time.monotonic()
         try:
             self.start()
-            self.running = True
             if self.options.trigger == AVAILABLE_NOW:
                 self._publish_last()
                 log.info("available-now run finished; totals %s", json.dumps(observed_totals(self.queries)))

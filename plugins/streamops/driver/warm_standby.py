@@ -20,11 +20,12 @@ from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec
 from streamops.driver.kafka_io import BOUNDED_READ_OPTIONS, kafka_sink_options
 from streamops.driver.options import RunOptions
-from streamops.driver.outputs import OPERATOR_SKIP, operator_skip
+from streamops.driver.outputs import operator_skip
 from streamops.driver.preparation import Prepared
 from streamops.driver.stopping import StopSignals
 from streamops.failures import error_gist
 from streamops.program_contract import StreamingProgram
+from streamops.records import OPERATOR_SKIP
 from streamops.spark_submit import LOCAL_MASTER
 from streamops.standby import StandbySlot
 from streamops.waiting import DeadlineExceeded, poll_until

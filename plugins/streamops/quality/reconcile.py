@@ -108,8 +108,9 @@ def _skip_entries(app: AppSpec) -> list[SkipEntry]:
 
 def _skipping(frame: DataFrame, entries: list[SkipEntry], topics: list[str]) -> DataFrame:
     """A batch read of input topics with the column the live source adds: each record's skip
-    reason (runner.operator_skip), so the app's own parse dead-letters skipped records."""
-    from streamops.driver.outputs import OPERATOR_SKIP, operator_skip
+    reason (streamops.driver.outputs.operator_skip), so the app's own parse dead-letters skipped records."""
+    from streamops.driver.outputs import operator_skip
+    from streamops.records import OPERATOR_SKIP
 
     return frame.withColumn(OPERATOR_SKIP, operator_skip(entries, topics))
 

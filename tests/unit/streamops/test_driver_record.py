@@ -10,7 +10,7 @@ import socket
 
 from streamops.app_runtime import AppRuntime, CodeRecord, DriverRecord, LaunchRecord
 
-# driver.json as this version's driver leaves it after a graceful stop (runner.main's info, then
+# driver.json as this version's driver leaves it after a graceful stop (streamops.driver.run's DriverRecord, then
 # acquire, update and release), sort_keys and indent as AppRuntime writes it.
 CURRENT = {
     "app": "oplog-router",
@@ -153,7 +153,7 @@ def test_the_launch_record_in_the_environment_is_what_launchers_always_sent():
 
 
 def test_the_launch_record_goes_through_the_environment_and_driver_json_and_back(tmp_path, monkeypatch):
-    """Launcher -> STREAMOPS_LAUNCH -> the driver's record (as runner.main builds it) ->
+    """Launcher -> STREAMOPS_LAUNCH -> the driver's record (as streamops.driver.run builds it) ->
     driver.json -> the version and conf a restart or rollback builds its command from."""
     sent = LaunchRecord(version="1.2.0+v2", spark_conf={"spark.sql.shuffle.partitions": "8"}, launch_id="f" * 32)
     monkeypatch.setenv("STREAMOPS_LAUNCH", sent.to_env())

@@ -289,3 +289,25 @@ def test_the_driver_exit_trigger_fires_once_per_driver_that_ended(tmp_path, monk
     first, second = asyncio.run(scenario())
     assert (first["app"], first["reason"], second["reason"]) == ("oplog-router", "first", "second")
     assert second["lease_epoch"] == first["lease_epoch"] + 1
+
+
+def test_an_app_whose_version_predates_the_platforms_driver_is_held_not_restarted(router, tmp_path, monkeypatch):
+    """A restart of a version built for another driver protocol could never start (and each try
+    would back the checkpoint up): the supervisor holds it and says the way forward."""
+    from streamops.artifacts import ArtifactStore
+    from streamops.supervision import act
+    from tests.unit.streamops.driver.test_protocol import _publish
+
+    spec, runtime = router
+    monkeypatch.setenv("STREAMOPS_ARTIFACT_STORE", str(tmp_path / "store"))
+    _publish(ArtifactStore(), "0.9.0")  # no driver_protocol: built when programs carried their own driver
+    runtime.acquire({"app": "oplog-router", "version": "0.9.0", "launch": {"version": "0.9.0"}})
+    runtime.release("failed", "query route failed: boom")
+    health = evaluate(spec, _status(state="failed", pid=None, reason="query route failed: boom"), runtime, T0)
+    assert health.state == "crashed" and health.decision.action == "restart"
+    said: list[str] = []
+    act(spec, health, runtime, run_id="scheduled__1", start=lambda *_: pytest.fail("no restart may start"), log=said.append)
+    assert health.state == "held" and health.action == "held: its version cannot run on this platform's driver"
+    assert "It is not restarted: oplog-router: artifact oplog-router 0.9.0 (sha256:" in health.evidence
+    assert "roll_restart_apps to a rebuilt version (there is no rollback from this one), or stop_apps." in health.evidence
+    assert runtime.restarts() == [] and said == ["oplog-router: held: its version cannot run on this platform's driver"]
