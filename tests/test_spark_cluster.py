@@ -21,7 +21,7 @@ from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.local_stack.process import AlreadyRunning
 from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone
-from streamops.spark_submit import driver_env, submit_spec
+from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.waiting import poll_until
 from tests.support.ports import free_port
 from tests.support.routes import expected_routes, routed, wait_until_all_routed
@@ -76,7 +76,7 @@ def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(s
         return app_status(router, kafka, checkpoint=str(tmp_path / "checkpoint"))
 
     with open(tmp_path / "driver.log", "wb") as log:
-        driver = subprocess.Popen(spec.argv(master=spark_cluster.master_url), env=driver_env(),
+        driver = subprocess.Popen(spec.argv(SparkTarget(spark_cluster.master_url)), env=driver_env(),
                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         poll_until(lambda: expected_routes(kafka, router) <= set(routed(kafka, router)), timeout=300,
@@ -144,7 +144,7 @@ def test_a_paused_driver_is_taken_over_and_stops_without_committing_when_it_wake
                                                "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
                                                "spark.driver.bindAddress": "127.0.0.1"})
         with open(tmp_path / f"{name}.log", "wb") as log:
-            return subprocess.Popen(spec.argv(master=spark_cluster.master_url),
+            return subprocess.Popen(spec.argv(SparkTarget(spark_cluster.master_url)),
                                     env=driver_env(STREAMOPS_LEASE_TTL_S="8"), stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
 

@@ -57,9 +57,10 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
     """Run the router once with the archive dump on, into `archive` (older archives beside it are
     removed); return what happened, for the session log. `base_opts`: the drivers' own JVM options
     (kept, so the archive is made as it will be used)."""
-    from streamops.app_ops import launch, spark_submit_command
+    from streamops.app_ops import launch
     from streamops.app_runtime import AppRuntime
     from streamops.catalog import load_catalog
+    from streamops.dag_tasks.connections import spark_target
     from streamops.loadgen import LoadSpec
     from streamops.loadgen import run as run_load
     from streamops.provisioning import ensure_topics
@@ -82,7 +83,7 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
     archive.parent.mkdir(parents=True, exist_ok=True)
     os.environ["SPARK_SUBMIT_OPTS"] = f"{base_opts} -XX:ArchiveClassesAtExit={dump}".strip()
     try:
-        launch(router, spark_submit_command(spec), checkpoint=str(checkpoint), launched_by="tests (class archive)",
+        launch(router, spec.argv(spark_target()), checkpoint=str(checkpoint), launched_by="tests (class archive)",
                version=router.version)
     finally:
         for key, value in saved.items():
