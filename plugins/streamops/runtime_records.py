@@ -21,9 +21,9 @@ from streamops.runtime_files import read_json
 
 # --- driver.json, typed --------------------------------------------------------------------------
 #
-# The driver writes driver.json as a JSON object (AppRuntime.acquire, update, release: the keys
-# streamops.driver.run hands over, kept as written); everyone else reads it through
-# DriverRecord.from_json. A driver of an older artifact writes it too, so every key may be missing
+# The driver writes driver.json from a DriverRecord (streamops.driver.run: DriverRecord.to_json, then
+# AppRuntime.acquire, update, release); everyone else reads it through DriverRecord.from_json.
+# Records of older drivers are read too, so every key may be missing
 # (None, or an empty list or object), and a key this version does not know is ignored here and
 # kept when the driver rewrites the file. The file is on a shared volume: values are kept as the
 # file has them, not converted, and whatever of them reaches a command line, a path or a signal
@@ -37,7 +37,8 @@ class LaunchRecord:
     """How a launcher started a driver, so that a restart, rollback or restore can start exactly
     that again: the version, the trigger's Spark conf overrides, and the id naming this one start
     (a launcher waits for its own driver). It travels to the driver in STREAMOPS_LAUNCH (`to_env`)
-    and the driver records it, as it got it, as driver.json's `launch`; `from_json` reads it back.
+    and the driver records it (read with `from_json`: keys it does not know are dropped) as
+    driver.json's `launch`; `from_json` reads it back.
     None: not recorded (launchers before launch ids wrote version and spark_conf only; a driver
     started by hand, or by a launcher before launch records, has none)."""
 
@@ -309,14 +310,3 @@ class DesiredState(_Record):
     # Not written by set_desired: supervision's reading of an app deployed before desired states
     # were recorded (running unless its last driver stopped on request).
     inferred: bool = False
-
-
-def read_record(cls: type[_Record], path: Path) -> Any:
-    """The record in `path`; None when there is none or it is torn (a reader retries later);
-    RuntimeRecordError when it parses but is not the record (named)."""
-    value = read_json(path)
-    return None if value is None else cls.from_file_value(value, str(path))
-
-
-def json_line(record: _Record) -> str:
-    return json.dumps(record.to_json())
