@@ -74,7 +74,8 @@ def test_a_driver_that_loses_a_launch_race_shows_its_own_log(app_env, app_catalo
     and the error shows that driver's own log (one file per start), not the winner's output."""
     from streamops import app_ops
     from streamops.app_runtime import AppRuntime
-    from streamops.dag_tasks.launching import command_for
+    from streamops.catalog import load_catalog
+    from streamops.dag_tasks.launching import AppLauncher
 
     catalog_file, _ = app_env
     monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))
@@ -92,7 +93,8 @@ def test_a_driver_that_loses_a_launch_race_shows_its_own_log(app_env, app_catalo
     monkeypatch.setattr(app_ops, "AppRuntime", RacingRuntime)
     try:
         with pytest.raises(app_ops.LaunchError) as lost:
-            app_ops.launch(spec, command_for("oplog-router", None, {}), checkpoint=checkpoint, launched_by="manual__loser",
+            app_ops.launch(spec, AppLauncher.of(load_catalog(), "oplog-router", "manual__loser").command(None, {}), checkpoint=checkpoint,
+                           launched_by="manual__loser",
                            version="1.0.0")
     finally:
         winner.release("stopped", "test")

@@ -80,8 +80,9 @@ def test_a_hostile_trigger_creates_no_run(run_dag, canary):
 def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary, submits):
     from airflow.sdk.exceptions import AirflowFailException
 
+    from streamops.catalog import load_catalog
     from streamops.dag_tasks import apps as steps
-    from streamops.dag_tasks.launching import command_for
+    from streamops.dag_tasks.launching import AppLauncher
 
     for conf, reason in hostile_confs(*canary):
         with pytest.raises(AirflowFailException) as refused:
@@ -91,7 +92,7 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
             steps.roll(APP, "1.0.1", conf, 30, 0.05, "manual__hostile")
         assert str(refused.value) == f"refused: {reason}"
         with pytest.raises(LaunchOverrideRefused) as refused:
-            command_for(APP, None, conf)
+            AppLauncher.of(load_catalog(), APP, "manual__hostile").command(None, conf)
         assert str(refused.value) == reason
     for version in ("1.0.0; touch x", "1.0.0\n--conf", "$(touch x)", "1.0.0-" + "a" * 80):
         with pytest.raises(AirflowFailException) as refused:
@@ -105,14 +106,14 @@ def test_the_code_refuses_hostile_spark_conf_without_the_form(launch_env, canary
 
 def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env, broker, monkeypatch):
     from streamops.catalog import load_catalog
-    from streamops.dag_tasks.launching import command_for
+    from streamops.dag_tasks.launching import AppLauncher
     from tests.support.artifacts import same_code_as
 
     # A launch asks the cluster its id (the checkpoint's cluster): a real one here.
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap_servers}}))
     same_code_as(load_catalog().app(APP), "1.2.3")
-    launch = command_for(APP, "1.2.3", {"spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8,
-                                        "spark.sql.streaming.noDataMicroBatches.enabled": False})
+    launch = AppLauncher.of(load_catalog(), APP, "manual").command("1.2.3", {
+        "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8, "spark.sql.streaming.noDataMicroBatches.enabled": False})
     argv = launch.argv
     pairs = {argv[i + 1] for i, word in enumerate(argv) if word == "--conf"}
     assert {"spark.driver.memory=2g", "spark.sql.shuffle.partitions=8",
@@ -131,7 +132,7 @@ def test_a_spark_default_extra_reaches_a_live_app_and_a_backfill_alike(launch_en
     with a deploy mode and a queue gives a live launch and a backfill the same spark-submit target."""
     from streamops.catalog import load_catalog
     from streamops.dag_tasks.connections import spark_target
-    from streamops.dag_tasks.launching import command_for
+    from streamops.dag_tasks.launching import AppLauncher
     from streamops.kafka_client import KafkaClientConfig
     from streamops.reprocess import ReprocessPlan, backfill_command
     from tests.support.artifacts import same_code_as
@@ -141,7 +142,7 @@ def test_a_spark_default_extra_reaches_a_live_app_and_a_backfill_alike(launch_en
         {"conn_type": "spark", "host": "spark-master.example", "port": 7077, "extra": {"deploy-mode": "client", "queue": "streaming"}}))
     app = load_catalog().app(APP)
     artifact = same_code_as(app, "1.2.3")
-    live = command_for(APP, "1.2.3", {}).argv
+    live = AppLauncher(load_catalog(), app, "manual").command("1.2.3", {}).argv
     plan = ReprocessPlan(app=APP, request={}, inputs=[], targets={}, estimate_s=0.0, rate=0.0, rate_measured=False,
                          program_version="1.2.3", program_digest=artifact.digest)
     backfill = backfill_command(app, plan, KafkaClientConfig.plaintext(broker.bootstrap_servers, source="test"), tmp_path / "c.yaml",
@@ -174,6 +175,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
     from airflow.sdk.exceptions import AirflowFailException
 
     from streamops.audit import read_audit
+    from streamops.catalog import load_catalog
     from streamops.checkpoints import list_backups
     from streamops.dag_tasks import apps as steps
     from streamops.dag_tasks import launching
@@ -194,7 +196,7 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
 
     monkeypatch.setenv("STREAMOPS_CATALOG", str(catalog_file))
     with pytest.raises(RecoveryRefused) as refused:  # reset and rebuild start the last launch's conf
-        launching.start_on_new_checkpoint(APP, "manual__reset")("{}")
+        launching.AppLauncher.of(load_catalog(), APP, "manual__reset").start_on_new_checkpoint()("{}")
     assert refused.value.problems == [reason]
     tamper_launch_record(checkpoint, {"spark.pyspark.python": str(canary[1])})
     with pytest.raises(AirflowFailException) as refused:  # the rollback target of a rolling restart

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from streamops.app_ops import LaunchCommand, launch, stop
+from streamops.app_ops import Launch, LaunchCommand, stop
 from streamops.app_status import AppStatus, app_status, lag_table, status_table
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
 from streamops.dag_tasks.connections import kafka_connection
-from streamops.dag_tasks.launching import command_for, supervisor_start
+from streamops.dag_tasks.launching import AppLauncher
 from streamops.launch_overrides import checked_spark_conf, checked_version
 from streamops.programs import DriverProtocolRefused, ProgramError
 from streamops.refusals import OneLineRefused
@@ -53,11 +53,9 @@ def deploy(app_name: str, version: str | None, spark_conf: dict, run_id: str) ->
     """Start one app detached through spark_default; refused (no retries) if it is already
     running, or if its version, conf or artifact is not allowed."""
     version, spark_conf = checked_overrides(version, spark_conf)
-    app = load_catalog().app(app_name)
-    started = launch(
-        app, command_for(app_name, version, spark_conf), checkpoint=app.checkpoint_location(),
-        launched_by=run_id, version=version or app.version, spark_conf=spark_conf,
-    )
+    launcher = AppLauncher.of(load_catalog(), app_name, run_id)
+    app = launcher.app
+    started = launcher.launch(version, spark_conf)
     log.info(
         "%s is running: driver pid %s, Spark application %s, version %s; driver log %s",
         app.name, started.pid, started.application_id, started.version, started.driver_log,
@@ -80,7 +78,8 @@ def roll(app_name: str, version: str | None, spark_conf: dict, gate_deadline_s: 
         raise OneLineRefused("a rolling restart needs the new version label")
     checked_number(gate_deadline_s, "gate_deadline_s", *GATE_DEADLINE_S)
     checked_number(max_dead_letter_rate, "max_dead_letter_rate", 0, 1, whole=False)
-    app = load_catalog().app(app_name)
+    launcher = AppLauncher.of(load_catalog(), app_name, run_id)
+    app = launcher.app
     # A rollback restarts what the launch record on disk says: check it before anything is stopped.
     previous = AppRuntime(app.checkpoint_location()).driver() or DriverRecord()
     checked_overrides(previous.launched_version, previous.launched_spark_conf,
@@ -88,12 +87,12 @@ def roll(app_name: str, version: str | None, spark_conf: dict, gate_deadline_s: 
 
     def previous_command(previous: DriverRecord) -> LaunchCommand:
         # Exactly the code that ran: an artifact whose digest changed since is refused.
-        return command_for(app_name, previous.launched_version, previous.launched_spark_conf,
-                           expected_digest=previous.artifact_digest)
+        return launcher.command(previous.launched_version, previous.launched_spark_conf,
+                                expected_digest=previous.artifact_digest)
 
     rollback: Callable[[DriverRecord], LaunchCommand] | None = previous_command
     try:
-        new_command = command_for(app_name, version, spark_conf)
+        new_command = launcher.command(version, spark_conf)
     except ProgramError as exc:  # no artifact for the version, not the bytes it was built with, another protocol
         raise OneLineRefused(f"{exc}; nothing was stopped") from None
     try:
@@ -134,6 +133,17 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     # Status and stop never need an app's code: one app's missing artifact must not blind them.
     catalog = load_catalog(check_programs=False)
     kafka = kafka_connection()
+    checked: list[Catalog] = []
+
+    def restarter(name: str) -> Callable[[str, Mapping[str, object], str | None], Launch]:
+        # A restart runs the app's code: it needs the catalog with its programs and settings checked,
+        # read once, and only when some app is restarted.
+        def start(version: str, spark_conf: Mapping[str, object], expected_digest: str | None) -> Launch:
+            if not checked:
+                checked.append(load_catalog())
+            return AppLauncher.of(checked[0], name, run_id).supervisor_start()(version, spark_conf, expected_digest)
+        return start
+
     statuses: list[AppStatus] = []
     healths: list[Health] = []
     drifts = []
@@ -150,7 +160,7 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
             healths.append(health)
             continue
         try:
-            act(spec, health, runtime, run_id=run_id, start=supervisor_start(name, run_id), restarts_on=restart_crashed,
+            act(spec, health, runtime, run_id=run_id, start=restarter(name), restarts_on=restart_crashed,
                 audit=_supervisor_audit(run_id), log=log.info)
             if health.action and health.action.startswith("restarted"):
                 current = app_status(spec, kafka)

@@ -10,7 +10,7 @@ from functools import partial
 from typing import Any
 
 from streamops.app_runtime import AppRuntime
-from streamops.catalog import load_catalog
+from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import audited_step, is_dry_run
 from streamops.desired_state import SyncItem, SyncPlan, plan_sync, record_roll_outcome
 
@@ -30,7 +30,7 @@ def plan(context: Mapping[str, Any]) -> dict:
         on_demand = getattr(context["dag_run"], "run_type", None) == "manual"
         kafka = kafka_connection()
         the_plan = plan_sync(catalog, names, principal_of=app_principal, kafka_cluster=kafka.cluster_id(),
-                             fingerprint_of=_new_fingerprint, on_demand=on_demand)
+                             fingerprint_of=partial(_new_fingerprint, catalog, context["run_id"]), on_demand=on_demand)
         log.info("%s\n%s", the_plan.summary, the_plan.table)
         for item in the_plan.items:
             if item.catalog_edit:
@@ -41,14 +41,15 @@ def plan(context: Mapping[str, Any]) -> dict:
     return audited_step(context, "plan", make_plan)
 
 
-def _new_fingerprint(app: str, version: str, spark_conf: dict[str, str]) -> dict[str, list[str]] | None:
+def _new_fingerprint(catalog: Catalog, run_id: str, app: str, version: str, spark_conf: dict[str, str]
+                     ) -> dict[str, list[str]] | None:
     """The stateful plan the roll's new driver would build (its --plan-fingerprint), or None."""
-    from streamops.dag_tasks.launching import command_for
+    from streamops.dag_tasks.launching import AppLauncher
     from streamops.refusals import Refused
     from streamops.rollout import plan_fingerprint
 
     try:
-        return plan_fingerprint(command_for(app, version, spark_conf))
+        return plan_fingerprint(AppLauncher.of(catalog, app, run_id).command(version, spark_conf))
     except Refused as exc:
         log.warning("%s: the plan of version %s with the catalog's values could not be built: %s", app, version, exc)
         return None

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import audited_step
+from streamops.dag_tasks.launching import AppLauncher
 from streamops.kafka_client import KafkaClientConfig
 from streamops.plans import AppPlan
 from streamops.spark_submit import SparkTarget
@@ -45,6 +47,15 @@ class Step:
         self.run_id: str = context["run_id"]
         self.user: str = trail(context).user
         self.handed: Mapping[str, Any] = handed or {}
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        """The catalog, read once per step: what the step calls is handed it, or the app resolved in it."""
+        return load_catalog()
+
+    def app(self, app_name: str) -> AppLauncher:
+        """The app `app_name` of this step's catalog, launched and stopped on behalf of this run."""
+        return AppLauncher.of(self.catalog, app_name, self.run_id)
 
     @property
     def verify_deadline_s(self) -> float:

@@ -12,8 +12,6 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from streamops.catalog import load_catalog
-from streamops.dag_tasks.launching import start_on_new_checkpoint, start_version, stopper, trusted_launch
 from streamops.dag_tasks.procedures import Procedure, Result, Step
 from streamops.recovery.common import RecoveryRefused
 from streamops.recovery.rebuild import RebuildPlan
@@ -28,7 +26,7 @@ def await_progress(step: Step, app_name: str, lag_before: int | None, caught_up:
     """Wait until the restarted app commits batches (and, with `caught_up`, has no lag left)."""
     from streamops.recovery.lifecycle import await_resumed
 
-    result = await_resumed(load_catalog().app(app_name), step.kafka, lag_before, step.verify_deadline_s, caught_up=caught_up)
+    result = await_resumed(step.catalog.app(app_name), step.kafka, lag_before, step.verify_deadline_s, caught_up=caught_up)
     result["summary"] = (f"{app_name} is making progress: batches {result['batches']}, lag {lag_before} -> "
                          f"{result['lag_after']} after {result['seconds']} s")
     return result
@@ -40,15 +38,16 @@ def await_progress(step: Step, app_name: str, lag_before: int | None, caught_up:
 def _restart_plan(step: Step) -> RestartPlan:
     from streamops.recovery.restart import plan_restart
 
-    plan = plan_restart(load_catalog(), step.params["app"], step.kafka)
-    trusted_launch(plan.app, plan.version, plan.spark_conf)  # what the apply starts, checked now
+    plan = plan_restart(step.catalog, step.params["app"], step.kafka)
+    step.app(plan.app).trusted(plan.version, plan.spark_conf)  # what the apply starts, checked now
     return plan
 
 
 def _restart_apply(step: Step, plan: RestartPlan) -> Result:
     from streamops.recovery.restart import apply_restart
 
-    return apply_restart(load_catalog().app(plan.app), plan, start_version(plan.app, step.run_id))
+    app = step.app(plan.app)
+    return apply_restart(app.app, plan, app.start_version())
 
 
 RESTART = Procedure(
@@ -71,20 +70,21 @@ def reset_request(params: Any) -> ResetRequest:
 def _reset_plan(step: Step) -> ResetPlan:
     from streamops.recovery.reset import plan_reset
 
-    return plan_reset(step.admin, load_catalog(), reset_request(step.params), for_apply=step.params["dry_run"] is False)
+    return plan_reset(step.admin, step.catalog, reset_request(step.params), for_apply=step.params["dry_run"] is False)
 
 
 def _reset_apply(step: Step, plan: ResetPlan) -> Result:
     from streamops.recovery.reset import apply_reset
 
-    return apply_reset(load_catalog().app(plan.app), plan, start_on_new_checkpoint(plan.app, step.run_id))
+    app = step.app(plan.app)
+    return apply_reset(app.app, plan, app.start_on_new_checkpoint())
 
 
 def _reset_verify(step: Step, plan: ResetPlan, _applied: Result) -> Result:
     from streamops.recovery.lifecycle import await_resumed
     from streamops.recovery.reset import verify_reset
 
-    app = load_catalog().app(plan.app)
+    app = step.catalog.app(plan.app)
     started = verify_reset(app, plan)
     progress = await_resumed(app, step.kafka, None, step.verify_deadline_s)
     return {**started, "progress": progress, "summary": f"{started['summary']}; lag now {progress['lag_after']}"}
@@ -101,13 +101,13 @@ def _replay_plan(step: Step) -> ReplayPlan:
 
     p = step.params
     request = ReplayRequest(app=p["app"], start=p["start"], end=p["end"], reason_contains=p.get("reason_contains") or "")
-    return plan_replay(step.spark, step.admin, step.kafka, load_catalog(), request)
+    return plan_replay(step.spark, step.admin, step.kafka, step.catalog, request)
 
 
 def _replay_apply(step: Step, plan: ReplayPlan) -> Result:
     from streamops.recovery.replay import apply_replay
 
-    return apply_replay(step.spark, step.kafka, load_catalog(), plan, step.run_id)
+    return apply_replay(step.spark, step.kafka, step.catalog, plan, step.run_id)
 
 
 def _replay_verify(step: Step, _plan: ReplayPlan, applied: Result) -> Result:
@@ -131,7 +131,7 @@ def _rebuild_plan(step: Step) -> RebuildPlan:
     if not re.fullmatch(VERSION_SUFFIX_PATTERN, str(version)):
         # It becomes part of the new topics' names.
         raise RecoveryRefused([f"version {version!r} must look like v2: 'v' and up to 6 digits (it becomes the topic suffix)"])
-    return plan_rebuild(step.admin, load_catalog(), step.params["app"], step.params["target"], version)
+    return plan_rebuild(step.admin, step.catalog, step.params["app"], step.params["target"], version)
 
 
 def _rebuild_reprocess_plan(step: Step, plan: RebuildPlan) -> Result:
@@ -153,8 +153,8 @@ def _rebuild_apply(step: Step, plan: RebuildPlan) -> Result:
     from streamops.recovery.rebuild import apply_rebuild_live
 
     if plan.target == "live":
-        return apply_rebuild_live(load_catalog().app(plan.app), plan, start_on_new_checkpoint(plan.app, step.run_id),
-                                  stopper(plan.app, step.run_id))
+        app = step.app(plan.app)
+        return apply_rebuild_live(app.app, plan, app.start_on_new_checkpoint(), app.stopper())
     reprocess_plan = step.handed["reprocess_plan"]
     ran = reprocessing.run(reprocess_plan, step.run_id, step.kafka, step.admin, step.spark_target)
     reprocessing.validate(reprocess_plan, step.run_id, step.kafka, step.admin, step.spark_master)
@@ -178,24 +178,24 @@ def _restore_plan(step: Step) -> RestorePlan:
     from streamops.recovery.restore import plan_restore
 
     p = step.params
-    plan = plan_restore(load_catalog(), p["app"], p["snapshot"], stop_if_running=p["stop_if_running"],
+    plan = plan_restore(step.catalog, p["app"], p["snapshot"], stop_if_running=p["stop_if_running"],
                         for_apply=p["dry_run"] is False)
-    trusted_launch(plan.app, plan.version, plan.spark_conf)
+    step.app(plan.app).trusted(plan.version, plan.spark_conf)
     return plan
 
 
 def _restore_apply(step: Step, plan: RestorePlan) -> Result:
     from streamops.recovery.restore import apply_restore
 
-    return apply_restore(load_catalog().app(plan.app), plan, start_version(plan.app, step.run_id),
-                         stopper(plan.app, step.run_id))
+    app = step.app(plan.app)
+    return apply_restore(app.app, plan, app.start_version(), app.stopper())
 
 
 def _restore_verify(step: Step, plan: RestorePlan, _applied: Result) -> Result:
     from streamops.recovery.lifecycle import await_resumed
     from streamops.recovery.restore import verify_restore
 
-    app = load_catalog().app(plan.app)
+    app = step.catalog.app(plan.app)
     progress = await_resumed(app, step.kafka, None, step.verify_deadline_s)
     continued = verify_restore(app, plan)
     return {**continued, "progress": progress, "summary": f"{continued['summary']}; lag now {progress['lag_after']}"}
@@ -212,22 +212,23 @@ def _skip_plan(step: Step) -> SkipPlan:
     from streamops.recovery.skip import plan_skip
 
     p = step.params
-    plan = plan_skip(step.admin, step.kafka, load_catalog(), p["app"], p.get("records"), p.get("note"),
+    plan = plan_skip(step.admin, step.kafka, step.catalog, p["app"], p.get("records"), p.get("note"),
                      user=step.user, run_id=step.run_id)
-    trusted_launch(plan.app, plan.version, plan.spark_conf)  # the restart after the skip starts this
+    step.app(plan.app).trusted(plan.version, plan.spark_conf)  # the restart after the skip starts this
     return plan
 
 
 def _skip_apply(step: Step, plan: SkipPlan) -> Result:
     from streamops.recovery.skip import apply_skip
 
-    return apply_skip(load_catalog().app(plan.app), plan, start_version(plan.app, step.run_id), step.kafka)
+    app = step.app(plan.app)
+    return apply_skip(app.app, plan, app.start_version(), step.kafka)
 
 
 def _skip_verify(step: Step, plan: SkipPlan, applied: Result) -> Result:
     from streamops.recovery.skip import verify_skip
 
-    return verify_skip(load_catalog().app(plan.app), plan, applied, step.kafka, step.verify_deadline_s)
+    return verify_skip(step.catalog.app(plan.app), plan, applied, step.kafka, step.verify_deadline_s)
 
 
 SKIP = Procedure(name="skip-records plan", plan_type=SkipPlan, plan=_skip_plan, apply=_skip_apply, verify=_skip_verify)

@@ -156,13 +156,14 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     launch (a supervisor's restart, a roll, a restore) keeps them until the catalog says them."""
     from streamops.app_runtime import AppRuntime
     from streamops.audit import acting_user
-    from streamops.dag_tasks.launching import command_for, last_launch, launch_app
-    from streamops.effective_spec import approve_topics, drift
+    from streamops.dag_tasks.launching import AppLauncher
+    from streamops.effective_spec import approve_topics, drift, effective_catalog
     from streamops.reprocess import ReprocessResult
     from streamops.reprocess import cutover as hand_over
 
     the_plan, work_dir = checked_plan(plan_json)
-    catalog = app_catalog(the_plan.app)
+    launcher = AppLauncher.of(load_catalog(), the_plan.app, run_id)
+    catalog = effective_catalog(launcher.catalog, the_plan.app)
     live = catalog.app(the_plan.app)
     runtime = AppRuntime(live.checkpoint_location())
     # The run's folder keeps the catalog the backfill ran with, for review (made again from the
@@ -172,23 +173,22 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     granted = _grant_new_topics(load_catalog(catalog_file), the_plan.app, kafka)
     # The app goes on as it last ran (version and Spark conf from its launch record, checked like a
     # trigger's), with semantic-version build metadata naming the topics' version (one '+').
-    running, spark_conf = last_launch(the_plan.app)
+    running, spark_conf = launcher.last_launch()
     version = required_version(f"{running}{'.' if '+' in running else '+'}{the_plan.request['version']}")
     # Checked before anything stops: the code that wrote the backfill's checkpoint (the plan refuses
     # a cutover of another version), the launch's conf, the cluster.
-    command_for(the_plan.app, version, spark_conf, expected_digest=the_plan.program_digest)
+    launcher.command(version, spark_conf, expected_digest=the_plan.program_digest)
 
     def start_on_new_topics():
         # The checkpoint now belongs to the new topics: from here on every launch must run on them.
         approve_topics(runtime, dict(the_plan.targets), run_id=run_id, by=acting_user())
-        return launch_app(the_plan.app, run_id, version, spark_conf, expected_digest=the_plan.program_digest)
+        return launcher.launch(version, spark_conf, expected_digest=the_plan.program_digest)
 
     result = ReprocessResult(the_plan.app, ran["records_in"], ran["records_out"], ran["dead_letters"], ran["seconds"],
                              str(work_dir / "checkpoint"), str(catalog_file))
     outcome = hand_over(live, result, start_on_new_topics, requested_by=run_id)
     old = list(the_plan.targets)
-    main_catalog = load_catalog()
-    pending = drift(main_catalog, the_plan.app, runtime, principal=app_connection(the_plan.app).principal,
+    pending = drift(launcher.catalog, the_plan.app, runtime, principal=app_connection(the_plan.app).principal,
                     kafka_cluster=kafka.cluster_id(next(iter(live.inputs.values()))))
     edit = pending.catalog_edit or "(none: the catalog already names them)"
     log.info(
