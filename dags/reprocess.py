@@ -33,7 +33,8 @@ APP_CHOICES: dict[str, Any] = {"enum": APP_NAMES} if APP_NAMES else {}
     **one_run_at_a_time(),
     params={
         "app": Param(APP_NAMES[0] if APP_NAMES else "", type="string", title="App",
-                     description="The app whose outputs are recomputed from its retained input (the plan waits for approval before anything is written).",
+                     description="The app whose outputs are recomputed from its retained input "
+                                 "(the plan waits for approval before anything is written).",
                      **APP_CHOICES),
         "start": range_start_param("earliest, an ISO-8601 time with timezone, or a duration back from now such as '6 hours'."),
         "end": range_end_param("now, or an ISO-8601 time with timezone."),

@@ -66,7 +66,8 @@ def roll_restart_apps():
         check_approved(context)
         rolled = [
             audited_step(context, "roll", partial(
-                steps.roll, app, p["version"], p["spark_conf"], p["gate_deadline_s"], p["max_dead_letter_rate"], context["run_id"]),
+                steps.roll, app, p["version"], p["spark_conf"], p["gate_deadline_s"],
+                p["max_dead_letter_rate"], context["run_id"]),
                 app=app, operation=True)
             for app in apps
         ]

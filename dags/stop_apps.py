@@ -25,7 +25,8 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
     default_args=dict(DEFAULT_ARGS),
     params={
         "apps": apps_param(APP_NAMES, required=True, description="Apps to stop."),
-        "deadline_s": Param(60, type="integer", minimum=steps.STOP_DEADLINE_S[0], maximum=steps.STOP_DEADLINE_S[1], title="Deadline (s)",
+        "deadline_s": Param(60, type="integer", minimum=steps.STOP_DEADLINE_S[0], maximum=steps.STOP_DEADLINE_S[1],
+                            title="Deadline (s)",
                             description="How long a micro-batch may take to finish before it is interrupted."),
     },
 )

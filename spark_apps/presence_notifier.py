@@ -191,7 +191,11 @@ def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame
     # The notifications carry event times the inputs' bounds let through; a record some other
     # writer put on the topic must not move this query's watermark either.
     bounds = [spec.contract(role) for role in spec.inputs]  # the loosest of the inputs' bounds
-    loosest = max(bounds, key=lambda c: c.max_future_ms() or 0) if all(c.max_future for c in bounds) else InputContract(max_future=None)
+    loosest = (
+        max(bounds, key=lambda c: c.max_future_ms() or 0)
+        if all(c.max_future for c in bounds)
+        else InputContract(max_future=None)
+    )
     timed = records.within_future_bound(timed, "event_time", loosest).drop("timestamp")
     return records.windowed_counts(
         timed, "user_id", "event_time", settings.count_window, settings.count_slide, settings.watermark,

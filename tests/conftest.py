@@ -53,7 +53,10 @@ pytest_plugins = ["tests.support.budget"]
 # Spark, Airflow or processes and is marked `integration` (`bin/test -m "not integration"` is
 # the fast tier alone).
 UNIT_TESTS = Path(__file__).resolve().parent / "unit"
-REAL_COMPONENT_FIXTURES = {"broker", "secure_cluster", "cluster_profile", "local_stack", "airflow_db", "admin", "run_dag", "spark", "app_catalog", "app_env"}
+REAL_COMPONENT_FIXTURES = {
+    "broker", "secure_cluster", "cluster_profile", "local_stack", "airflow_db", "admin", "run_dag", "spark", "app_catalog",
+    "app_env",
+}
 
 
 _SHARED = pytest.StashKey[Path]()

@@ -26,7 +26,8 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     assert driver.version == "1.0.1" and driver.launched_by.startswith("manual__")
     assert runtime.state() == "running"  # the driver outlived the task
     (audited,) = read_audit(run_id=deployed.run_id)
-    assert (audited["step"], audited["outcome"], audited["app"], audited["user"]) == ("deploy", "done", "oplog-router", "dag_test")
+    assert (audited["step"], audited["outcome"], audited["app"], audited["user"]) == (
+        "deploy", "done", "oplog-router", "dag_test")
     assert audited["result"]["pid"] == driver.pid and audited["code"]["version"] == "1.0.1"
     assert runtime.desired().state == "running" and runtime.desired().run_id == deployed.run_id
 
@@ -60,7 +61,8 @@ def test_deploy_status_refuse_and_stop_through_the_dags(run_dag, app_env, app_ca
     assert after.state == "success"  # stopped on purpose: nothing to page about, nothing restarted
     assert after.xcoms["status"]["oplog-router"]["state"] == "stopped"
     assert after.xcoms["status"]["oplog-router"]["health"]["state"] == "stopped"
-    assert after.xcoms["status"]["oplog-router"]["health"]["evidence"].startswith(f"stopped on purpose by dag_test (run {stopped.run_id})")
+    assert after.xcoms["status"]["oplog-router"]["health"]["evidence"].startswith(
+        f"stopped on purpose by dag_test (run {stopped.run_id})")
 
 
 def _status(spec, broker):

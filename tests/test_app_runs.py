@@ -91,7 +91,8 @@ def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, admi
     # The catalog's contacts topic got nothing: the approved topic took its records.
     assert sum(high for _, high in end_offsets(broker.client_config, declared.outputs["contacts"]).values()) == 0
     record = AppRuntime(tmp_path / "checkpoints" / "oplog-router").driver()
-    assert record.launch.spec["outputs"]["contacts"] == moved[declared.outputs["contacts"]] and record.launch.spec["kafka_cluster"]
+    assert record.launch.spec["outputs"]["contacts"] == moved[declared.outputs["contacts"]]
+    assert record.launch.spec["kafka_cluster"]
     assert (tmp_path / "checkpoints" / "oplog-router" / "route" / "commits" / "0").exists()
     assert load.produced == 500
     # The run's batch is recorded however fast the driver exits (Spark's listener is asynchronous;

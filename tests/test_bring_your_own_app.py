@@ -83,13 +83,15 @@ def test_the_catalog_refuses_apps_that_do_not_fit_their_program(store, tmp_path)
         assert str(path) in str(caught.value)
         return caught.value.problems
 
-    assert load_catalog(FIXTURE / "catalog.yaml").app("acme-dedup").settings == {"watermark": "10 minutes", "source_name": "acme-web"}
+    assert load_catalog(FIXTURE / "catalog.yaml").app("acme-dedup").settings == {
+        "watermark": "10 minutes", "source_name": "acme-web"}
     assert problems(good.replace("version: 1.0.0", "version: 1.2.0")) == [
         f"apps[0] 'acme-dedup' (line 31), field 'artifact': no artifact acme-dedup 1.2.0 in the store {store.root} (built "
         "versions: 1.0.0); build it with: streamops artifact build --app acme-dedup --version 1.2.0 [--source DIR]"
     ]
     assert problems(good.replace("watermark: 10 minutes", "watermark: 10 mins\n      colour: blue")) == [
-        "apps[0] 'acme-dedup' (line 48), field 'settings.colour': unknown key (not a setting of this program; check the spelling) "
+        "apps[0] 'acme-dedup' (line 48), field 'settings.colour': "
+        "unknown key (not a setting of this program; check the spelling) "
         f"(program acme_pipelines.dedup, artifact acme-dedup 1.0.0 ({store.resolve('acme-dedup', '1.0.0').digest[:19]}))",
         "apps[0] 'acme-dedup' (line 47), field 'settings.watermark': '10 mins' does not have the expected form "
         "(a Spark interval such as '10 seconds' or '5 minutes') (program acme_pipelines.dedup, artifact acme-dedup 1.0.0 "
@@ -103,7 +105,9 @@ def test_the_catalog_refuses_apps_that_do_not_fit_their_program(store, tmp_path)
         "apps[0] 'acme-dedup' (line 30), field 'program': program 'acme_pipelines.dedup': no module 'acme_pipelines' here "
         "(a typo, or a package not installed: name an artifact instead)"
     ]
-    assert problems(good.replace("    artifact: acme-dedup\n", "    artifact: acme-dedup\n    reads_outputs: [unique_payments]\n")) == [
+    with_reads_outputs = good.replace("    artifact: acme-dedup\n",
+                                      "    artifact: acme-dedup\n    reads_outputs: [unique_payments]\n")
+    assert problems(with_reads_outputs) == [
         "apps[0] 'acme-dedup' (line 32), field 'reads_outputs': program acme_pipelines.dedup reads back the output roles [];"
         " the catalog says ['unique_payments'] (Terraform grants Read on exactly these)"
     ]
@@ -153,7 +157,8 @@ def test_a_version_that_ran_is_pinned_to_the_bytes_it_ran(store, tmp_path, monke
     runtime = Path(app.checkpoint_location()) / "_runtime"
     ran = "sha256:" + "0" * 64  # what the driver ran: not what the store holds now
     (runtime / "driver.json").write_text(json.dumps({"version": "1.0.0", "code": {"artifact": "x", "digest": ran}}))
-    with pytest.raises(ProgramError, match=rf"its digest is {artifact.digest}, but {ran} was expected .* the store's copy was replaced"):
+    with pytest.raises(ProgramError,
+                       match=rf"its digest is {artifact.digest}, but {ran} was expected .* the store's copy was replaced"):
         submit_spec(app, kafka=kafka)
     with pytest.raises(ProgramError, match="the store's copy was replaced"):
         submit_spec(app, kafka=kafka, version="1.0.0+v2")  # a cutover's label names the same code
@@ -223,7 +228,8 @@ def test_a_program_from_outside_the_project_is_provisioned_deployed_validated_re
         reprocessed = run_dag("reprocess", catalog_file, app="acme-dedup", start="earliest", end="now",
                               target="versioned", version="v2", dry_run=False)
         assert reprocessed.state == "success", reprocessed.task_states
-        assert (reprocessed.xcoms["plan"]["program_version"], reprocessed.xcoms["plan"]["program_digest"]) == ("1.0.0", v10.digest)
+        assert (reprocessed.xcoms["plan"]["program_version"], reprocessed.xcoms["plan"]["program_digest"]) == (
+            "1.0.0", v10.digest)
         backfilled = [r.json() for r in read_all(kafka, f"{unique}.v2")]
         assert sorted(v["event_id"] for v in backfilled) == sorted(f"pay-{n}" for n in range(20))
 
@@ -267,7 +273,8 @@ def test_a_rollback_runs_the_previous_artifact_again(run_dag, app_env, app_catal
     # The shipped router runs from its artifact by default: 1.0.0 is the run's build of this checkout.
     v1, new = build("oplog-router", "1.0.0", "spark_apps.oplog_router", store=store)
     assert not new, "the run's store holds the router's 1.0.0 already, with these exact bytes"
-    build("oplog-router", "2.0.0", "spark_apps.oplog_router", source=router_source(tmp_path, "2.0.0", refuse_odd_seqs=True), store=store)
+    build("oplog-router", "2.0.0", "spark_apps.oplog_router",
+          source=router_source(tmp_path, "2.0.0", refuse_odd_seqs=True), store=store)
     spec = load_catalog(catalog_file).app("oplog-router")
     assert spec.artifact == "oplog-router" and spec.code == "artifact"
     messages, kafka = spec.outputs["messages"], broker.client_config

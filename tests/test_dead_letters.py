@@ -58,7 +58,8 @@ def test_oversized_records_become_dead_letters_that_fit_and_replay_reads_them_ba
     assert sorted(by_offset) == [(0, 1), (0, 2), (0, 3), (1, 0)]
 
     letter, envelope = by_offset[(0, 1)]
-    assert envelope["reason"] == f"record is {len(huge)} bytes, over the {LIMIT}-byte limit (input contract size)" + reference_note(f"value ({len(huge)} bytes)")
+    assert envelope["reason"] == (f"record is {len(huge)} bytes, over the {LIMIT}-byte limit (input contract size)"
+                                  + reference_note(f"value ({len(huge)} bytes)"))
     assert "original_value_base64" not in envelope and envelope["original_value_stored"] == "reference"
     assert envelope["original_value_bytes"] == len(huge)
     assert envelope["original_value_sha256"] == hashlib.sha256(huge).hexdigest()
@@ -67,7 +68,8 @@ def test_oversized_records_become_dead_letters_that_fit_and_replay_reads_them_ba
 
     letter, envelope = by_offset[(0, 2)]
     assert envelope["reason"] == f"record is {len(big)} bytes, over the {LIMIT}-byte limit (input contract size)"
-    assert envelope["original_value_stored"] == "inline" and base64.b64decode(envelope["original_value_base64"], validate=True) == big
+    assert envelope["original_value_stored"] == "inline"
+    assert base64.b64decode(envelope["original_value_base64"], validate=True) == big
 
     letter, envelope = by_offset[(0, 3)]
     shown_key = "k" * 97 + "..."

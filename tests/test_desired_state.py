@@ -123,11 +123,13 @@ def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_
     assert "spark_conf.spark.sql.shuffle.partitions: the catalog says 3, it runs 4" in said
     assert "presence-notifier: drifted: settings.count_window: the catalog says 11 minutes, it runs 10 minutes" in said
     drifted = {f["field"]: f for f in status.xcoms["status"]["oplog-router"]["drift"]["fields"]}
-    assert (drifted["version"]["declared"], drifted["version"]["running"], drifted["version"]["cause"]) == ("1.1.0", "1.0.0", "catalog")
+    version_drift = drifted["version"]
+    assert (version_drift["declared"], version_drift["running"], version_drift["cause"]) == ("1.1.0", "1.0.0", "catalog")
     assert drifted["code"]["declared"] == v110.digest
     page = {row["app"]: row for row in rows_as_json(app_rows(catalog, kafka))}
     assert page["oplog-router"]["drift"]["state"] == "drifted"
-    assert {f["field"] for f in page["oplog-router"]["drift"]["fields"]} == {"version", "code", "spark_conf.spark.sql.shuffle.partitions"}
+    assert {f["field"] for f in page["oplog-router"]["drift"]["fields"]} == {
+        "version", "code", "spark_conf.spark.sql.shuffle.partitions"}
     assert page["oplog-router"]["code"].startswith("sha256:")
     (tmp_path / "scrape-token").write_text("a-scrape-token\n")
     monkeypatch.setenv("STREAMOPS_METRICS_TOKEN_FILE", str(tmp_path / "scrape-token"))
@@ -157,9 +159,11 @@ def test_a_catalog_edit_shows_as_drift_and_reconcile_rolls_it_out_or_refuses_it_
     assert reconciled.xcoms["verify"]["apps"]["oplog-router"]["state"] == "in sync"
     spec = catalog.app("oplog-router")
     produce(kafka, spec.inputs["operations"], [routed(seq, "after-reconcile") for seq in range(1, 6)])
-    poll_until(lambda: len([r for r in read_all(kafka, spec.outputs["messages"]) if r.json()["user_id"] == "after-reconcile"]) >= 5,
-               timeout=120, what="the reconciled router's output")
-    assert {r.json().get("code") for r in read_all(kafka, spec.outputs["messages"]) if r.json()["user_id"] == "after-reconcile"} == {"1.1.0"}
+    def records_after_reconcile() -> list:
+        return [r for r in read_all(kafka, spec.outputs["messages"]) if r.json()["user_id"] == "after-reconcile"]
+
+    poll_until(lambda: len(records_after_reconcile()) >= 5, timeout=120, what="the reconciled router's output")
+    assert {r.json().get("code") for r in records_after_reconcile()} == {"1.1.0"}
 
     # Policy auto: a compatible change rolls without an approval, even in a run that waits for
     # approvals (nothing in its plan needs one), and is audited.

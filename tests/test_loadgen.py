@@ -27,7 +27,8 @@ def test_loadgen_produces_sequence_numbered_records_with_malformed_and_late_ones
         except ValueError:
             bad += 1
             continue
-        ok = isinstance(event.get("seq"), int) and {"user_id", "op_type"} <= event.keys() and event.get("event_time", "").endswith("Z")
+        ok = (isinstance(event.get("seq"), int) and {"user_id", "op_type"} <= event.keys()
+              and event.get("event_time", "").endswith("Z"))
         if ok:
             good.append(event)
             assert record.key_text == event["user_id"]
@@ -38,6 +39,7 @@ def test_loadgen_produces_sequence_numbered_records_with_malformed_and_late_ones
     seqs = sorted(e["seq"] for e in good)
     assert seqs[0] >= 100 and seqs[-1] <= 2099 and len(set(seqs)) == len(seqs)
     times = [datetime.fromisoformat(e["event_time"].replace("Z", "+00:00")) for e in good]
-    late = sum(1 for e, t in zip(good, times, strict=True) if t < start + timedelta(milliseconds=e["seq"] - 100) - timedelta(minutes=4))
+    late = sum(1 for e, t in zip(good, times, strict=True)
+               if t < start + timedelta(milliseconds=e["seq"] - 100) - timedelta(minutes=4))
     assert 140 <= late <= 260 and report.late >= late  # ~10 % five minutes behind their slot
     assert "produced 2000 records (seq 100..2099;" in report.summary()

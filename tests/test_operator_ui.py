@@ -1,8 +1,8 @@
 """The operator's path in a real browser: Debian's Chromium, headless, driven by Playwright (no
 browser download), against the suite as `streamops up` brings it up (the session's one local
 stack). Logs in; sees every app on the apps page; deploys the router from its form; kills its driver and sees it
-running again within 30 seconds, restarted by the supervisor's run that the driver's exit started; approves a provision_topics plan and a
-recover_replay_dead_letters plan in the UI, both triggered with the forms' defaults; checks that
+running again within 30 seconds, restarted by the supervisor's run that the driver's exit started; approves a
+provision_topics plan and a recover_replay_dead_letters plan in the UI, both triggered with the forms' defaults; checks that
 the apps page, Data Docs, the metrics and the REST API refuse a request without login.
 Screenshots of each step: test-artifacts/operator-ui/ (kept after the run).
 """

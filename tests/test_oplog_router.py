@@ -22,7 +22,8 @@ def routed(records):
 def test_router_routes_by_category_keeps_keys_counts_unknown_and_dead_letters(spark, broker, app_catalog, tmp_path):
     spec = app_catalog.app("oplog-router")
     source = spec.inputs["operations"]
-    big = json.dumps({"seq": 8, "user_id": "u3", "op_type": "ADD_CONTACT", "event_time": "2026-01-01T00:00:08Z", "pad": "x" * 70000})
+    big = json.dumps({"seq": 8, "user_id": "u3", "op_type": "ADD_CONTACT", "event_time": "2026-01-01T00:00:08Z",
+                      "pad": "x" * 70000})
     inputs = [
         ("u1", op(1, "u1", "ADD_CONTACT", 1)),  # offset 0: contacts AND groups
         ("u1", op(2, "u1", "SEND_MESSAGE", 2, to="u2")),  # 1: messages, extra field kept in "event"

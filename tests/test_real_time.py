@@ -104,7 +104,8 @@ def test_the_real_time_router_through_its_whole_lifecycle_loses_nothing(run_dag,
     cut_ms = max(r.timestamp_ms for r in read_all(broker.client_config, source)) + 1
     poll_until(lambda: time.time() * 1000 > cut_ms + 1, timeout=5, what="the clock to pass the cut")
     run_load(spec, LoadSpec(count=200, keys=20, seed=32, start_seq=50_000_000), broker.client_config)
-    after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut_ms}
+    after_cut = {f"{r.topic}/{r.partition}/{r.offset}"
+                 for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut_ms}
     assert len(after_cut) == 200
     expected, _ = wait_until_all_routed(broker.client_config, spec)
     routed_before = Counter(routed(broker.client_config, spec))

@@ -36,9 +36,11 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
     same_code_as(spec, "1.0.3")
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.3")
     assert deployed.state == "success", deployed.task_states
-    producer = threading.Thread(target=run_load, args=(spec, LoadSpec(count=3000, keys=30, rate=300, seed=11), broker.client_config))
+    producer = threading.Thread(target=run_load,
+                                args=(spec, LoadSpec(count=3000, keys=30, rate=300, seed=11), broker.client_config))
     producer.start()
-    poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120, what="a batch with data")
+    poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0,
+               timeout=120, what="a batch with data")
     dead = runtime.driver()
     os.kill(dead.pid, signal.SIGKILL)  # mid-stream
     poll_until(lambda: not runtime.is_running(), timeout=30, what="the lock to be released")
@@ -68,7 +70,8 @@ def test_restart_after_kill_dash_9_resumes_from_the_checkpoint_and_loses_nothing
           f"left behind by the dead driver: {result.xcoms['plan']['leftovers']}")
     assert steps_of(result.run_id) == [("plan", "done"), ("apply", "done"), ("verify", "done")]
     entry = read_audit(run_id=result.run_id)[1]
-    assert entry["user"] == "dag_test" and entry["params"]["app"] == "oplog-router" and entry["result"]["backup"] == applied["backup"]
+    assert entry["user"] == "dag_test" and entry["params"]["app"] == "oplog-router"
+    assert entry["result"]["backup"] == applied["backup"]
     assert entry["snapshots_taken"] == [applied["backup"]]
     stop_driver(runtime)
 
@@ -91,7 +94,8 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     run_load(spec, LoadSpec(count=250, keys=20, seed=22, start_seq=1000), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, spec.checkpoint_location())
     routed_before = Counter(routed(broker.client_config, spec))
-    after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut.timestamp() * 1000}
+    after_cut = {f"{r.topic}/{r.partition}/{r.offset}"
+                 for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut.timestamp() * 1000}
     assert len(after_cut) == 250
     files_before = checkpoint_state(Path(spec.checkpoint_location()))
 
@@ -105,7 +109,8 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     assert {(r["partition"], r["current"]) for r in plan["rows"]} == {(p, hi) for p, (_, hi) in ends.items()}
     assert "every query (route) started exactly at the planned offsets" in result.xcoms["verify"]["summary"]
     backup = Path(result.xcoms["apply"]["backup"])
-    assert checkpoint_state(backup) == {k: v for k, v in files_before.items()} | {"_backup.json": (backup / "_backup.json").read_bytes()}
+    assert checkpoint_state(backup) == (
+        {k: v for k, v in files_before.items()} | {"_backup.json": (backup / "_backup.json").read_bytes()})
 
     # The new driver processes the records written at or after the cut, each once, and no other.
     def replayed() -> Counter:
@@ -135,7 +140,8 @@ def test_bad_requests_are_refused_and_change_nothing(spark, run_dag, app_env, ap
     def refusal(**params) -> str:
         """The refusal as the audit log recorded it (the task fails with the same text)."""
         result = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", dry_run=False, **params)
-        assert result.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+        assert result.task_states == {
+            "plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
         (entry,) = read_audit(run_id=result.run_id)
         assert (entry["step"], entry["outcome"], entry["user"]) == ("plan", "refused", "dag_test")
         return entry["error"]
@@ -281,7 +287,8 @@ def _state_rows(spark, checkpoint: Path) -> dict[str, list]:
     rows = {}
     for query in sorted(p for p in checkpoint.iterdir() if (p / "state").exists()):
         frame = spark.read.format("statestore").load(str(query))
-        rows[query.name] = sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str) for r in frame.drop("partition_id").collect())
+        rows[query.name] = sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str)
+                                  for r in frame.drop("partition_id").collect())
     return rows
 
 
@@ -309,7 +316,8 @@ def test_restore_brings_back_the_previous_checkpoint(spark, run_dag, app_env, ap
     assert result.xcoms["apply"]["restored_batches"] == {"route": 0}
     # From the snapshot, the app routes the 150 later records again: they are there twice now.
     expected = routed_after + (routed_after - routed_at_snapshot)
-    poll_until(lambda: Counter(routed(broker.client_config, spec)) == expected, timeout=180, what="the records after the snapshot again")
+    poll_until(lambda: Counter(routed(broker.client_config, spec)) == expected,
+               timeout=180, what="the records after the snapshot again")
     stop_driver(runtime)
     assert [n.split("-", 1)[1] for n in (p.name for p in list_backups(checkpoint))] == ["known-good", "replaced"]
 
@@ -349,7 +357,8 @@ def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
             process.wait()
 
 
-def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spark, run_dag, app_env, app_catalog, broker, tmp_path, monkeypatch):
+def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spark, run_dag, app_env, app_catalog, broker,
+                                                                            tmp_path, monkeypatch):
     """presence-notifier reads its own output, so it is rebuilt into new topics: backfill from
     earliest, validate, cut over; the live app then runs on the .v2 topics."""
     from datetime import timedelta
@@ -362,7 +371,8 @@ def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spar
     run_load(spec, load, broker.client_config)
     run_available_now(spark, app_catalog, "presence-notifier", broker, spec.checkpoint_location())
 
-    result = run_dag("recover_rebuild_state", catalog_file, app="presence-notifier", target="versioned", version="v2", dry_run=False)
+    result = run_dag("recover_rebuild_state", catalog_file, app="presence-notifier", target="versioned", version="v2",
+                     dry_run=False)
 
     assert result.state == "success", result.task_states
     applied = result.xcoms["apply"]

@@ -51,7 +51,8 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
                      target="versioned", version="v2", dry_run=False)
 
     assert result.state == "success", result.task_states
-    assert result.task_states == {"plan": "success", "approve": "skipped", "run": "success", "validate": "success", "cut_over": "skipped"}
+    assert result.task_states == {
+        "plan": "success", "approve": "skipped", "run": "success", "validate": "success", "cut_over": "skipped"}
     ran = result.xcoms["run"]
     assert ran["records_in"] == 1200
     for live in [*router.outputs.values()]:
@@ -59,9 +60,11 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
         assert comparable(read_all(broker.client_config, target)) == comparable(read_all(broker.client_config, live))
         assert ran["records_out"][target] == sum(comparable(read_all(broker.client_config, live)).values())
     dead = router.dead_letter_topic
-    assert comparable(read_all(broker.client_config, f"{dead}.v2"), True) == comparable(read_all(broker.client_config, dead), True)
+    assert comparable(read_all(broker.client_config, f"{dead}.v2"), True) == comparable(
+        read_all(broker.client_config, dead), True)
     assert ran["dead_letters"] > 0
-    assert {o["topic"]: o["success"] for o in result.xcoms["validate"]} == {f"{t}.v2": True for t in [*router.outputs.values(), dead]}
+    assert {o["topic"]: o["success"] for o in result.xcoms["validate"]} == {
+        f"{t}.v2": True for t in [*router.outputs.values(), dead]}
 
 
 def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(spark, broker, admin, app_catalog, tmp_path):
@@ -96,7 +99,8 @@ def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(s
             _, partition, offset = record.json()["event_id"].rsplit("/", 2)
             sources.add((int(partition), int(offset)))
     assert sources and sources <= after
-    assert min(r.json()["seq"] for live in router.outputs.values() for r in read_all(broker.client_config, plan.targets[live])) > 300
+    assert min(r.json()["seq"]
+               for live in router.outputs.values() for r in read_all(broker.client_config, plan.targets[live])) > 300
 
 
 def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess_env, run_dag):
@@ -107,7 +111,8 @@ def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess
                      version="v3", dry_run=True)
 
     assert result.state == "success"
-    assert result.task_states == {"plan": "success", "approve": "skipped", "run": "skipped", "validate": "skipped", "cut_over": "skipped"}
+    assert result.task_states == {
+        "plan": "success", "approve": "skipped", "run": "skipped", "validate": "skipped", "cut_over": "skipped"}
     plan = result.xcoms["plan"]
     assert sum(p["end"] - p["start"] for p in plan["inputs"]) == 200
     existing = admin.list_topics(timeout=10).topics
@@ -117,7 +122,8 @@ def test_dry_run_plans_and_changes_nothing(broker, admin, app_catalog, reprocess
 def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_catalog, reprocess_env, run_dag, capfd, caplog):
     inverted = run_dag("reprocess", reprocess_env, app="oplog-router", start="2026-11-22T10:00:00Z",
                        end="2026-11-22T09:00:00Z", target="versioned", version="v2", dry_run=False)
-    assert inverted.task_states == {"plan": "failed", "approve": "upstream_failed", "run": "upstream_failed", "validate": "upstream_failed", "cut_over": "upstream_failed"}
+    assert inverted.task_states == {"plan": "failed", "approve": "upstream_failed", "run": "upstream_failed",
+                                    "validate": "upstream_failed", "cut_over": "upstream_failed"}
     captured = capfd.readouterr()
     text = captured.out + captured.err + caplog.text
     assert "end 2026-11-22T09:00:00Z is not after start 2026-11-22T10:00:00Z: the range is empty or inverted" in text
@@ -133,14 +139,16 @@ def test_bad_requests_are_refused_before_anything_changes(admin, broker, app_cat
         "app 'no-such-app' is not in the catalog (known: oplog-router, presence-notifier, browser-activity)"
     ]
     assert refused(app="oplog-router", start="2026-11-22T10:00:00") == [
-        "start '2026-11-22T10:00:00' has no timezone: add Z or an offset such as +01:00; or use 'earliest' or a duration such as '6 hours'"
+        "start '2026-11-22T10:00:00' has no timezone: add Z or an offset such as +01:00; "
+        "or use 'earliest' or a duration such as '6 hours'"
     ]
     assert refused(app="oplog-router", version="2") == ["version '2' must look like v2 (it becomes the topic suffix)"]
     # A version pins code: a backfill of a version no artifact holds is refused, naming the build.
     (missing,) = refused(app="oplog-router", program_version="0.9.0")
     assert missing.startswith("no artifact oplog-router 0.9.0 in the store ") and missing.endswith(
         "build it with: streamops artifact build --app oplog-router --version 0.9.0 [--source DIR]")
-    assert not [t for t in admin.list_topics(timeout=10).topics if t.endswith(".v2") and t.startswith(app_catalog.topics[0].name.split(".")[0])]
+    assert not [t for t in admin.list_topics(timeout=10).topics
+                if t.endswith(".v2") and t.startswith(app_catalog.topics[0].name.split(".")[0])]
 
 
 def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_window(
@@ -162,11 +170,13 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
     assert comparison["closed_by"] == "live watermark"
     assert comparison["compared"] > 20 and comparison["mismatched"] == 0, comparison
     # The scratch topics were deleted (their names end with the live topic's).
-    assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
+    assert not [t for t in admin.list_topics(timeout=10).topics
+                if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
 
     counts = read_all(broker.client_config, browser.outputs["activity_counts"])
     first = min((r.json() for r in counts), key=lambda v: (v["window_start"], v["fingerprint"]))
-    tampered = [r.json() for r in counts if (r.json()["fingerprint"], r.json()["window_start"]) == (first["fingerprint"], first["window_start"])]
+    tampered = [r.json() for r in counts
+                if (r.json()["fingerprint"], r.json()["window_start"]) == (first["fingerprint"], first["window_start"])]
     final = max(v["count"] for v in tampered)
     produce(broker.client_config, browser.outputs["activity_counts"],
             [(f"{first['fingerprint']}|{first['window_start']}", json.dumps({**first, "count": final + 7}))])
@@ -180,10 +190,12 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
     assert f"fingerprint '{first['fingerprint']}' window {first['window_start'][:19]}Z..{first['window_end'][:19]}Z" in text
     assert f"live {final + 7}, recomputed {final}" in text
     assert "over the 0.00% threshold" in text
-    assert [(e["step"], e["outcome"], e["app"]) for e in read_audit(run_id=clean.run_id)] == [("reconcile", "done", "browser-activity")]
+    assert [(e["step"], e["outcome"], e["app"]) for e in read_audit(run_id=clean.run_id)] == [
+        ("reconcile", "done", "browser-activity")]
     (audited,) = read_audit(run_id=broken.run_id)
     assert (audited["step"], audited["outcome"]) == ("reconcile", "failed") and "1 differ" in audited["error"]
-    assert not [t for t in admin.list_topics(timeout=10).topics if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
+    assert not [t for t in admin.list_topics(timeout=10).topics
+                if t.startswith("scratch.") and t.endswith(browser.outputs["activity_counts"])]
 
 
 def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_and_a_restart_after_it_keeps_them(
@@ -206,7 +218,8 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"]).state == "success"
 
     with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=33), broker.client_config) as load:
-        poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120, what="the router to see load")
+        poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0,
+                   timeout=120, what="the router to see load")
         result = run_dag("reprocess", catalog_file, app="oplog-router", start="earliest", end="now", target="versioned",
                          version="v2", dry_run=False, cutover=True)
         under_load = load.is_alive()  # the producer was still writing when the cutover finished
@@ -280,6 +293,7 @@ def test_the_plan_warns_when_retention_could_delete_the_start_of_the_range(broke
     assert fresh.warnings == []
     partitions_with_records = [p for p in plan.inputs if p.records]
     assert len(plan.warnings) == len(partitions_with_records) > 0
-    assert plan.warnings[0].startswith(f"{router.inputs['operations']} p{partitions_with_records[0].partition}: the range starts with a record written 15")
+    assert plan.warnings[0].startswith(f"{router.inputs['operations']} p{partitions_with_records[0].partition}: "
+                                       "the range starts with a record written 15")
     assert f"retention is {retention_h:.1f} h" in plan.warnings[0]
     assert "could delete it before the run reads it" in plan.table()

@@ -25,7 +25,8 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     first_pid = runtime.driver().pid
 
     with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=21), broker.client_config) as load:
-        poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120, what="the router to see load")
+        poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0,
+                   timeout=120, what="the router to see load")
         same_code_as(spec, "1.1.0")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["oplog-router"], version="1.1.0", gate_deadline_s=120)
         under_load = load.is_alive()  # the producer was still writing when the roll finished
@@ -82,7 +83,8 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     runtime = AppRuntime(tmp_path / "checkpoints" / "presence-notifier")
     assert run_dag("deploy_apps", catalog_file, apps=["presence-notifier"]).state == "success"
     with background_load(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.client_config) as load:
-        poll_until(lambda: (p := runtime.progress().get("notify")) is not None and p.input_rows > 0, timeout=180, what="notify to see load")
+        poll_until(lambda: (p := runtime.progress().get("notify")) is not None and p.input_rows > 0,
+                   timeout=180, what="notify to see load")
         same_code_as(spec, "1.1.0")
         rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="1.1.0", gate_deadline_s=180)
         under_load = load.is_alive()
@@ -98,7 +100,8 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     notified: list[str] = []
 
     def every_close_notified() -> bool:
-        notified[:] = [n["source_event_id"] for n in (r.json() for r in read_all(broker.client_config, spec.outputs["notifications"])) if n["cause"] == "close"]
+        notifications = (r.json() for r in read_all(broker.client_config, spec.outputs["notifications"]))
+        notified[:] = [n["source_event_id"] for n in notifications if n["cause"] == "close"]
         return closes <= set(notified)
 
     poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)
@@ -115,7 +118,8 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="2.0.0")
     assert refused.state == "failed"
     out = capfd.readouterr().out
-    assert "presence-notifier: the new version cannot restart from the running version's checkpoint, so nothing was stopped" in out
+    assert ("presence-notifier: the new version cannot restart from the running version's checkpoint, so nothing was stopped"
+            in out)
     assert "query 'count' changes its stateful operators" in out, out[-3000:]
     assert runtime.state() == "running" and runtime.driver().pid == running.pid
     assert list_backups(spec.checkpoint_location()) == backups_before

@@ -88,7 +88,8 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     assert any("--kafka-config" in line for line in argv)
 
     # The write it is not allowed fails the query with Kafka's authorization error, said plainly.
-    poll_until(lambda: runtime.state() in ("failed", "stopped", "crashed"), timeout=240, what="the denied write to fail the router")
+    poll_until(lambda: runtime.state() in ("failed", "stopped", "crashed"),
+               timeout=240, what="the denied write to fail the router")
     # (Report only: the supervisor would restart it, and it would fail the same way until granted.)
     status = run_dag("app_status", catalog_file, apps=["oplog-router"], restart_crashed=False)
     said = status.xcoms["status"]["oplog-router"]

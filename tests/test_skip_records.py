@@ -51,7 +51,8 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
     assert problems(f"{source}:1:{ends[1]}") == [
         f"record '{source}:1:{ends[1]}': offset {ends[1]} is past the end of {source} partition 1 (it holds offsets "
         f"0-{ends[1] - 1})"]
-    assert problems(f"{source}:9:0") == [f"record '{source}:9:0': partition 9 of '{source}' does not exist (it has partitions 0-5)"]
+    assert problems(f"{source}:9:0") == [
+        f"record '{source}:9:0': partition 9 of '{source}' does not exist (it has partitions 0-5)"]
     assert problems("no.such.topic:0:1", f"{spec.outputs['contacts']}:0:1") == [
         f"record 'no.such.topic:0:1': topic 'no.such.topic' is not an input of oplog-router (inputs: {source})",
         f"record '{spec.outputs['contacts']}:0:1': topic '{spec.outputs['contacts']}' is not an input of oplog-router "
@@ -73,7 +74,8 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
                           dry_run=False)
     finally:
         holder.release("stopped", "test")
-    assert refused.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    assert refused.task_states == {
+        "plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
     (entry,) = read_audit(run_id=refused.run_id)
     assert (entry["step"], entry["outcome"]) == ("plan", "refused")
     assert "oplog-router is running (driver pid" in entry["error"] and "stop it with the stop_apps DAG first" in entry["error"]
@@ -99,4 +101,5 @@ def test_skip_refusals_name_the_problem_and_change_nothing(spark, run_dag, app_e
     assert [(v["reason"], v["source"]["partition"], v["source"]["offset"]) for v in letters] == [
         ("skipped by operator test (run r2)", 1, o) for o in range(ends[1] - 4, ends[1] - 1)]
     skipped = {f"{source}/1/{o}" for o in range(ends[1] - 4, ends[1] - 1)}
-    assert set(routed(broker.client_config, spec)) == {pair for pair in expected_routes(broker.client_config, spec) if pair[0] not in skipped}
+    assert set(routed(broker.client_config, spec)) == {
+        pair for pair in expected_routes(broker.client_config, spec) if pair[0] not in skipped}

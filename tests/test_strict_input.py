@@ -114,7 +114,8 @@ INVALID: list[tuple[bytes | None, bytes | None, str]] = [
     (b"u1", raw_op(extra=',"deep":' + '{"a":' * 995 + "1" + "}" * 995), depth_rule()),
     # Brackets inside strings are text, not levels: this one is 2 deep, and a wrong type.
     (b"u1", raw_op(seq='"' + "[{" * 600 + '"'), "field 'seq' must be an integer, got STRING (input contract field-type)"),
-    (b"u1", raw_op(extra=',"n":' + "1" * 1001), "value has a number of more than 1000 digits (input contract json: the parser's limit)"),
+    (b"u1", raw_op(extra=',"n":' + "1" * 1001),
+     "value has a number of more than 1000 digits (input contract json: the parser's limit)"),
     # Shapes that must not overflow a regex's stack (one such record would fail the query).
     # Objects past the parser's own limit are named by depth too, not as invalid JSON.
     (b"u1", raw_op(extra=',"deep":' + '{"a":' * 1100 + "1" + "}" * 1100), depth_rule()),
@@ -191,7 +192,8 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
     envelopes = [r.json() for r in dead]
     first_invalid = 2
     assert [(e["source"]["offset"], e["reason"]) for e in envelopes] == [
-        (first_invalid + i, reason.replace(KAFKA_TIME, envelopes[i]["source"]["timestamp"])) for i, (_, _, reason) in enumerate(INVALID)
+        (first_invalid + i, reason.replace(KAFKA_TIME, envelopes[i]["source"]["timestamp"]))
+        for i, (_, _, reason) in enumerate(INVALID)
     ]
     for envelope, (key, value, _) in zip(envelopes, INVALID, strict=True):
         # Strict decoding (validate=True refuses line breaks): the exact original bytes come back.
@@ -211,9 +213,12 @@ def test_every_invalid_class_is_one_dead_letter_with_its_rule_and_valid_edge_cas
     offsets = {0: VALID[0], 1: VALID[1]} | {first_invalid + len(INVALID) + i: kv for i, kv in enumerate(VALID[2:])}
     categories = {"ADD_CONTACT": ["contacts", "groups"], "SEND_MESSAGE": ["messages"], "CREATE_GROUP": ["groups"],
                   "READ_MESSAGE": ["messages"], "DELETE_MESSAGE": ["messages"]}
-    utc_times = {0: "2026-01-01T00:00:01.000Z", 1: "2026-01-01T00:00:01.123Z", first_invalid + len(INVALID): "2026-01-01T00:00:01.000Z",
-                 first_invalid + len(INVALID) + 1: "2026-01-01T00:00:01.000Z", first_invalid + len(INVALID) + 2: "2020-06-30T23:59:59.999Z",
-                 first_invalid + len(INVALID) + 3: "2026-01-01T00:00:01.000Z", first_invalid + len(INVALID) + 4: "2025-12-31T10:00:01.123Z"}
+    utc_times = {0: "2026-01-01T00:00:01.000Z", 1: "2026-01-01T00:00:01.123Z",
+                 first_invalid + len(INVALID): "2026-01-01T00:00:01.000Z",
+                 first_invalid + len(INVALID) + 1: "2026-01-01T00:00:01.000Z",
+                 first_invalid + len(INVALID) + 2: "2020-06-30T23:59:59.999Z",
+                 first_invalid + len(INVALID) + 3: "2026-01-01T00:00:01.000Z",
+                 first_invalid + len(INVALID) + 4: "2025-12-31T10:00:01.123Z"}
     expected = {}
     for offset, (key, text) in offsets.items():
         event = json.loads(text)
@@ -272,8 +277,10 @@ def test_event_time_bounds_name_the_time_they_compared_with_and_a_zero_kafka_tim
         (b"u1", event(3, epoch), "events", 0, 3, epoch),  # a zero date, in the Kafka timestamp too
         (b"u1", event(4, now, action="Shut"), "events", 0, 4, now),
     ]
-    frame = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp")
-    fields = [f if f.path != "action" else records.Field("action", "string", "action", allowed=("Open", "50%")) for f in EVENT_FIELDS]
+    frame = spark.createDataFrame(rows,
+                                  "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp")
+    fields = [f if f.path != "action" else records.Field("action", "string", "action", allowed=("Open", "50%"))
+              for f in EVENT_FIELDS]
     parsed = records.parse(frame, fields, 65536, key_field="user_id", contract=InputContract()).orderBy("offset")
     errors = [r["error"] for r in parsed.collect()]
     stamp = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z"
@@ -358,7 +365,8 @@ def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, a
 
     def contract_failure(topic):
         (outcome,) = [o for o in outcomes if o.topic == topic]
-        (failure,) = [f for f in outcome.failures if f.description.startswith("value contract (generated from the catalog's value_schema)")]
+        (failure,) = [f for f in outcome.failures
+                      if f.description.startswith("value contract (generated from the catalog's value_schema)")]
         return failure
 
     contract = contract_failure(contacts)

@@ -27,7 +27,8 @@ from tests.support.artifacts import same_code_as
 def _with_policy(catalog, catalog_file: Path, **policy):
     """The catalog with the router's supervision set to `policy`, written where the DAGs read it."""
     updated = catalog.model_copy(update={"apps": [
-        a.model_copy(update={"supervision": SupervisionSpec(**policy)}) if a.name == "oplog-router" else a for a in catalog.apps]})
+        a.model_copy(update={"supervision": SupervisionSpec(**policy)}) if a.name == "oplog-router" else a
+        for a in catalog.apps]})
     catalog_file.write_text(updated.to_yaml())
     return updated
 
@@ -114,7 +115,8 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     assert runtime.state() == "running" and restarted.pid != killed.pid
     assert restarted.launched_by == first.run_id and restarted.version == "1.0.7"  # what it last ran
     (audited,) = read_audit(run_id=first.run_id)
-    assert (audited["dag_id"], audited["user"], audited["step"], audited["outcome"]) == ("app_status", "supervisor", "restart", "done")
+    assert (audited["dag_id"], audited["user"], audited["step"], audited["outcome"]) == (
+        "app_status", "supervisor", "restart", "done")
     assert audited["app"] == "oplog-router" and audited["restart"]["attempt"] == 1
 
     # The poison: valid JSON, a known op type, 48 KB of incompressible text (lz4 cannot shrink it
@@ -138,7 +140,8 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     assert any(r["topic"] == source and r["partition"] == POISON_PARTITION and r["first"] <= poison_offset <= r["last"]
                for r in failed["ranges"]), failed
     status = app_status(spec, kafka)
-    assert status.state == "failed" and status.reason.startswith(f"query route failed on batch {failed['batch']} ("), status.reason
+    assert (status.state == "failed"
+            and status.reason.startswith(f"query route failed on batch {failed['batch']} (")), status.reason
     first_plan = run_dag("recover_restart_app", catalog_file, dry_run=True, app="oplog-router").xcoms["plan"]
     assert first_plan["failed_batches"] == [failed] and first_plan["failed_again"] is False
 
@@ -180,7 +183,8 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     still = run_dag("app_status", catalog_file, apps=["oplog-router"])
     assert _health(still)["state"] == "crash-loop" and runtime.state() == "failed" and len(runtime.restarts()) == 3
     text = render(load_catalog(catalog_file), kafka).decode()
-    assert 'streamops_app_state{app="oplog-router"} 8.0' in text and 'streamops_app_restarts_total{app="oplog-router"} 2.0' in text
+    assert 'streamops_app_state{app="oplog-router"} 8.0' in text
+    assert 'streamops_app_restarts_total{app="oplog-router"} 2.0' in text
     assert 'streamops_app_needs_attention{app="oplog-router"} 1.0' in text
 
     # The operator: the restart plan says a restart fails the same way, and one does (in apply when
@@ -248,7 +252,8 @@ def test_a_driver_frozen_with_sigstop_is_reported_stalled(run_dag, app_env, app_
     deployed = run_dag("deploy_apps", catalog_file, apps=["oplog-router"])
     assert deployed.state == "success", deployed.task_states
     run_load(spec, LoadSpec(count=200, keys=10, seed=3), broker.client_config)
-    poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0, timeout=120, what="a batch with data")
+    poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0,
+               timeout=120, what="a batch with data")
     group = runtime.driver().process_group
     os.killpg(group, signal.SIGSTOP)  # spark-submit, its JVM and the Python driver
     try:

@@ -25,10 +25,12 @@ def tofu(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedP
     assert TOFU.exists(), f"{TOFU} is missing: bin/setup builds it"
     result = subprocess.run(
         [str(TOFU), args[0], "-no-color", *args[1:]], cwd=workdir, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "TF_CLI_CONFIG_FILE": str(TOFURC), "TF_IN_AUTOMATION": "1", "NO_COLOR": "1", "CHECKPOINT_DISABLE": "1"},
+        env={**os.environ, "TF_CLI_CONFIG_FILE": str(TOFURC), "TF_IN_AUTOMATION": "1", "NO_COLOR": "1",
+             "CHECKPOINT_DISABLE": "1"},
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"tofu {' '.join(args)} exited {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+        raise AssertionError(f"tofu {' '.join(args)} exited {result.returncode}:\n"
+                             f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return result
 
 
@@ -86,7 +88,8 @@ def test_apply_creates_the_catalog_topics_and_a_second_plan_has_no_changes(initi
     refused = tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'tf.state'}",
                    *variables(shrunk, broker.bootstrap_servers, manage_acls=False), check=False)
     assert refused.returncode == 1
-    assert "Instance cannot be destroyed" in refused.stderr and f'kafka_topic.catalog["{prefix}.oplog.operations"]' in refused.stderr
+    assert "Instance cannot be destroyed" in refused.stderr
+    assert f'kafka_topic.catalog["{prefix}.oplog.operations"]' in refused.stderr
     assert f"{prefix}.oplog.operations" in describe_broker(admin, [f"{prefix}.oplog.operations"]).topics
 
 
@@ -105,10 +108,10 @@ def planned_acls(initialised: Path, tmp_path: Path, catalog_file: Path, bootstra
     tofu(initialised, "plan", "-input=false", f"-state={tmp_path / 'none.state'}", f"-out={plan_file}",
          *variables(catalog_file, bootstrap, **extra))
     shown = json.loads(tofu(initialised, "show", "-json", str(plan_file)).stdout)
+    acl_changes = [c["change"]["after"] for c in shown["resource_changes"] if c["type"] == "kafka_acl"]
     acls = {
-        (c["change"]["after"]["acl_principal"], c["change"]["after"]["resource_type"], c["change"]["after"]["resource_pattern_type_filter"],
-         c["change"]["after"]["resource_name"], c["change"]["after"]["acl_operation"])
-        for c in shown["resource_changes"] if c["type"] == "kafka_acl"
+        (a["acl_principal"], a["resource_type"], a["resource_pattern_type_filter"], a["resource_name"], a["acl_operation"])
+        for a in acl_changes
     }
     return acls, shown
 
@@ -117,10 +120,12 @@ def test_the_plan_grants_each_app_least_privilege_acls(initialised, broker, tmp_
     catalog_file = PROJECT_ROOT / "catalog" / "pipelines.yaml"
     acls, shown = planned_acls(initialised, tmp_path, catalog_file, broker.bootstrap_servers,
                                app_principals={"oplog-router": "User:router-svc"})
-    expected = {(("User:router-svc" if p == "User:oplog-router" else p), *rest) for p, *rest in expected_acls(load_catalog(catalog_file))}
+    expected = {(("User:router-svc" if p == "User:oplog-router" else p), *rest)
+                for p, *rest in expected_acls(load_catalog(catalog_file))}
     assert acls == expected
     assert not any(op in ("Create", "All", "Alter", "Delete") for *_, op in acls)
-    assert all(c["change"]["after"]["acl_permission_type"] == "Allow" for c in shown["resource_changes"] if c["type"] == "kafka_acl")
+    assert all(c["change"]["after"]["acl_permission_type"] == "Allow"
+               for c in shown["resource_changes"] if c["type"] == "kafka_acl")
 
 
 def test_an_app_the_suite_never_saw_gets_its_acls_from_the_catalog_alone(initialised, broker, tmp_path, monkeypatch):
@@ -165,9 +170,11 @@ def test_an_environment_the_catalog_does_not_define_stops_the_plan(initialised, 
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ({"replication_factor": 4}, "Topic oplog.operations: replication_factor 4 is more than the 3 broker(s) of environment cluster."),
+    ({"replication_factor": 4},
+     "Topic oplog.operations: replication_factor 4 is more than the 3 broker(s) of environment cluster."),
     ({"configs": {"min.insync.replicas": 3}},
-     "Topic oplog.operations: environment cluster must tolerate a broker loss, but min.insync.replicas 3 is not below replication_factor 3."),
+     "Topic oplog.operations: environment cluster must tolerate a broker loss, "
+     "but min.insync.replicas 3 is not below replication_factor 3."),
 ])
 def test_an_environment_asking_more_than_its_brokers_give_stops_the_plan(initialised, broker, tmp_path, override, message):
     """The suite refuses such a catalog itself (test_catalog); a hand-edited one meets the same rule here."""
@@ -218,7 +225,8 @@ class SecuredBroker:
                 if self.pid() is None:
                     return False
                 try:
-                    admin = AdminClient({**client_conf(self.bootstrap_servers, "admin"), "socket.timeout.ms": 2000, "log_level": 0})
+                    admin = AdminClient({**client_conf(self.bootstrap_servers, "admin"), "socket.timeout.ms": 2000,
+                                         "log_level": 0})
                     return admin.describe_cluster(request_timeout=3).result(timeout=5).controller is not None
                 except Exception:  # not healthy yet
                     return False
@@ -299,7 +307,8 @@ def test_acls_on_a_broker_with_an_authorizer_let_each_app_do_its_job_and_nothing
         with pytest.raises(KafkaException, match="TOPIC_AUTHORIZATION_FAILED|CLUSTER_AUTHORIZATION_FAILED"):
             created[f"{prefix}.not-in-the-catalog"].result(timeout=30)
 
-        again = tofu(initialised, "plan", "-input=false", "-detailed-exitcode", f"-state={tmp_path / 'tf.state'}", *args, check=False)
+        again = tofu(initialised, "plan", "-input=false", "-detailed-exitcode", f"-state={tmp_path / 'tf.state'}", *args,
+                     check=False)
         assert again.returncode == 0, again.stdout + again.stderr
     finally:
         admin = creator = None  # closed before the broker goes, or they retry it, logging, until they are

@@ -105,7 +105,8 @@ def test_clean_outputs_of_the_three_apps_pass_every_suite(run_dag, app_outputs, 
     )
 
 
-def test_injected_bad_records_fail_naming_the_expectation_and_the_offsets(run_dag, broker, app_outputs, quality_env, capfd, caplog):
+def test_injected_bad_records_fail_naming_the_expectation_and_the_offsets(run_dag, broker, app_outputs, quality_env, capfd,
+                                                                          caplog):
     _, catalog, clean = app_outputs
     router, browser = catalog.app("oplog-router"), catalog.app("browser-activity")
     contacts, counts, challenges = router.outputs["contacts"], browser.outputs["activity_counts"], browser.outputs["challenges"]
@@ -247,7 +248,8 @@ def test_bad_params_are_refused_before_anything_is_read(run_dag, broker, app_out
         assert result.state == "failed"
         assert result.task_states == {"plan": "failed", "validate": "upstream_failed"}
     text = task_log(capfd, caplog)
-    assert "end_time 2026-11-22T09:00:00Z is not after start_time 2026-11-22T10:00:00Z: the time range is empty or inverted" in text
+    assert ("end_time 2026-11-22T09:00:00Z is not after start_time 2026-11-22T10:00:00Z: the time range is empty or inverted"
+            in text)
     assert f"offsets['{contacts}']['0'] = [0, {end + 50}]: end is beyond the end of the partition ({end})" in text
     assert f"offsets['{contacts}']['9']: topic '{contacts}' has no partition 9 (it has 6: 0-5)" in text
     assert results.query(root=quality_env) == []  # nothing was validated or recorded
@@ -263,7 +265,8 @@ def test_before_the_topics_exist_the_run_is_skipped_saying_why(run_dag, admin, q
     result = run_dag("validate_topic_quality", catalog_file)
     assert result.state == "success" and result.task_states == {"plan": "skipped", "validate": "skipped"}
     text = task_log(capfd, caplog)
-    assert f"Nothing to validate yet: {', '.join(catalog.validated_topics())} do not exist on the broker. Run provision_topics" in text
+    assert (f"Nothing to validate yet: {', '.join(catalog.validated_topics())} do not exist on the broker. "
+            "Run provision_topics" in text)
     assert results.query(root=quality_env) == []
 
 

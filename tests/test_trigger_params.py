@@ -110,7 +110,8 @@ def test_an_allowed_key_reaches_spark_submit_as_conf(launch_env, broker, monkeyp
     from tests.support.artifacts import same_code_as
 
     # A launch asks the cluster its id (the checkpoint's cluster): a real one here.
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap_servers}}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
+                       json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap_servers}}))
     same_code_as(load_catalog().app(APP), "1.2.3")
     launch = AppLauncher.of(load_catalog(), APP, "manual").command("1.2.3", {
         "spark.driver.memory": "2g", "spark.sql.shuffle.partitions": 8, "spark.sql.streaming.noDataMicroBatches.enabled": False})
@@ -137,16 +138,18 @@ def test_a_spark_default_extra_reaches_a_live_app_and_a_backfill_alike(launch_en
     from streamops.reprocess import ReprocessPlan, backfill_command
     from tests.support.artifacts import same_code_as
 
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap_servers}}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT",
+                       json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": broker.bootstrap_servers}}))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
-        {"conn_type": "spark", "host": "spark-master.example", "port": 7077, "extra": {"deploy-mode": "client", "queue": "streaming"}}))
+        {"conn_type": "spark", "host": "spark-master.example", "port": 7077,
+         "extra": {"deploy-mode": "client", "queue": "streaming"}}))
     app = load_catalog().app(APP)
     artifact = same_code_as(app, "1.2.3")
     live = AppLauncher(load_catalog(), app, "manual").command("1.2.3", {}).argv
     plan = ReprocessPlan(app=APP, request={}, inputs=[], targets={}, estimate_s=0.0, rate=0.0, rate_measured=False,
                          program_version="1.2.3", program_digest=artifact.digest)
-    backfill = backfill_command(app, plan, KafkaClientConfig.plaintext(broker.bootstrap_servers, source="test"), tmp_path / "c.yaml",
-                                tmp_path / "backfill", app.checkpoint_location(), spark_target())
+    backfill = backfill_command(app, plan, KafkaClientConfig.plaintext(broker.bootstrap_servers, source="test"),
+                                tmp_path / "c.yaml", tmp_path / "backfill", app.checkpoint_location(), spark_target())
 
     def target(argv: list[str]) -> list[str]:
         return [word for flag in ("--master", "--deploy-mode", "--queue") for word in (flag, argv[argv.index(flag) + 1])]
@@ -161,10 +164,13 @@ def test_a_spark_default_extra_the_launches_cannot_carry_out_is_refused_by_name(
     from streamops.dag_tasks.connections import spark_target
     from streamops.spark_submit import SparkTargetError
 
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"keytab": "AAAA"}}))
-    with pytest.raises(SparkTargetError, match=r"^connection spark_default: extra keytab is not supported by the suite's launches"):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
+                       json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"keytab": "AAAA"}}))
+    with pytest.raises(SparkTargetError,
+                       match=r"^connection spark_default: extra keytab is not supported by the suite's launches"):
         spark_target()
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"spark-binary": "/tmp/x"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT",
+                       json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"spark-binary": "/tmp/x"}}))
     with pytest.raises(SparkTargetError, match=r"spark-binary '/tmp/x' is not one of spark-submit, spark2-submit, spark3-submit"):
         spark_target()
 
@@ -189,7 +195,8 @@ def test_a_tampered_launch_record_is_not_started_again(run_dag, app_env, app_cat
               + KEY_REFUSED.format(key="spark.driver.extraJavaOptions"))
 
     result = run_dag("recover_restart_app", catalog_file, app=APP, dry_run=False)
-    assert result.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    assert result.task_states == {
+        "plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
     (entry,) = read_audit(run_id=result.run_id)
     assert (entry["step"], entry["outcome"]) == ("plan", "refused")
     assert entry["error"] == f"refused before anything was changed:\n  - {reason}"
@@ -231,7 +238,8 @@ def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, a
     assert str(refused.value) == f"end '9999-12-31T23:59:59-05:00' {out_of_range}"
     with pytest.raises(ValueError) as refused:
         time_back("99999999999999999 days", "duration", now)
-    assert str(refused.value) == "duration '99999999999999999 days' is more than 3650 days back; for everything retained use 'earliest'"
+    assert str(refused.value) == (
+        "duration '99999999999999999 days' is more than 3650 days back; for everything retained use 'earliest'")
     assert time_back("3650 days", "duration", now) == datetime(2016, 11, 25, 3, 0, tzinfo=UTC)
 
     def reset_problems(**request) -> list[str]:
@@ -245,22 +253,29 @@ def test_out_of_range_numbers_and_times_are_refused_by_the_parsing_code(admin, a
     assert reset_problems(mode="shift", shift=-(2**70)) == [
         f"shift {-(2**70)} is beyond Kafka's offsets: it must be from -{MAX_OFFSET} to {MAX_OFFSET}"]
     assert reset_problems(mode="offsets", offsets={source: {"0": 2**70}}) == [
-        f"offsets: '{source}' partition 0: offset {2**70} must be a whole number from 0 to {MAX_OFFSET} (Kafka offsets are 64-bit)"]
+        f"offsets: '{source}' partition 0: offset {2**70} must be a whole number from 0 to {MAX_OFFSET} "
+        "(Kafka offsets are 64-bit)"]
     assert reset_problems(mode="duration", duration="100000000 days") == [
         "duration '100000000 days' is more than 3650 days back; for everything retained use 'earliest'"]
-    assert reset_problems(mode="datetime", to_datetime="0001-01-01T00:00:00Z") == [f"to_datetime '0001-01-01T00:00:00Z' {out_of_range}"]
+    assert reset_problems(mode="datetime", to_datetime="0001-01-01T00:00:00Z") == [
+        f"to_datetime '0001-01-01T00:00:00Z' {out_of_range}"]
 
     with pytest.raises(ReprocessRefused) as refused:
         plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app=APP, start="0001-01-01T00:00:00Z"), now=now)
-    assert refused.value.problems == [f"start '0001-01-01T00:00:00Z' {out_of_range}; or use 'earliest' or a duration such as '6 hours'"]
+    assert refused.value.problems == [
+        f"start '0001-01-01T00:00:00Z' {out_of_range}; or use 'earliest' or a duration such as '6 hours'"]
     with pytest.raises(ReprocessRefused) as refused:
         plan_reprocess(admin, broker.client_config, app_catalog, ReprocessRequest(app=APP, start="9999999999 days"), now=now)
-    assert refused.value.problems == ["start '9999999999 days' is more than 3650 days back; for everything retained use 'earliest'"]
+    assert refused.value.problems == [
+        "start '9999999999 days' is more than 3650 days back; for everything retained use 'earliest'"]
 
     with pytest.raises(RecoveryRefused) as refused:
-        resolve_spans(admin, app_catalog, ReplayRequest(app=APP, start="99999999999 hours", end="0001-01-01T00:00:00+01:00"), now=now)
-    assert refused.value.problems == ["start '99999999999 hours' is more than 3650 days back; for everything retained use 'earliest'",
-                                      f"end '0001-01-01T00:00:00+01:00' {out_of_range}"]
+        resolve_spans(admin, app_catalog, ReplayRequest(app=APP, start="99999999999 hours", end="0001-01-01T00:00:00+01:00"),
+                      now=now)
+    assert refused.value.problems == [
+        "start '99999999999 hours' is more than 3650 days back; for everything retained use 'earliest'",
+        f"end '0001-01-01T00:00:00+01:00' {out_of_range}",
+    ]
 
     topic = app_catalog.validated_topics()[0]
 
@@ -291,7 +306,8 @@ def test_a_reset_with_out_of_range_params_fails_with_one_clear_line(run_dag, app
         f"Invalid input for param shift: {2**70} is greater than the maximum of {MAX_OFFSET}")
 
     result = run_dag("recover_reset_offsets", catalog_file, app=APP, mode="duration", duration="3651 days", dry_run=False)
-    assert result.task_states == {"plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
+    assert result.task_states == {
+        "plan": "failed", "approve": "upstream_failed", "apply": "upstream_failed", "verify": "upstream_failed"}
     (entry,) = read_audit(run_id=result.run_id)
     assert (entry["step"], entry["outcome"]) == ("plan", "refused")
     assert entry["error"] == ("refused before anything was changed:\n"
@@ -315,7 +331,8 @@ def test_numeric_params_of_the_apps_dags_are_bounded_in_code_too(launch_env, sub
     assert refusal(steps.roll, APP, "1.0.1", {}, 60, float("nan"), "manual__x") == (
         "refused: max_dead_letter_rate must be a number from 0 to 1, got nan")
     assert refusal(steps.roll, APP, None, {}, 60, 0.05, "manual__x") == "refused: a rolling restart needs the new version label"
-    assert refusal(steps.stop_app, APP, 10**6, "manual__x") == "refused: deadline_s must be a whole number from 5 to 3600, got 1000000"
+    assert refusal(steps.stop_app, APP, 10**6, "manual__x") == (
+        "refused: deadline_s must be a whole number from 5 to 3600, got 1000000")
     assert refusal(reconcile_app, APP, "manual__x", "127.0.0.1:1", None, "local[1]", 1.5) == (
         "refused: max_mismatch_ratio must be a number from 0 to 1, got 1.5")
     assert shared_param_problems({"verify_deadline_s": 2**70}) == [
@@ -387,7 +404,8 @@ def test_a_live_catalog_topic_is_never_a_backfill_target(admin, broker, app_cata
     catalog = app_catalog.model_copy(update={"topics": [*app_catalog.topics, live_v2]})
     with pytest.raises(ReprocessRefused) as refused:
         plan_reprocess(admin, broker.client_config, catalog, ReprocessRequest(app=APP, target="versioned", version="v2"))
-    assert refused.value.problems == [f"target topic '{contacts.name}.v2' is a topic of the catalog (a live topic): choose another version"]
+    assert refused.value.problems == [
+        f"target topic '{contacts.name}.v2' is a topic of the catalog (a live topic): choose another version"]
 
 
 def test_a_tampered_restore_or_skip_plan_is_refused(app_env, app_catalog):
@@ -401,11 +419,13 @@ def test_a_tampered_restore_or_skip_plan_is_refused(app_env, app_catalog):
                        version="1.0.0", spark_conf={})
     with pytest.raises(RecoveryRefused) as refused:
         apply_restore(app, plan, lambda *a: started.append(a), lambda: started.append("stop"))
-    assert refused.value.problems == ["snapshot '../../oplog-router' looks like a path; give the name only (no '/', '\\\\' or '..')"]
+    assert refused.value.problems == [
+        "snapshot '../../oplog-router' looks like a path; give the name only (no '/', '\\\\' or '..')"]
     plan.snapshot = "20261123T030000.000000Z-before-reset"
     with pytest.raises(RecoveryRefused) as refused:
         apply_restore(app, plan, lambda *a: started.append(a), lambda: started.append("stop"))
-    assert refused.value.problems == [f"snapshot '20261123T030000.000000Z-before-reset' is not among {APP}'s snapshots: run the DAG again"]
+    assert refused.value.problems == [
+        f"snapshot '20261123T030000.000000Z-before-reset' is not among {APP}'s snapshots: run the DAG again"]
     assert started == []
 
     source = app.inputs["operations"]

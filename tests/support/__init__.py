@@ -9,4 +9,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 # spark_default for drivers the tests launch: local mode, client deploy (the driver's lock and
 # runtime files where the test looks).
-LOCAL_SPARK_CONNECTION = '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}'
+LOCAL_SPARK_CONNECTION = (
+    '{"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}'
+)

@@ -62,11 +62,14 @@ def router_source(tmp_path: Path, marker: str, *, refuse_odd_seqs: bool = False)
     module = copy / "spark_apps" / "oplog_router.py"
     text = module.read_text()
     changed = text.replace('            F.col("event_id"),\n            target["category"]',
-                           f'            F.col("event_id"),\n            F.lit("{marker}").alias("code"),\n            target["category"]')
+                           '            F.col("event_id"),\n'
+                           f'            F.lit("{marker}").alias("code"),\n'
+                           '            target["category"]')
     assert changed != text, "the router's output select changed: update this helper"
     if refuse_odd_seqs:
-        refusing = changed.replace('unknown = F.col("error").isNull() & ~F.col("op_type").isin(*table)',
-                                   'unknown = F.col("error").isNull() & (~F.col("op_type").isin(*table) | (F.col("seq") % 2 == 1))')
+        refusing = changed.replace(
+            'unknown = F.col("error").isNull() & ~F.col("op_type").isin(*table)',
+            'unknown = F.col("error").isNull() & (~F.col("op_type").isin(*table) | (F.col("seq") % 2 == 1))')
         assert refusing != changed, "the router's unknown-op-type rule changed: update this helper"
         changed = refusing
     module.write_text(changed)

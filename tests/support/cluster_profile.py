@@ -78,14 +78,16 @@ def start_cluster_profile(secure_cluster, work: Path, prefix: str) -> ClusterPro
     metadata = MetadataServices(Path(tempfile.mkdtemp(prefix="streamops-cluster-profile-")), free_port(), free_port())
     metadata.state_dir.chmod(0o711)
     spark = SparkStandalone(work / "spark", **free_spark_ports())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
     env.update(
         STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_AIRFLOW_PORT=str(free_port()),
         STREAMOPS_KAFKA_PORT=str(free_port_pair()),  # the single broker's: `up` without --cluster is refused here
         STREAMOPS_CATALOG=str(catalog_file), STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),
         STREAMOPS_CLUSTER_DIR=str(secure_cluster.state_dir),
         STREAMOPS_CLUSTER_PORTS=f"{secure_cluster.client_port},{secure_cluster.controller_port},{secure_cluster.internal_port}",
-        STREAMOPS_METADATA_DIR=str(metadata.state_dir), STREAMOPS_METADATA_PORTS=f"{metadata.postgres_port},{metadata.redis_port}",
+        STREAMOPS_METADATA_DIR=str(metadata.state_dir),
+        STREAMOPS_METADATA_PORTS=f"{metadata.postgres_port},{metadata.redis_port}",
         STREAMOPS_SPARK_DIR=str(spark.state_dir), STREAMOPS_CELERY_LOG_PORTS=f"{free_port()},{free_port()}",
         STREAMOPS_SPARK_PORTS=",".join(str(p) for p in (spark.master_port, spark.master_ui_port, spark.worker_port,
                                                          spark.worker_ui_port)),

@@ -55,7 +55,8 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
     catalog_file = work / "catalog.yaml"
     catalog_file.write_text(catalog.to_yaml())
     run_dir = work / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
     env.update(STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_KAFKA_PORT=str(free_port_pair()),
                STREAMOPS_AIRFLOW_PORT=str(free_port()), STREAMOPS_CATALOG=str(catalog_file),
                STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),

@@ -49,7 +49,8 @@ def test_the_trigger_form_refuses_every_hostile_spark_conf(dags, canary):
             assert refused.startswith("Invalid input for param spark_conf: "), refused
             (key, value), = conf.items()
             if key in ALLOWED_SPARK_CONF:
-                assert f"{value!r} does not match" in refused or f"{value} is greater than the maximum of 10000" in refused, refused
+                assert (f"{value!r} does not match" in refused
+                        or f"{value} is greater than the maximum of 10000" in refused), refused
             else:
                 assert f"({key!r} was unexpected)" in refused, refused
         assert form_refusal(dags, dag_id, apps=[APP], spark_conf={
@@ -81,7 +82,8 @@ def test_out_of_range_numbers_and_times_are_refused_by_the_forms(dags):
         ("reprocess", {"end": "9999-12-31T00:00:00Z"}, "Invalid input for param end: '9999-12-31T00:00:00Z' does not match"),
         ("recover_replay_dead_letters", {"start": "99999999999999 days"},
          "Invalid input for param start: '99999999999999 days' does not match"),
-        ("recover_replay_dead_letters", {"end": "0001-01-01T00:00:00Z"}, "Invalid input for param end: '0001-01-01T00:00:00Z' does not match"),
+        ("recover_replay_dead_letters", {"end": "0001-01-01T00:00:00Z"},
+         "Invalid input for param end: '0001-01-01T00:00:00Z' does not match"),
     ]
     for dag_id, conf, reason in cases:
         refused = form_refusal(dags, dag_id, **conf)
@@ -121,7 +123,8 @@ def test_names_are_matched_whole_and_notes_are_plain_text():
     assert problems == ["record 'oplog.operations:3:1207\\n' is not 'topic:partition:offset' or 'topic:partition:first-last' "
                         "(e.g. 'oplog.operations:3:1200' or 'oplog.operations:3:1200-1210')"]
     for note in ("ok\u2028FAKE LINE", "ticket\u202e1-SPO", "a\x85b"):
-        assert note_problem(note) == "note contains a line break, control or formatting character: keep it to one line of plain text"
+        assert note_problem(note) == (
+            "note contains a line break, control or formatting character: keep it to one line of plain text")
     assert note_problem("OPS-7: too big for contacts (ü)") is None
     import re
 

@@ -41,7 +41,8 @@ def test_a_driver_keeps_an_hour_of_batch_rates_and_trims_the_rest(tmp_path, monk
     # newest lines), so it is not rewritten again at every batch.
     monkeypatch.setattr(app_runtime, "RATE_HISTORY_BYTES", 2 * 2 * line_bytes + 20)
     for rows in (13, 17, 19):
-        runtime.write_progress("route", QueryProgress(query="a.route", batch_id=rows, published_at=app_runtime.now_iso(), input_rows=rows))
+        runtime.write_progress("route", QueryProgress(query="a.route", batch_id=rows, published_at=app_runtime.now_iso(),
+                                                      input_rows=rows))
     kept = [json.loads(line)["input_rows"] for line in runtime.rates_file.read_text().splitlines()]
     assert kept == [17, 19]
     runtime.rates_file.write_text(runtime.rates_file.read_text() + '{"at": "2026-11-2')  # a crash mid-line

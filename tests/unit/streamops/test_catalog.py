@@ -290,7 +290,8 @@ def test_every_output_topic_has_a_suite_that_loads_with_its_catalog_parameters()
 
 
 def test_a_suite_file_that_does_not_exist_is_named_with_its_line(tmp_path):
-    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    value_schema: {id: string}\n    expectation_suite: expectations/nope.json\n")
+    path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC
+                 + "    value_schema: {id: string}\n    expectation_suite: expectations/nope.json\n")
     assert problems(path) == [
         f"topics[0] 'orders.placed' (line 9), field 'expectation_suite': file {tmp_path / 'expectations' / 'nope.json'} not found"
     ]
@@ -299,7 +300,8 @@ def test_a_suite_file_that_does_not_exist_is_named_with_its_line(tmp_path):
 def test_a_suite_needs_a_value_schema_and_schema_types_are_checked(tmp_path):
     (tmp_path / "s.json").write_text('{"expectations": []}')
     path = write(tmp_path, "version: 1\ntopics:\n" + GOOD_TOPIC + "    value_schema: {id: integer}\n  - name: orders.paid\n"
-                 "    partitions: 1\n    replication_factor: 1\n    owner: shop\n    description: d\n    expectation_suite: s.json\n")
+                 "    partitions: 1\n    replication_factor: 1\n    owner: shop\n    description: d\n"
+                 "    expectation_suite: s.json\n")
     assert problems(path) == [
         "topics[0] 'orders.placed' (line 8), field 'value_schema.id': must be one of "
         "'string', 'bigint', 'double', 'boolean', 'timestamp' or 'json' (got 'integer')",
@@ -487,7 +489,8 @@ def test_real_time_checkpoint_interval_is_bounded_and_an_environment_may_switch_
     real_time = TOPICS + APP + "    trigger: real-time\n    checkpoint_interval: 30 seconds\n"
     assert any("checkpoint_interval 2 minutes is longer than 60 seconds: a graceful stop waits for the next checkpoint"
                in problem for problem in problems(write(tmp_path, real_time.replace("30 seconds", "2 minutes"))))
-    switched = real_time.replace("version: 1\n", "version: 1\nenvironments:\n  local:\n    apps:\n      router: {trigger: 2 seconds}\n", 1)
+    switched = real_time.replace(
+        "version: 1\n", "version: 1\nenvironments:\n  local:\n    apps:\n      router: {trigger: 2 seconds}\n", 1)
     app = load_catalog(write(tmp_path, switched)).app("router")
     assert (app.trigger, app.checkpoint_interval, app.real_time) == ("2 seconds", None, False)
 
@@ -527,11 +530,14 @@ def test_input_contract_rules_load_on_top_of_the_programs_fields(tmp_path):
     ("      operations:\n        fields:\n          user_id: {pattern: 'u[0-9', max_length: 9}\n",
      "pattern 'u[0-9' is not a regular expression"),
     # Patterns Java (Spark) would read differently from Python, or not at all, and one without a length bound.
-    ("      operations:\n        fields:\n          user_id: {pattern: '(a)\\1', max_length: 9}\n", "the escape \\1 means something else"),
-    ("      operations:\n        fields:\n          user_id: {pattern: '[A-Z]{,8}', max_length: 9}\n", "'{,n}' is a repetition to Python"),
+    ("      operations:\n        fields:\n          user_id: {pattern: '(a)\\1', max_length: 9}\n",
+     "the escape \\1 means something else"),
+    ("      operations:\n        fields:\n          user_id: {pattern: '[A-Z]{,8}', max_length: 9}\n",
+     "'{,n}' is a repetition to Python"),
     ("      operations:\n        fields:\n          user_id: {pattern: '(?i)u[0-9]+', max_length: 9}\n", "no flags, comments"),
     ("      operations:\n        fields:\n          user_id: {pattern: '[[]u', max_length: 9}\n", "inside a character class"),
-    ("      operations:\n        fields:\n          user_id: {pattern: 'u[0-9]+'}\n", "needs max_length on the same field, at most 1000"),
+    ("      operations:\n        fields:\n          user_id: {pattern: 'u[0-9]+'}\n",
+     "needs max_length on the same field, at most 1000"),
 ])
 def test_input_contract_mistakes_are_named_with_the_field(tmp_path, contract, expected):
     text = TOPICS + APP.replace("    settings:\n", "    input_contract:\n" + contract + "    settings:\n")

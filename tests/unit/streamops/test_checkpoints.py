@@ -96,8 +96,10 @@ def checkpoint(tmp_path: Path) -> Path:
     (root / "scratch").mkdir()  # no offset log: not a query
     runtime = AppRuntime(root)
     runtime.dir.mkdir(parents=True)
-    write_json_atomic(runtime.driver_file, {"app": "my-app", "version": "1.2.0", "code": {"artifact": "my-app", "digest": "sha256:ab"},
-                                            "launch": {"version": "1.2.0", "spark_conf": {"spark.sql.shuffle.partitions": "4"}}})
+    write_json_atomic(runtime.driver_file, {
+        "app": "my-app", "version": "1.2.0", "code": {"artifact": "my-app", "digest": "sha256:ab"},
+        "launch": {"version": "1.2.0", "spark_conf": {"spark.sql.shuffle.partitions": "4"}},
+    })
     return root
 
 

@@ -68,11 +68,13 @@ def test_a_catalog_change_rolls_per_policy_keeping_what_was_approved(catalog):
     running(catalog, ROUTER, version="1.0.0+v2", spark_conf={"spark.driver.memory": "2g"})
     # Only approved changes differ: a decision, never a roll.
     (decide,) = plan(catalog, [ROUTER]).values()
-    assert decide.action == "decide" and "reconcile never undoes them" in decide.reason and "+    contacts: x.v2" in decide.catalog_edit
+    assert decide.action == "decide" and "reconcile never undoes them" in decide.reason
+    assert "+    contacts: x.v2" in decide.catalog_edit
     # A Spark conf edit: a roll that keeps the running version and the launch's conf.
     changed = edited(catalog, ROUTER, spark_conf={**catalog.app(ROUTER).spark_conf, "spark.sql.shuffle.partitions": 3})
     (roll,) = plan(changed, [ROUTER]).values()
-    assert (roll.action, roll.policy, roll.version, roll.spark_conf) == ("roll", "report", "1.0.0+v2", {"spark.driver.memory": "2g"})
+    assert (roll.action, roll.policy, roll.version, roll.spark_conf) == (
+        "roll", "report", "1.0.0+v2", {"spark.driver.memory": "2g"})
     assert "keeping the approved" in roll.reason and "policy report: shown only" in roll.reason and not roll.applied
     the_plan = plan_sync(changed, [ROUTER], principal_of=lambda _: None, kafka_cluster=CLUSTER, fingerprint_of=lambda *_: None,
                          on_demand=False)
@@ -82,14 +84,16 @@ def test_a_catalog_change_rolls_per_policy_keeping_what_was_approved(catalog):
     auto = edited(changed, ROUTER, reconcile="auto")
     auto_plan = plan_sync(auto, [ROUTER], principal_of=lambda _: None, kafka_cluster=CLUSTER, fingerprint_of=lambda *_: None,
                           on_demand=True)
-    assert auto_plan.rolls("auto")[0].app == ROUTER and auto_plan.approval_not_needed.endswith("oplog-router roll(s) without one (policy auto).")
+    assert auto_plan.rolls("auto")[0].app == ROUTER
+    assert auto_plan.approval_not_needed.endswith("oplog-router roll(s) without one (policy auto).")
 
 
 def test_what_a_roll_cannot_carry_is_refused_with_the_way_forward(catalog):
     router = running(catalog, ROUTER)
     other_inputs = edited(catalog, ROUTER, inputs={"operations": "somewhere.else"})
     (inputs,) = plan(other_inputs, [ROUTER]).values()
-    assert inputs.action == "refuse" and "changes the topics it reads" in inputs.reason and "recover_rebuild_state" in inputs.reason
+    assert inputs.action == "refuse" and "changes the topics it reads" in inputs.reason
+    assert "recover_rebuild_state" in inputs.reason
     elsewhere = plan_sync(catalog, [ROUTER], principal_of=lambda _: None, kafka_cluster="cluster-B",
                           fingerprint_of=lambda *_: None, on_demand=False).items[0]
     assert elsewhere.action == "refuse" and "another Kafka cluster" in elsewhere.reason
@@ -99,9 +103,11 @@ def test_what_a_roll_cannot_carry_is_refused_with_the_way_forward(catalog):
     running(catalog, NOTIFIER, fingerprint=old_plan)
     wider = edited(catalog, NOTIFIER, settings={**catalog.app(NOTIFIER).settings, "count_window": "11 minutes"})
     asked = []
-    (stateful,) = plan(wider, [NOTIFIER], fingerprint=lambda *args: asked.append(args) or {"notify": ["declared: window 11 minutes"]}).values()
+    (stateful,) = plan(wider, [NOTIFIER],
+                       fingerprint=lambda *args: asked.append(args) or {"notify": ["declared: window 11 minutes"]}).values()
     assert asked == [(NOTIFIER, "1.0.0", {})]
-    assert stateful.action == "refuse" and stateful.reason.startswith("a state-incompatible change (query 'notify' changes its stateful")
+    assert stateful.action == "refuse"
+    assert stateful.reason.startswith("a state-incompatible change (query 'notify' changes its stateful")
     assert "reprocess it" in stateful.reason and "rebuild its state (recover_rebuild_state)" in stateful.reason
     (compatible,) = plan(wider, [NOTIFIER], fingerprint=lambda *_: old_plan).values()
     assert compatible.action == "roll"

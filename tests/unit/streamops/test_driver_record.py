@@ -87,7 +87,8 @@ def test_a_record_of_a_driver_from_before_launch_records_and_artifacts(tmp_path)
            "launched_by": "command line", "spark_conf": {}}
     record = write(tmp_path, old).driver()
     assert record.launch == LaunchRecord() and record.launch.to_json() == {}
-    assert (record.code, record.artifact_digest, record.lease_epoch, record.stopped_at, record.outcome) == (None, None, None, None, None)
+    assert (record.code, record.artifact_digest, record.lease_epoch, record.stopped_at, record.outcome) == (
+        None, None, None, None, None)
     assert (record.queries_started, record.failed_batches, record.plan_fingerprint) == ([], [], {})
     # A restart starts what it ran: the version it recorded, no conf overrides.
     assert (record.launched_version, record.launched_spark_conf) == ("1.0.0", {})

@@ -76,7 +76,8 @@ def test_an_unreadable_approval_file_is_a_refusal_never_no_approvals(catalog):
     runtime = runtime_of(catalog)
     runtime.dir.mkdir(parents=True)
     (runtime.dir / "approved.json").write_text('{"topics": {"a": 7}}')
-    with pytest.raises(SpecRefused, match=r"approved\.json \(the approved changes every launch of the app keeps.*nothing was started"):
+    with pytest.raises(SpecRefused,
+                       match=r"approved\.json \(the approved changes every launch of the app keeps.*nothing was started"):
         read_approved(runtime)
     (runtime.dir / "approved.json").write_text('{"topics": {"a": "../../etc"}}')  # never a topic
     with pytest.raises(SpecRefused, match="should match pattern"):
@@ -130,13 +131,16 @@ def test_drift_field_by_field_with_its_cause(catalog):
     assert by_field["outputs.contacts"].cause == "approved"
     assert by_field["outputs.contacts"].running == targets[router.outputs["contacts"]]
     assert "the cutover by run reprocess__1 (alice)" in by_field["outputs.contacts"].note
-    assert (by_field["version"].declared, by_field["version"].running, by_field["version"].cause) == ("1.0.0", "1.0.0+v2", "approved")
-    assert (by_field["spark_conf.spark.sql.shuffle.partitions"].declared, by_field["spark_conf.spark.sql.shuffle.partitions"].running,
-            by_field["spark_conf.spark.sql.shuffle.partitions"].cause) == ("8", "4", "catalog")
-    assert "spark_conf.spark.sql.shuffle.partitions: the catalog says 8, it runs 4 (the catalog changed since the launch)" in found.line()
+    version = by_field["version"]
+    assert (version.declared, version.running, version.cause) == ("1.0.0", "1.0.0+v2", "approved")
+    shuffle_partitions = by_field["spark_conf.spark.sql.shuffle.partitions"]
+    assert (shuffle_partitions.declared, shuffle_partitions.running, shuffle_partitions.cause) == ("8", "4", "catalog")
+    assert ("spark_conf.spark.sql.shuffle.partitions: the catalog says 8, it runs 4 (the catalog changed since the launch)"
+            in found.line())
     # The edit names every approved change and the topics to declare; not the catalog's own change.
     edit = found.catalog_edit
-    assert f"-    contacts: {router.outputs['contacts']}" in edit and f"+    contacts: {targets[router.outputs['contacts']]}" in edit
+    assert f"-    contacts: {router.outputs['contacts']}" in edit
+    assert f"+    contacts: {targets[router.outputs['contacts']]}" in edit
     assert "+  version: 1.0.0+v2" in edit and "shuffle" not in edit
     assert f"declare the topic(s) {', '.join(sorted(targets.values()))} under topics:" in edit
 

@@ -166,8 +166,10 @@ def test_a_pkcs12_keystore_maps_to_the_java_clients_pkcs12_keystore(ca_file, tmp
 
 
 @pytest.mark.parametrize(("settings", "message"), [
-    ({"ssl.certificate.location": "CA"}, "mutual TLS: 'ssl.certificate.location' is given without a key ('ssl.key.location' or 'ssl.key.pem')"),
-    ({"ssl.key.pem": "k"}, "mutual TLS: 'ssl.key.pem' is given without a certificate ('ssl.certificate.location' or 'ssl.certificate.pem')"),
+    ({"ssl.certificate.location": "CA"},
+     "mutual TLS: 'ssl.certificate.location' is given without a key ('ssl.key.location' or 'ssl.key.pem')"),
+    ({"ssl.key.pem": "k"},
+     "mutual TLS: 'ssl.key.pem' is given without a certificate ('ssl.certificate.location' or 'ssl.certificate.pem')"),
     ({"ssl.certificate.pem": "c", "ssl.key.pem": "k", "ssl.keystore.location": "CA"},
      "give either a certificate and key or 'ssl.keystore.location' (PKCS#12), not both"),
 ])
@@ -192,7 +194,8 @@ def test_an_app_without_its_own_connection_falls_back_to_kafka_default_and_says_
             "kafka_default, not as its own principal User:oplog-router") in caplog.text
     assert PASSWORD not in caplog.text
 
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_APP_OPLOG_ROUTER", json.dumps({"conn_type": "kafka", "extra": scram(ca_file).settings}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_APP_OPLOG_ROUTER",
+                       json.dumps({"conn_type": "kafka", "extra": scram(ca_file).settings}))
     caplog.clear()
     assert app_connection("oplog-router").principal == "oplog-router" and caplog.text == ""
 
@@ -225,7 +228,8 @@ def test_a_key_spark_cannot_read_is_refused_before_a_driver_starts(tmp_path, key
 
 
 def test_empty_settings_are_not_set_for_the_java_client_either():
-    config = KafkaClientConfig({"bootstrap.servers": "h:9092", "ssl.certificate.location": "", "ssl.key.location": ""}, source="c")
+    config = KafkaClientConfig({"bootstrap.servers": "h:9092", "ssl.certificate.location": "", "ssl.key.location": ""},
+                               source="c")
     assert config.java_settings() == {"bootstrap.servers": "h:9092"}
 
 

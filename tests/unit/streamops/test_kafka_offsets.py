@@ -185,7 +185,8 @@ def test_a_start_as_reprocess_reads_it():
     assert start("6 hours").at == datetime(2026, 11, 22, 21, tzinfo=UTC)
     assert start("2026-11-22T10:00:00+01:00").at == datetime(2026, 11, 22, 9, tzinfo=UTC)
     assert refusal(start, "2026-11-22T10:00:00") == (
-        "start '2026-11-22T10:00:00' has no timezone: add Z or an offset such as +01:00; or use 'earliest' or a duration such as '6 hours'")
+        "start '2026-11-22T10:00:00' has no timezone: add Z or an offset such as +01:00; "
+        "or use 'earliest' or a duration such as '6 hours'")
     assert refusal(start, "0001-01-01T00:00:00Z") == (
         f"start '0001-01-01T00:00:00Z' {OUT_OF_RANGE}; or use 'earliest' or a duration such as '6 hours'")
     assert refusal(start, "9999999999 days") == f"start '9999999999 days' {TOO_FAR_BACK}"
@@ -254,7 +255,8 @@ def test_the_forms_patterns_for_a_range_are_unchanged():
     assert moment_pattern({EARLIEST, BACK, TIME}) == (
         "^(earliest|[1-9][0-9]{0,11} (millisecond|second|minute|hour|day)s?|"
         "(19[7-9][0-9]|2[0-9]{3})-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?)$")
-    assert moment_pattern({NOW, TIME}) == "^(now|(19[7-9][0-9]|2[0-9]{3})-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?)$"
+    assert moment_pattern({NOW, TIME}) == (
+        "^(now|(19[7-9][0-9]|2[0-9]{3})-[0-9]{2}-[0-9]{2}([T ][0-9:.]+)?(Z|[+-][0-9]{2}:?[0-9]{2})?)$")
     assert moment_pattern({TIME}) == TIME_PATTERN and moment_pattern({BACK}) == DURATION_FORM_PATTERN
     with pytest.raises(TypeError):
         moment_pattern({"latest"})

@@ -45,7 +45,8 @@ def rebuild() -> RebuildPlan:
 
 def restore() -> RestorePlan:
     return RestorePlan(app=APP, snapshot="20261125T010000-before-reset", history=[], current={"route": 9},
-                       restored={"route": 4}, moves=[{"query": "route", "topic": "ops", "partition": 0, "now": 90, "restored": 60}],
+                       restored={"route": 4},
+                       moves=[{"query": "route", "topic": "ops", "partition": 0, "now": 90, "restored": 60}],
                        running=False, version="1.0.0", spark_conf={})
 
 
@@ -109,12 +110,14 @@ def test_fields_a_task_added_are_left_out_when_read_back():
 
 
 def test_the_topic_plan_keeps_the_same_protocol():
-    plan = ProvisioningPlan(topics=[TopicPlan(topic="orders", actions=[Action.CREATE], partitions_desired=3, replication_factor=1)],
+    plan = ProvisioningPlan(topics=[TopicPlan(topic="orders", actions=[Action.CREATE], partitions_desired=3,
+                                              replication_factor=1)],
                             unmanaged_topics=["legacy"])
     assert isinstance(plan, Plan) and not isinstance(plan, AppPlan)
     handed = json.loads(json.dumps({**plan.to_json(), "summary": plan.summary(), "table": plan.table()}))
     assert ProvisioningPlan.from_json(handed) == plan
     assert plan.summary() == "1 create, 1 not in catalog"
     del handed["topics"][0]["actions"]
-    with pytest.raises(PlanMismatch, match=r"^the plan this task received is not one the plan task makes: topics\.0\.actions: Field required$"):
+    with pytest.raises(PlanMismatch,
+                       match=r"^the plan this task received is not one the plan task makes: topics\.0\.actions: Field required$"):
         ProvisioningPlan.from_json(handed)

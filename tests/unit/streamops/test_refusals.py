@@ -34,7 +34,8 @@ def test_each_refusal_reads_as_before_and_says_refused_to_the_operator():
                                                     "refused: catalog /c.yaml is invalid (2 problems):\n  - a\n  - b"),
         LaunchOverrideRefused(["key a is not allowed", "key b is not allowed"]):
             ("key a is not allowed; key b is not allowed", "refused: key a is not allowed; key b is not allowed"),
-        RolloutRefused("oplog-router is stateful"): ("oplog-router is stateful", "rolling restart refused: oplog-router is stateful"),
+        RolloutRefused("oplog-router is stateful"):
+            ("oplog-router is stateful", "rolling restart refused: oplog-router is stateful"),
         ProgramError("no artifact acme 1.0.0"): ("no artifact acme 1.0.0", "refused: no artifact acme 1.0.0"),
         AlreadyRunningError("x is already running"): ("x is already running", "refused: x is already running"),
         OperationInProgress("x is being changed by another run"):

@@ -28,4 +28,6 @@ def test_incompatibilities_name_the_changed_operator():
     assert incompatibilities({"q": ["Aggregate [a]"]}, {"q": ["Aggregate [b]"]}) == [
         "query 'q' changes its stateful operators:\n    - Aggregate [a]\n    + Aggregate [b]"
     ]
-    assert incompatibilities({"gone": ["x"]}, {}) == ["query 'gone' is gone from the new version (its checkpoint would be orphaned)"]
+    assert incompatibilities({"gone": ["x"]}, {}) == [
+        "query 'gone' is gone from the new version (its checkpoint would be orphaned)"
+    ]

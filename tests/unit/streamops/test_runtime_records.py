@@ -85,7 +85,8 @@ def test_a_desired_state_that_is_neither_running_nor_stopped_is_refused(tmp_path
     runtime = AppRuntime(tmp_path)
     runtime.dir.mkdir(parents=True)
     runtime.desired_file.write_text(json.dumps({"state": "paused"}))
-    with pytest.raises(RuntimeRecordError, match=r"desired.json: not a DesiredState \(state: Input should be 'running' or 'stopped'"):
+    with pytest.raises(RuntimeRecordError,
+                       match=r"desired.json: not a DesiredState \(state: Input should be 'running' or 'stopped'"):
         runtime.desired()
 
 

@@ -126,10 +126,12 @@ def test_one_run_at_a_time_changes_an_app_and_only_an_operator_takes_over_a_fail
 
     _, runtime = router
     runtime.begin_operation("manual__roll", "roll_restart_apps roll")
-    with pytest.raises(OperationInProgress, match=r"is being changed by another run: roll_restart_apps roll \(run manual__roll, since "):
+    with pytest.raises(OperationInProgress,
+                       match=r"is being changed by another run: roll_restart_apps roll \(run manual__roll, since "):
         runtime.begin_operation("scheduled__status", "supervisor restart")
     runtime.fail_operation("manual__roll", "RolloutFailed: the rollback did not start")
-    with pytest.raises(OperationInProgress, match=r"is held: roll_restart_apps roll \(run manual__roll\) failed while changing it"):
+    with pytest.raises(OperationInProgress,
+                       match=r"is held: roll_restart_apps roll \(run manual__roll\) failed while changing it"):
         runtime.begin_operation("scheduled__status", "supervisor restart")  # the supervisor never takes it over
     failed = runtime.operation()
     taken = runtime.begin_operation("manual__replay", "recover_replay_dead_letters apply", over_failed=True)
@@ -169,7 +171,8 @@ def test_stalled_lagging_and_degraded_are_told_apart(router):
     assert evaluate(spec, _status(lags=unread, last_idle_at=at(3590)), runtime, T0 + timedelta(seconds=3600)).state == "healthy"
     assert evaluate(spec, _status(lags=unread, last_idle_at=at(3000)), runtime, T0 + timedelta(seconds=3600)).state == "stalled"
     old = [PartitionLag("route", "ops", 3, 10, 110, 100, 400.0)]
-    lagging = evaluate(spec, _status(lags=old, last_progress_at=at(399), queries={"route": {"published_at": at(399)}}), runtime, T0 + timedelta(seconds=400))
+    lagging = evaluate(spec, _status(lags=old, last_progress_at=at(399), queries={"route": {"published_at": at(399)}}),
+                       runtime, T0 + timedelta(seconds=400))
     assert lagging.state == "lagging"
     assert lagging.evidence == ("the oldest unprocessed record is 6m40s old (limit 5 minutes), on ops partition 3 at offset "
                                 "10; 100 record(s) wait.")
@@ -205,7 +208,8 @@ def test_output_stopped_is_input_all_dropped_as_late_or_a_watermark_beyond_the_e
     assert stopped.state == "output stopped" and stopped.needs_someone
     assert stopped.evidence.startswith(
         f"query window-count: its last 2 batch(es) with input (within 5 minutes) read 8 record(s) and updated no state: all of "
-        f"them dropped as late (16 late drop(s)); its watermark is {at(100)}, 20s behind now: its output stopped. Way back (docs/architecture.md "
+        f"them dropped as late (16 late drop(s)); its watermark is {at(100)}, 20s behind now: its output stopped. "
+        "Way back (docs/architecture.md "
         '"Input contract", event-time bounds): make sure the inputs\' max_future bound is on, then rebuild the state with '
         "recover_rebuild_state")
     hijacked = evaluate(spec, _status(recent={"window-count": _late((0, 0, 0), watermark="9999-12-31T23:59:49.999Z")}),

@@ -75,6 +75,7 @@ def test_a_running_app_is_refused_naming_its_driver_and_what_to_do(router):
     finally:
         runtime.release("stopped")
     (problem,) = problems
-    assert problem.startswith(f"oplog-router is running (driver pid {os.getpid()} on {socket.gethostname()}, version 1.0.3, started ")
+    assert problem.startswith(
+        f"oplog-router is running (driver pid {os.getpid()} on {socket.gethostname()}, version 1.0.3, started ")
     assert problem.endswith("); a reset needs it stopped: stop it with the stop_apps DAG first")
     assert not runtime.is_running()

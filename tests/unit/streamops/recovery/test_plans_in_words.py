@@ -24,8 +24,8 @@ FAILED = [{"query": "route", "batch": 14, "error": "org.apache.kafka.common.erro
 
 def restart(**fields) -> RestartPlan:
     return RestartPlan(**{"app": "oplog-router", "state": "failed",
-                          "last_driver": {"pid": 4242, "host": "host-a", "version": "1.0.3", "started_at": "t0", "stopped_at": "t1",
-                                          "reason": "query failed"},
+                          "last_driver": {"pid": 4242, "host": "host-a", "version": "1.0.3", "started_at": "t0",
+                                          "stopped_at": "t1", "reason": "query failed"},
                           "leftovers": [], "lag": 12, "batches": {"route": 13}, "version": "1.0.3", "spark_conf": {}, **fields})
 
 
@@ -35,8 +35,10 @@ def test_a_failed_batch_is_told_with_its_records_and_a_second_failure_on_it_poin
         "oplog-router failed on batch 14 (query route); a restart runs that batch again. Batch 14 covers "
         "oplog.operations partition 3 offsets 1200-1210. The error: org.apache.kafka.common.errors.RecordTooLargeException: "
         "too large. If it fails on this batch again, a record in it fails the query: skip that record with recover_skip_records.")
-    again = restart(failed_batches=FAILED, failed_again=True, largest_records=[{"record": "oplog.operations:3:1207", "bytes": 2_000_000}])
-    assert "failed on batch 14 again (the same batch as the previous failure): restarting will fail the same way." in again.failure()
+    again = restart(failed_batches=FAILED, failed_again=True,
+                    largest_records=[{"record": "oplog.operations:3:1207", "bytes": 2_000_000}])
+    assert "failed on batch 14 again (the same batch as the previous failure): restarting will fail the same way." \
+           in again.failure()
     assert 'skip it with recover_skip_records (records: ["oplog.operations:3:<offset>"]). Its largest records: ' \
            "oplog.operations:3:1207 (2000000 bytes)." in again.failure()
     assert "AGAIN, on the same batch as before" in again.summary()
@@ -77,7 +79,8 @@ def test_a_rebuild_says_what_it_will_do_to_the_live_topics_or_beside_them():
     inputs = [{"topic": "oplog.operations", "partition": 0, "earliest": 5, "latest": 25}]
     live = RebuildPlan("oplog-router", "live", True, False, {"route": 3}, inputs, ["out"])
     assert "will: stop the running app gracefully, back up and retire the checkpoint (batches {'route': 3}), start the app " \
-           "on a new checkpoint from earliest: 20 record(s) reprocessed into the LIVE topics out, then it continues live" in live.table()
+           "on a new checkpoint from earliest: 20 record(s) reprocessed into the LIVE topics out, then it continues live" \
+           in live.table()
     versioned = RebuildPlan("oplog-router", "versioned", True, False, {}, inputs, ["out.v2"])
     assert "will: reprocess 20 record(s) from earliest into out.v2 while the live app runs, validate them, then cut over" \
            in versioned.table()

@@ -44,8 +44,10 @@ def test_explicit_offsets_are_checked_topic_by_topic_and_partition_by_partition(
     assert problems == [
         "offsets: partition 9 of 'oplog.operations' does not exist (it has partitions 0-2)",
         "offsets: 'oplog.operations' partition 'a' must be a number",
-        f"offsets: 'oplog.operations' partition 1: offset -1 must be a whole number from 0 to {MAX_OFFSET} (Kafka offsets are 64-bit)",
-        f"offsets: 'oplog.operations' partition 2: offset True must be a whole number from 0 to {MAX_OFFSET} (Kafka offsets are 64-bit)",
+        f"offsets: 'oplog.operations' partition 1: offset -1 must be a whole number from 0 to {MAX_OFFSET} "
+        "(Kafka offsets are 64-bit)",
+        f"offsets: 'oplog.operations' partition 2: offset True must be a whole number from 0 to {MAX_OFFSET} "
+        "(Kafka offsets are 64-bit)",
         "offsets: 'presence.events' is not an input of oplog-router (inputs: oplog.operations)",
         "offsets: 'oplog.category.contacts' is not an input of oplog-router (inputs: oplog.operations)",
     ]

@@ -47,7 +47,8 @@ def test_a_skip_is_bounded_more_is_a_reset():
                                "items, got []"])
     assert parsed(["ops:0:1"] * (MAX_SPECS + 1))[1] == [f"records names {MAX_SPECS + 1} items; at most {MAX_SPECS} per run"]
     assert parsed([f"ops:0:0-{MAX_RECORDS}"])[1] == [
-        f"records name {MAX_RECORDS + 1} offsets; a skip takes at most {MAX_RECORDS}: to move past more, use recover_reset_offsets"]
+        f"records name {MAX_RECORDS + 1} offsets; a skip takes at most {MAX_RECORDS}: "
+        "to move past more, use recover_reset_offsets"]
 
 
 @pytest.mark.parametrize("note, problem", [
@@ -73,5 +74,6 @@ def test_entries_handed_between_tasks_are_checked_before_they_reach_the_driver()
            {**good, "reason": "because"}, "ops:1:5"]
     assert len(entry_problems(ROUTER, bad)) == 5
     assert entry_problems(ROUTER, [{**good, "reason": "because"}]) == [
-        f"entry {str({**good, 'reason': 'because'})[:200]} is not an input record range of oplog-router with an operator's reason"]
+        f"entry {str({**good, 'reason': 'because'})[:200]} "
+        "is not an input record range of oplog-router with an operator's reason"]
     assert entry_problems(ROUTER, []) == ["entries must be a non-empty list, got []"]
