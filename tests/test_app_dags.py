@@ -95,9 +95,8 @@ def test_a_driver_that_loses_a_launch_race_shows_its_own_log(app_env, app_catalo
     monkeypatch.setattr(app_ops, "AppRuntime", RacingRuntime)
     try:
         with pytest.raises(app_ops.LaunchError) as lost:
-            app_ops.launch(spec, AppLauncher.of(load_catalog(), "oplog-router", "manual__loser").command(None, {}), checkpoint=checkpoint,
-                           launched_by="manual__loser",
-                           version="1.0.0")
+            command = AppLauncher.of(load_catalog(), "oplog-router", "manual__loser").command(None, {})
+            app_ops.launch(spec, command, checkpoint=checkpoint, launched_by="manual__loser", version="1.0.0")
     finally:
         winner.release("stopped", "test")
     (log,) = (Path(checkpoint) / "_runtime" / "logs").glob("driver-*.log")
