@@ -41,6 +41,7 @@ from streamops.plans import JsonPlan
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.refusals import Refused
 from streamops.spark_submit import SparkTarget
+from streamops.timestamps import epoch_ms, iso_seconds_utc, run_tag
 
 # Used for the estimate until this machine has measured a run of the app.
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class ReprocessPlan(JsonPlan):
 
     def table(self) -> str:
         rows = [
-            [p.topic, p.partition, p.start, p.end, p.records, _iso(p.first_timestamp_ms) if p.first_timestamp_ms else "-"]
+            [p.topic, p.partition, p.start, p.end, p.records, iso_seconds_utc(p.first_timestamp_ms) if p.first_timestamp_ms else "-"]
             for p in self.inputs
         ]
         head = tabulate(rows, headers=["input topic", "partition", "start offset", "end offset", "records", "first record written"])
@@ -155,10 +156,6 @@ class ReprocessResult:
         out = ", ".join(f"{t}: {n}" for t, n in self.records_out.items())
         return (f"{self.app}: {self.records_in} record(s) in, out [{out}], {self.dead_letters} dead letter(s), "
                 f"{self.seconds:.1f} s = {self.rate:,.0f} records/s")
-
-
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def target_topics(app: AppSpec, target: str, version: str, tag: str) -> dict[str, str]:
@@ -257,7 +254,7 @@ def plan_reprocess(
             program_digest = declared.artifact.digest if declared.artifact else None
         except ProgramError as exc:
             problems.append(str(exc))
-    tag = request.tag or now.strftime("%Y%m%dt%H%M%S")
+    tag = request.tag or run_tag(now)
     if not re.fullmatch(TAG_PATTERN, tag):
         problems.append(f"tag {tag!r} must be 1-40 lowercase letters, digits or '-'")
     if problems:
@@ -289,7 +286,7 @@ def plan_reprocess(
         retention = catalog.topic(r.topic).configs.get("retention.ms")
         if not r.first_timestamp_ms or not isinstance(retention, int) or retention < 0:
             continue
-        age_ms = now.timestamp() * 1000 - r.first_timestamp_ms
+        age_ms = epoch_ms(now) - r.first_timestamp_ms
         if age_ms + estimate_s * 1000 > 0.9 * retention:
             warnings.append(
                 f"{r.topic} p{r.partition}: the range starts with a record written {age_ms / 3_600_000:.1f} h ago and "
@@ -317,7 +314,7 @@ def plan_reprocess(
         rate=rate,
         rate_measured=measured_rate is not None,
         warnings=warnings,
-        planned_at=now.isoformat(timespec="seconds"),
+        planned_at=iso_seconds_utc(now),
         program_version=program_version,
         program_digest=program_digest,
     )

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from streamops.catalog import Catalog
 from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.refusals import Refused
+from streamops.timestamps import iso_as_given
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
 MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
@@ -149,7 +150,7 @@ def resolve(
             starts = offsets_for_time(admin, topic, partitions, int(start.timestamp() * 1000))
             ends = offsets_for_time(admin, topic, partitions, int(end.timestamp() * 1000))
             spans = {p: (starts[p], max(starts[p], ends[p])) for p in partitions}
-            described = f"records written from {start.isoformat()} up to {end.isoformat()}"
+            described = f"records written from {iso_as_given(start)} up to {iso_as_given(end)}"
         else:
             spans = _explicit_spans(topic, (request.offsets or {})[topic], marks, problems)
             described = "explicit offsets"

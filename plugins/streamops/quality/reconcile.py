@@ -43,6 +43,7 @@ from streamops.programs import load_program, program_info, running_version, sett
 from streamops.quality.batches import aggregated, read_decoded, read_range
 from streamops.quality.ranges import TopicRange, whole_topics
 from streamops.runtime_records import SkipEntry
+from streamops.timestamps import epoch_ms
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
@@ -266,7 +267,7 @@ def _window_counts(
     if newest_start is None:
         closed = F.lit(True)
     else:
-        closed = F.unix_millis("window_end") <= F.lit(int(newest_start.timestamp() * 1000) - watermark_ms)
+        closed = F.unix_millis("window_end") <= F.lit(epoch_ms(newest_start) - watermark_ms)
     totals = aggregated(lined_up.agg(
         F.count(F.lit(1)).alias("windows"),
         F.sum(closed.cast("int")).alias("closed"),

@@ -29,7 +29,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import (
@@ -47,6 +47,7 @@ from streamops.kafka_records import held_offsets, producer, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
+from streamops.timestamps import now_iso
 
 HEADER_SOURCE = "streamops.replay.source"
 HEADER_DEAD_LETTER = "streamops.replay.dead-letter"

@@ -22,6 +22,7 @@ from streamops.checkpoints import backup_checkpoint, batch_marks, initial_offset
 from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
+from streamops.timestamps import iso_seconds_utc
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 
@@ -257,7 +258,7 @@ def plan_reset(
         raise RecoveryRefused(problems)
     return ResetPlan(
         app=app.name, request=asdict(request), rows=rows, kept=kept, marks=batch_marks(checkpoint),
-        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_running(), warnings=warnings, planned_at=at.isoformat(timespec="seconds"),
+        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_running(), warnings=warnings, planned_at=iso_seconds_utc(at),
     )
 
 

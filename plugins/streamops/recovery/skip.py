@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import batch_marks, positions, query_dirs, uncommitted_batch
 from streamops.failures import describe_failed_batches
@@ -34,6 +34,7 @@ from streamops.kafka_records import held_offsets, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
 from streamops.runtime_records import SkipEntry
+from streamops.timestamps import now_iso
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
