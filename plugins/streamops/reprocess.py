@@ -35,7 +35,17 @@ from tabulate import tabulate
 
 from streamops.catalog import AppSpec, Catalog, TopicSpec
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.kafka_offsets import (
+    BACK,
+    EARLIEST,
+    NOW,
+    TIME,
+    OffsetSpan,
+    parse_moment,
+    time_range_spans,
+    topic_partitions,
+    watermarks,
+)
 from streamops.name_patterns import VERSION_PATTERN
 from streamops.plans import JsonPlan
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
@@ -75,6 +85,9 @@ class ReprocessRequest:
 
 @dataclass
 class PartitionRange:
+    """One input partition's planned span; flat in the plan's JSON ("start", "end"), as the
+    approval page and the plan's readers have it."""
+
     topic: str
     partition: int
     start: int
@@ -82,8 +95,12 @@ class PartitionRange:
     first_timestamp_ms: int | None  # of the record at `start`, if any
 
     @property
+    def span(self) -> OffsetSpan:
+        return OffsetSpan(self.start, self.end)
+
+    @property
     def records(self) -> int:
-        return self.end - self.start
+        return self.span.records
 
 
 @dataclass
@@ -268,14 +285,8 @@ def plan_reprocess(
     ranges: list[PartitionRange] = []
     for topic in inputs:
         partitions = layout[topic] or []
-        marks = watermarks(admin, topic, partitions)
-        starts = {p: low for p, (low, _) in marks.items()}
-        if start_time:
-            starts = offsets_for_time(admin, topic, partitions, int(start_time.timestamp() * 1000))
-        ends = {p: high for p, (_, high) in marks.items()}
-        if end_time:
-            ends = offsets_for_time(admin, topic, partitions, int(end_time.timestamp() * 1000))
-        ranges += [PartitionRange(topic, p, starts[p], max(starts[p], ends[p]), None) for p in partitions]
+        spans = time_range_spans(admin, topic, partitions, start_time, end_time)
+        ranges += [PartitionRange(topic, p, span.start, span.end, None) for p, span in spans.items()]
     _first_timestamps(kafka, ranges)
 
     rate = measured_rate or DEFAULT_RATE

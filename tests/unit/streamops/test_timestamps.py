@@ -109,7 +109,7 @@ def test_the_programs_write_times_through_the_same_function():
 
 # What formats or parses a time by hand. kafka_offsets.parse_time reads what an operator types
 # (a time with its timezone, refused in words), not a recorded time.
-_AD_HOC = re.compile(r"strftime|strptime|isoformat|fromisoformat|fromtimestamp|gmtime|yyyy-MM")
+_AD_HOC = re.compile(r"strftime|strptime|isoformat|fromisoformat|fromtimestamp|gmtime|timestamp\(\) \* 1000|yyyy-MM")
 _ALLOWED = {("streamops/kafka_offsets.py", "value = datetime.fromisoformat(text.strip())")}
 
 
