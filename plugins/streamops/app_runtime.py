@@ -57,6 +57,7 @@ from streamops.runtime_records import CodeRecord as CodeRecord
 from streamops.runtime_records import DesiredState, QueryProgress, RateLine, RuntimeRecordError, SkipEntry, SkipList, StopRequest
 from streamops.runtime_records import DriverRecord as DriverRecord
 from streamops.runtime_records import LaunchRecord as LaunchRecord
+from streamops.timestamps import file_stamp, now_iso, parse_recorded_time, utc_now
 
 DRIVER_LOGS_KEPT = 20
 RATE_HISTORY_S = 3600
@@ -75,10 +76,6 @@ class OperationInProgress(OneLineRefused, RuntimeError):
     """Another run (a DAG, or the supervisor) is changing the app now; the message names it."""
 
 
-def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def _write_lines_atomic(path: Path, lines: list[str]) -> None:
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -88,14 +85,6 @@ def _write_lines_atomic(path: Path, lines: list[str]) -> None:
 def shown(value: Any) -> Any:
     """A recorded value as a message shows it: '?' when it is not recorded."""
     return "?" if value is None else value
-
-
-def parse_recorded_time(moment: Any) -> datetime | None:
-    """An ISO-8601 time as written here ('...Z'), or None for nothing or something else."""
-    try:
-        return datetime.fromisoformat(str(moment).replace("Z", "+00:00")) if moment else None
-    except ValueError:
-        return None
 
 
 class AppRuntime:
@@ -258,8 +247,7 @@ class AppRuntime:
         """A fresh log file for a driver about to start (two starts never share one, so a refused
         second driver's own words stay readable); the oldest beyond DRIVER_LOGS_KEPT go."""
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        path = self.logs_dir / f"driver-{stamp}-{os.getpid()}.log"
+        path = self.logs_dir / f"driver-{file_stamp(utc_now())}-{os.getpid()}.log"
         path.touch()
         current = self.driver_log()  # the running driver's own log stays, however many starts were refused
         for old in sorted(self.logs_dir.glob("driver-*.log"))[:-DRIVER_LOGS_KEPT]:

@@ -20,6 +20,7 @@ from streamops.checkpoints import cluster_problem, positions
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.runtime_records import RateLine
+from streamops.timestamps import parse_recorded_time
 
 
 @dataclass
@@ -123,9 +124,9 @@ class AppStatus:
 
 
 def _age_seconds(iso: str | None) -> float | None:
-    if not iso:
+    moment = parse_recorded_time(iso)
+    if moment is None:
         return None
-    moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
     return round((datetime.now(UTC) - moment).total_seconds(), 1)
 
 

@@ -17,13 +17,14 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from streamops.app_runtime import AppRuntime, parse_recorded_time
+from streamops.app_runtime import AppRuntime
 from streamops.app_status import is_spark_ui_address
 from streamops.audit import read_audit
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig, app_principal
 from streamops.runtime_records import RateLine
 from streamops.supervision import observe, unreadable
+from streamops.timestamps import page_time, parse_recorded_time
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
         "<!doctype html><html><head><meta charset='utf-8'><title>Streaming apps</title>"
         f"<meta http-equiv='refresh' content='30'><style>{STYLE}</style></head><body>"
         f"<h2 id='headline'>{html.escape(headline)}</h2>"
-        f"<p class='small'>As of {now.strftime('%Y-%m-%d %H:%M:%S')} UTC (refreshes every 30 s). "
+        f"<p class='small'>As of {page_time(now)} (refreshes every 30 s). "
         "The supervisor (<a href='/dags/app_status' target='_top'>app_status</a>) restarts crashed apps and pages "
         f"when one needs someone. Operate: {dag_links}</p>"
         "<table><thead><tr><th>app</th><th>state</th><th>version</th><th>declared vs running</th><th>uptime</th><th>driver host</th>"

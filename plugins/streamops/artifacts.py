@@ -30,13 +30,13 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from streamops import settings
 from streamops.driver import DRIVER_PROTOCOL
 from streamops.name_patterns import VERSION_PATTERN
 from streamops.paths import RUN_DIR
+from streamops.timestamps import iso_seconds_utc, utc_now
 
 ARTIFACT_FILE = "artifact.zip"
 MANIFEST_FILE = "manifest.json"
@@ -269,7 +269,7 @@ def build(
             "files": files,
             "requirements": Path(requirements).read_text().splitlines() if requirements else [],
             "built_from": str(package_dir.resolve()),
-            "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "built_at": iso_seconds_utc(utc_now()),
             "built_by": built_by or os.environ.get("USER", ""),
             "description": description,
             # The driver it is built for: its program is imported into the platform's driver.

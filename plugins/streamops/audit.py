@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from streamops import settings
-from streamops.app_runtime import now_iso
 from streamops.catalog import checkpoint_root
+from streamops.timestamps import now_iso
 
 ERROR_CHARS = 2000
 _ACTING: ContextVar[tuple[str, str] | None] = ContextVar("streamops_acting", default=None)

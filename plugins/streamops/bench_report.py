@@ -27,7 +27,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from streamops import settings
@@ -39,6 +38,7 @@ from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics
 from streamops.spark_submit import SparkTarget
+from streamops.timestamps import iso_seconds_utc, utc_now
 from streamops.waiting import DeadlineExceeded, poll_until
 
 ROUTER = "oplog-router"
@@ -281,7 +281,7 @@ def machine() -> dict:
 
     return {"cpus": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "platform": platform.platform(), "python": platform.python_version(), "spark": pyspark.__version__,
-            "at": datetime.now(UTC).isoformat(timespec="seconds")}
+            "at": iso_seconds_utc(utc_now())}
 
 
 def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,

@@ -34,9 +34,10 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from streamops.timestamps import file_stamp, iso_seconds_utc, now_iso, utc_now
 
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
 
@@ -225,7 +226,7 @@ def bind_cluster(app: str, checkpoint: str | Path, cluster_id: str | None, boots
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{CLUSTER_FILE}.tmp"
     tmp.write_text(json.dumps({"cluster_id": cluster_id, "bootstrap": bootstrap,
-                               "at": datetime.now(UTC).isoformat(timespec="seconds")}, sort_keys=True))
+                               "at": iso_seconds_utc(utc_now())}, sort_keys=True))
     tmp.replace(root / CLUSTER_FILE)
 
 
@@ -249,13 +250,12 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
     wrote the checkpoint (version and launch conf, so a restore can start that version again)."""
     from streamops.app_runtime import AppRuntime, DriverRecord
 
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    target = backups_dir(checkpoint) / f"{stamp}-{label}"
+    target = backups_dir(checkpoint) / f"{file_stamp(utc_now())}-{label}"
     shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(RUNTIME_FOLDER))
     driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()
     info = {
         "label": label,
-        "taken_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "taken_at": now_iso(),
         "version": driver.version,
         "launch": driver.launch.to_json(),
         "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it

@@ -25,10 +25,11 @@ from typing import Any, ClassVar
 
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import Catalog
 from streamops.effective_spec import Drift, drift
 from streamops.plans import JsonPlan
+from streamops.timestamps import now_iso
 
 ROLL, REFUSE, DECIDE, NONE = "roll", "refuse", "decide", "none"
 # In the app's runtime folder: the catalog entry (its declared spec's digest) a reconcile roll failed

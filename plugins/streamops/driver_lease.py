@@ -42,6 +42,7 @@ import psutil
 
 from streamops import settings
 from streamops.runtime_files import read_json_object, write_json_atomic
+from streamops.timestamps import iso_seconds
 
 log = logging.getLogger("streamops.lease")
 
@@ -195,7 +196,7 @@ class DriverLease:
         now = time.time()
         record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": settings.HOST_ADDRESS.get(), "pid": os.getpid(),
                   "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
-                  "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}
+                  "taken_at": iso_seconds(int(now * 1000))}
         staged = self.dir / f".epoch-{epoch:010d}.{socket.gethostname()}.{os.getpid()}.tmp"
         staged.write_text(json.dumps(record, sort_keys=True))
         try:

@@ -30,10 +30,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
 from streamops.refusals import OneLineRefused
 from streamops.runtime_files import read_json, write_json_atomic
+from streamops.timestamps import now_iso
 
 APPROVED_FILE = "approved.json"
 LAUNCH_CATALOG_FILE = "launch-catalog.yaml"

@@ -11,6 +11,17 @@ The floor (the broker):
 No other module asks the broker for offsets (AdminClient.list_offsets, a consumer's watermarks
 or offsets_for_times): they call these.
 
+The offsets of a range (what a backfill, a validation, a replay or a reset reads):
+
+    OffsetSpan(start, end)                  one partition's offsets [start, end); .records, .empty
+    time_range_spans(admin, topic, partitions, start, end)
+                                            partition -> the span of the records written from
+                                            `start` up to `end` (None: earliest / latest)
+    spans_to_json(spans) / spans_from_json  {"0": [start, end], ...}: a plan's or a result's JSON
+
+A span never ends before it starts: a time range whose end finds an earlier offset than its
+start (records written out of time order) is the empty span at its start.
+
 The moments (what an operator types into a form, a CLI or an API trigger):
 
     earliest                    the first retained record
@@ -24,19 +35,20 @@ duration grammar ("10 minutes", "1 day") is also the catalog's Spark interval gr
 (`DURATION_PATTERN`, `duration_ms`): it is written here once.
 
 This module imports no other streamops module at import time but `kafka_client`'s retry helper
-(the catalog imports the duration grammar from here), and confluent-kafka only when it talks to
-a broker.
+and the leaf `timestamps` (the catalog imports the duration grammar from here), and confluent-kafka
+only when it talks to a broker.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from streamops.kafka_client import while_transient
+from streamops.timestamps import epoch_ms
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -160,6 +172,78 @@ def moment_pattern(allowed: Collection[str]) -> str:
     if len(patterns) == 1:
         return patterns[0]
     return "^(" + "|".join(p.removeprefix("^").removesuffix("$") for p in patterns) + ")$"
+
+
+# ---------------------------------------------------------------------------------------------
+# Spans: the offsets of a range
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetSpan:
+    """One partition's offsets [start, end): from `start` up to, not including, `end`, as Kafka's
+    offsets count (on a compacted or transactional topic some offsets hold no record)."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"an offset span's {name} is a whole number, not {type(value).__name__}: {value!r}")
+        if not 0 <= self.start <= self.end <= MAX_OFFSET:
+            raise ValueError(f"offset span [{self.start}, {self.end}) must have 0 <= start <= end <= {MAX_OFFSET}")
+
+    @property
+    def records(self) -> int:
+        """Offsets in the span (the records, but for those compaction removed)."""
+        return self.end - self.start
+
+    @property
+    def empty(self) -> bool:
+        return self.end == self.start
+
+    def to_json(self) -> list[int]:
+        return [self.start, self.end]
+
+    @classmethod
+    def from_json(cls, value: Any, where: str) -> OffsetSpan:
+        """[start, end] as `to_json` writes it; ValueError naming `where` for anything else."""
+        if (not isinstance(value, list | tuple) or len(value) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in value)):
+            raise ValueError(f"{where} must be [start, end] (two whole numbers, end exclusive), got {value!r}")
+        try:
+            return cls(value[0], value[1])
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+
+def spans_to_json(spans: Mapping[int, OffsetSpan]) -> dict[str, list[int]]:
+    """{"0": [start, end], ...} in partition order (JSON keys are text)."""
+    return {str(p): span.to_json() for p, span in sorted(spans.items())}
+
+
+def spans_from_json(data: Any, where: str) -> dict[int, OffsetSpan]:
+    """The spans `spans_to_json` wrote; ValueError naming `where` and the partition for anything else."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{where} must map partitions to [start, end], got {data!r}")
+    spans: dict[int, OffsetSpan] = {}
+    for key, value in data.items():
+        if not re.fullmatch(r"[0-9]{1,10}", str(key)) or int(key) > MAX_PARTITION:
+            raise ValueError(f"{where}: partition {key!r} is not a whole number from 0 to {MAX_PARTITION}")
+        spans[int(key)] = OffsetSpan.from_json(value, f"{where}[{str(key)!r}]")
+    return spans
+
+
+def time_range_spans(admin: AdminClient, topic: str, partitions: Sequence[int], start: datetime | None,
+                     end: datetime | None) -> dict[int, OffsetSpan]:
+    """partition -> the span of the records written from `start` up to `end` (their Kafka
+    timestamps; None: the partition's earliest offset, its latest). The end is never before the
+    start (records written out of time order make an empty span there)."""
+    marks = watermarks(admin, topic, partitions) if start is None or end is None else {}
+    firsts = offsets_for_time(admin, topic, partitions, epoch_ms(start)) if start else {p: marks[p][0] for p in partitions}
+    lasts = offsets_for_time(admin, topic, partitions, epoch_ms(end)) if end else {p: marks[p][1] for p in partitions}
+    return {p: OffsetSpan(firsts[p], max(firsts[p], lasts[p])) for p in partitions}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,19 +2,20 @@
 
 Small helpers over confluent-kafka used by the load generator, the tests and validation of
 bounded ranges. Reading assigns partitions directly (no consumer group, nothing committed).
-Where a topic begins and ends: `streamops.kafka_offsets`.
+Where a topic begins and ends, and the spans of offsets `read_spans` takes (`OffsetSpan`):
+`streamops.kafka_offsets`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from streamops.kafka_client import KafkaClientConfig, transient
-from streamops.kafka_offsets import end_offsets
+from streamops.kafka_offsets import OffsetSpan, end_offsets
 from streamops.waiting import poll_until
 
 
@@ -43,12 +44,12 @@ def held_offsets(low: int, high: int) -> str:
 
 def read_all(kafka: KafkaClientConfig, topic: str, timeout: float = 60.0) -> list[Record]:
     """Every record now in `topic`, in partition then offset order."""
-    return read_spans(kafka, topic, end_offsets(kafka, topic), timeout)
+    return read_spans(kafka, topic, {p: OffsetSpan(low, high) for p, (low, high) in end_offsets(kafka, topic).items()}, timeout)
 
 
-def read_spans(kafka: KafkaClientConfig, topic: str, spans: dict[int, tuple[int, int]], timeout: float = 60.0) -> list[Record]:
-    """The records of `topic` in [start, end) per partition, in partition then offset order."""
-    wanted = {p: (low, high) for p, (low, high) in spans.items() if high > low}
+def read_spans(kafka: KafkaClientConfig, topic: str, spans: Mapping[int, OffsetSpan], timeout: float = 60.0) -> list[Record]:
+    """The records of `topic` in each partition's span, in partition then offset order."""
+    wanted = {p: (span.start, span.end) for p, span in spans.items() if not span.empty}
     if not wanted:
         return []
     # Skip records of aborted transactions, as any downstream reader would.

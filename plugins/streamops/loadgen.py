@@ -22,6 +22,7 @@ from streamops.catalog import AppSpec
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_records import producer
 from streamops.programs import program_info, settings_dict
+from streamops.timestamps import iso_ms
 
 UNKNOWN_OP_TYPES = ["LOGIN", "LOGOUT", "UPDATE_PROFILE"]
 ACTION_LOGGERS = ["com.example.web.CheckoutController", "com.example.web.SearchController", "com.example.web.CartController"]
@@ -66,10 +67,6 @@ class LoadReport:
         )
 
 
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def _malformed(rng: random.Random, good: dict) -> str:
     kind = rng.choice(["not-json", "missing", "wrong-type", "no-timezone"])
     if kind == "not-json":
@@ -107,7 +104,7 @@ def events(app: AppSpec, load: LoadSpec) -> Iterator[tuple[str, str, str, bool, 
         late = rng.random() < load.late
         if late:
             moment -= load.late_by
-        stamp = _iso(moment)
+        stamp = iso_ms(moment)
         if kind == "oplog_router":
             user = f"user-{key_index}"
             op_type = rng.choice(UNKNOWN_OP_TYPES) if rng.random() < 0.02 else rng.choice(op_types)

@@ -35,10 +35,10 @@ import time
 from pathlib import Path
 
 from streamops import settings
-from streamops.app_runtime import parse_recorded_time
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig, app_principal
 from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, observe, unreadable
+from streamops.timestamps import parse_recorded_time
 
 log = logging.getLogger(__name__)
 URL_PREFIX = "/streamops"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +28,7 @@ from streamops.kafka_offsets import duration_ms
 from streamops.programs import ProgramError, program_info, settings_dict
 from streamops.quality.batches import aggregated, read_decoded
 from streamops.quality.ranges import whole_topics
+from streamops.timestamps import epoch_ms, iso_seconds, iso_seconds_utc
 
 EXAMPLES = 5
 
@@ -119,7 +120,7 @@ def compare_windows(
     closed_by = "live watermark"
     if bound_ms is None:
         newest = aggregated(recomputed.agg(F.max("window_start")))[0]
-        bound_ms = int(newest.timestamp() * 1000) - duration_ms(settings_dict(app)[counted.watermark_setting]) if newest else 0
+        bound_ms = epoch_ms(newest) - duration_ms(settings_dict(app)[counted.watermark_setting]) if newest else 0
         closed_by = "recomputed watermark (no committed live batch)"
     window = [key, "window_start", "window_end"]
     lined_up = live.join(recomputed, window, "full_outer").persist()
@@ -139,7 +140,7 @@ def compare_windows(
         app=app.name,
         live_topic=live_topic,
         scratch_topic=scratch_topic,
-        closed_before=datetime.fromtimestamp(bound_ms / 1000, tz=UTC).isoformat(timespec="seconds"),
+        closed_before=iso_seconds_utc(bound_ms),
         closed_by=closed_by,
         compared=int(counts["compared"] or 0),
         matching=int(counts["matching"] or 0),
@@ -160,7 +161,7 @@ def compare_windows(
 
 def _utc(moment) -> str:
     # Spark hands timestamps back as naive datetimes in the session time zone, which is UTC.
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso_seconds(moment.replace(tzinfo=UTC))
 
 
 def delete_scratch_topics(admin: AdminClient, topics: list[str]) -> list[str]:

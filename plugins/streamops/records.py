@@ -26,6 +26,12 @@ from streamops.input_contract import (
     merged_rules,
     whole_match,
 )
+from streamops.timestamps import SPARK_ISO_MS, SPARK_ISO_MS_OFFSET
+
+# Programs write their times with records.iso_ms (epoch milliseconds -> '...T01:00:00.123Z', in
+# Spark's Python workers too) and records.iso_time (a column, the same text): one format, kept in
+# streamops.timestamps.
+from streamops.timestamps import iso_ms as iso_ms
 
 log = logging.getLogger("streamops.records")
 
@@ -647,12 +653,12 @@ def dead_letter_record(spec: AppSpec, version: str) -> Column:
         F.lit(spec.name).alias("app"),
         F.lit(version).alias("app_version"),
         F.when(key_inline & value_inline, reason).otherwise(F.concat(reason, note)).alias("reason"),
-        F.date_format(_processing_time(), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("failed_at"),
+        F.date_format(_processing_time(), SPARK_ISO_MS_OFFSET).alias("failed_at"),
         F.struct(
             F.col("topic").alias("topic"),
             F.col("partition").alias("partition"),
             F.col("offset").alias("offset"),
-            F.date_format(F.col("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("timestamp"),
+            F.date_format(F.col("timestamp"), SPARK_ISO_MS_OFFSET).alias("timestamp"),
         ).alias("source"),
         F.when(key_inline, F.base64(key)).alias("original_key_base64"),
         F.when(value_inline, F.base64(value)).alias("original_value_base64"),
@@ -683,15 +689,9 @@ def good(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("error").isNull())
 
 
-def iso_ms(epoch_ms: int) -> str:
-    """Epoch milliseconds as ISO-8601 UTC text with milliseconds (Python side, same format)."""
-    moment = _EPOCH + timedelta(milliseconds=int(epoch_ms))  # exact (no float), any year 0001-9999
-    return f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
-
-
 def iso_time(column: str | Column) -> Column:
     """A timestamp as ISO-8601 text in UTC with milliseconds, as every output writes times."""
-    return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+    return F.date_format(column, SPARK_ISO_MS)
 
 
 def windowed_counts(

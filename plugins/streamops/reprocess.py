@@ -35,12 +35,23 @@ from tabulate import tabulate
 
 from streamops.catalog import AppSpec, Catalog, TopicSpec
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.kafka_offsets import (
+    BACK,
+    EARLIEST,
+    NOW,
+    TIME,
+    OffsetSpan,
+    parse_moment,
+    time_range_spans,
+    topic_partitions,
+    watermarks,
+)
 from streamops.name_patterns import VERSION_PATTERN
 from streamops.plans import JsonPlan
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
 from streamops.refusals import Refused
 from streamops.spark_submit import SparkTarget
+from streamops.timestamps import epoch_ms, iso_seconds_utc, run_tag
 
 # Used for the estimate until this machine has measured a run of the app.
 log = logging.getLogger(__name__)
@@ -74,6 +85,9 @@ class ReprocessRequest:
 
 @dataclass
 class PartitionRange:
+    """One input partition's planned span; flat in the plan's JSON ("start", "end"), as the
+    approval page and the plan's readers have it."""
+
     topic: str
     partition: int
     start: int
@@ -81,8 +95,12 @@ class PartitionRange:
     first_timestamp_ms: int | None  # of the record at `start`, if any
 
     @property
+    def span(self) -> OffsetSpan:
+        return OffsetSpan(self.start, self.end)
+
+    @property
     def records(self) -> int:
-        return self.end - self.start
+        return self.span.records
 
 
 @dataclass
@@ -120,7 +138,7 @@ class ReprocessPlan(JsonPlan):
 
     def table(self) -> str:
         rows = [
-            [p.topic, p.partition, p.start, p.end, p.records, _iso(p.first_timestamp_ms) if p.first_timestamp_ms else "-"]
+            [p.topic, p.partition, p.start, p.end, p.records, iso_seconds_utc(p.first_timestamp_ms) if p.first_timestamp_ms else "-"]
             for p in self.inputs
         ]
         head = tabulate(rows, headers=["input topic", "partition", "start offset", "end offset", "records", "first record written"])
@@ -155,10 +173,6 @@ class ReprocessResult:
         out = ", ".join(f"{t}: {n}" for t, n in self.records_out.items())
         return (f"{self.app}: {self.records_in} record(s) in, out [{out}], {self.dead_letters} dead letter(s), "
                 f"{self.seconds:.1f} s = {self.rate:,.0f} records/s")
-
-
-def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def target_topics(app: AppSpec, target: str, version: str, tag: str) -> dict[str, str]:
@@ -257,7 +271,7 @@ def plan_reprocess(
             program_digest = declared.artifact.digest if declared.artifact else None
         except ProgramError as exc:
             problems.append(str(exc))
-    tag = request.tag or now.strftime("%Y%m%dt%H%M%S")
+    tag = request.tag or run_tag(now)
     if not re.fullmatch(TAG_PATTERN, tag):
         problems.append(f"tag {tag!r} must be 1-40 lowercase letters, digits or '-'")
     if problems:
@@ -271,14 +285,8 @@ def plan_reprocess(
     ranges: list[PartitionRange] = []
     for topic in inputs:
         partitions = layout[topic] or []
-        marks = watermarks(admin, topic, partitions)
-        starts = {p: low for p, (low, _) in marks.items()}
-        if start_time:
-            starts = offsets_for_time(admin, topic, partitions, int(start_time.timestamp() * 1000))
-        ends = {p: high for p, (_, high) in marks.items()}
-        if end_time:
-            ends = offsets_for_time(admin, topic, partitions, int(end_time.timestamp() * 1000))
-        ranges += [PartitionRange(topic, p, starts[p], max(starts[p], ends[p]), None) for p in partitions]
+        spans = time_range_spans(admin, topic, partitions, start_time, end_time)
+        ranges += [PartitionRange(topic, p, span.start, span.end, None) for p, span in spans.items()]
     _first_timestamps(kafka, ranges)
 
     rate = measured_rate or DEFAULT_RATE
@@ -289,7 +297,7 @@ def plan_reprocess(
         retention = catalog.topic(r.topic).configs.get("retention.ms")
         if not r.first_timestamp_ms or not isinstance(retention, int) or retention < 0:
             continue
-        age_ms = now.timestamp() * 1000 - r.first_timestamp_ms
+        age_ms = epoch_ms(now) - r.first_timestamp_ms
         if age_ms + estimate_s * 1000 > 0.9 * retention:
             warnings.append(
                 f"{r.topic} p{r.partition}: the range starts with a record written {age_ms / 3_600_000:.1f} h ago and "
@@ -317,7 +325,7 @@ def plan_reprocess(
         rate=rate,
         rate_measured=measured_rate is not None,
         warnings=warnings,
-        planned_at=now.isoformat(timespec="seconds"),
+        planned_at=iso_seconds_utc(now),
         program_version=program_version,
         program_digest=program_digest,
     )

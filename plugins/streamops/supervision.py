@@ -43,13 +43,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
-from streamops.app_runtime import parse_recorded_time as _parse
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, Catalog, SupervisionSpec
 from streamops.kafka_offsets import duration_ms
 from streamops.programs import protocol_problem
 from streamops.runtime_records import DesiredState
+from streamops.timestamps import iso_ms, now_iso
+from streamops.timestamps import parse_recorded_time as _parse
 
 log = logging.getLogger("streamops.supervision")
 
@@ -71,10 +72,6 @@ RESTARTS = ("started", "failed")  # outcomes in restarts.jsonl of a restart atte
 WAY_OUT = ("If a record fails the query, skip it with recover_skip_records, or move past it with recover_reset_offsets "
            "(and, once fixed, re-deliver it with recover_replay_dead_letters); then start the app with "
            "recover_restart_app or deploy_apps, which resets the guard.")
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _words(seconds: float) -> str:
@@ -125,7 +122,7 @@ def restart_decision(policy: SupervisionSpec, restarts: list[dict[str, Any]], si
         return RestartDecision(
             "give up", len(counted) + 1,
             f"crash loop: restarted {len(counted)} time(s) within {policy.restart_window} (the guard's limit is "
-            f"{policy.max_restarts}; the last at {_iso(counted[-1])}): it stays down until an operator acts")
+            f"{policy.max_restarts}; the last at {iso_ms(counted[-1])}): it stays down until an operator acts")
     attempt = len(counted) + 1
     if not counted:
         return RestartDecision("restart", attempt, f"restart {attempt} of at most {policy.max_restarts} within {policy.restart_window}")
@@ -133,9 +130,9 @@ def restart_decision(policy: SupervisionSpec, restarts: list[dict[str, Any]], si
     not_before = counted[-1] + timedelta(seconds=backoff_s)
     if now < not_before:
         return RestartDecision("wait", attempt, f"restart {attempt} waits for its backoff of {backoff_s:g}s: not before "
-                               f"{_iso(not_before)}", backoff_s, _iso(not_before))
+                               f"{iso_ms(not_before)}", backoff_s, iso_ms(not_before))
     return RestartDecision("restart", attempt, f"restart {attempt} of at most {policy.max_restarts} within "
-                           f"{policy.restart_window}, after a backoff of {backoff_s:g}s", backoff_s, _iso(not_before))
+                           f"{policy.restart_window}, after a backoff of {backoff_s:g}s", backoff_s, iso_ms(not_before))
 
 
 @dataclass

@@ -4,7 +4,6 @@ closed windows with the live output, delete the scratch topics."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
@@ -14,6 +13,7 @@ from streamops.kafka_client import KafkaClientConfig
 from streamops.reconciliation import compare_windows, delete_scratch_topics, window_outputs
 from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess, target_catalog
 from streamops.spark_submit import SparkTarget
+from streamops.timestamps import run_tag, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, s
     # The live app's outputs as it runs them (a cutover's approved topics included).
     catalog = effective_catalog(load_catalog(), app_name)
     app = catalog.app(app_name)
-    tag = "recon-" + datetime.now(UTC).strftime("%Y%m%dt%H%M%S")
+    tag = "recon-" + run_tag(utc_now())
     # The version running live is recomputed (ReprocessRequest's default): its output is compared.
     plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app=app_name, target="scratch", tag=tag,
                                                                   program_version=program_version or ""))

@@ -9,7 +9,6 @@ outcome. Refusals fail the task without retries, naming every problem; nothing w
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 from typing import Any
 
 from streamops.dag_tasks.procedures import Procedure, Result, Step
@@ -20,6 +19,7 @@ from streamops.recovery.reset import ResetPlan, ResetRequest
 from streamops.recovery.restart import RestartPlan
 from streamops.recovery.restore import RestorePlan
 from streamops.recovery.skip import SkipPlan
+from streamops.timestamps import run_tag, utc_now
 
 
 def await_progress(step: Step, app_name: str, lag_before: int | None, caught_up: bool = False) -> Result:
@@ -143,7 +143,7 @@ def _rebuild_reprocess_plan(step: Step, plan: RebuildPlan) -> Result:
         return {}
     return {"reprocess_plan": reprocessing.plan(step.admin, step.kafka, {
         "app": plan.app, "start": "earliest", "end": "now", "target": "versioned",
-        "version": step.params.get("version") or "v2", "tag": datetime.now(UTC).strftime("rebuild-%Y%m%dt%H%M%S"),
+        "version": step.params.get("version") or "v2", "tag": "rebuild-" + run_tag(utc_now()),
         "cutover": True,
     })}
 

@@ -18,10 +18,11 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryProgress,
 )
 
-from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_runtime import AppRuntime
 from streamops.driver.sink import STOPPED_BEFORE_BATCH
 from streamops.kafka_client import KafkaClientConfig
 from streamops.runtime_records import QueryProgress
+from streamops.timestamps import now_iso
 
 log = logging.getLogger("streamops.app")
 

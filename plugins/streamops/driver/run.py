@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pyspark.sql.streaming import StreamingQuery
 
 from streamops import settings
-from streamops.app_runtime import AlreadyRunningError, AppRuntime, now_iso
+from streamops.app_runtime import AlreadyRunningError, AppRuntime
 from streamops.catalog import REAL_TIME, AppSpec, Catalog, catalog_path, load_catalog
 from streamops.driver.arguments import PLAN_FINGERPRINT_LINE, DriverArgs, parse_args
 from streamops.driver.exit_codes import ExitCode
@@ -38,6 +38,7 @@ from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.program_contract import StreamingProgram
 from streamops.runtime_records import CodeRecord, DriverRecord, LaunchRecord
 from streamops.standby import StandbySlot
+from streamops.timestamps import now_iso
 from streamops.waiting import poll_until
 
 log = logging.getLogger("streamops.app")

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from streamops.timestamps import file_stamp, iso_seconds_utc
 from streamops.waiting import DeadlineExceeded, poll_until
 
 _FINISHED = {"success", "failed"}
@@ -57,10 +58,10 @@ class AirflowApi:
         """Create a DAG run. The embedded SQLite database answers 500 "database is locked" while
         the scheduler writes: retry with the same run id, so a retry never makes a second run."""
         now = datetime.now(UTC)
-        run_id = f"streamops__{now.strftime('%Y%m%dT%H%M%S.%fZ')}"
+        run_id = f"streamops__{file_stamp(now)}"
         # run_after in whole seconds: on SQLite the scheduler compares it with CURRENT_TIMESTAMP,
         # which has none, and would leave a run made at 12:00:00.7 waiting until 12:00:01.
-        body = {"dag_run_id": run_id, "conf": conf, "logical_date": None, "run_after": now.replace(microsecond=0).isoformat(),
+        body = {"dag_run_id": run_id, "conf": conf, "logical_date": None, "run_after": iso_seconds_utc(now),
                 "note": "triggered by streamops up"}
         for attempt in range(1, attempts + 1):
             response = self.client.post(f"/dags/{dag_id}/dagRuns", json=body)

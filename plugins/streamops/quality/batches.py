@@ -26,7 +26,7 @@ _SPARK_TYPES = {"string": "STRING", "bigint": "BIGINT", "double": "DOUBLE", "boo
 
 def read_range(spark: SparkSession, kafka: KafkaClientConfig, topic_range: TopicRange, compacted: bool = False) -> DataFrame:
     """The raw records of the range (key, value, topic, partition, offset, timestamp, ...)."""
-    spans = {p: span for p, span in topic_range.partitions.items() if span[1] > span[0]}
+    spans = {p: span for p, span in topic_range.partitions.items() if not span.empty}
     if not spans:
         return spark.createDataFrame(
             [], "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp, timestampType int"
@@ -37,8 +37,8 @@ def read_range(spark: SparkSession, kafka: KafkaClientConfig, topic_range: Topic
         .options(**kafka.spark_options())
         .options(**BOUNDED_READ_OPTIONS)  # no half-second wait at the end of each partition
         .option("assign", json.dumps({topic: sorted(spans)}))
-        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in spans.items()}}))
-        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in spans.items()}}))
+        .option("startingOffsets", json.dumps({topic: {str(p): span.start for p, span in spans.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): span.end for p, span in spans.items()}}))
         # Compaction leaves offset gaps that are not a loss; on other topics a gap means
         # retention deleted the range while we read it, which must fail the run.
         .option("failOnDataLoss", "false" if compacted else "true")

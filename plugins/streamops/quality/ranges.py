@@ -6,7 +6,7 @@ data interval; after a deploy or backfill, the last N records). Every request is
 the catalog and the broker before any record is read; all problems are reported at once.
 
 Times are the records' Kafka timestamps: for an output topic, when the app wrote the record.
-Ranges are half-open: [start, end) per partition, as Kafka's offsets count.
+Ranges are half-open: [start, end) per partition, as Kafka's offsets count (`OffsetSpan`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,20 @@ from typing import Literal
 from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import Catalog
-from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.kafka_offsets import (
+    MAX_OFFSET,
+    MAX_PARTITION,
+    TIME,
+    OffsetSpan,
+    parse_moment,
+    spans_from_json,
+    spans_to_json,
+    time_range_spans,
+    topic_partitions,
+    watermarks,
+)
 from streamops.refusals import Refused
+from streamops.timestamps import iso_as_given
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
 MODES: tuple[str, ...] = ("auto", "last_records", "time_range", "offsets")
@@ -40,34 +52,34 @@ class RangeError(Refused):
 
 @dataclass(frozen=True)
 class TopicRange:
-    """[start, end) offsets per partition of one topic."""
+    """The offsets to read per partition of one topic."""
 
     topic: str
-    partitions: dict[int, tuple[int, int]]
+    partitions: dict[int, OffsetSpan]
     description: str  # how the operator asked for it, in words
 
     @property
     def records(self) -> int:
         """Offsets in the range (on a compacted topic, some may have been compacted away)."""
-        return sum(end - start for start, end in self.partitions.values())
+        return sum(span.records for span in self.partitions.values())
 
     def spans(self) -> str:
         """'p0 10-20, p1 empty' for logs."""
         return ", ".join(
-            f"p{p} {start}-{end}" if end > start else f"p{p} empty" for p, (start, end) in sorted(self.partitions.items())
+            f"p{p} empty" if span.empty else f"p{p} {span.start}-{span.end}" for p, span in sorted(self.partitions.items())
         )
 
     def to_json(self) -> dict:
         return {
             "topic": self.topic,
-            "partitions": {str(p): [s, e] for p, (s, e) in sorted(self.partitions.items())},
+            "partitions": spans_to_json(self.partitions),
             "description": self.description,
             "records": self.records,
         }
 
     @classmethod
     def from_json(cls, data: dict) -> TopicRange:
-        return cls(data["topic"], {int(p): (int(s), int(e)) for p, (s, e) in data["partitions"].items()}, data["description"])
+        return cls(data["topic"], spans_from_json(data["partitions"], f"the range of {data['topic']}"), data["description"])
 
 
 @dataclass
@@ -140,18 +152,15 @@ def resolve(
     ranges = []
     for topic in selected:
         partitions = layout[topic] or []
-        marks = watermarks(admin, topic, partitions)
-        if mode == "last_records":
+        if mode == "time_range" and start is not None and end is not None:
+            spans = time_range_spans(admin, topic, partitions, start, end)
+            described = f"records written from {iso_as_given(start)} up to {iso_as_given(end)}"
+        elif mode == "last_records":
             n = request.last_records
-            spans = {p: (max(low, high - n), high) for p, (low, high) in marks.items()}
+            spans = {p: OffsetSpan(max(low, high - n), high) for p, (low, high) in watermarks(admin, topic, partitions).items()}
             described = f"last {n} records of each partition"
-        elif mode == "time_range" and start is not None and end is not None:
-            starts = offsets_for_time(admin, topic, partitions, int(start.timestamp() * 1000))
-            ends = offsets_for_time(admin, topic, partitions, int(end.timestamp() * 1000))
-            spans = {p: (starts[p], max(starts[p], ends[p])) for p in partitions}
-            described = f"records written from {start.isoformat()} up to {end.isoformat()}"
         else:
-            spans = _explicit_spans(topic, (request.offsets or {})[topic], marks, problems)
+            spans = _explicit_spans(topic, (request.offsets or {})[topic], watermarks(admin, topic, partitions), problems)
             described = "explicit offsets"
         ranges.append(TopicRange(topic, spans, described))
     if problems:
@@ -162,7 +171,7 @@ def resolve(
 def whole_topics(admin: AdminClient, topics: Sequence[str]) -> list[TopicRange]:
     """Each topic from its first to its last retained record (e.g. a backfill's fresh targets)."""
     layout = topic_partitions(admin, topics)
-    return [TopicRange(t, watermarks(admin, t, layout[t] or []), "the whole topic") for t in topics]
+    return [TopicRange(t, time_range_spans(admin, t, layout[t] or [], None, None), "the whole topic") for t in topics]
 
 
 def _check_topics(catalog: Catalog, topics: Sequence[str], problems: list[str]) -> list[str]:
@@ -230,7 +239,7 @@ def _check_offsets_shape(offsets, selected: list[str], problems: list[str]) -> N
                 problems.append(f"{where} = {span}: end is beyond Kafka's offsets (at most {MAX_OFFSET})")
 
 
-def _explicit_spans(topic: str, wanted: dict[str, list[int]], marks: dict[int, tuple[int, int]], problems: list[str]) -> dict[int, tuple[int, int]]:
+def _explicit_spans(topic: str, wanted: dict[str, list[int]], marks: dict[int, tuple[int, int]], problems: list[str]) -> dict[int, OffsetSpan]:
     spans = {}
     for key, (start, end) in wanted.items():
         partition = int(key)
@@ -246,5 +255,5 @@ def _explicit_spans(topic: str, wanted: dict[str, list[int]], marks: dict[int, t
                 f"{where} = [{start}, {end}]: records before offset {low} are gone (retention or compaction deleted them)"
             )
         else:
-            spans[partition] = (start, end)
+            spans[partition] = OffsetSpan(start, end)
     return spans

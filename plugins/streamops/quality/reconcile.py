@@ -37,12 +37,13 @@ from pyspark.sql import functions as F
 
 from streamops.catalog import AppSpec, Catalog
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_offsets import duration_ms, offsets_for_time, topic_partitions, watermarks
+from streamops.kafka_offsets import OffsetSpan, duration_ms, time_range_spans, topic_partitions, watermarks
 from streamops.program_contract import LineageOutput, WindowCountOutput
 from streamops.programs import load_program, program_info, running_version, settings_dict
 from streamops.quality.batches import aggregated, read_decoded, read_range
 from streamops.quality.ranges import TopicRange, whole_topics
 from streamops.runtime_records import SkipEntry
+from streamops.timestamps import epoch_ms, from_epoch_ms
 
 # Output records are written after their input; allow this much clock skew between hosts.
 CLOCK_SKEW_MS = 60_000
@@ -123,8 +124,8 @@ def _skipped_in(entries: list[SkipEntry], ranges: list[TopicRange]) -> tuple[lis
         for entry in entries:
             if entry.topic != topic_range.topic or entry.partition not in topic_range.partitions:
                 continue
-            low, end = topic_range.partitions[entry.partition]
-            first, last = max(entry.first, low), min(entry.last, end - 1)
+            read = topic_range.partitions[entry.partition]
+            first, last = max(entry.first, read.start), min(entry.last, read.end - 1)
             if first <= last:
                 span = str(first) if first == last else f"{first}-{last}"
                 named.append(f"{entry.topic}:{entry.partition}:{span}")
@@ -152,7 +153,7 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
     )
     if not covered:
         return Reconciliation(None, {"input_records": 0}, f"no record in the range names a source in {input_topic}")
-    spans = {row["source_partition"]: (row["low"], row["high"] + 1) for row in covered}
+    spans = {row["source_partition"]: OffsetSpan(row["low"], row["high"] + 1) for row in covered}
     input_range = TopicRange(input_topic, spans, "the input range the output range covers")
     spark, kafka = sources.session(), sources.kafka
     entries = _skip_entries(app)
@@ -171,12 +172,11 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
     # Every output of the covered input range was written after its input record was.
     first_input_ms = aggregated(read_range(spark, kafka, input_range).agg(F.min(F.unix_millis("timestamp"))))[0] or 0
     partitions = topic_partitions(sources.admin, [topic])[topic] or []
-    since = offsets_for_time(sources.admin, topic, partitions, max(0, first_input_ms - CLOCK_SKEW_MS))
-    ends = watermarks(sources.admin, topic, partitions)
-    written_range = TopicRange(topic, {p: (since[p], ends[p][1]) for p in partitions}, "written since the input range began")
+    since = from_epoch_ms(max(0, first_input_ms - CLOCK_SKEW_MS))
+    written_range = TopicRange(topic, time_range_spans(sources.admin, topic, partitions, since, None), "written since the input range began")
     in_covered = F.lit(False)
-    for partition, (low, end) in spans.items():
-        in_covered = in_covered | ((F.col("source_partition") == partition) & F.col("source_offset").between(low, end - 1))
+    for partition, span in spans.items():
+        in_covered = in_covered | ((F.col("source_partition") == partition) & F.col("source_offset").between(span.start, span.end - 1))
     actual = (
         _with_source(read_decoded(spark, kafka, written_range, sources.catalog.topic(topic)).where(F.col("event_id").isNotNull()))
         .where((F.col("source_topic") == input_topic) & in_covered)
@@ -227,7 +227,8 @@ def _window_counts(
     # The last emitted count of a window is its largest: counts only grow as updates arrive.
     ends = watermarks(sources.admin, topic, sorted(topic_range.partitions))
     since_range = TopicRange(
-        topic, {p: (start, ends[p][1]) for p, (start, _) in topic_range.partitions.items()}, "from the range start to the end"
+        topic, {p: OffsetSpan(span.start, max(span.start, ends[p][1])) for p, span in topic_range.partitions.items()},
+        "from the range start to the end",
     )
     emitted = read_decoded(spark, kafka, since_range, spec).groupBy(*window).agg(F.max("count").alias("emitted_count"))
 
@@ -266,7 +267,7 @@ def _window_counts(
     if newest_start is None:
         closed = F.lit(True)
     else:
-        closed = F.unix_millis("window_end") <= F.lit(int(newest_start.timestamp() * 1000) - watermark_ms)
+        closed = F.unix_millis("window_end") <= F.lit(epoch_ms(newest_start) - watermark_ms)
     totals = aggregated(lined_up.agg(
         F.count(F.lit(1)).alias("windows"),
         F.sum(closed.cast("int")).alias("closed"),

@@ -28,6 +28,7 @@ from streamops.quality.batches import read_decoded
 from streamops.quality.docs import airflow_base_url, ui_link
 from streamops.quality.ranges import TopicRange
 from streamops.quality.suites import TopicSuite, load_suite
+from streamops.timestamps import iso_seconds_utc, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ def validate_topics(
         results.record(
             {
                 "run_name": run_name,
-                "validated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "validated_at": iso_seconds_utc(utc_now()),
                 "topic": outcome.topic,
                 "suite": outcome.suite,
                 "suite_file": outcome.suite_file,

@@ -20,6 +20,7 @@ import base64
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +30,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime, now_iso
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import (
@@ -37,16 +38,19 @@ from streamops.kafka_offsets import (
     EARLIEST,
     NOW,
     TIME,
+    OffsetSpan,
     end_offsets,
-    offsets_for_time,
     parse_moment,
+    spans_from_json,
+    spans_to_json,
+    time_range_spans,
     topic_partitions,
-    watermarks,
 )
 from streamops.kafka_records import held_offsets, producer, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
+from streamops.timestamps import now_iso
 
 HEADER_SOURCE = "streamops.replay.source"
 HEADER_DEAD_LETTER = "streamops.replay.dead-letter"
@@ -81,17 +85,22 @@ class ReplayPlan(JsonPlan):
     app: str
     request: dict
     dead_letter_topic: str
-    spans: dict[str, list[int]]  # partition -> [start, end) of the dead-letter topic, fixed at plan time
+    # The dead-letter topic's offsets, fixed at plan time: spans_to_json's {"0": [start, end]}
+    # (offset_spans() reads them back as OffsetSpans).
+    spans: dict[str, list[int]]
     by_reason: list[dict]  # reason -> counts per verdict
     totals: dict[str, int]
     still_failing: list[dict] = field(default_factory=list)  # examples: where, old reason, reason now
+
+    def offset_spans(self) -> dict[int, OffsetSpan]:
+        return spans_from_json(self.spans, "ReplayPlan.spans")
 
     def table(self) -> str:
         rows = [[r["reason"][:80], r["records"], r["replay"], r["still fails"], r["already replayed"], r["filtered out"], r["other"]]
                 for r in self.by_reason]
         head = tabulate(rows, headers=["dead-letter reason", "records", "now pass: replay", "still fail", "already replayed",
                                        "filtered out", "not replayable"])
-        span = ", ".join(f"p{p} {s}..{e}" for p, (s, e) in sorted(self.spans.items(), key=lambda i: int(i[0])))
+        span = ", ".join(f"p{p} {s.start}..{s.end}" for p, s in sorted(self.offset_spans().items()))
         t = self.totals
         lines = [f"dead letters of {self.app} in {self.dead_letter_topic} [{span or 'empty'}]:", head,
                  f"will replay {t['replay']} record(s) to their input topic; {t['still fails']} still fail and stay; "
@@ -124,8 +133,8 @@ def _time(text: str, what: str, now: datetime, allowed: set[str], problems: list
         return None
 
 
-def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, now: datetime | None = None) -> tuple[AppSpec, dict[str, list[int]]]:
-    """The app and the dead-letter offsets [start, end) per partition the request names."""
+def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, now: datetime | None = None) -> tuple[AppSpec, dict[int, OffsetSpan]]:
+    """The app and the dead-letter offsets per partition the request names."""
     now = now or datetime.now(UTC)
     problems: list[str] = []
     app = resolve_app(catalog, request.app, problems)
@@ -142,15 +151,12 @@ def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, 
     parts = topic_partitions(admin, [topic])[topic]
     if parts is None:
         raise RecoveryRefused([f"the dead-letter topic {topic!r} does not exist on the broker"])
-    marks = watermarks(admin, topic, parts)
-    first = offsets_for_time(admin, topic, parts, int(start.timestamp() * 1000)) if start else {p: lo for p, (lo, _) in marks.items()}
-    last = offsets_for_time(admin, topic, parts, int(end.timestamp() * 1000)) if end else {p: hi for p, (_, hi) in marks.items()}
-    return app, {str(p): [first[p], max(first[p], last[p])] for p in parts}
+    return app, time_range_spans(admin, topic, parts, start, end)
 
 
-def _read(kafka: KafkaClientConfig, topic: str, spans: dict[str, list[int]]) -> list[DeadLetter]:
+def _read(kafka: KafkaClientConfig, topic: str, spans: Mapping[int, OffsetSpan]) -> list[DeadLetter]:
     letters = []
-    for record in read_spans(kafka, topic, {int(p): (s, e) for p, (s, e) in spans.items()}):
+    for record in read_spans(kafka, topic, spans):
         at = f"{topic}/{record.partition}/{record.offset}"
         try:
             envelope = json.loads(record.value or b"")  # a null value is not an envelope either
@@ -185,7 +191,7 @@ def _fetch_references(kafka: KafkaClientConfig, letters: list[DeadLetter]) -> No
         found = {}
         for _letter, offset in group:
             if low <= offset < high:
-                records = read_spans(kafka, topic, {partition: (offset, offset + 1)})
+                records = read_spans(kafka, topic, {partition: OffsetSpan(offset, offset + 1)})
                 found.update({r.offset: r for r in records})
         for letter, offset in group:
             record = found.get(offset)
@@ -227,8 +233,8 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
 
 
 def evaluate(spark, kafka: KafkaClientConfig, app: AppSpec, spans: dict[str, list[int]], reason_contains: str) -> list[DeadLetter]:
-    """Every dead letter of the spans with its verdict."""
-    letters = _read(kafka, app.dead_letter_topic, spans)
+    """Every dead letter of the spans (as a plan records them, `ReplayPlan.spans`) with its verdict."""
+    letters = _read(kafka, app.dead_letter_topic, spans_from_json(spans, "the replay's spans"))
     done = replayed_sources(app)
     inputs = set(app.inputs.values())
     wanted = (reason_contains or "").lower()
@@ -265,12 +271,13 @@ def evaluate(spark, kafka: KafkaClientConfig, app: AppSpec, spans: dict[str, lis
 
 
 def plan_replay(spark, admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, request: ReplayRequest) -> ReplayPlan:
-    app, spans = resolve_spans(admin, catalog, request)
+    app, resolved = resolve_spans(admin, catalog, request)
+    spans = spans_to_json(resolved)
     letters = evaluate(spark, kafka, app, spans, request.reason_contains)
     return _summarise(app, request, spans, letters)
 
 
-def _summarise(app: AppSpec, request: ReplayRequest, spans: dict, letters: list[DeadLetter]) -> ReplayPlan:
+def _summarise(app: AppSpec, request: ReplayRequest, spans: dict[str, list[int]], letters: list[DeadLetter]) -> ReplayPlan:
     table: dict[str, Counter] = {}
     for letter in letters:
         verdict = letter.verdict
@@ -349,7 +356,7 @@ def verify_replay(kafka: KafkaClientConfig, applied: dict) -> dict:
     problems = []
     expected = {e["to"]: e for e in applied["replayed"]}
     for topic, parts in by_topic.items():
-        spans = {p: (min(offsets), max(offsets) + 1) for p, offsets in parts.items()}
+        spans = {p: OffsetSpan(min(offsets), max(offsets) + 1) for p, offsets in parts.items()}
         for record in read_spans(kafka, topic, spans):
             entry = expected.get(f"{topic}/{record.partition}/{record.offset}")
             if entry is None:

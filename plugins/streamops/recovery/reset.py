@@ -19,9 +19,10 @@ from tabulate import tabulate
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, batch_marks, initial_offsets, positions, query_dirs, retire_queries
-from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, parse_moment, time_range_spans, topic_partitions, watermarks
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
+from streamops.timestamps import iso_seconds_utc
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 
@@ -227,7 +228,8 @@ def plan_reset(
     for topic in inputs:
         parts = layout[topic] or []
         marks = watermarks(admin, topic, parts)
-        by_time = offsets_for_time(admin, topic, parts, int(moment.timestamp() * 1000)) if moment else {}
+        # Where the records written since the moment begin.
+        since = time_range_spans(admin, topic, parts, moment, None) if moment else {}
         for p in parts:
             low, high = marks[p]
             now_at = current.get((topic, p))
@@ -239,7 +241,7 @@ def plan_reset(
                 elif request.mode == "latest":
                     new = high
                 elif request.mode in ("datetime", "duration"):
-                    new = by_time[p]
+                    new = since[p].start
                 elif request.mode == "shift":
                     if now_at is None or shift is None:  # (a missing shift was refused above)
                         problems.append(f"{topic} p{p} has no position in the checkpoint to shift from; use another mode")
@@ -257,7 +259,7 @@ def plan_reset(
         raise RecoveryRefused(problems)
     return ResetPlan(
         app=app.name, request=asdict(request), rows=rows, kept=kept, marks=batch_marks(checkpoint),
-        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_running(), warnings=warnings, planned_at=at.isoformat(timespec="seconds"),
+        stateful=keeps_state(app), running=AppRuntime(checkpoint).is_running(), warnings=warnings, planned_at=iso_seconds_utc(at),
     )
 
 

@@ -13,6 +13,7 @@ from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs
 from streamops.failures import describe_failed_batches, describe_ranges
 from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_offsets import OffsetSpan
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.lifecycle import end_leftovers, leftovers
@@ -135,7 +136,7 @@ def _largest_records(kafka: KafkaClientConfig, failed: list[dict], count: int = 
     found = []
     try:
         for topic in sorted({r["topic"] for r in ranges}):
-            spans = {r["partition"]: (r["first"], r["last"] + 1) for r in ranges if r["topic"] == topic}
+            spans = {r["partition"]: OffsetSpan(r["first"], r["last"] + 1) for r in ranges if r["topic"] == topic}
             found += read_spans(kafka, topic, spans, timeout=30)
     except Exception:  # noqa: BLE001 - a hint only: the plan stands without it
         return []

@@ -24,16 +24,17 @@ from dataclasses import dataclass, field
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
-from streamops.app_runtime import AppRuntime, DriverRecord, now_iso
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import batch_marks, positions, query_dirs, uncommitted_batch
 from streamops.failures import describe_failed_batches
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, end_offsets, topic_partitions, watermarks
+from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, OffsetSpan, end_offsets, topic_partitions, watermarks
 from streamops.kafka_records import held_offsets, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
 from streamops.runtime_records import SkipEntry
+from streamops.timestamps import now_iso
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
@@ -246,7 +247,7 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
     notes: list[str] = []
     entries, shown = [], []
     for spec in specs:
-        found = read_spans(kafka, spec.topic, {spec.partition: (spec.first, spec.last + 1)})
+        found = read_spans(kafka, spec.topic, {spec.partition: OffsetSpan(spec.first, spec.last + 1)})
         offsets = [r.offset for r in found]
         if len(offsets) < spec.count:
             notes.append(f"{spec.text}: {spec.count - len(offsets)} offset(s) hold no record (compaction or transaction "
@@ -356,14 +357,16 @@ def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientC
             raise NotResumed(f"{app.name} is {runtime.state()} again: "
                              + (describe_failed_batches(failed) + ": " if failed else "")
                              + f"{record.reason or 'the driver died'}; last lines of its log:\n{driver_log_tail(checkpoint)}")
-        spans = {p: (start.get(p, 0), high) for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
+        ends = {p: high for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
+        # min(): a topic made anew may end before where the last look ended (nothing to read there).
+        spans = {p: OffsetSpan(min(start.get(p, 0), high), high) for p, high in ends.items()}
         for letter in read_spans(kafka, app.dead_letter_topic, spans):
             value = json.loads(letter.value or b"{}")
             source = value.get("source") or {}
             # (A dead letter keeping the original by reference says so after the reason.)
             if str(value.get("reason", "")).startswith(plan.reason):
                 seen["dead_lettered"].add((source.get("topic"), source.get("partition"), source.get("offset")))
-        start.update({p: high for p, (_, high) in spans.items()})
+        start.update(ends)
         where = positions(checkpoint)
         seen["behind"] = [
             f"query {q} at {pos.offsets[e['topic']].get(e['partition'], 0)} of {e['topic']} partition {e['partition']}"

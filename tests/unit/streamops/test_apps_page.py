@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from streamops import app_runtime
+from streamops import app_runtime, timestamps
 from streamops.app_runtime import AppRuntime
 from streamops.apps_page import AppRow, minute_rates, render_page, sparkline
 from streamops.quality import docs_assets
@@ -34,14 +34,14 @@ def test_a_driver_keeps_an_hour_of_batch_rates_and_trims_the_rest(tmp_path, monk
     runtime = AppRuntime(tmp_path / "checkpoint")
     old = (datetime.now(UTC) - timedelta(hours=2)).isoformat()
     runtime.write_progress("route", QueryProgress(query="a.route", batch_id=0, published_at=old, input_rows=7))
-    runtime.write_progress("route", QueryProgress(query="a.route", batch_id=1, published_at=app_runtime.now_iso(), input_rows=11))
+    runtime.write_progress("route", QueryProgress(query="a.route", batch_id=1, published_at=timestamps.now_iso(), input_rows=11))
     assert [e.input_rows for e in runtime.rates()] == [11]  # read: the last hour only
     line_bytes = len(runtime.rates_file.read_text().splitlines()[-1]) + 1
     # Past the limit the file is trimmed on write: to the last hour, then to half the limit (the
     # newest lines), so it is not rewritten again at every batch.
     monkeypatch.setattr(app_runtime, "RATE_HISTORY_BYTES", 2 * 2 * line_bytes + 20)
     for rows in (13, 17, 19):
-        runtime.write_progress("route", QueryProgress(query="a.route", batch_id=rows, published_at=app_runtime.now_iso(),
+        runtime.write_progress("route", QueryProgress(query="a.route", batch_id=rows, published_at=timestamps.now_iso(),
                                                       input_rows=rows))
     kept = [json.loads(line)["input_rows"] for line in runtime.rates_file.read_text().splitlines()]
     assert kept == [17, 19]
