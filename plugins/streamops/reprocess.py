@@ -88,7 +88,6 @@ class PartitionRange:
 @dataclass
 class ReprocessPlan(JsonPlan):
     DERIVED = ("records",)
-    NESTED = {"inputs": PartitionRange}
 
     app: str
     request: dict

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import Catalog
 from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, TIME, offsets_for_time, parse_moment, topic_partitions, watermarks
+from streamops.plans import from_plan_json
 from streamops.refusals import Refused
 
 RangeMode = Literal["auto", "last_records", "time_range", "offsets"]
@@ -67,7 +68,8 @@ class TopicRange:
 
     @classmethod
     def from_json(cls, data: dict) -> TopicRange:
-        return cls(data["topic"], {int(p): (int(s), int(e)) for p, (s, e) in data["partitions"].items()}, data["description"])
+        """A range the plan task handed on, read back as every plan is (streamops.plans)."""
+        return from_plan_json(cls, data)
 
 
 @dataclass
