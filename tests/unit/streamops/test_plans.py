@@ -201,7 +201,8 @@ def test_a_field_of_another_type_is_refused_naming_the_plan_the_field_and_the_va
         "ProvisioningPlan.topics.1.actions.0: Input should be 'create', 'add partitions', 'alter configs', 'no change' or "
         "'refused', got 'delete'"]
     long = "x" * 200
-    assert problems(skip(), marks={"route": long}) == [f"SkipPlan.marks.route: Input should be a valid integer, got '{long[:76]}..."]
+    assert problems(skip(), marks={"route": long}) == [
+        f"SkipPlan.marks.route: Input should be a valid integer, got '{long[:76]}..."]
 
 
 def test_missing_and_mistyped_fields_are_refused_together():
