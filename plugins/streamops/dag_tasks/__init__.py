@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from streamops.refusals import OneLineRefused, Refused
 
@@ -212,8 +212,6 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
     the app is "held" until an operator's start, stop or recovery, because the supervisor must not
     restart a half-changed app. Without `hold_on_failure` (a deploy or a stop: a failed one changes
     no checkpoint) it simply ends."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
     from streamops.app_runtime import AppRuntime
     from streamops.checkpoints import list_backups
 
@@ -277,8 +275,6 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
     that `applies_plan` passes the approval gate first (release_apply: a dry run is skipped, an
     unapproved plan refused), before the app is marked."""
     from contextlib import AbstractContextManager, nullcontext
-
-    from airflow.sdk.exceptions import AirflowSkipException
 
     from streamops.audit import acting_as, audit_file
 
