@@ -65,7 +65,6 @@ class SyncPlan(JsonPlan):
     items: list[SyncItem]
     planned_at: str
     on_demand: bool = False
-    NESTED: ClassVar = {"items": SyncItem}
     DERIVED: ClassVar = ("summary", "table", "approval_not_needed")
 
     def rolls(self, policy: str) -> list[SyncItem]:

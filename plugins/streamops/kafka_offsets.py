@@ -207,6 +207,16 @@ class OffsetSpan:
         return [self.start, self.end]
 
     @classmethod
+    def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
+        """Its JSON form, [start, end], for a plan read back by streamops.plans (pydantic)."""
+        from pydantic_core import core_schema
+
+        pair = core_schema.tuple_schema([core_schema.int_schema(strict=True), core_schema.int_schema(strict=True)])
+        return core_schema.no_info_after_validator_function(
+            lambda both: cls(*both), pair,
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda span: span.to_json()))
+
+    @classmethod
     def from_json(cls, value: Any, where: str) -> OffsetSpan:
         """[start, end] as `to_json` writes it; ValueError naming `where` for anything else."""
         if (not isinstance(value, list | tuple) or len(value) != 2

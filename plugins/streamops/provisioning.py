@@ -24,11 +24,11 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from tabulate import tabulate
 
 from streamops.catalog import Catalog, TopicSpec
-from streamops.plans import PlanMismatch
+from streamops.plans import from_plan_json
 from streamops.waiting import DeadlineExceeded, poll_until
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,10 @@ def describe_broker(admin: AdminClient, names: Iterable[str]) -> BrokerSnapshot:
 # The plan
 
 
+# The plan's models: values, and no key they do not declare (read back from XCom: from_plan_json).
+PLAN_MODEL = ConfigDict(frozen=True, extra="forbid")
+
+
 class Action(str, Enum):
     CREATE = "create"
     ADD_PARTITIONS = "add partitions"
@@ -108,7 +112,7 @@ class Action(str, Enum):
 
 
 class ConfigChange(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = PLAN_MODEL
 
     key: str
     current: str | None  # None: not set on the topic
@@ -121,7 +125,7 @@ class ConfigChange(BaseModel):
 
 
 class TopicPlan(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = PLAN_MODEL
 
     topic: str
     actions: list[Action]
@@ -153,7 +157,7 @@ class TopicPlan(BaseModel):
 
 
 class ProvisioningPlan(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = PLAN_MODEL
 
     topics: list[TopicPlan]
     unmanaged_topics: list[str]  # on the broker, not in the catalog: reported, never deleted
@@ -190,12 +194,8 @@ class ProvisioningPlan(BaseModel):
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProvisioningPlan:
-        """The plan from its JSON (what a task added beside it, such as its summary, left out);
-        a plan that does not validate is a PlanMismatch naming the fields."""
-        try:
-            return cls.model_validate({k: v for k, v in data.items() if k in cls.model_fields})
-        except ValidationError as exc:
-            raise PlanMismatch([f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]) from None
+        """The plan from its JSON, as every plan is read back (streamops.plans.from_plan_json)."""
+        return from_plan_json(cls, data)
 
 
 def select_topics(catalog: Catalog, names: Sequence[str] | None) -> list[TopicSpec]:

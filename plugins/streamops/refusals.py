@@ -7,8 +7,10 @@ restart's, a second run on a busy app. Each keeps the words its operators know (
 and layout), and all of them carry `problems`, every problem found, not only the first.
 
 An Airflow task turns a refusal into a failure without retries in one place
-(`streamops.dag_tasks.task_failure`, whose text is `operator_text()`). Nothing here imports
-Airflow: the floors below the DAG tasks raise these.
+(`streamops.dag_tasks.task_failure`: a `RefusalFailure` that carries the refusal, its text
+`operator_text()`). A failure is known to be a refusal by its type (`streamops.dag_tasks.is_refusal`),
+never by its text: `says_refused` only decides whether that text needs its "refused" label. Nothing
+here imports Airflow: the floors below the DAG tasks raise these.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
-# A message that already says it is a refusal ("refused: ...", "rolling restart refused: ...",
-# "the reprocessing request was refused before ..."), and not a socket's "Connection refused".
+# A refusal's text that already says it is one ("refused: ...", "rolling restart refused: ...",
+# "the reprocessing request was refused before ..."): operator_text adds no label to it.
 _SAYS_REFUSED = re.compile(r"[A-Za-z ]*\brefused\b[A-Za-z ]*:")
 
 
@@ -52,5 +54,6 @@ class OneLineRefused(Refused):
 
 
 def says_refused(text: str) -> bool:
-    """Does this message open by saying it is a refusal? ("[Errno 111] Connection refused" does not.)"""
+    """Does this text open by saying it is a refusal? For composing a refusal's text only: an
+    exception is a refusal by its type, whatever its text ("[Errno 111] Connection refused" is not)."""
     return bool(_SAYS_REFUSED.match(text))

@@ -106,7 +106,6 @@ class PartitionRange:
 @dataclass
 class ReprocessPlan(JsonPlan):
     DERIVED = ("records",)
-    NESTED = {"inputs": PartitionRange}
 
     app: str
     request: dict

@@ -2,6 +2,13 @@
 
 These functions run inside Airflow tasks, so they take what they need (hooks, params) as
 arguments and return JSON-friendly dicts for XCom; they never touch the metadata database.
+
+A refusal (streamops.refusals.Refused) becomes a task failure in one place, `task_failure`: a
+`RefusalFailure`, Airflow's failure without retries that carries the refusal, its text the one the
+operator reads. Whoever later asks whether a failure was a refusal (the step runner's audit, the
+app's operation marker: `is_refusal`) asks its type, never its text. (Airflow's exceptions are
+imported at the top for that class: every process that imports this package, a DAG file's parse
+or a task, has loaded the Airflow SDK already.)
 """
 
 from __future__ import annotations
@@ -11,12 +18,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from streamops.refusals import OneLineRefused, Refused
+
 if TYPE_CHECKING:
     from airflow.sdk import Param
-    from airflow.sdk.exceptions import AirflowFailException
 
     from streamops.audit import AuditTrail
-    from streamops.refusals import Refused
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -117,8 +126,6 @@ def number_problem(value: object, what: str, low: float, high: float, *, whole: 
 
 def checked_number(value: T, what: str, low: float, high: float, *, whole: bool = True) -> T:
     """`value`, or a task failure without retries naming the param and its bounds."""
-    from streamops.refusals import OneLineRefused
-
     problem = number_problem(value, what, low, high, whole=whole)
     if problem:
         raise task_failure(OneLineRefused(problem))
@@ -142,20 +149,33 @@ def trail(context: Mapping[str, Any]) -> AuditTrail:
 # --- refusals: the one place one becomes a task failure -----------------------------------------
 
 
-def task_failure(refusal: Refused, dag_id: str | None = None) -> AirflowFailException:
-    """The task failure a refusal (streamops.refusals.Refused) becomes: no retries (asking again
-    gets the same answer), its text as the operator reads it ("refused: ...", or its own heading),
-    after the DAG's id where the step runner knows it."""
-    from airflow.sdk.exceptions import AirflowFailException
+class RefusalFailure(AirflowFailException):
+    """A task failed by a refusal (`refusal`): no retries, since asking again gets the same answer.
+    Made by `task_failure` only."""
 
-    return AirflowFailException(f"{dag_id}: {refusal.operator_text()}" if dag_id else refusal.operator_text())
+    def __init__(self, text: str, refusal: Refused):
+        super().__init__(text)
+        self.refusal = refusal
+
+    def serialize(self) -> tuple[str, tuple[str], dict[str, Any]]:
+        """Stored by Airflow (or pickled) as the plain failure it is to Airflow, with the same text:
+        the refusal stays in the process that raised it."""
+        return f"{AirflowFailException.__module__}.{AirflowFailException.__name__}", (str(self),), {}
+
+    def __reduce__(self) -> tuple[type[AirflowFailException], tuple[str]]:
+        return AirflowFailException, (str(self),)
+
+
+def task_failure(refusal: Refused, dag_id: str | None = None) -> RefusalFailure:
+    """The task failure a refusal (streamops.refusals.Refused) becomes: no retries, its text as the
+    operator reads it ("refused: ...", or its own heading), after the DAG's id where the step
+    runner knows it."""
+    return RefusalFailure(f"{dag_id}: {refusal.operator_text()}" if dag_id else refusal.operator_text(), refusal)
 
 
 @contextmanager
 def refusals_fail_the_task() -> Iterator[None]:
     """A block whose refusals fail the task through `task_failure` (other errors pass unchanged)."""
-    from streamops.refusals import Refused
-
     try:
         yield
     except Refused as exc:
@@ -176,12 +196,10 @@ def refusals_fail(function: Callable[P, T]) -> Callable[P, T]:
 
 
 def is_refusal(exc: BaseException) -> bool:
-    """A refusal (nothing was changed) rather than a failure: a Refused (OperationInProgress among
-    them), or a task failure whose message opens with "... refused:" ("refused: ...", "rolling
-    restart refused: ..."). ("[Errno 111] Connection refused" is a failure.)"""
-    from streamops.refusals import Refused, says_refused
-
-    return isinstance(exc, Refused) or says_refused(str(exc))
+    """A refusal (nothing was changed) rather than a failure, by its type: a Refused
+    (OperationInProgress among them), or the task failure one became (`task_failure`). Whatever
+    its text says ("[Errno 111] Connection refused" is a failure)."""
+    return isinstance(exc, (Refused, RefusalFailure))
 
 
 @contextmanager
@@ -194,8 +212,6 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
     the app is "held" until an operator's start, stop or recovery, because the supervisor must not
     restart a half-changed app. Without `hold_on_failure` (a deploy or a stop: a failed one changes
     no checkpoint) it simply ends."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
     from streamops.app_runtime import AppRuntime
     from streamops.checkpoints import list_backups
 
@@ -260,10 +276,7 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
     unapproved plan refused), before the app is marked."""
     from contextlib import AbstractContextManager, nullcontext
 
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
     from streamops.audit import acting_as, audit_file
-    from streamops.refusals import Refused
 
     audit = trail(context)
     subject = app if app is not None else audit.params.get("app")
@@ -285,8 +298,7 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
         raise
     except Exception as exc:
         taken = sorted(_snapshots(watched) - before)
-        refused = isinstance(exc, Refused) or (isinstance(exc, AirflowFailException) and is_refusal(exc))
-        if refused and not taken:
+        if is_refusal(exc) and not taken:
             audit.write(step, "refused", app=app, error=str(exc))
             if isinstance(exc, Refused):
                 raise task_failure(exc, audit.dag_id) from None

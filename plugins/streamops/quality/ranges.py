@@ -26,12 +26,12 @@ from streamops.kafka_offsets import (
     TIME,
     OffsetSpan,
     parse_moment,
-    spans_from_json,
     spans_to_json,
     time_range_spans,
     topic_partitions,
     watermarks,
 )
+from streamops.plans import from_plan_json
 from streamops.refusals import Refused
 from streamops.timestamps import iso_as_given
 
@@ -79,7 +79,8 @@ class TopicRange:
 
     @classmethod
     def from_json(cls, data: dict) -> TopicRange:
-        return cls(data["topic"], spans_from_json(data["partitions"], f"the range of {data['topic']}"), data["description"])
+        """A range the plan task handed on, read back as every plan is (streamops.plans)."""
+        return from_plan_json(cls, data)
 
 
 @dataclass

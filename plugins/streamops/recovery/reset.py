@@ -61,7 +61,6 @@ class PartitionReset:
 @dataclass
 class ResetPlan(JsonPlan):
     DERIVED = ("replayed", "skipped")
-    NESTED = {"rows": PartitionReset}
 
     app: str
     request: dict

@@ -11,6 +11,7 @@ import pytest
 
 from streamops import kafka_offsets
 from streamops.kafka_offsets import MAX_OFFSET, OffsetSpan, spans_from_json, spans_to_json, time_range_spans
+from streamops.plans import PlanMismatch
 from streamops.quality.ranges import TopicRange
 from streamops.recovery.replay import ReplayPlan
 from streamops.reprocess import PartitionRange, ReprocessPlan
@@ -118,5 +119,11 @@ def test_a_validation_range_writes_its_spans_as_before_and_reads_them_back():
     assert TopicRange.from_json(handed) == topic_range
     assert topic_range.spans() == "p0 10-20, p1 empty"
     handed["partitions"]["1"] = [7]
-    with pytest.raises(ValueError, match=r"^the range of ops\['1'\] must be \[start, end\]"):
+    with pytest.raises(PlanMismatch) as refused:  # read back as every plan is (streamops.plans)
         TopicRange.from_json(handed)
+    assert refused.value.problems == ["TopicRange.partitions.1.1: Field required"]
+    handed["partitions"]["1"] = [9, 7]
+    with pytest.raises(PlanMismatch) as refused:
+        TopicRange.from_json(handed)
+    assert refused.value.problems == [f"TopicRange.partitions.1: Value error, offset span [9, 7) must have 0 <= start <= end "
+                                      f"<= {MAX_OFFSET}, got [9, 7]"]

@@ -1,4 +1,6 @@
-"""streamops.plans: every plan of the suite keeps one protocol, and its JSON comes back as the same plan."""
+"""streamops.plans: every plan of the suite keeps one protocol, its JSON comes back as the same plan,
+and JSON that is not one it makes (a field missing, of another type, or not its own) is refused
+naming the plan, the field and the problem."""
 
 from __future__ import annotations
 
@@ -6,8 +8,11 @@ import json
 
 import pytest
 
+from streamops.desired_state import SyncItem, SyncPlan
+from streamops.kafka_offsets import OffsetSpan
 from streamops.plans import AppPlan, Plan, PlanMismatch
-from streamops.provisioning import Action, ProvisioningPlan, TopicPlan
+from streamops.provisioning import Action, ConfigChange, ProvisioningPlan, TopicPlan
+from streamops.quality.ranges import TopicRange
 from streamops.recovery.rebuild import RebuildPlan
 from streamops.recovery.replay import ReplayPlan
 from streamops.recovery.reset import PartitionReset, ResetPlan
@@ -62,7 +67,29 @@ def reprocess() -> ReprocessPlan:
                          targets={"out": "out.v2"}, estimate_s=12.0, rate=5.0, rate_measured=False)
 
 
+def sync() -> SyncPlan:
+    rolled = SyncItem(app=APP, policy="approve", action="roll", reason="the catalog says version 1.0.4",
+                      fields=[{"field": "version", "declared": "1.0.4", "running": "1.0.3", "cause": "catalog"}],
+                      version="1.0.4", spark_conf={"spark.sql.shuffle.partitions": "4"}, running_digest="sha256:aa",
+                      declared_digest="sha256:bb")
+    return SyncPlan(items=[rolled, SyncItem(app="presence-notifier", policy="report", action="none", reason="in sync")],
+                    planned_at="2026-11-25T01:00:00Z", on_demand=True)
+
+
+def provisioning() -> ProvisioningPlan:
+    altered = TopicPlan(topic="ops", actions=[Action.ADD_PARTITIONS, Action.ALTER_CONFIGS], partitions_current=3,
+                        partitions_desired=6, replication_factor=1, configs_desired={"retention.ms": "3600000"},
+                        config_changes=[ConfigChange(key="retention.ms", current=None, desired="3600000")])
+    created = TopicPlan(topic="orders", actions=[Action.CREATE], partitions_desired=3, replication_factor=1)
+    return ProvisioningPlan(topics=[altered, created], unmanaged_topics=["legacy"])
+
+
 EVERY_PLAN = [restart, reset, replay, rebuild, restore, skip, reprocess]
+
+
+def handed_on(plan) -> dict:
+    """The plan's JSON as the plan task hands it on and XCom carries it (the summary beside it)."""
+    return json.loads(json.dumps({"summary": "the plan in a line", **plan.to_json()}))
 
 
 @pytest.mark.parametrize("make", EVERY_PLAN, ids=lambda make: make.__name__)
@@ -98,8 +125,9 @@ def test_a_plan_without_a_field_is_refused_naming_it():
 def test_nested_entries_that_do_not_fit_their_type_are_refused():
     handed = reset().to_json()
     handed["rows"][1]["command"] = "touch /tmp/x"
-    with pytest.raises(PlanMismatch, match=r"ResetPlan.rows: .*unexpected keyword argument 'command'"):
+    with pytest.raises(PlanMismatch) as refused:
         ResetPlan.from_json(handed)
+    assert refused.value.problems == ["ResetPlan.rows.1.command: Unexpected keyword argument"]
     with pytest.raises(PlanMismatch, match="a ReprocessPlan is a JSON object, got list"):
         ReprocessPlan.from_json([])  # type: ignore[arg-type]
 
@@ -118,6 +146,77 @@ def test_the_topic_plan_keeps_the_same_protocol():
     assert ProvisioningPlan.from_json(handed) == plan
     assert plan.summary() == "1 create, 1 not in catalog"
     del handed["topics"][0]["actions"]
-    with pytest.raises(PlanMismatch,
-                       match=r"^the plan this task received is not one the plan task makes: topics\.0\.actions: Field required$"):
+    with pytest.raises(PlanMismatch, match=r"^the plan this task received is not one the plan task makes: "
+                                           r"ProvisioningPlan\.topics\.0\.actions: Field required$"):
         ProvisioningPlan.from_json(handed)
+
+
+@pytest.mark.parametrize("make", [*EVERY_PLAN, sync, provisioning], ids=lambda make: make.__name__)
+def test_every_plan_comes_back_from_the_json_xcom_carries_through_the_one_reader(make):
+    plan = make()
+    assert type(plan).from_json(handed_on(plan)) == plan
+    assert type(plan).from_json(plan.to_json()) == plan  # handed on in the same process, before any JSON
+
+
+def test_the_reconcile_plan_comes_back_with_its_items_rebuilt():
+    back = SyncPlan.from_json(handed_on(sync()))
+    assert [type(item) for item in back.items] == [SyncItem, SyncItem]
+    assert back.rolls("approve") == [sync().items[0]] and back.approval_not_needed is None
+
+
+def test_a_validation_range_comes_back_with_int_partitions_and_offset_spans():
+    topic_range = TopicRange("ops", {1: OffsetSpan(5, 5), 0: OffsetSpan(10, 20)}, "the last 10 records of each partition")
+    handed = json.loads(json.dumps(topic_range.to_json()))
+    assert handed["partitions"] == {"0": [10, 20], "1": [5, 5]} and handed["records"] == 10
+    assert TopicRange.from_json(handed) == topic_range
+    handed["partitions"]["0"] = [10, "20"]
+    with pytest.raises(PlanMismatch) as refused:
+        TopicRange.from_json(handed)
+    assert refused.value.problems == ["TopicRange.partitions.0.1: Input should be a valid integer, got '20'"]
+
+
+def test_a_field_of_another_type_is_refused_naming_the_plan_the_field_and_the_value():
+    def problems(plan, **changes) -> list[str]:
+        handed = {**handed_on(plan), **changes}
+        with pytest.raises(PlanMismatch) as refused:
+            type(plan).from_json(handed)
+        return refused.value.problems
+
+    assert problems(restart(), lag="120") == ["RestartPlan.lag: Input should be a valid integer, got '120'"]
+    assert problems(restart(), lag=120.5) == ["RestartPlan.lag: Input should be a valid integer, got 120.5"]
+    assert problems(replay(), spans=[[0, 5]]) == ["ReplayPlan.spans: Input should be an object, got [[0, 5]]"]
+    assert problems(reprocess(), rate_measured=1, targets={"out": 2}) == [
+        "ReprocessPlan.targets.out: Input should be a valid string, got 2",
+        "ReprocessPlan.rate_measured: Input should be a valid boolean, got 1"]
+    assert problems(rebuild(), outputs="out") == ["RebuildPlan.outputs: Input should be a valid array, got 'out'"]
+    rows = handed_on(reset())["rows"]
+    rows[0]["partition"] = "0"
+    assert problems(reset(), rows=rows) == ["ResetPlan.rows.0.partition: Input should be a valid integer, got '0'"]
+    items = handed_on(sync())["items"]
+    items[1]["fields"] = {"field": "version"}
+    assert problems(sync(), items=items) == [
+        "SyncPlan.items.1.fields: Input should be a valid array, got {'field': 'version'}"]
+    topics = handed_on(provisioning())["topics"]
+    topics[1]["actions"] = ["delete"]
+    assert problems(provisioning(), topics=topics) == [
+        "ProvisioningPlan.topics.1.actions.0: Input should be 'create', 'add partitions', 'alter configs', 'no change' or "
+        "'refused', got 'delete'"]
+    long = "x" * 200
+    assert problems(skip(), marks={"route": long}) == [
+        f"SkipPlan.marks.route: Input should be a valid integer, got '{long[:76]}..."]
+
+
+def test_missing_and_mistyped_fields_are_refused_together():
+    handed = handed_on(restore())
+    del handed["snapshot"]
+    handed["running"] = "no"
+    with pytest.raises(PlanMismatch) as refused:
+        RestorePlan.from_json(handed)
+    assert str(refused.value) == ("the plan this task received is not one the plan task makes: RestorePlan without snapshot; "
+                                  "RestorePlan.running: Input should be a valid boolean, got 'no'")
+
+
+def test_a_plan_that_is_not_json_is_refused():
+    with pytest.raises(PlanMismatch, match=r"^the plan this task received is not one the plan task makes: "
+                                           r"RestartPlan is not JSON: Unable to serialize unknown type: <class .object.>$"):
+        RestartPlan.from_json({**restart().to_json(), "leftovers": [object()]})

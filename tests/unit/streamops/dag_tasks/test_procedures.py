@@ -5,6 +5,7 @@ called with a task's context as Airflow hands it over. Through real DAG runs: te
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.audit import read_audit
 from streamops.catalog import load_catalog
 from streamops.checkpoints import backup_checkpoint, list_backups
-from streamops.dag_tasks import audited_step, refusals_fail, task_failure
+from streamops.dag_tasks import RefusalFailure, audited_step, is_refusal, refusals_fail, task_failure
 from streamops.dag_tasks.procedures import Procedure, apply_step, plan_step, verify_step
 from streamops.dag_tasks.recovery import PROCEDURES
 from streamops.plans import JsonPlan
@@ -210,6 +211,56 @@ def test_task_code_raises_refusals_and_the_task_fails_with_the_operators_text(wo
     # Outside a procedure the same runner audits a plan as planned, and a step's text result as its summary.
     assert audited_step(context("manual__9"), "plan", lambda: "3 create") == "3 create"
     assert [(e["outcome"], e["summary"]) for e in read_audit(run_id="manual__9")] == [("planned", "3 create")]
+
+
+def test_a_refusal_raised_in_a_step_becomes_one_failure_known_by_its_type(world):
+    refusal = RecoveryRefused(["shift 0 must be non-zero"])
+
+    def refuse():
+        raise refusal
+
+    with pytest.raises(RefusalFailure) as failed:
+        audited_step(context(), "plan", refuse)
+    assert isinstance(failed.value, AirflowFailException) and failed.value.refusal is refusal and is_refusal(failed.value)
+    assert str(failed.value) == "recover_test: refused before anything was changed:\n  - shift 0 must be non-zero"
+    assert failed.value.__cause__ is None and failed.value.__suppress_context__  # the log shows the operator's text only
+    # Stored by Airflow or pickled, it is the plain failure Airflow knows, with the same text.
+    assert failed.value.serialize() == ("airflow.sdk.exceptions.AirflowFailException", (str(failed.value),), {})
+    stored = pickle.loads(pickle.dumps(failed.value))
+    assert (type(stored), str(stored)) == (AirflowFailException, str(failed.value))
+    # Task code that failed the task itself (refusals_fail): the runner passes that failure on as it is, audited once.
+    already = task_failure(OneLineRefused("a rolling restart needs the new version label"))
+
+    def translated():
+        raise already
+
+    with pytest.raises(RefusalFailure) as passed_on:
+        audited_step(context("manual__2"), "roll", translated)
+    assert passed_on.value is already and str(already) == "refused: a rolling restart needs the new version label"
+    assert [(e["outcome"], e["error"]) for e in read_audit(run_id="manual__2")] == [
+        ("refused", "refused: a rolling restart needs the new version label")]
+
+
+def test_a_failure_whose_text_says_refused_is_still_a_failure(world):
+    """Only the type makes a refusal: a socket's "Connection refused", or a failure worded like one."""
+    def unreachable():
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    def worded_like_one():
+        raise AirflowFailException("refused: not by a Refused")
+
+    with pytest.raises(ConnectionRefusedError):
+        audited_step(context(), "apply", unreachable, operation=True)
+    with pytest.raises(AirflowFailException) as failed:
+        audited_step(context("manual__2"), "apply", worded_like_one, operation=True)
+    assert type(failed.value) is AirflowFailException
+    assert [(e["outcome"], e["error"]) for e in read_audit(run_id="manual__1")] == [
+        ("failed", "ConnectionRefusedError: [Errno 111] Connection refused")]
+    assert [(e["outcome"], e["error"]) for e in read_audit(run_id="manual__2")] == [("failed", "refused: not by a Refused")]
+    # Neither was a refusal before any change, so the app stays held for an operator.
+    assert AppRuntime(str(world)).operation()["run_id"] == "manual__2"
+    assert not is_refusal(ConnectionRefusedError(111, "Connection refused"))
+    assert not is_refusal(AirflowFailException("rolling restart refused: oplog-router is stateful"))
 
 
 def test_every_recovery_dag_is_a_row_of_the_table():
