@@ -5,6 +5,7 @@ key is ignored, and a value of the wrong type is refused naming the file and the
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -12,12 +13,16 @@ from streamops.app_runtime import AppRuntime
 from streamops.runtime_records import (
     DesiredState,
     DriverRecord,
+    OperationRecord,
     QueryProgress,
     RateLine,
+    RestartEntry,
+    RunEvent,
     RuntimeRecordError,
     SkipEntry,
     SkipList,
     StopRequest,
+    checked,
 )
 from tests.unit.streamops.test_driver_record import CURRENT
 
@@ -37,6 +42,9 @@ SKIP = SkipEntry(topic="ops", partition=1, first=3, last=5, reason="skipped by o
     SkipList(entries=[SKIP, SKIP.model_copy(update={"partition": 2})]),
     StopRequest(requested_at="2026-11-27T03:00:00.000Z", by="manual__stop", deadline_s=30.0),
     DesiredState(state="stopped", run_id="manual__stop", by="oncall", at="2026-11-27T03:00:00.000Z", version="1.1.0"),
+    OperationRecord(run_id="manual__reset", what="recover_reset_offsets apply", started_at="2026-11-27T03:00:00.000Z",
+                    host="worker-a", pid=42, pid_created=1.5, failed_at="2026-11-27T03:01:00.000Z",
+                    error="LaunchError: the driver exited", state_after="failed", backups=["/backups/x"]),
 ], ids=lambda record: type(record).__name__)
 def test_each_record_round_trips_through_its_file(record):
     on_disk = json.loads(json.dumps(record.to_json()))
@@ -97,3 +105,70 @@ def test_the_driver_records_only_fields_it_has(tmp_path):
             runtime.update(applicaton_id="local-1")
     finally:
         runtime.release("stopped", "test")
+
+
+# --- the operation marker, restarts and the run history ----------------------------------------------
+
+def test_the_operation_marker_is_written_and_read_as_one_record(tmp_path):
+    runtime = AppRuntime(tmp_path)
+    assert runtime.operation() is None
+    assert runtime.begin_operation("manual__reset", "recover_reset_offsets apply") is None
+    begun = runtime.operation()
+    assert (begun.run_id, begun.what, begun.host, begun.failed) == ("manual__reset", "recover_reset_offsets apply",
+                                                                     socket.gethostname(), False)
+    runtime.fail_operation("manual__reset", "LaunchError: the driver exited", state_after="failed", backups=["/b/1"])
+    failed = OperationRecord.from_file_value(json.loads(runtime.operation_file.read_text()), "operation.json")
+    assert failed == runtime.operation() == begun.model_copy(update={
+        "failed_at": failed.failed_at, "error": "LaunchError: the driver exited", "state_after": "failed", "backups": ["/b/1"]})
+    assert failed.failed_at and failed.failed
+
+
+def test_an_operation_marker_of_an_older_writer_is_read(tmp_path):
+    runtime = AppRuntime(tmp_path)
+    runtime.dir.mkdir(parents=True)
+    runtime.operation_file.write_text(json.dumps({"run_id": "manual__7", "what": "stop_apps stop", "failed_at": "x",
+                                                  "error": "boom", "retries": 3}))
+    assert runtime.operation() == OperationRecord(run_id="manual__7", what="stop_apps stop", failed_at="x", error="boom")
+
+
+def test_an_operation_marker_that_is_not_one_holds_the_app_naming_the_file_and_field(tmp_path):
+    runtime = AppRuntime(tmp_path)
+    runtime.dir.mkdir(parents=True)
+    runtime.operation_file.write_text(json.dumps({"run_id": "manual__7", "what": "stop_apps stop", "pid": "forty-two"}))
+    held = runtime.operation()
+    assert (held.run_id, held.what, held.failed_at) == ("manual__7", "stop_apps stop", "unknown")
+    assert held.error.startswith(f"{runtime.operation_file}: not a OperationRecord (pid: Input should be a valid integer")
+    runtime.operation_file.write_text('{"run_id": "manual__7", "wha')  # torn: no marker, as before
+    assert runtime.operation() is None
+
+
+def test_restarts_round_trip_and_a_bad_line_is_refused_naming_it(tmp_path):
+    runtime = AppRuntime(tmp_path)
+    started: RestartEntry = {"at": "2026-11-27T03:00:00.000Z", "run_id": "scheduled__1", "outcome": "started", "attempt": 1,
+                             "backoff_s": 0.0, "not_before": None, "version": "1.0.0", "after": "crashed", "pid": 42,
+                             "backup": None}
+    gave_up: RestartEntry = {"at": "2026-11-27T03:10:00.000Z", "run_id": "scheduled__4", "outcome": "gave up", "restarts": 3,
+                             "after": None}
+    runtime.record_restart(started)
+    runtime.record_restart(gave_up)
+    assert runtime.restarts() == [started, gave_up]
+    with pytest.raises(RuntimeRecordError, match=r"restarts.jsonl: not a RestartEntry \(outcome: Input should be 'started', "):
+        runtime.record_restart({**gave_up, "outcome": "maybe"})  # type: ignore[typeddict-item]
+    with open(runtime.restarts_file, "a") as restarts:
+        restarts.write('{"at": "2026-11-27T03:1\n')
+    with pytest.raises(RuntimeRecordError, match=rf"^{runtime.restarts_file}:3: not a RestartEntry \(not JSON: "):
+        runtime.restarts()
+
+
+def test_the_run_history_keeps_the_driver_record_and_reads_back_typed(tmp_path):
+    runtime = AppRuntime(tmp_path)
+    runtime.acquire({"app": "demo", "version": "1.0.0", "launched_by": "manual__1"})
+    runtime.update(failed_batches=[{"query": "route", "batch": 3, "ranges": []}])
+    runtime.release("failed", "query route failed")
+    started, stopped = runtime.history()
+    assert (started["event"], started["launched_by"], started["version"]) == ("started", "manual__1", "1.0.0")
+    assert (stopped["event"], stopped["outcome"], stopped["reason"]) == ("stopped", "failed", "query route failed")
+    assert stopped["failed_batches"] == [{"query": "route", "batch": 3, "ranges": []}]
+    assert stopped == {"event": "stopped", **json.loads(runtime.driver_file.read_text())}  # every key of driver.json kept
+    with pytest.raises(RuntimeRecordError, match=r"runs.jsonl: not a RunEvent \(event: Input should be 'started', 'stopped' "):
+        checked(RunEvent, {"event": "paused"}, str(runtime.history_file))
