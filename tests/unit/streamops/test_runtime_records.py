@@ -24,6 +24,7 @@ from streamops.runtime_records import (
     StopRequest,
     checked,
 )
+from streamops.standby import ABORT, GO, StandbySlot
 from tests.unit.streamops.test_driver_record import CURRENT
 
 PROGRESS = QueryProgress(
@@ -172,3 +173,27 @@ def test_the_run_history_keeps_the_driver_record_and_reads_back_typed(tmp_path):
     assert stopped == {"event": "stopped", **json.loads(runtime.driver_file.read_text())}  # every key of driver.json kept
     with pytest.raises(RuntimeRecordError, match=r"runs.jsonl: not a RunEvent \(event: Input should be 'started', 'stopped' "):
         checked(RunEvent, {"event": "paused"}, str(runtime.history_file))
+
+
+# --- the standby handshake (streamops.standby) ----------------------------------------------------------
+
+def test_the_standby_files_round_trip_and_keep_their_json_shape(tmp_path):
+    slot = StandbySlot(tmp_path, "standby-abc123")
+    slot.report_ready({"route": ["stateful"]}, "app-1", pid=4242, host="host-b")
+    assert slot.ready() == {"pid": 4242, "host": "host-b", "plan_fingerprint": {"route": ["stateful"]}, "application_id": "app-1"}
+    assert json.loads(slot.ready_file.read_text()) == slot.ready()
+    slot.say(GO, by="manual__roll")
+    assert slot.await_word(1, interrupted=lambda: False) == {"word": GO, "by": "manual__roll"}
+    slot.say(ABORT, why="the plan changed")
+    assert slot.await_word(1, interrupted=lambda: False) == {"word": ABORT, "why": "the plan changed"}
+
+
+def test_a_standby_file_that_is_not_its_record_is_named(tmp_path):
+    slot = StandbySlot(tmp_path, "standby-abc123")
+    slot.dir.mkdir(parents=True)
+    slot.ready_file.write_text(json.dumps({"pid": "4242", "host": "host-b", "plan_fingerprint": ["route"]}))
+    with pytest.raises(RuntimeRecordError, match=r"standby-abc123.ready.json: not a StandbyReady \(plan_fingerprint: Input should "):
+        slot.ready()
+    slot.word_file.write_text(json.dumps({"word": "later"}))
+    heard = slot.await_word(1, interrupted=lambda: False)  # a word it does not understand: it never starts
+    assert heard["word"] == ABORT and heard["why"].startswith(f"{slot.word_file}: not a StandbyWord (word: Input should be 'go' or")
