@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from streamops.app_runtime import AppRuntime
+from streamops.checkpoints import BACKUP_INFO, CLUSTER_FILE, backup_checkpoint, backup_info, bind_cluster, checkpoint_cluster
 from streamops.runtime_records import (
     DesiredState,
     DriverRecord,
@@ -197,3 +198,37 @@ def test_a_standby_file_that_is_not_its_record_is_named(tmp_path):
     slot.word_file.write_text(json.dumps({"word": "later"}))
     heard = slot.await_word(1, interrupted=lambda: False)  # a word it does not understand: it never starts
     assert heard["word"] == ABORT and heard["why"].startswith(f"{slot.word_file}: not a StandbyWord (word: Input should be 'go' or")
+
+
+# --- beside the checkpoint: a snapshot's description, the cluster binding ----------------------------
+
+def test_a_snapshot_describes_itself_in_a_backup_info(tmp_path):
+    checkpoint = tmp_path / "cp"
+    runtime = AppRuntime(checkpoint)
+    runtime.acquire({"app": "demo", "version": "1.2.0", "launch": {"version": "1.2.0", "launch_id": "l-1"},
+                     "code": {"artifact": "demo", "digest": "sha256:ab"}})
+    runtime.release("stopped", "test")
+    snapshot = backup_checkpoint(checkpoint, "before-test")
+    info = backup_info(snapshot)
+    assert info == json.loads((snapshot / BACKUP_INFO).read_text())
+    assert {k: v for k, v in info.items() if k != "taken_at"} == {
+        "label": "before-test", "version": "1.2.0", "launch": {"version": "1.2.0", "launch_id": "l-1"},
+        "code": {"artifact": "demo", "digest": "sha256:ab"}}
+
+
+def test_a_backup_info_that_is_not_one_is_read_by_the_snapshots_name_with_a_warning(tmp_path, caplog):
+    snapshot = tmp_path / "_backups" / "cp" / "20261127T030000.000000Z-before-reset"
+    snapshot.mkdir(parents=True)
+    (snapshot / BACKUP_INFO).write_text(json.dumps({"label": "before-reset", "launch": "1.0.0"}))
+    assert backup_info(snapshot) == {"label": "before-reset"}
+    assert f"{snapshot / BACKUP_INFO}: not a BackupInfo (launch: Input should be a valid dictionary" in caplog.text
+
+
+def test_the_cluster_binding_round_trips_and_one_that_is_not_one_counts_as_unbound(tmp_path):
+    checkpoint = tmp_path / "cp"
+    bind_cluster("demo", checkpoint, "cluster-A", "127.0.0.1:9092")
+    bound = checkpoint_cluster(checkpoint)
+    assert bound == json.loads((checkpoint / CLUSTER_FILE).read_text())
+    assert (bound["cluster_id"], bound["bootstrap"], set(bound)) == ("cluster-A", "127.0.0.1:9092", {"cluster_id", "bootstrap", "at"})
+    (checkpoint / CLUSTER_FILE).write_text(json.dumps({"cluster_id": 7, "bootstrap": "127.0.0.1:9092"}))
+    assert checkpoint_cluster(checkpoint) is None  # as before: the next launch binds it again
