@@ -250,9 +250,9 @@ _ADAPTERS: dict[object, TypeAdapter[Any]] = {}
 
 
 def checked(kind: type[_T], value: object, where: str) -> _T:
-    """`value` (a parsed file, a line of one, or what a writer is about to write) as the JSON-object
-    record `kind`; RuntimeRecordError names `where` and the field. Keys `kind` does not declare are
-    dropped, unless it keeps them (RunEvent)."""
+    """`value` (a parsed file, a line of one, or what a writer is about to write) as the record
+    `kind` (a TypedDict, or one of the models); RuntimeRecordError names `where` and the field.
+    Keys `kind` does not declare are dropped, unless it keeps them (RunEvent)."""
     adapter = _ADAPTERS.get(kind) or _ADAPTERS.setdefault(kind, TypeAdapter(kind))
     try:
         return cast(_T, adapter.validate_python(value))

@@ -9,14 +9,19 @@ import socket
 
 import pytest
 
+from streamops import records
 from streamops.app_runtime import AppRuntime
+from streamops.catalog import load_catalog
 from streamops.checkpoints import BACKUP_INFO, CLUSTER_FILE, backup_checkpoint, backup_info, bind_cluster, checkpoint_cluster
 from streamops.runtime_records import (
+    DeadLetterEnvelope,
+    DeadLetterSource,
     DesiredState,
     DriverRecord,
     OperationRecord,
     QueryProgress,
     RateLine,
+    ReplayLedgerEntry,
     RestartEntry,
     RunEvent,
     RuntimeRecordError,
@@ -44,6 +49,8 @@ SKIP = SkipEntry(topic="ops", partition=1, first=3, last=5, reason="skipped by o
     SkipList(entries=[SKIP, SKIP.model_copy(update={"partition": 2})]),
     StopRequest(requested_at="2026-11-27T03:00:00.000Z", by="manual__stop", deadline_s=30.0),
     DesiredState(state="stopped", run_id="manual__stop", by="oncall", at="2026-11-27T03:00:00.000Z", version="1.1.0"),
+    ReplayLedgerEntry(source="ops/3/1207", dead_letter="ops.dead-letters/0/9", to="ops/3/2000", run_id="manual__replay",
+                      at="2026-11-27T03:00:00.000Z"),
     OperationRecord(run_id="manual__reset", what="recover_reset_offsets apply", started_at="2026-11-27T03:00:00.000Z",
                     host="worker-a", pid=42, pid_created=1.5, failed_at="2026-11-27T03:01:00.000Z",
                     error="LaunchError: the driver exited", state_after="failed", backups=["/backups/x"]),
@@ -232,3 +239,117 @@ def test_the_cluster_binding_round_trips_and_one_that_is_not_one_counts_as_unbou
     assert (bound["cluster_id"], bound["bootstrap"], set(bound)) == ("cluster-A", "127.0.0.1:9092", {"cluster_id", "bootstrap", "at"})
     (checkpoint / CLUSTER_FILE).write_text(json.dumps({"cluster_id": 7, "bootstrap": "127.0.0.1:9092"}))
     assert checkpoint_cluster(checkpoint) is None  # as before: the next launch binds it again
+
+
+# --- the dead-letter envelope: the driver's struct is built from the model replay reads with -----------
+
+# A dead letter as the driver writes it (Spark's to_json leaves out the null fields: a value kept by
+# reference has no base64), and as the bench writes it.
+SPARK_ENVELOPE = {
+    "app": "oplog-router", "app_version": "1.0.0", "reason": "value is not JSON", "failed_at": "2026-11-27T03:00:00.000Z",
+    "source": {"topic": "ops", "partition": 3, "offset": 1207, "timestamp": "2026-11-27T02:59:59.000Z"},
+    "original_key_base64": "dTM=", "original_key_stored": "inline", "original_value_stored": "reference",
+    "original_key_bytes": 2, "original_value_bytes": 2000000, "original_key_sha256": "a" * 64,
+    "original_value_sha256": "b" * 64, "original_value_preview": "not json",
+}
+BENCH_ENVELOPE = {"app": "oplog-router", "reason": "invalid", "source": {"topic": "ops", "partition": 0, "offset": 5}}
+
+
+@pytest.mark.parametrize("written", [SPARK_ENVELOPE, BENCH_ENVELOPE], ids=["driver", "bench"])
+def test_every_writers_dead_letter_is_an_envelope_and_round_trips(written):
+    envelope = DeadLetterEnvelope.model_validate_json(json.dumps(written))
+    assert envelope.model_dump(mode="json", exclude_none=True) == written
+    assert DeadLetterEnvelope.from_file_value({**written, "from_a_newer_writer": 1}, "dead letter") == envelope
+
+
+@pytest.mark.parametrize("bad", [
+    {**SPARK_ENVELOPE, "source": None},
+    {**SPARK_ENVELOPE, "source": {"topic": "ops", "partition": "three", "offset": 1}},
+    {k: v for k, v in SPARK_ENVELOPE.items() if k != "reason"},
+    {**SPARK_ENVELOPE, "original_value_stored": "elsewhere"},
+])
+def test_a_dead_letter_that_is_not_an_envelope_is_refused(bad):
+    with pytest.raises(RuntimeRecordError, match=r"^ops.dead-letters/0/9: not a DeadLetterEnvelope \("):
+        DeadLetterEnvelope.from_file_value(bad, "ops.dead-letters/0/9")
+
+
+class _Column:
+    """A stand-in for a Spark column: every operation gives another; `alias` names it; a
+    struct remembers the names of its fields."""
+
+    def __init__(self, name: str | None = None, fields: list[str | None] | None = None):
+        self.name, self.fields = name, fields
+
+    def alias(self, name):
+        return _Column(name, self.fields)
+
+    def __getattr__(self, attr):
+        return lambda *args, **kwargs: _Column()
+
+    def _any(self, *args):
+        return _Column()
+
+    __or__ = __and__ = __invert__ = __add__ = __radd__ = __sub__ = __mul__ = __truediv__ = __floordiv__ = _any
+    __le__ = __lt__ = __ge__ = __gt__ = __eq__ = __ne__ = _any
+
+
+class _Functions:
+    """pyspark.sql.functions as far as the dead-letter writer uses it, recording each struct."""
+
+    def __init__(self):
+        self.structs: list[list[str | None]] = []
+
+    def struct(self, *columns):
+        self.structs.append([c.name for c in columns])
+        return _Column(fields=self.structs[-1])
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: _Column()
+
+
+def test_the_dead_letter_writer_builds_the_envelope_from_the_models_fields(monkeypatch):
+    functions = _Functions()
+    monkeypatch.setattr(records, "F", functions)
+    records.dead_letter_record(load_catalog(check_programs=False).app("oplog-router"), "1.0.0")
+    source, envelope, sink = functions.structs
+    assert source == list(DeadLetterSource.model_fields) == ["topic", "partition", "offset", "timestamp"]
+    assert envelope == DeadLetterEnvelope.field_names() and envelope[:5] == ["app", "app_version", "reason", "failed_at", "source"]
+    assert sink == ["key", "value", "topic"]
+
+
+def test_a_struct_that_does_not_match_its_model_is_refused_before_spark_sees_it():
+    with pytest.raises(ValueError, match=r"^the DeadLetterSource struct does not match its model: no column for: offset, "
+                                         r"timestamp; not in the model: position$"):
+        records.struct_of(DeadLetterSource, {"topic": _Column(), "partition": _Column(), "position": _Column()})
+
+
+def test_replay_reads_each_dead_letter_as_an_envelope_and_the_rest_as_not_one(monkeypatch):
+    from types import SimpleNamespace
+
+    from streamops.recovery import replay
+
+    values = [json.dumps(SPARK_ENVELOPE).encode(), json.dumps(BENCH_ENVELOPE).encode(), None, b"not json",
+              json.dumps({**BENCH_ENVELOPE, "source": {"topic": "ops"}}).encode(),
+              json.dumps({**BENCH_ENVELOPE, "original_key_base64": "abc"}).encode()]
+    monkeypatch.setattr(replay, "read_spans", lambda kafka, topic, spans: [
+        SimpleNamespace(partition=0, offset=offset, value=value) for offset, value in enumerate(values)])
+    spark, bench, *others = replay._read(None, "dlq", {"0": [0, len(values)]})
+    assert (spark.at, spark.reason, spark.source, spark.source_topic, spark.source_partition, spark.source_offset) == (
+        "dlq/0/0", "value is not JSON", "ops/3/1207", "ops", 3, 1207)
+    assert (spark.key, spark.value, spark.by_reference, spark.verdict) == (b"u3", None, {"value": "b" * 64}, "")
+    assert (bench.source, bench.key, bench.value, bench.by_reference) == ("ops/0/5", None, None, {})
+    assert [(o.at, o.reason, o.source, o.verdict) for o in others] == [
+        (f"dlq/0/{n}", "(not a dead-letter envelope)", None, "not an envelope") for n in range(2, 6)]
+
+
+def test_the_replay_ledger_is_read_as_its_entries_and_a_bad_line_is_named(monkeypatch, tmp_path):
+    from streamops.recovery import replay
+
+    ledger = tmp_path / "replay-ledger.jsonl"
+    monkeypatch.setattr(replay, "ledger_file", lambda app: ledger)
+    entry = ReplayLedgerEntry(source="ops/3/1207", dead_letter="dlq/0/9", to="ops/3/2000", run_id="r", at="t")
+    ledger.write_text(json.dumps(entry.to_json()) + "\n" + json.dumps({"source": "ops/3/1208"}) + "\n")  # an older line
+    assert replay.replayed_sources(None) == {"ops/3/1207", "ops/3/1208"}
+    ledger.write_text(ledger.read_text() + '{"dead_letter": "dlq/0/10"}\n')
+    with pytest.raises(RuntimeRecordError, match=rf"^{ledger}:3: not a ReplayLedgerEntry \(source: Field required\)$"):
+        replay.replayed_sources(None)
