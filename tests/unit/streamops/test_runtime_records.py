@@ -5,6 +5,7 @@ key is ignored, and a value of the wrong type is refused naming the file and the
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 import pytest
@@ -13,6 +14,7 @@ from streamops import records
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
 from streamops.checkpoints import BACKUP_INFO, CLUSTER_FILE, backup_checkpoint, backup_info, bind_cluster, checkpoint_cluster
+from streamops.driver_lease import DriverLease
 from streamops.runtime_records import (
     DeadLetterEnvelope,
     DeadLetterSource,
@@ -353,3 +355,31 @@ def test_the_replay_ledger_is_read_as_its_entries_and_a_bad_line_is_named(monkey
     ledger.write_text(ledger.read_text() + '{"dead_letter": "dlq/0/10"}\n')
     with pytest.raises(RuntimeRecordError, match=rf"^{ledger}:3: not a ReplayLedgerEntry \(source: Field required\)$"):
         replay.replayed_sources(None)
+
+
+# --- the lease's files (streamops.driver_lease) -------------------------------------------------------
+
+def test_the_lease_files_are_written_and_read_as_their_records(tmp_path):
+    lease = DriverLease(tmp_path)
+    epoch = lease.take({"app": "demo"}, ttl_s=30)
+    try:
+        holder = lease.live_holder()
+        assert holder.record == json.loads((lease.dir / f"epoch-{epoch:010d}.json").read_text())
+        assert (holder.epoch, holder.record["app"], holder.pid, holder.record["ttl_s"]) == (1, "demo", os.getpid(), 30.0)
+        assert set(holder.record) == {"epoch", "app", "host", "address", "pid", "pid_created", "ttl_s", "taken_at_s", "taken_at"}
+    finally:
+        lease.end("stopped")
+    ended = lease.holder(epoch).ended
+    assert (ended["outcome"], ended["pid"]) == ("stopped", os.getpid())
+
+
+def test_a_lease_file_of_an_older_driver_is_read_and_one_of_the_wrong_shape_is_refused(tmp_path):
+    lease = DriverLease(tmp_path)
+    lease.dir.mkdir(parents=True)
+    (lease.dir / "epoch-0000000001.json").write_text(json.dumps({"host": "worker-b", "pid": 7, "taken_at_s": 5.0}))
+    (lease.dir / "beat-0000000001.json").write_text(json.dumps({"at_s": 9.0}))
+    holder = lease.holder()
+    assert (holder.host, holder.pid, holder.last_beat_s, holder.ended) == ("worker-b", 7, 9.0, None)
+    (lease.dir / "beat-0000000001.json").write_text(json.dumps({"at_s": "soon"}))
+    with pytest.raises(RuntimeRecordError, match=r"beat-0000000001.json: not a LeaseBeat \(at_s: Input should be a valid number"):
+        lease.holder()
