@@ -6,7 +6,8 @@ unit test round-trips each (tests/unit/streamops/test_runtime_records.py).
 driver.json (`DriverRecord`, with `LaunchRecord` and `CodeRecord`) is lenient by design (below):
 every field may be missing, values are kept as the file has them. The others are pydantic
 models (progress, rates, the skip list, the stop request, desired state, the operation marker,
-the replay ledger, and the dead-letter envelope, a record format rather than a file), or, where
+a failed reconcile roll, the replay ledger, and the dead-letter envelope, a record format rather
+than a file), or, where
 readers index them by key, TypedDicts checked by pydantic the same way (`checked`: the run
 history, the restarts, a checkpoint snapshot's _backup.json and the checkpoint's cluster
 binding): a value of the wrong type is refused where it is read, naming the file and the field.
@@ -387,6 +388,17 @@ class OperationRecord(_Record):
     @property
     def failed(self) -> bool:
         return bool(self.failed_at)
+
+
+class FailedRoll(_Record):
+    """reconcile-failed.json: the catalog entry (its declared spec's digest) a reconcile roll failed
+    to bring in (health gate failed, rolled back): not rolled again until it changes
+    (streamops.desired_state)."""
+
+    declared_digest: str | None = None
+    run_id: str | None = None
+    at: str | None = None
+    error: str | None = None
 
 
 class RestartAttempt(TypedDict, total=False):

@@ -20,6 +20,7 @@ from streamops.runtime_records import (
     DeadLetterSource,
     DesiredState,
     DriverRecord,
+    FailedRoll,
     OperationRecord,
     QueryProgress,
     RateLine,
@@ -51,6 +52,7 @@ SKIP = SkipEntry(topic="ops", partition=1, first=3, last=5, reason="skipped by o
     SkipList(entries=[SKIP, SKIP.model_copy(update={"partition": 2})]),
     StopRequest(requested_at="2026-11-27T03:00:00.000Z", by="manual__stop", deadline_s=30.0),
     DesiredState(state="stopped", run_id="manual__stop", by="oncall", at="2026-11-27T03:00:00.000Z", version="1.1.0"),
+    FailedRoll(declared_digest="sha256:ab", run_id="reconcile_1", at="2026-11-27T03:00:00.000Z", error="health gate failed"),
     ReplayLedgerEntry(source="ops/3/1207", dead_letter="ops.dead-letters/0/9", to="ops/3/2000", run_id="manual__replay",
                       at="2026-11-27T03:00:00.000Z"),
     OperationRecord(run_id="manual__reset", what="recover_reset_offsets apply", started_at="2026-11-27T03:00:00.000Z",
@@ -383,3 +385,20 @@ def test_a_lease_file_of_an_older_driver_is_read_and_one_of_the_wrong_shape_is_r
     (lease.dir / "beat-0000000001.json").write_text(json.dumps({"at_s": "soon"}))
     with pytest.raises(RuntimeRecordError, match=r"beat-0000000001.json: not a LeaseBeat \(at_s: Input should be a valid number"):
         lease.holder()
+
+
+def test_a_failed_roll_file_round_trips_and_one_that_is_not_one_counts_as_none(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from streamops.desired_state import FAILED_ROLL_FILE, failed_roll, record_roll_outcome
+
+    runtime = AppRuntime(tmp_path)
+    record_roll_outcome(runtime, SimpleNamespace(declared_digest="sha256:ab"), "reconcile_1", "health gate failed")
+    failed = failed_roll(runtime)
+    assert (failed.declared_digest, failed.run_id, failed.error) == ("sha256:ab", "reconcile_1", "health gate failed")
+    assert failed == FailedRoll.from_file_value(json.loads((runtime.dir / FAILED_ROLL_FILE).read_text()), "f")
+    (runtime.dir / FAILED_ROLL_FILE).write_text(json.dumps({"declared_digest": ["sha256:ab"]}))
+    assert failed_roll(runtime) is None
+    assert f"{runtime.dir / FAILED_ROLL_FILE}: not a FailedRoll (declared_digest: Input should be a valid string" in caplog.text
+    record_roll_outcome(runtime, SimpleNamespace(declared_digest="sha256:ab"), "reconcile_2", None)
+    assert failed_roll(runtime) is None and not (runtime.dir / FAILED_ROLL_FILE).exists()
