@@ -231,8 +231,9 @@ def bind_cluster(app: str, checkpoint: str | Path, cluster_id: str | None, boots
     root = Path(checkpoint)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{CLUSTER_FILE}.tmp"
-    tmp.write_text(json.dumps(ClusterBinding(cluster_id=cluster_id, bootstrap=bootstrap,
-                               at=datetime.now(UTC).isoformat(timespec="seconds")), sort_keys=True))
+    # A ClusterBinding (read back through it: checkpoint_cluster).
+    tmp.write_text(json.dumps({"cluster_id": cluster_id, "bootstrap": bootstrap,
+                               "at": datetime.now(UTC).isoformat(timespec="seconds")}, sort_keys=True))
     tmp.replace(root / CLUSTER_FILE)
 
 
