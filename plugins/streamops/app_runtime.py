@@ -439,7 +439,7 @@ class AppRuntime:
                 process = psutil.Process(record.pid) if record.pid is not None else None
                 alive = process is not None and record.pid_created is not None \
                     and abs(process.create_time() - record.pid_created) < 0.01
-            except psutil.Error:
+            except (psutil.Error, ValueError):  # ValueError: a negative pid
                 alive = False
             gone = not alive
         else:

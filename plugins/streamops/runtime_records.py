@@ -1,17 +1,20 @@
 """The records of the files beside a checkpoint that cross a process boundary (the driver and the
-control plane; a DAG task and the supervisor), one typed record per file, used by the writer and
-every reader. `to_json` is what the writer puts in the file; `from_json` reads it back, and a
-unit test round-trips each (tests/unit/streamops/test_runtime_records.py).
+control plane; a DAG task and the supervisor), one typed record per file (and per record format:
+the dead-letter envelope), used by the writer and every reader. A unit test round-trips each
+(tests/unit/streamops/test_runtime_records.py).
 
 driver.json (`DriverRecord`, with `LaunchRecord` and `CodeRecord`) is lenient by design (below):
-every field may be missing, values are kept as the file has them. The others are pydantic
-models (progress, rates, the skip list, the stop request, desired state, the operation marker,
-a failed reconcile roll, the replay ledger, and the dead-letter envelope, a record format rather
-than a file), or, where
-readers index them by key, TypedDicts checked by pydantic the same way (`checked`: the run
-history, the restarts, a checkpoint snapshot's _backup.json and the checkpoint's cluster
-binding): a value of the wrong type is refused where it is read, naming the file and the field.
-Optional fields are those older writers did not write.
+every field may be missing, values are kept as the file has them. The others are checked by
+pydantic, and a value of the wrong type is refused where it is read, with a RuntimeRecordError
+naming the file (or line) and the field; each reader says what it does then (some count a bad
+file as absent, as they count a torn one, because their callers rely on it). Optional fields are
+those older writers did not write. They are pydantic models (`to_json` is what the writer puts in
+the file, `from_file_value` reads it back): progress, rates, the skip list, the stop request,
+desired state, the operation marker, a failed reconcile roll, the replay ledger and the
+dead-letter envelope. Or, where readers index them by key, TypedDicts (`checked` reads and checks
+them, `checked_lines` a JSON-lines file of them): the run history, the restarts, a checkpoint
+snapshot's _backup.json and the checkpoint's cluster binding. The standby handshake's files and
+the lease's live with their protocols (streamops.standby, streamops.driver_lease).
 """
 
 from __future__ import annotations
