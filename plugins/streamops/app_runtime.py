@@ -265,8 +265,14 @@ class AppRuntime:
         return checked_lines(RunEvent, self.history_file)
 
     def _append_history(self, entry: dict[str, Any]) -> None:
-        """Append a RunEvent (checked: `entry` is a driver record with its event)."""
-        line = json.dumps(checked(RunEvent, entry, str(self.history_file)), sort_keys=True)
+        """Append a RunEvent (`entry`: a driver record with its event). One that is not a RunEvent
+        (a driver.json someone else rewrote) is left out with a warning naming the field: the
+        history never keeps a driver from recording its end and ending its lease."""
+        try:
+            line = json.dumps(checked(RunEvent, entry, str(self.history_file)), sort_keys=True)
+        except RuntimeRecordError as exc:
+            log.warning("%s; left out of the run history", exc)
+            return
         with open(self.history_file, "a", encoding="utf-8") as history:
             history.write(line + "\n")
 

@@ -482,7 +482,8 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
         log(f"{spec.name}: {health.action}")
         return
     entry = RestartAttempt(at=now_iso(), run_id=run_id, attempt=decision.attempt, backoff_s=decision.backoff_s,
-                           not_before=decision.not_before, version=version, after=health.status.reason if health.status else None)
+                           not_before=decision.not_before, version=str(version),
+                           after=health.status.reason if health.status else None)
     try:
         runtime.begin_operation(run_id, "supervisor restart")
     except OperationInProgress as exc:  # a DAG run began changing it since the status was read

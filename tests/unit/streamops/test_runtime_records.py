@@ -187,6 +187,16 @@ def test_the_run_history_keeps_the_driver_record_and_reads_back_typed(tmp_path):
         checked(RunEvent, {"event": "paused"}, str(runtime.history_file))
 
 
+def test_a_driver_record_that_is_not_a_run_event_never_keeps_the_driver_from_ending(tmp_path, caplog):
+    runtime = AppRuntime(tmp_path)
+    runtime.acquire({"app": "demo"})
+    runtime.update(failed_batches="route")  # a value of the wrong shape (the record keeps values as given)
+    runtime.release("failed", "query route failed")
+    assert not runtime.is_running() and runtime.state() == "failed"
+    assert [event["event"] for event in runtime.history()] == ["started"]
+    assert "runs.jsonl: not a RunEvent (failed_batches: Input should be a valid list" in caplog.text
+
+
 # --- the standby handshake (streamops.standby) ----------------------------------------------------------
 
 def test_the_standby_files_round_trip_and_keep_their_json_shape(tmp_path):
