@@ -33,7 +33,7 @@ from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, end_offsets, topi
 from streamops.kafka_records import held_offsets, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
-from streamops.runtime_records import SkipEntry
+from streamops.runtime_records import DeadLetterEnvelope, SkipEntry
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
@@ -337,8 +337,6 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) ->
 def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientConfig, deadline_s: float) -> dict:
     """Wait until every skipped record is in the dead-letter topic with the plan's reason and its
     source coordinates, and every query reading it has committed a batch past it."""
-    import json
-
     from streamops.app_ops import driver_log_tail
     from streamops.recovery.lifecycle import NotResumed
     from streamops.waiting import DeadlineExceeded, poll_until
@@ -358,11 +356,14 @@ def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientC
                              + f"{record.reason or 'the driver died'}; last lines of its log:\n{driver_log_tail(checkpoint)}")
         spans = {p: (start.get(p, 0), high) for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
         for letter in read_spans(kafka, app.dead_letter_topic, spans):
-            value = json.loads(letter.value or b"{}")
-            source = value.get("source") or {}
+            try:
+                envelope = DeadLetterEnvelope.model_validate_json(letter.value or b"")
+            except ValueError:  # not a dead-letter envelope: none of the skipped records
+                continue
+            source = envelope.source
             # (A dead letter keeping the original by reference says so after the reason.)
-            if str(value.get("reason", "")).startswith(plan.reason):
-                seen["dead_lettered"].add((source.get("topic"), source.get("partition"), source.get("offset")))
+            if envelope.reason.startswith(plan.reason):
+                seen["dead_lettered"].add((source.topic, source.partition, source.offset))
         start.update({p: high for p, (_, high) in spans.items()})
         where = positions(checkpoint)
         seen["behind"] = [
