@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from streamops.runtime_records import BackupInfo, ClusterBinding, RuntimeRecordError, checked
+from streamops.runtime_records import BackupInfo, ClusterBinding, InputRange, RuntimeRecordError, UncommittedBatch, checked
 
 log = logging.getLogger("streamops.checkpoints")
 
@@ -139,7 +139,7 @@ def initial_offsets(query_dir: Path) -> Offsets | None:
     return merged if found else None
 
 
-def uncommitted_batch(query_dir: Path) -> dict[str, Any] | None:
+def uncommitted_batch(query_dir: Path) -> UncommittedBatch | None:
     """The batch the query planned (offsets/<N>) but did not commit (no commits/<N>): the one a
     failed query stopped on, which a restart runs again with the same offsets. With the input it
     covers: {"batch": N, "ranges": [{"topic", "partition", "first", "last"}, ...]} (last
@@ -150,7 +150,7 @@ def uncommitted_batch(query_dir: Path) -> dict[str, Any] | None:
     batch = planned[-1]
     ends = batch_offsets(query_dir, batch) or {}
     starts = (batch_offsets(query_dir, committed[-1]) if committed else None) or initial_offsets(query_dir) or {}
-    ranges = [
+    ranges: list[InputRange] = [
         {"topic": topic, "partition": partition, "first": starts.get(topic, {}).get(partition, 0), "last": end - 1}
         for topic, partitions in sorted(ends.items()) for partition, end in sorted(partitions.items())
         if end > starts.get(topic, {}).get(partition, 0)

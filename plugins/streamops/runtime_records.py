@@ -31,6 +31,35 @@ from typing_extensions import TypedDict
 
 from streamops.runtime_files import read_json
 
+# --- a failed query's batch, in driver.json and the run history ---------------------------------
+
+
+class InputRange(TypedDict):
+    """Input records of one topic partition: offsets `first` to `last`, inclusive."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+
+class UncommittedBatch(TypedDict):
+    """A query's planned and uncommitted micro-batch (streamops.checkpoints.uncommitted_batch): the
+    one a failed query stopped on, which a restart runs again with the same offsets."""
+
+    batch: int | None  # None: the checkpoint holds no uncommitted batch (it failed outside one)
+    ranges: list[InputRange]  # the partitions with records in it
+
+
+class FailedBatch(UncommittedBatch, total=False):
+    """One entry of driver.json's `failed_batches` (streamops.driver.stopping.record_failed_batches):
+    the batch a failed query stopped on, with its error's gist. Not checked where driver.json is
+    read (DriverRecord keeps values as the file has them); typed for the code that writes and reads it."""
+
+    query: Required[str]
+    error: str
+
+
 # --- driver.json, typed --------------------------------------------------------------------------
 #
 # The driver writes driver.json from a DriverRecord (streamops.driver.run: DriverRecord.to_json, then
@@ -147,7 +176,7 @@ class DriverRecord:
     queries_started: list[str] = field(default_factory=list)
     queries_started_at: str | None = None
     last_idle_at: str | None = None
-    failed_batches: list[dict[str, Any]] = field(default_factory=list)  # streamops.checkpoints.uncommitted_batch
+    failed_batches: list[FailedBatch] = field(default_factory=list)
     # How it ended (release); none while it runs, or after it died unrecorded.
     stopped_at: str | None = None
     outcome: str | None = None  # stopped | failed | fenced
@@ -437,7 +466,7 @@ class RunEvent(TypedDict, total=False):
     event: Required[Literal["started", "stopped", "fenced"]]
     outcome: str | None  # stopped: stopped | failed
     reason: str | None
-    failed_batches: list[dict[str, Any]]  # stopped: the batches its queries failed on (DriverRecord)
+    failed_batches: list[FailedBatch]  # stopped: the batches its queries failed on
 
 
 class BackupInfo(TypedDict, total=False):

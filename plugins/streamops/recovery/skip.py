@@ -33,7 +33,7 @@ from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, end_offsets, topi
 from streamops.kafka_records import held_offsets, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
-from streamops.runtime_records import DeadLetterEnvelope, SkipEntry
+from streamops.runtime_records import DeadLetterEnvelope, FailedBatch, SkipEntry
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
@@ -131,7 +131,7 @@ class SkipPlan(JsonPlan):
     spark_conf: dict
     dead_letter_topic: str
     reason: str
-    failed_batches: list[dict] = field(default_factory=list)
+    failed_batches: list[FailedBatch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -274,7 +274,7 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
     )
 
 
-def _covers(failed: dict, spec: SkipSpec) -> bool:
+def _covers(failed: FailedBatch, spec: SkipSpec) -> bool:
     return any(r["topic"] == spec.topic and r["partition"] == spec.partition and r["first"] <= spec.first and spec.last <= r["last"]
                for r in failed.get("ranges") or [])
 

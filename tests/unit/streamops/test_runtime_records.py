@@ -412,3 +412,29 @@ def test_a_failed_roll_file_round_trips_and_one_that_is_not_one_counts_as_none(t
     assert f"{runtime.dir / FAILED_ROLL_FILE}: not a FailedRoll (declared_digest: Input should be a valid string" in caplog.text
     record_roll_outcome(runtime, SimpleNamespace(declared_digest="sha256:ab"), "reconcile_2", None)
     assert failed_roll(runtime) is None and not (runtime.dir / FAILED_ROLL_FILE).exists()
+
+
+def test_a_failed_batch_is_written_by_the_driver_and_read_back_from_driver_json_and_the_history(tmp_path):
+    from types import SimpleNamespace
+
+    from streamops.driver.stopping import record_failed_batches
+    from tests.unit.streamops.test_checkpoints import commit_batch, new_query, plan_batch
+
+    checkpoint = tmp_path / "cp"
+    route = new_query(checkpoint, "route")
+    plan_batch(route, 0, {"ops": {"0": 5, "1": 2}})
+    commit_batch(route, 0)
+    plan_batch(route, 1, {"ops": {"0": 9, "1": 2}})  # planned, never committed: the batch it failed on
+    new_query(checkpoint, "count")  # failed before planning a batch
+    runtime = AppRuntime(checkpoint)
+    runtime.acquire({"app": "demo"})
+    failed = [SimpleNamespace(name=f"demo.{name}", exception=lambda: "org.example.BoomException: boom") for name in ("route", "count")]
+    record_failed_batches(runtime, failed)
+    runtime.release("failed", "query route failed")
+    expected = [
+        {"query": "route", "batch": 1, "ranges": [{"topic": "ops", "partition": 0, "first": 5, "last": 8}],
+         "error": "org.example.BoomException: boom"},
+        {"query": "count", "batch": None, "ranges": [], "error": "org.example.BoomException: boom"},
+    ]
+    assert runtime.driver().failed_batches == expected
+    assert runtime.history()[-1]["failed_batches"] == expected
