@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -22,7 +22,7 @@ import psutil
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, DriverRecord, LaunchRecord
 from streamops.catalog import AppSpec
 from streamops.spark_submit import driver_env
-from streamops.standby import ABORT, GO, StandbySlot, new_token
+from streamops.standby import ABORT, GO, StandbyReady, StandbySlot, new_token
 from streamops.waiting import DeadlineExceeded, poll_until
 
 
@@ -175,15 +175,16 @@ class Standby:
     command: LaunchCommand
     launched_by: str
     version: str
-    ready_record: dict = field(default_factory=dict)  # what it reported when ready (kept: it clears its file)
+    ready_record: StandbyReady | None = None  # what it reported when ready (kept: it clears its file)
     told_go: bool = False
 
     @property
     def plan_fingerprint(self) -> dict[str, list[str]] | None:
-        return self.ready_record.get("plan_fingerprint")
+        return self.ready_record.get("plan_fingerprint") if self.ready_record else None
 
     def describe(self) -> str:
-        return f"driver pid {self.ready_record.get('pid', '?')} on {self.ready_record.get('host', '?')}, log {self.start.driver_log}"
+        pid, host = (self.ready_record["pid"], self.ready_record["host"]) if self.ready_record else ("?", "?")
+        return f"driver pid {pid} on {host}, log {self.start.driver_log}"
 
     def gone(self) -> LaunchError | None:
         """Why it can no longer take over (it exited), or None."""
@@ -259,7 +260,7 @@ def start_standby(
     except BaseException:  # the task was killed or timed out: no standby is left behind
         standby.abort("the rollout that started it stopped", wait_s=5)
         raise
-    standby.ready_record = slot.ready() or {}
+    standby.ready_record = slot.ready()
     return standby
 
 

@@ -6,7 +6,7 @@
     <checkpoint>/_runtime/driver.json      the current or last driver: app, version, conf, pid,
                                            host, Spark application id, started/stopped at
                                            (read as a DriverRecord)
-    <checkpoint>/_runtime/runs.jsonl       every start and stop, appended
+    <checkpoint>/_runtime/runs.jsonl       every start and stop, appended (RunEvent)
     <checkpoint>/_runtime/progress/Q.json  the latest progress of query Q (a StreamingQueryListener)
     <checkpoint>/_runtime/progress/rates.jsonl  input rows per batch over the last hour (the apps page's chart)
     <checkpoint>/_runtime/stop-requested   ask the driver for a graceful stop
@@ -25,7 +25,10 @@
                                            catalog with the approved changes applied
 
 Each file that crosses a process boundary has one typed record in `streamops.runtime_records`,
-written and read through it (driver.json, progress, rates, the skip list, stop requests, desired state).
+written and read through it (driver.json, the run history, progress, rates, the skip list, stop
+requests, desired state, the operation marker, the restarts). A marker that is not an
+OperationRecord holds the app like a failed operation (its error names the file and the field);
+a line of runs.jsonl or restarts.jsonl that is not its record is refused where it is read.
 
 The lease and files need a POSIX filesystem the drivers and the DAGs share (local mode, or a
 shared mount on every host); a checkpoint on an object store keeps its runtime folder on such a
@@ -54,7 +57,20 @@ from streamops.runtime_files import read_json, read_json_object, write_json_atom
 
 # The records live in streamops.runtime_records; these three are read through this module by name too.
 from streamops.runtime_records import CodeRecord as CodeRecord
-from streamops.runtime_records import DesiredState, QueryProgress, RateLine, RuntimeRecordError, SkipEntry, SkipList, StopRequest
+from streamops.runtime_records import (
+    DesiredState,
+    OperationRecord,
+    QueryProgress,
+    RateLine,
+    RestartEntry,
+    RunEvent,
+    RuntimeRecordError,
+    SkipEntry,
+    SkipList,
+    StopRequest,
+    checked,
+    checked_lines,
+)
 from streamops.runtime_records import DriverRecord as DriverRecord
 from streamops.runtime_records import LaunchRecord as LaunchRecord
 from streamops.timestamps import file_stamp, now_iso, parse_recorded_time, utc_now
@@ -232,14 +248,22 @@ class AppRuntime:
             return "never started"
         return ("crashed" if record.outcome is None else record.outcome) if record.stopped_at else "crashed"
 
-    def history(self) -> list[dict[str, Any]]:
-        if not self.history_file.exists():
-            return []
-        return [json.loads(line) for line in self.history_file.read_text().splitlines() if line.strip()]
+    def history(self) -> list[RunEvent]:
+        """Every start and end of a driver here, oldest first; RuntimeRecordError names a line
+        that is not a RunEvent."""
+        return checked_lines(RunEvent, self.history_file)
 
     def _append_history(self, entry: dict[str, Any]) -> None:
+        """Append a RunEvent (`entry`: a driver record with its event). One that is not a RunEvent
+        (a driver.json someone else rewrote) is left out with a warning naming the field: the
+        history never keeps a driver from recording its end and ending its lease."""
+        try:
+            line = json.dumps(checked(RunEvent, entry, str(self.history_file)), sort_keys=True)
+        except RuntimeRecordError as exc:
+            log.warning("%s; left out of the run history", exc)
+            return
         with open(self.history_file, "a", encoding="utf-8") as history:
-            history.write(json.dumps(entry, sort_keys=True) + "\n")
+            history.write(line + "\n")
 
     # --- driver logs: one file per start -----------------------------------------------------------
 
@@ -379,30 +403,46 @@ class AppRuntime:
         desired = DesiredState(state=state, run_id=run_id, by=by, at=now_iso(), version=version)  # type: ignore[arg-type]
         write_json_atomic(self.desired_file, desired.to_json(), indent=1)
         with self._operation_lock():
-            if (read_json(self.operation_file) or {}).get("failed_at"):
+            recorded = self._recorded_operation()
+            if recorded is not None and recorded.failed:
                 self.operation_file.unlink(missing_ok=True)
 
-    def operation(self) -> dict[str, Any] | None:
+    def _recorded_operation(self) -> OperationRecord | None:
+        """operation.json as recorded (None: none, or torn). One that is not an OperationRecord
+        counts as a failed operation whose error names the file and the field: the app is held,
+        never left to the supervisor, until an operator's run takes it over."""
+        value = read_json_object(self.operation_file)
+        if not value:
+            return None
+        try:
+            return OperationRecord.from_file_value(value, str(self.operation_file))
+        except RuntimeRecordError as exc:
+            return OperationRecord(run_id=str(shown(value.get("run_id"))), what=str(shown(value.get("what"))),
+                                   failed_at="unknown", error=str(exc))
+
+    def operation(self) -> OperationRecord | None:
         """The run changing the app now, or the one that FAILED while changing it (`failed_at` set:
         kept until an operator's run takes it over, so nothing restarts a half-changed app); None
         when no run is at it. A run whose process died without ending its operation (killed, its
         worker lost; recorded on another host: begun more than OPERATION_MAX_S ago) counts as failed."""
-        record = read_json_object(self.operation_file)
-        if not record or record.get("failed_at"):
-            return record or None
-        if record.get("host") == socket.gethostname():
+        record = self._recorded_operation()
+        if record is None or record.failed:
+            return record
+        if record.host == socket.gethostname():
             try:
-                process = psutil.Process(int(record["pid"]))
-                alive = abs(process.create_time() - float(record["pid_created"])) < 0.01
-            except (psutil.Error, KeyError, TypeError, ValueError):
+                process = psutil.Process(record.pid) if record.pid is not None else None
+                alive = process is not None and record.pid_created is not None \
+                    and abs(process.create_time() - record.pid_created) < 0.01
+            except (psutil.Error, ValueError):  # ValueError: a negative pid
                 alive = False
             gone = not alive
         else:
-            started = parse_recorded_time(record.get("started_at"))
+            started = parse_recorded_time(record.started_at)
             gone = started is None or (datetime.now(UTC) - started).total_seconds() > OPERATION_MAX_S
         if gone:
-            return {**record, "failed_at": "unknown", "error": f"its process (pid {record.get('pid')} on {record.get('host')}) "
-                                                                "ended without finishing it (killed, or its worker was lost)"}
+            return record.model_copy(update={
+                "failed_at": "unknown", "error": f"its process (pid {record.pid} on {record.host}) "
+                                                 "ended without finishing it (killed, or its worker was lost)"})
         return record
 
     @contextmanager
@@ -414,51 +454,57 @@ class AppRuntime:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
-    def begin_operation(self, run_id: str, what: str, *, over_failed: bool = False) -> dict[str, Any] | None:
+    def begin_operation(self, run_id: str, what: str, *, over_failed: bool = False) -> OperationRecord | None:
         """Mark the app as being changed by `run_id`. OperationInProgress if another run is changing
         it now, or (unless `over_failed`: an operator's run deciding what happens next) if a run
         failed while changing it. Checked and written under a lock: two runs never both go ahead.
         Returns the failed run's record this one took over (None: there was none)."""
         with self._operation_lock():
             current = self.operation()
-            if current and current.get("run_id") != run_id:
-                if not current.get("failed_at"):
+            if current and current.run_id != run_id:
+                if not current.failed:
                     raise OperationInProgress(
-                        f"{self.checkpoint.name} is being changed by another run: {current.get('what')} (run "
-                        f"{current.get('run_id')}, since {current.get('started_at')}, pid {current.get('pid')} on "
-                        f"{current.get('host')}); try again when it has finished")
+                        f"{self.checkpoint.name} is being changed by another run: {current.what} (run "
+                        f"{current.run_id}, since {current.started_at}, pid {current.pid} on "
+                        f"{current.host}); try again when it has finished")
                 if not over_failed:
                     raise OperationInProgress(
-                        f"{self.checkpoint.name} is held: {current.get('what')} (run {current.get('run_id')}) failed while "
-                        f"changing it ({current.get('error')}); an operator's start, stop or recovery decides what happens next")
-            write_json_atomic(self.operation_file, {"run_id": run_id, "what": what, "started_at": now_iso(),
-                                                    "host": socket.gethostname(), "pid": os.getpid(),
-                                                    "pid_created": psutil.Process().create_time()}, indent=1)
-            return current if current and current.get("failed_at") else None
+                        f"{self.checkpoint.name} is held: {current.what} (run {current.run_id}) failed while "
+                        f"changing it ({current.error}); an operator's start, stop or recovery decides what happens next")
+            write_json_atomic(self.operation_file, OperationRecord(
+                run_id=run_id, what=what, started_at=now_iso(), host=socket.gethostname(), pid=os.getpid(),
+                pid_created=psutil.Process().create_time()).to_json(), indent=1)
+            return current if current and current.failed else None
 
-    def end_operation(self, run_id: str, restore: dict[str, Any] | None = None) -> None:
+    def end_operation(self, run_id: str, restore: OperationRecord | None = None) -> None:
         """End this run's operation; with `restore`, put back the failed run's record it took over
         (this run changed nothing: the hold stands)."""
         with self._operation_lock():
-            if (read_json(self.operation_file) or {}).get("run_id") == run_id:
+            recorded = self._recorded_operation()
+            if recorded is not None and recorded.run_id == run_id:
                 if restore:
-                    write_json_atomic(self.operation_file, restore, indent=1)
+                    write_json_atomic(self.operation_file, restore.to_json(), indent=1)
                 else:
                     self.operation_file.unlink(missing_ok=True)
 
-    def fail_operation(self, run_id: str, error: str, **details: Any) -> None:
-        """Keep this run's operation marker, marked failed with the error and `details`."""
+    def fail_operation(self, run_id: str, error: str, *, state_after: str | None = None,
+                       backups: list[str] | None = None) -> None:
+        """Keep this run's operation marker, marked failed with the error, the app's state after
+        it and the checkpoint snapshots it took."""
         with self._operation_lock():
-            record = read_json(self.operation_file) or {}
-            if record.get("run_id") == run_id:
-                write_json_atomic(self.operation_file, {**record, **details, "failed_at": now_iso(), "error": error[:1000]}, indent=1)
+            recorded = self._recorded_operation()
+            if recorded is not None and recorded.run_id == run_id:
+                failed = recorded.model_copy(update={"state_after": state_after, "backups": backups or [],
+                                                     "failed_at": now_iso(), "error": error[:1000]})
+                write_json_atomic(self.operation_file, failed.to_json(), indent=1)
 
-    def restarts(self) -> list[dict[str, Any]]:
-        if not self.restarts_file.exists():
-            return []
-        return [json.loads(line) for line in self.restarts_file.read_text().splitlines() if line.strip()]
+    def restarts(self) -> list[RestartEntry]:
+        """The supervisor's restarts, oldest first; RuntimeRecordError names a line that is not a
+        RestartEntry (the app's status is then unreadable: the guard cannot count)."""
+        return checked_lines(RestartEntry, self.restarts_file)
 
-    def record_restart(self, entry: dict[str, Any]) -> None:
+    def record_restart(self, entry: RestartEntry) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(checked(RestartEntry, entry, str(self.restarts_file)), sort_keys=True)
         with open(self.restarts_file, "a", encoding="utf-8") as restarts:
-            restarts.write(json.dumps(entry, sort_keys=True) + "\n")
+            restarts.write(line + "\n")

@@ -29,6 +29,7 @@ from streamops.kafka_records import producer
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics
+from streamops.runtime_records import DeadLetterEnvelope, DeadLetterSource
 from streamops.spark_submit import SparkTarget
 
 _HAS_OFFSET = re.compile(r"(Z|z|[+-][0-9]{2}:?[0-9]{2})$")
@@ -121,8 +122,9 @@ def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, ex
                 and event["op_type"] in table  # an op type in no category is a dead letter too
             )
             if not good or not isinstance(event, dict):  # (good says it is one)
-                envelope = {"app": source.name, "reason": "invalid", "source": {"topic": message.topic(), "partition": message.partition(), "offset": message.offset()}}
-                _produce(out, target.dead_letter_topic, message.key(), json.dumps(envelope))
+                envelope = DeadLetterEnvelope(app=source.name, reason="invalid", source=DeadLetterSource(
+                    topic=message.topic(), partition=message.partition(), offset=message.offset()))
+                _produce(out, target.dead_letter_topic, message.key(), envelope.model_dump_json(exclude_none=True))
                 written += 1
                 continue
             for category, out_topic in table.get(event["op_type"], []):

@@ -37,6 +37,7 @@ from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.provisioning import ensure_topics
+from streamops.runtime_records import DeadLetterEnvelope
 from streamops.spark_submit import SparkTarget
 from streamops.timestamps import iso_seconds_utc, utc_now
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -216,8 +217,11 @@ def _dead_lettered(kafka: KafkaClientConfig, catalog: Catalog, inputs: dict[str,
     app = catalog.app(ROUTER)
     named = set()
     for record in read_all(kafka, app.dead_letter_topic):
-        source = (record.json() or {}).get("source") or {}
-        named.add(f"{source.get('topic')}/{source.get('partition')}/{source.get('offset')}")
+        try:
+            source = DeadLetterEnvelope.model_validate_json(record.value or b"").source
+        except ValueError:  # not an envelope: it names no input record
+            continue
+        named.add(f"{source.topic}/{source.partition}/{source.offset}")
     return len(named & set(inputs))
 
 

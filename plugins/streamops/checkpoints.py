@@ -15,11 +15,12 @@ the checkpoint, its snapshots:
                                            offset)
     <checkpoint>/<query>/state/            the state store of a stateful query
     <checkpoint>/_kafka_cluster.json       the Kafka cluster (id, address) its offsets belong to
-                                           (`bind_cluster`): part of every snapshot
+                                           (`bind_cluster`, a ClusterBinding): part of every snapshot
     <checkpoint>/_runtime/                 the suite's own files (lease, driver.json, ...): never
                                            a query, never part of a snapshot
     <checkpoint root>/_backups/<app>/<UTC time>-<label>/   a snapshot: the query folders and
-                                           `_backup.json` (label, time, the driver that wrote it)
+                                           `_backup.json` (a BackupInfo: label, time, the driver
+                                           that wrote it)
 
 Spark writes each log file atomically (a hidden temporary file, then a rename), so a reader sees
 a whole file or none; only files named by a batch number count. A commit whose offset log entry is
@@ -32,12 +33,16 @@ Imported by the Spark apps' driver (streamops.driver): no Airflow, no Kafka clie
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamops.runtime_records import BackupInfo, ClusterBinding, InputRange, RuntimeRecordError, UncommittedBatch, checked
 from streamops.timestamps import file_stamp, iso_seconds_utc, now_iso, utc_now
+
+log = logging.getLogger("streamops.checkpoints")
 
 Offsets = dict[str, dict[int, int]]  # topic -> partition -> offset
 
@@ -134,7 +139,7 @@ def initial_offsets(query_dir: Path) -> Offsets | None:
     return merged if found else None
 
 
-def uncommitted_batch(query_dir: Path) -> dict[str, Any] | None:
+def uncommitted_batch(query_dir: Path) -> UncommittedBatch | None:
     """The batch the query planned (offsets/<N>) but did not commit (no commits/<N>): the one a
     failed query stopped on, which a restart runs again with the same offsets. With the input it
     covers: {"batch": N, "ranges": [{"topic", "partition", "first", "last"}, ...]} (last
@@ -145,7 +150,7 @@ def uncommitted_batch(query_dir: Path) -> dict[str, Any] | None:
     batch = planned[-1]
     ends = batch_offsets(query_dir, batch) or {}
     starts = (batch_offsets(query_dir, committed[-1]) if committed else None) or initial_offsets(query_dir) or {}
-    ranges = [
+    ranges: list[InputRange] = [
         {"topic": topic, "partition": partition, "first": starts.get(topic, {}).get(partition, 0), "last": end - 1}
         for topic, partitions in sorted(ends.items()) for partition, end in sorted(partitions.items())
         if end > starts.get(topic, {}).get(partition, 0)
@@ -188,14 +193,15 @@ class CheckpointOfAnotherCluster(RuntimeError):
     """The checkpoint's offsets were written against another Kafka cluster: nothing was started."""
 
 
-def checkpoint_cluster(checkpoint: str | Path) -> dict[str, Any] | None:
-    """{cluster_id, bootstrap, at} of the cluster the checkpoint was written against (None: not
-    recorded: a new checkpoint, or one from before checkpoints recorded it)."""
+def checkpoint_cluster(checkpoint: str | Path) -> ClusterBinding | None:
+    """The cluster the checkpoint was written against (None: not recorded: a new checkpoint, one
+    from before checkpoints recorded it, or a file that is not a ClusterBinding, which the next
+    launch binds again)."""
+    path = Path(checkpoint) / CLUSTER_FILE
     try:
-        found = json.loads((Path(checkpoint) / CLUSTER_FILE).read_text())
-    except (FileNotFoundError, ValueError):
+        return checked(ClusterBinding, json.loads(path.read_text()), str(path))
+    except (FileNotFoundError, ValueError):  # RuntimeRecordError too
         return None
-    return found if isinstance(found, dict) and isinstance(found.get("cluster_id"), str) else None
 
 
 def cluster_problem(app: str, checkpoint: str | Path, cluster_id: str | None, bootstrap: str) -> str | None:
@@ -225,6 +231,7 @@ def bind_cluster(app: str, checkpoint: str | Path, cluster_id: str | None, boots
     root = Path(checkpoint)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".{CLUSTER_FILE}.tmp"
+    # A ClusterBinding (read back through it: checkpoint_cluster).
     tmp.write_text(json.dumps({"cluster_id": cluster_id, "bootstrap": bootstrap,
                                "at": iso_seconds_utc(utc_now())}, sort_keys=True))
     tmp.replace(root / CLUSTER_FILE)
@@ -260,18 +267,25 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
         "launch": driver.launch.to_json(),
         "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
     }
-    (target / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
+    (target / BACKUP_INFO).write_text(json.dumps(checked(BackupInfo, info, str(target / BACKUP_INFO)), indent=1, sort_keys=True))
     return target
 
 
-def backup_info(backup: Path) -> dict[str, Any]:
+def backup_info(backup: Path) -> BackupInfo:
     """What `backup_checkpoint` recorded about a snapshot (older snapshots, or a description that
-    is not a JSON object: the label its name carries only)."""
+    is not a JSON object: the label its name carries only; one that is not a BackupInfo too, with
+    a warning naming the file and the field)."""
+    path = backup / BACKUP_INFO
     try:
-        info = json.loads((backup / BACKUP_INFO).read_text())
+        value = json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
-        info = None
-    return info if isinstance(info, dict) else {"label": backup.name.split("-", 1)[-1]}
+        value = None
+    if isinstance(value, dict):
+        try:
+            return checked(BackupInfo, value, str(path))
+        except RuntimeRecordError as exc:
+            log.warning("%s; the snapshot is read by its name", exc)
+    return BackupInfo(label=backup.name.split("-", 1)[-1])
 
 
 def list_backups(checkpoint: str | Path) -> list[Path]:

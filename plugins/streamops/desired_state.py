@@ -19,6 +19,7 @@ hand treats `report` like `approve`: they asked. No Airflow here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -29,7 +30,10 @@ from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import Catalog
 from streamops.effective_spec import Drift, drift
 from streamops.plans import JsonPlan
+from streamops.runtime_records import FailedRoll, RuntimeRecordError
 from streamops.timestamps import now_iso
+
+log = logging.getLogger("streamops.desired_state")
 
 ROLL, REFUSE, DECIDE, NONE = "roll", "refuse", "decide", "none"
 # In the app's runtime folder: the catalog entry (its declared spec's digest) a reconcile roll failed
@@ -133,10 +137,10 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
                                             "old ones, so a roll cannot carry it over; " + REBUILD_OR_REPROCESS)
         return item
     failed = failed_roll(runtime)
-    if failed and failed.get("declared_digest") == found.declared_digest:
+    if failed and failed.declared_digest == found.declared_digest:
         item.action, item.reason = REFUSE, (
-            f"the last reconcile roll onto this catalog entry failed (run {failed.get('run_id')} at {failed.get('at')}: "
-            f"{str(failed.get('error'))[:300]}) and was rolled back; it is not tried again until the entry changes: fix "
+            f"the last reconcile roll onto this catalog entry failed (run {failed.run_id} at {failed.at}: "
+            f"{str(failed.error)[:300]}) and was rolled back; it is not tried again until the entry changes: fix "
             "the entry, or roll it by hand (roll_restart_apps)")
         return item
     record = runtime.driver() or DriverRecord()
@@ -162,11 +166,18 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
     return item
 
 
-def failed_roll(runtime: AppRuntime) -> dict[str, Any] | None:
-    """The reconcile roll that failed for this app ({declared_digest, run_id, at, error}), if any."""
+def failed_roll(runtime: AppRuntime) -> FailedRoll | None:
+    """The reconcile roll that failed for this app, if any (a file that is not a FailedRoll counts
+    as none, with a warning naming it: the entry is tried again)."""
     from streamops.runtime_files import read_json_object
 
-    return read_json_object(runtime.dir / FAILED_ROLL_FILE)
+    path = runtime.dir / FAILED_ROLL_FILE
+    value = read_json_object(path)
+    try:
+        return FailedRoll.from_file_value(value, str(path)) if value is not None else None
+    except RuntimeRecordError as exc:
+        log.warning("%s; taken as no failed roll", exc)
+        return None
 
 
 def record_roll_outcome(runtime: AppRuntime, item: SyncItem, run_id: str, error: str | None) -> None:
@@ -178,6 +189,6 @@ def record_roll_outcome(runtime: AppRuntime, item: SyncItem, run_id: str, error:
         (runtime.dir / FAILED_ROLL_FILE).unlink(missing_ok=True)
         return
     runtime.dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(runtime.dir / FAILED_ROLL_FILE, {"declared_digest": item.declared_digest, "run_id": run_id,
-                                                       "at": now_iso(), "error": error[:2000]}, indent=1)
+    write_json_atomic(runtime.dir / FAILED_ROLL_FILE, FailedRoll(declared_digest=item.declared_digest, run_id=run_id,
+                                                                 at=now_iso(), error=error[:2000]).to_json(), indent=1)
 

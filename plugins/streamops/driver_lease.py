@@ -18,6 +18,12 @@ before the batch is committed, that no later epoch exists (`still_held`). A driv
 stops without committing. Clocks: the age of a heartbeat is read against the reader's clock, so the
 hosts' clocks must agree to well within ttl_s (NTP does).
 
+Each file has its record here (`LeaseEpoch`, `LeaseBeat`, `LeaseEnd`: JSON objects checked by
+pydantic as streamops.runtime_records' are), written and read through it. Every field may be
+missing (the readers' defaults stand in, as for files of older drivers); a file of the wrong shape
+is refused where it is read (RuntimeRecordError naming the file and the field): the lease never
+guesses who holds it. A torn file, or one that is not a JSON object, counts as absent, as before.
+
 Storage: link() and rename() need a POSIX filesystem the drivers and the DAGs share (a local disk,
 NFS, a cluster filesystem mount). An object store has no atomic create of a file that must not
 exist (S3 has conditional writes, but not through a filesystem path), so an app whose checkpoint is
@@ -36,12 +42,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
+# pydantic reads a TypedDict of typing_extensions only, before Python 3.12.
+from typing_extensions import TypedDict
+
 from streamops import settings
 from streamops.runtime_files import read_json_object, write_json_atomic
+from streamops.runtime_records import checked
 from streamops.timestamps import iso_seconds
 
 log = logging.getLogger("streamops.lease")
@@ -65,6 +75,45 @@ def lease_ttl_s() -> float:
     return ttl
 
 
+class LeaseEpoch(TypedDict, total=False):
+    """epoch-N.json: who took epoch N (DriverLease.take), with what the driver told it (`app`)."""
+
+    epoch: int
+    app: str | None
+    host: str
+    address: str | None  # the host's address in the cluster profile (STREAMOPS_HOST_ADDRESS)
+    pid: int
+    pid_created: float  # the process's start time: a reused pid is never taken for it
+    ttl_s: float  # how long others wait for a silent holder
+    taken_at_s: float
+    taken_at: str
+
+
+class LeaseBeat(TypedDict, total=False):
+    """beat-N.json: the holder's latest heartbeat."""
+
+    at_s: float
+    pid: int
+
+
+class LeaseEnd(TypedDict, total=False):
+    """ended-N.json: how the holder of epoch N ended (a driver's outcome: stopped, failed, fenced)."""
+
+    outcome: str
+    at_s: float
+    pid: int
+
+
+_LeaseRecord = TypeVar("_LeaseRecord", LeaseEpoch, LeaseBeat, LeaseEnd)
+
+
+def _read(kind: type[_LeaseRecord], path: Path) -> _LeaseRecord | None:
+    """The record in a lease file (None: none, or torn); RuntimeRecordError names a file of the
+    wrong shape."""
+    value = read_json_object(path)
+    return None if value is None else checked(kind, value, str(path))
+
+
 class LeaseTaken(RuntimeError):
     """Another driver holds the lease; `holder` says who."""
 
@@ -78,9 +127,9 @@ class Holder:
     """One epoch's holder, as its files say."""
 
     epoch: int
-    record: dict[str, Any]  # host, pid, pid_created, app, ttl_s, taken_at_s, taken_at
+    record: LeaseEpoch
     last_beat_s: float  # wall-clock seconds of its newest heartbeat (or of taking the lease)
-    ended: dict[str, Any] | None
+    ended: LeaseEnd | None
 
     @property
     def host(self) -> str:
@@ -103,7 +152,7 @@ class Holder:
         return f"epoch {self.epoch}: driver pid {self.pid} on {self.where}, heartbeat {self.silent_for_s():.0f}s ago"
 
 
-def _process_gone(record: dict[str, Any]) -> bool:
+def _process_gone(record: LeaseEpoch) -> bool:
     """True only when the holder is a process of this host that no longer exists (same pid and
     start time, so a reused pid is not mistaken for it). Another host's process is never 'gone'
     from here: only its heartbeat can tell."""
@@ -167,12 +216,12 @@ class DriverLease:
     def holder(self, epoch: int | None = None) -> Holder | None:
         """The holder of `epoch` (default: the latest), or None when no driver ever took one."""
         epoch = epoch if epoch is not None else self.latest_epoch()
-        record = read_json_object(self._epoch_file(epoch)) if epoch else None
+        record = _read(LeaseEpoch, self._epoch_file(epoch)) if epoch else None
         if record is None:
             return None
-        beat = read_json_object(self._beat_file(epoch)) or {}
-        last = max(float(record.get("taken_at_s", 0)), float(beat.get("at_s", 0)))
-        return Holder(epoch, record, last, read_json_object(self._ended_file(epoch)))
+        beat = _read(LeaseBeat, self._beat_file(epoch)) or LeaseBeat()
+        last = max(record.get("taken_at_s", 0.0), beat.get("at_s", 0.0))
+        return Holder(epoch, record, last, _read(LeaseEnd, self._ended_file(epoch)))
 
     def live_holder(self) -> Holder | None:
         """The latest epoch's holder while it holds the lease: not ended, heartbeat within its
@@ -198,14 +247,14 @@ class DriverLease:
                   "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
                   "taken_at": iso_seconds(int(now * 1000))}
         staged = self.dir / f".epoch-{epoch:010d}.{socket.gethostname()}.{os.getpid()}.tmp"
-        staged.write_text(json.dumps(record, sort_keys=True))
+        staged.write_text(json.dumps(checked(LeaseEpoch, record, str(self._epoch_file(epoch))), sort_keys=True))
         try:
             os.link(staged, self._epoch_file(epoch))
         except FileExistsError:
             winner = self.holder(epoch)
             raise LeaseTaken(
                 f"another driver took epoch {epoch} at the same moment ({winner.describe() if winner else 'unreadable'})",
-                winner or Holder(epoch, {}, 0.0, None),
+                winner or Holder(epoch, LeaseEpoch(), 0.0, None),
             ) from None
         finally:
             staged.unlink(missing_ok=True)
@@ -264,7 +313,7 @@ class DriverLease:
         if self._beater is not None and self._beater is not threading.current_thread():
             self._beater.join(timeout=5)
         if self.epoch is not None:
-            self._write(self._ended_file(self.epoch), {"outcome": outcome, "at_s": time.time(), "pid": os.getpid()})
+            self._write(self._ended_file(self.epoch), LeaseEnd(outcome=outcome, at_s=time.time(), pid=os.getpid()))
 
     def _note_lost(self) -> None:
         with self._lost_lock:
@@ -297,14 +346,14 @@ class DriverLease:
                 epoch = self.epoch
                 if epoch is None or not self.still_held():
                     return
-                self._write(self._beat_file(epoch), {"at_s": time.time(), "pid": os.getpid()})
+                self._write(self._beat_file(epoch), LeaseBeat(at_s=time.time(), pid=os.getpid()))
                 self._last_beat = time.monotonic()
                 for callback in self._beat_callbacks:
                     callback()
             except Exception as exc:  # noqa: BLE001 - a full or unreachable mount: keep trying; the ttl decides
                 log.warning("could not renew the lease heartbeat: %s", exc)
 
-    def _write(self, path: Path, payload: dict[str, Any]) -> None:
+    def _write(self, path: Path, payload: LeaseBeat | LeaseEnd) -> None:
         write_json_atomic(path, payload)
 
     def _prune(self, epoch: int) -> None:

@@ -11,7 +11,8 @@ recover_skip_records say it with these. Imported by the Spark apps: no Airflow, 
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from streamops.runtime_records import FailedBatch, InputRange
 
 # A Java exception class, e.g. "org.apache.kafka.common.errors.RecordTooLargeException".
 _JAVA_EXCEPTION = re.compile(r"(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b")
@@ -34,7 +35,7 @@ def error_gist(text: str, limit: int = 400) -> str:
     return first if len(first) <= limit else first[: limit - 3] + "..."
 
 
-def describe_ranges(ranges: list[dict[str, Any]]) -> str:
+def describe_ranges(ranges: list[InputRange]) -> str:
     """'<topic> partition 3 offsets 1200-1344, ...' (a single offset as 'offset 1200')."""
     parts = []
     for r in ranges:
@@ -43,7 +44,7 @@ def describe_ranges(ranges: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "no input records"
 
 
-def describe_failed_batches(failed: list[dict[str, Any]]) -> str:
+def describe_failed_batches(failed: list[FailedBatch]) -> str:
     """One line per failed query: which batch, and which input it covers."""
     return "; ".join(
         f"query {f['query']} failed on batch {f['batch']} ({describe_ranges(f.get('ranges') or [])})"

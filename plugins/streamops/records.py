@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -26,6 +27,7 @@ from streamops.input_contract import (
     merged_rules,
     whole_match,
 )
+from streamops.runtime_records import DeadLetterEnvelope, DeadLetterSource
 from streamops.timestamps import SPARK_ISO_MS, SPARK_ISO_MS_OFFSET
 
 # Programs write their times with records.iso_ms (epoch milliseconds -> '...T01:00:00.123Z', in
@@ -622,10 +624,24 @@ def _stored(data: Column, inline: Column) -> Column:
     return F.when(data.isNull(), F.lit("null")).when(inline, F.lit("inline")).otherwise(F.lit("reference"))
 
 
+def struct_of(record: type[BaseModel], columns: dict[str, Column]) -> Column:
+    """struct(...) of `columns`, named and ordered as the fields of `record`, the model its readers
+    validate with (streamops.runtime_records): a field without a column, or a column the model
+    lacks, is refused here, so the writer and its readers cannot drift apart."""
+    fields = list(record.model_fields)
+    missing, unknown = [f for f in fields if f not in columns], [c for c in columns if c not in record.model_fields]
+    if missing or unknown:
+        raise ValueError(f"the {record.__name__} struct does not match its model: "
+                         + "; ".join(f"{what}: {', '.join(names)}" for what, names in
+                                     (("no column for", missing), ("not in the model", unknown)) if names))
+    return F.struct(*(columns[name].alias(name) for name in fields))
+
+
 def dead_letter_record(spec: AppSpec, version: str) -> Column:
     """The dead letter of a parsed row with an error, as struct(key, value, topic) for the sink.
 
-    The envelope (JSON) names the reason, the app and the source record (topic, partition,
+    The envelope (JSON, a streamops.runtime_records.DeadLetterEnvelope: its struct is built from
+    that model's fields) names the reason, the app and the source record (topic, partition,
     offset, timestamp) and keeps the original key and value: byte for byte in base64 when they
     fit the sink's request limit, else by reference (source coordinates, size and sha256, which
     recover_replay_dead_letters reads back from the source topic), the reason saying so. So a
@@ -649,27 +665,27 @@ def dead_letter_record(spec: AppSpec, version: str) -> Column:
         F.concat_ws(" and ", *by_reference),
     )
     reason = _capped(F.col("error"), REASON_MAX_CHARS)
-    envelope = F.struct(
-        F.lit(spec.name).alias("app"),
-        F.lit(version).alias("app_version"),
-        F.when(key_inline & value_inline, reason).otherwise(F.concat(reason, note)).alias("reason"),
-        F.date_format(_processing_time(), SPARK_ISO_MS_OFFSET).alias("failed_at"),
-        F.struct(
-            F.col("topic").alias("topic"),
-            F.col("partition").alias("partition"),
-            F.col("offset").alias("offset"),
-            F.date_format(F.col("timestamp"), SPARK_ISO_MS_OFFSET).alias("timestamp"),
-        ).alias("source"),
-        F.when(key_inline, F.base64(key)).alias("original_key_base64"),
-        F.when(value_inline, F.base64(value)).alias("original_value_base64"),
-        _stored(key, key_inline).alias("original_key_stored"),
-        _stored(value, value_inline).alias("original_value_stored"),
-        key_size.alias("original_key_bytes"),
-        value_size.alias("original_value_bytes"),
-        F.sha2(key, 256).alias("original_key_sha256"),
-        F.sha2(value, 256).alias("original_value_sha256"),
-        F.substring(value.cast("string"), 1, PREVIEW_CHARS).alias("original_value_preview"),
-    )
+    envelope = struct_of(DeadLetterEnvelope, {
+        "app": F.lit(spec.name),
+        "app_version": F.lit(version),
+        "reason": F.when(key_inline & value_inline, reason).otherwise(F.concat(reason, note)),
+        "failed_at": F.date_format(_processing_time(), SPARK_ISO_MS_OFFSET),
+        "source": struct_of(DeadLetterSource, {
+            "topic": F.col("topic"),
+            "partition": F.col("partition"),
+            "offset": F.col("offset"),
+            "timestamp": F.date_format(F.col("timestamp"), SPARK_ISO_MS_OFFSET),
+        }),
+        "original_key_base64": F.when(key_inline, F.base64(key)),
+        "original_value_base64": F.when(value_inline, F.base64(value)),
+        "original_key_stored": _stored(key, key_inline),
+        "original_value_stored": _stored(value, value_inline),
+        "original_key_bytes": key_size,
+        "original_value_bytes": value_size,
+        "original_key_sha256": F.sha2(key, 256),
+        "original_value_sha256": F.sha2(value, 256),
+        "original_value_preview": F.substring(value.cast("string"), 1, PREVIEW_CHARS),
+    })
     return F.struct(
         F.when(key_inline, key).alias("key"), F.to_json(envelope).alias("value"), F.lit(spec.dead_letter_topic).alias("topic")
     )

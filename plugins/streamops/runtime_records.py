@@ -1,11 +1,20 @@
 """The records of the files beside a checkpoint that cross a process boundary (the driver and the
-control plane; a DAG task and the supervisor), one typed record per file, used by the writer and
-every reader. `to_json` is what the writer puts in the file; `from_json` reads it back, and a
-unit test round-trips each (tests/unit/streamops/test_runtime_records.py).
+control plane; a DAG task and the supervisor), one typed record per file (and per record format:
+the dead-letter envelope), used by the writer and every reader. A unit test round-trips each
+(tests/unit/streamops/test_runtime_records.py).
 
 driver.json (`DriverRecord`, with `LaunchRecord` and `CodeRecord`) is lenient by design (below):
-every field may be missing, values are kept as the file has them. The others are pydantic
-models: a value of the wrong type is refused where it is read, naming the file and the field.
+every field may be missing, values are kept as the file has them. The others are checked by
+pydantic, and a value of the wrong type is refused where it is read, with a RuntimeRecordError
+naming the file (or line) and the field; each reader says what it does then (some count a bad
+file as absent, as they count a torn one, because their callers rely on it). Optional fields are
+those older writers did not write. They are pydantic models (`to_json` is what the writer puts in
+the file, `from_file_value` reads it back): progress, rates, the skip list, the stop request,
+desired state, the operation marker, a failed reconcile roll, the replay ledger and the
+dead-letter envelope. Or, where readers index them by key, TypedDicts (`checked` reads and checks
+them, `checked_lines` a JSON-lines file of them): the run history, the restarts, a checkpoint
+snapshot's _backup.json and the checkpoint's cluster binding. The standby handshake's files and
+the lease's live with their protocols (streamops.standby, streamops.driver_lease).
 """
 
 from __future__ import annotations
@@ -13,11 +22,43 @@ from __future__ import annotations
 import json
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Required, Self, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
+
+# pydantic reads a TypedDict of typing_extensions only, before Python 3.12.
+from typing_extensions import TypedDict
 
 from streamops.runtime_files import read_json
+
+# --- a failed query's batch, in driver.json and the run history ---------------------------------
+
+
+class InputRange(TypedDict):
+    """Input records of one topic partition: offsets `first` to `last`, inclusive."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+
+class UncommittedBatch(TypedDict):
+    """A query's planned and uncommitted micro-batch (streamops.checkpoints.uncommitted_batch): the
+    one a failed query stopped on, which a restart runs again with the same offsets."""
+
+    batch: int | None  # None: the checkpoint holds no uncommitted batch (it failed outside one)
+    ranges: list[InputRange]  # the partitions with records in it
+
+
+class FailedBatch(UncommittedBatch, total=False):
+    """One entry of driver.json's `failed_batches` (streamops.driver.stopping.record_failed_batches):
+    the batch a failed query stopped on, with its error's gist. Not checked where driver.json is
+    read (DriverRecord keeps values as the file has them); typed for the code that writes and reads it."""
+
+    query: Required[str]
+    error: str
+
 
 # --- driver.json, typed --------------------------------------------------------------------------
 #
@@ -135,7 +176,7 @@ class DriverRecord:
     queries_started: list[str] = field(default_factory=list)
     queries_started_at: str | None = None
     last_idle_at: str | None = None
-    failed_batches: list[dict[str, Any]] = field(default_factory=list)  # streamops.checkpoints.uncommitted_batch
+    failed_batches: list[FailedBatch] = field(default_factory=list)
     # How it ended (release); none while it runs, or after it died unrecorded.
     stopped_at: str | None = None
     outcome: str | None = None  # stopped | failed | fenced
@@ -208,6 +249,11 @@ class RuntimeRecordError(ValueError):
     """A runtime file whose content is not its record; the message names the file and the field."""
 
 
+def _refusal(kind: str, where: str, exc: ValidationError) -> RuntimeRecordError:
+    problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the value'}: {e['msg']}" for e in exc.errors())
+    return RuntimeRecordError(f"{where}: not a {kind} ({problems})")
+
+
 class _Record(BaseModel):
     # Frozen values; keys this version does not know (a newer writer's) are ignored, not refused.
     model_config = ConfigDict(frozen=True, extra="ignore")
@@ -216,13 +262,55 @@ class _Record(BaseModel):
         return self.model_dump(mode="json")
 
     @classmethod
-    def from_file_value(cls, value: object, where: str) -> Any:
+    def from_file_value(cls, value: object, where: str) -> Self:
         """The record in a parsed file (or one entry of it); RuntimeRecordError names `where`."""
         try:
             return cls.model_validate(value)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the value'}: {e['msg']}" for e in exc.errors())
-            raise RuntimeRecordError(f"{where}: not a {cls.__name__} ({problems})") from None
+            raise _refusal(cls.__name__, where, exc) from None
+
+
+# --- the JSON-object records ----------------------------------------------------------------------
+#
+# Records their readers index by key (operators' scripts and the integration tests read
+# `runtime.history()[-1]["event"]`, `backup_info(path)["label"]`, a standby's word ==
+# {"word": "go", ...}) stay plain JSON objects: TypedDicts, checked by pydantic like the models
+# above (`checked`), so a reader gets the same dict it always did, typed, and a bad file is
+# refused naming the file and the field.
+
+_T = TypeVar("_T")
+_ADAPTERS: dict[object, TypeAdapter[Any]] = {}
+
+
+def checked(kind: type[_T], value: object, where: str) -> _T:
+    """`value` (a parsed file, a line of one, or what a writer is about to write) as the record
+    `kind` (a TypedDict, or one of the models); RuntimeRecordError names `where` and the field.
+    Keys `kind` does not declare are dropped, unless it keeps them (RunEvent)."""
+    adapter = _ADAPTERS.get(kind) or _ADAPTERS.setdefault(kind, TypeAdapter(kind))
+    try:
+        return cast(_T, adapter.validate_python(value))
+    except ValidationError as exc:
+        raise _refusal(kind.__name__, where, exc) from None
+
+
+def checked_lines(kind: type[_T], path: Path) -> list[_T]:
+    """The records of a JSON-lines file, oldest first ([] when there is none); RuntimeRecordError
+    names the file and line of one that is not a `kind` (a line cut by a crash too: nothing
+    here guesses what it said)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    found = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as exc:
+            raise RuntimeRecordError(f"{path}:{number}: not a {kind.__name__} (not JSON: {exc})") from None
+        found.append(checked(kind, value, f"{path}:{number}"))
+    return found
 
 
 class QueryProgress(_Record):
@@ -310,3 +398,147 @@ class DesiredState(_Record):
     # Not written by set_desired: supervision's reading of an app deployed before desired states
     # were recorded (running unless its last driver stopped on request).
     inferred: bool = False
+
+
+class OperationRecord(_Record):
+    """operation.json: the run changing the app now (a DAG run's step, the supervisor's restart),
+    or the one that failed while changing it (`failed_at` set: the app is held until an
+    operator's run takes the marker over). Written by AppRuntime.begin_operation and
+    fail_operation, read through AppRuntime.operation (supervision, streamops.dag_tasks)."""
+
+    run_id: str
+    what: str  # "<DAG> <step>", or "supervisor restart"
+    started_at: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    pid_created: float | None = None  # the process's start time: a reused pid is never taken for it
+    failed_at: str | None = None  # "unknown": its process ended without ending the operation
+    error: str | None = None
+    state_after: str | None = None  # the app's state when the run failed
+    backups: list[str] = Field(default_factory=list)  # the checkpoint snapshots the failed run took
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failed_at)
+
+
+class FailedRoll(_Record):
+    """reconcile-failed.json: the catalog entry (its declared spec's digest) a reconcile roll failed
+    to bring in (health gate failed, rolled back): not rolled again until it changes
+    (streamops.desired_state)."""
+
+    declared_digest: str | None = None
+    run_id: str | None = None
+    at: str | None = None
+    error: str | None = None
+
+
+class RestartAttempt(TypedDict, total=False):
+    """What the supervisor records of a restart attempt before its outcome (and audits with it)."""
+
+    at: Required[str]
+    run_id: Required[str]
+    attempt: int  # the restart it was within the guard's window
+    backoff_s: float
+    not_before: str | None
+    version: str
+    after: str | None  # how the driver before it ended
+
+
+class RestartEntry(RestartAttempt, total=False):
+    """One line of restarts.jsonl: a restart attempt of the supervisor (streamops.supervision.act:
+    started or failed, both counted by the crash-loop guard), or the guard giving up."""
+
+    outcome: Required[Literal["started", "failed", "gave up"]]
+    error: str  # failed: why
+    pid: int  # started: the new driver's
+    backup: str | None  # started: the checkpoint snapshot taken before it
+    restarts: int  # gave up: the restarts within the window
+
+
+@with_config(ConfigDict(extra="allow"))
+class RunEvent(TypedDict, total=False):
+    """One line of runs.jsonl, every start and end of a driver (AppRuntime.acquire, release):
+    `started` and `stopped` carry the driver's record as driver.json had it then (every key of
+    it kept, as the file had it: see DriverRecord), `fenced` (a driver whose lease was taken
+    over) its pid, host, epoch, stopped_at and why. Declared here: what the suite reads back."""
+
+    event: Required[Literal["started", "stopped", "fenced"]]
+    outcome: str | None  # stopped: stopped | failed
+    reason: str | None
+    failed_batches: list[FailedBatch]  # stopped: the batches its queries failed on
+
+
+class BackupInfo(TypedDict, total=False):
+    """_backup.json in a checkpoint snapshot, what it holds (streamops.checkpoints.backup_checkpoint).
+    A snapshot from before snapshots described themselves has the label its name carries only."""
+
+    label: Required[str]
+    taken_at: str
+    version: str | None  # of the driver that last wrote the checkpoint
+    launch: dict[str, Any]  # that driver's LaunchRecord ({}: none recorded)
+    code: dict[str, Any] | None  # its CodeRecord (None: a driver from before artifacts)
+
+
+class ClusterBinding(TypedDict, total=False):
+    """_kafka_cluster.json in a checkpoint: the Kafka cluster its offsets belong to
+    (streamops.checkpoints.bind_cluster)."""
+
+    cluster_id: Required[str]
+    bootstrap: str
+    at: str
+
+
+# --- the dead-letter envelope ---------------------------------------------------------------------
+#
+# Not a file: the JSON value of every dead letter, written by Spark SQL in the driver
+# (streamops.records.dead_letter_record, whose struct is built from these fields in this order)
+# and read back by recover_replay_dead_letters (streamops.recovery.replay). Spark's to_json
+# leaves out null fields, so every field a dead letter may lack is optional; the bench writes the
+# first three only.
+
+
+class DeadLetterSource(_Record):
+    """Where the original record was: its input topic, partition, offset and Kafka timestamp."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: str | None = None
+
+
+class DeadLetterEnvelope(_Record):
+    """A dead letter's value: why the input record was refused, where it was, and the original key
+    and value, byte for byte in base64 when they fit the dead-letter limit, else by reference
+    (stored "reference": read back from the source, checked against the sha256)."""
+
+    app: str | None = None
+    app_version: str | None = None
+    reason: str
+    failed_at: str | None = None
+    source: DeadLetterSource
+    original_key_base64: str | None = None
+    original_value_base64: str | None = None
+    original_key_stored: Literal["null", "inline", "reference"] | None = None
+    original_value_stored: Literal["null", "inline", "reference"] | None = None
+    original_key_bytes: int | None = None
+    original_value_bytes: int | None = None
+    original_key_sha256: str | None = None
+    original_value_sha256: str | None = None
+    original_value_preview: str | None = None
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """The envelope's fields in the order the writer puts them."""
+        return list(cls.model_fields)
+
+
+class ReplayLedgerEntry(_Record):
+    """One line of _runtime/replay-ledger.jsonl: a dead letter's original that
+    recover_replay_dead_letters produced again (streamops.recovery.replay), never replayed twice."""
+
+    source: str  # the original's topic/partition/offset
+    dead_letter: str | None = None  # the dead letter's topic/partition/offset
+    to: str | None = None  # where it was produced: topic/partition/offset
+    run_id: str | None = None
+    at: str | None = None

@@ -14,7 +14,12 @@ from the checkpoint, so the output gap of a roll is the old driver's stop plus a
 JVM and session start. A standby that hears nothing within its timeout exits by itself (the rollout
 that started it is gone); it never held the lease, so nothing else needs to notice.
 Files, not signals: the rollout and the standby may run on different hosts that share the
-checkpoint's _runtime folder. Imported by the Spark apps, so no Airflow here.
+checkpoint's _runtime folder. Each file has one typed record, here with the words because
+nothing but the two sides of this exchange reads them: `StandbyReady` and `StandbyWord`
+(JSON objects, checked by pydantic as streamops.runtime_records' are). A ready file that is not a
+StandbyReady is refused naming the file and the field (the rollout sends that standby away); a
+word that is not a StandbyWord is an abort that says so. Imported by the Spark apps, so no
+Airflow here.
 """
 
 from __future__ import annotations
@@ -25,13 +30,35 @@ import secrets
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Final, Literal, Required
+
+# pydantic reads a TypedDict of typing_extensions only, before Python 3.12.
+from typing_extensions import TypedDict
 
 from streamops.runtime_files import read_json_object, write_json_atomic
+from streamops.runtime_records import RuntimeRecordError, checked
 from streamops.waiting import poll_until
 
-GO, ABORT = "go", "abort"
+GO: Final = "go"
+ABORT: Final = "abort"
 _TOKEN = re.compile(r"^[a-z0-9-]{6,64}$")
+
+
+class StandbyReady(TypedDict, total=False):
+    """<token>.ready.json: the standby driver is ready (its session and plans are built)."""
+
+    pid: Required[int]
+    host: Required[str]
+    plan_fingerprint: dict[str, list[str]]  # query -> its stateful operators: the rollout compares the running version's
+    application_id: str | None  # its Spark application
+
+
+class StandbyWord(TypedDict, total=False):
+    """<token>.word.json: the rollout's word, go (by: the run that rolls) or abort (why)."""
+
+    word: Required[Literal["go", "abort"]]
+    by: str
+    why: str
 
 
 def new_token() -> str:
@@ -49,22 +76,35 @@ class StandbySlot:
         self.ready_file = self.dir / f"{token}.ready.json"
         self.word_file = self.dir / f"{token}.word.json"
 
-    def _write(self, path: Path, payload: dict[str, Any]) -> None:
+    def _write(self, path: Path, payload: StandbyReady | StandbyWord) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, payload)
 
     # --- the standby driver's side ---------------------------------------------------------------
 
-    def report_ready(self, **details: Any) -> None:
-        self._write(self.ready_file, {"pid": os.getpid(), "host": socket.gethostname(), **details})
+    def report_ready(self, plan_fingerprint: dict[str, list[str]], application_id: str | None = None, *,
+                     pid: int | None = None, host: str | None = None) -> None:
+        """Say this driver is ready (`pid` and `host`: this process's unless given)."""
+        ready = StandbyReady(pid=os.getpid() if pid is None else pid, host=host or socket.gethostname(),
+                             plan_fingerprint=plan_fingerprint)
+        if application_id is not None:
+            ready["application_id"] = application_id
+        self._write(self.ready_file, checked(StandbyReady, ready, str(self.ready_file)))
 
-    def await_word(self, timeout_s: float, interrupted: Callable[[], bool]) -> dict[str, Any]:
+    def await_word(self, timeout_s: float, interrupted: Callable[[], bool]) -> StandbyWord:
         """The rollout's word ({"word": "go"|"abort", ...}); {"word": "abort", "why": ...} when
-        `interrupted()` (a signal) or nothing came within `timeout_s` (DeadlineExceeded)."""
-        def heard() -> dict[str, Any] | None:
+        `interrupted()` (a signal), or the word is not a StandbyWord (why names the file and the
+        field); DeadlineExceeded when nothing came within `timeout_s`."""
+        def heard() -> StandbyWord | None:
             if interrupted():
-                return {"word": ABORT, "why": "signalled while waiting"}
-            return read_json_object(self.word_file)
+                return StandbyWord(word=ABORT, why="signalled while waiting")
+            value = read_json_object(self.word_file)
+            if value is None:
+                return None
+            try:
+                return checked(StandbyWord, value, str(self.word_file))
+            except RuntimeRecordError as exc:  # a rollout this standby does not understand: it never starts
+                return StandbyWord(word=ABORT, why=str(exc))
 
         # Polled often: the time between the word and this driver's start is the roll's gap.
         return poll_until(heard, timeout=timeout_s, what="the rollout's word", interval=0.02, max_interval=0.05)
@@ -75,8 +115,16 @@ class StandbySlot:
 
     # --- the rollout's side ----------------------------------------------------------------------
 
-    def ready(self) -> dict[str, Any] | None:
-        return read_json_object(self.ready_file)
+    def ready(self) -> StandbyReady | None:
+        """The standby's report (None: not ready yet, or its file is torn); RuntimeRecordError
+        names a file that is not a StandbyReady."""
+        value = read_json_object(self.ready_file)
+        return None if value is None else checked(StandbyReady, value, str(self.ready_file))
 
-    def say(self, word: str, **details: Any) -> None:
-        self._write(self.word_file, {"word": word, **details})
+    def say(self, word: Literal["go", "abort"], *, by: str | None = None, why: str | None = None) -> None:
+        said = StandbyWord(word=word)
+        if by is not None:
+            said["by"] = by
+        if why is not None:
+            said["why"] = why
+        self._write(self.word_file, said)

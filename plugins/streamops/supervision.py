@@ -48,7 +48,7 @@ from streamops.app_status import AppStatus
 from streamops.catalog import AppSpec, Catalog, SupervisionSpec
 from streamops.kafka_offsets import duration_ms
 from streamops.programs import protocol_problem
-from streamops.runtime_records import DesiredState
+from streamops.runtime_records import DesiredState, RestartAttempt, RestartEntry
 from streamops.timestamps import iso_ms, now_iso
 from streamops.timestamps import parse_recorded_time as _parse
 
@@ -96,7 +96,7 @@ class RestartDecision:
     not_before: str | None = None
 
 
-def restart_decision(policy: SupervisionSpec, restarts: list[dict[str, Any]], since: str | None, now: datetime) -> RestartDecision:
+def restart_decision(policy: SupervisionSpec, restarts: list[RestartEntry], since: str | None, now: datetime) -> RestartDecision:
     """Whether a crashed app is restarted now. `restarts`: the supervisor's earlier restarts (each
     with `at`); only those after `since` (the operator's last deploy/restart/stop) and within the
     window count, so an operator's action resets the guard."""
@@ -105,7 +105,7 @@ def restart_decision(policy: SupervisionSpec, restarts: list[dict[str, Any]], si
     window_s = duration_ms(policy.restart_window) / 1000
     floor = _parse(since)
 
-    def since_operator(entry: dict[str, Any]) -> datetime | None:
+    def since_operator(entry: RestartEntry) -> datetime | None:
         moment = _parse(entry.get("at"))
         return moment if moment is not None and (floor is None or moment > floor) else None
 
@@ -240,11 +240,11 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
     health = Health(spec.name, "healthy", "", desired=desired, restarts_total=len(started), status=status)
     operation = runtime.operation()
     if status.state != "running" and operation:
-        if operation.get("failed_at"):
-            backups = operation.get("backups") or []
+        if operation.failed:
+            backups = operation.backups
             health.state = "held"
-            health.evidence = (f"{operation.get('what')} (run {operation.get('run_id')}) failed at {operation.get('failed_at')} "
-                               f"while changing it: {operation.get('error')}. It is {status.state} now, and its checkpoint may "
+            health.evidence = (f"{operation.what} (run {operation.run_id}) failed at {operation.failed_at} "
+                               f"while changing it: {operation.error}. It is {status.state} now, and its checkpoint may "
                                "be half-changed, so the supervisor does not restart it. Read that run's log; "
                                + (f"it took the checkpoint backup(s) {', '.join(backups)}: recover_restore_checkpoint puts one "
                                   "back; " if backups else "it took no checkpoint backup; ")
@@ -252,7 +252,7 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
                                "decides what happens next.")
         else:
             health.state = "in operation"
-            health.evidence = f"{operation.get('what')} by run {operation.get('run_id')} since {operation.get('started_at')}"
+            health.evidence = f"{operation.what} by run {operation.run_id} since {operation.started_at}"
         return health
     if desired is None:
         health.state, health.evidence = "not deployed", "never started here"
@@ -478,8 +478,9 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
         health.action = "held: its version cannot run on this platform's driver"
         log(f"{spec.name}: {health.action}")
         return
-    entry = {"at": now_iso(), "run_id": run_id, "attempt": decision.attempt, "backoff_s": decision.backoff_s,
-             "not_before": decision.not_before, "version": version, "after": health.status.reason if health.status else None}
+    entry = RestartAttempt(at=now_iso(), run_id=run_id, attempt=decision.attempt, backoff_s=decision.backoff_s,
+                           not_before=decision.not_before, version=str(version),
+                           after=health.status.reason if health.status else None)
     try:
         runtime.begin_operation(run_id, "supervisor restart")
     except OperationInProgress as exc:  # a DAG run began changing it since the status was read

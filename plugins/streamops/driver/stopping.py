@@ -21,6 +21,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.checkpoints import query_dir, uncommitted_batch
 from streamops.driver.sink import STOPPED_BEFORE_BATCH, StoppedBeforeBatch
 from streamops.failures import error_gist
+from streamops.runtime_records import FailedBatch, UncommittedBatch
 from streamops.waiting import DeadlineExceeded, poll_until
 
 log = logging.getLogger("streamops.app")
@@ -102,10 +103,10 @@ def record_failed_batches(runtime: AppRuntime, failed: list[StreamingQuery]) -> 
     """Record in driver.json, per failed query, the micro-batch it failed on and the input
     offsets that batch covers: a restart runs exactly that batch again, so recover_restart_app
     can say when it failed twice and name the records to skip (recover_skip_records)."""
-    found = []
+    found: list[FailedBatch] = []
     for query in failed:
         name = query.name.rsplit(".", 1)[-1]
-        batch = uncommitted_batch(query_dir(runtime.checkpoint, name)) or {"batch": None, "ranges": []}
+        batch = uncommitted_batch(query_dir(runtime.checkpoint, name)) or UncommittedBatch(batch=None, ranges=[])
         found.append({"query": name, **batch, "error": error_gist(str(query.exception()))})
     try:
         runtime.update(failed_batches=found)

@@ -7,8 +7,12 @@ catalog's `max_record_bytes`, through `records.parse` on Spark, the code the app
 chosen range; records that pass are produced to the input topic's original partition with
 headers naming where they came from; the rest stay where they are.
 
+A dead letter is read as a streamops.runtime_records.DeadLetterEnvelope (the model the driver's
+writer builds its struct from); one that is not is "not an envelope" and stays where it is.
+
 The replay ledger (`<checkpoint>/_runtime/replay-ledger.jsonl`, beside the driver's lease on the
-shared filesystem) lists every replayed source record (topic/partition/offset of the original).
+shared filesystem) lists every replayed source record (topic/partition/offset of the original),
+one ReplayLedgerEntry a line.
 A record already in it is never replayed again, whichever dead-letter copy names it, so a
 second run over the same range is a no-op. A record is entered once its write is acknowledged:
 a crash between the two can replay it once more on the next run (at-least-once, like the apps).
@@ -50,6 +54,7 @@ from streamops.kafka_records import held_offsets, producer, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
+from streamops.runtime_records import DeadLetterEnvelope, ReplayLedgerEntry, checked_lines
 from streamops.timestamps import now_iso
 
 HEADER_SOURCE = "streamops.replay.source"
@@ -118,10 +123,9 @@ def ledger_file(app: AppSpec) -> Path:
 
 
 def replayed_sources(app: AppSpec) -> set[str]:
-    path = ledger_file(app)
-    if not path.exists():
-        return set()
-    return {json.loads(line)["source"] for line in path.read_text().splitlines() if line.strip()}
+    """The source records replayed before (RuntimeRecordError names a ledger line that is not a
+    ReplayLedgerEntry: nothing is replayed while the ledger cannot say what was)."""
+    return {entry.source for entry in checked_lines(ReplayLedgerEntry, ledger_file(app))}
 
 
 def _time(text: str, what: str, now: datetime, allowed: set[str], problems: list[str]) -> datetime | None:
@@ -159,16 +163,18 @@ def _read(kafka: KafkaClientConfig, topic: str, spans: Mapping[int, OffsetSpan])
     for record in read_spans(kafka, topic, spans):
         at = f"{topic}/{record.partition}/{record.offset}"
         try:
-            envelope = json.loads(record.value or b"")  # a null value is not an envelope either
-            source = envelope["source"]
+            # A null value is not an envelope either; nor is one whose base64 does not decode.
+            envelope = DeadLetterEnvelope.model_validate_json(record.value or b"")
+            source = envelope.source
+            stored = {"key": (envelope.original_key_stored, envelope.original_key_sha256),
+                      "value": (envelope.original_value_stored, envelope.original_value_sha256)}
             letters.append(DeadLetter(
-                at=at, reason=str(envelope["reason"]), source=f"{source['topic']}/{source['partition']}/{source['offset']}",
-                source_topic=source["topic"], source_partition=int(source["partition"]), source_offset=int(source["offset"]),
-                key=_b64(envelope.get("original_key_base64")), value=_b64(envelope.get("original_value_base64")),
-                by_reference={part: str(envelope.get(f"original_{part}_sha256"))
-                              for part in ("key", "value") if envelope.get(f"original_{part}_stored") == "reference"},
+                at=at, reason=envelope.reason, source=f"{source.topic}/{source.partition}/{source.offset}",
+                source_topic=source.topic, source_partition=source.partition, source_offset=source.offset,
+                key=_b64(envelope.original_key_base64), value=_b64(envelope.original_value_base64),
+                by_reference={part: str(digest) for part, (how, digest) in stored.items() if how == "reference"},
             ))
-        except (ValueError, TypeError, KeyError):
+        except ValueError:  # pydantic's ValidationError and base64's binascii.Error too
             letters.append(DeadLetter(at=at, reason="(not a dead-letter envelope)", source=None, verdict="not an envelope"))
     return letters
 
@@ -298,7 +304,7 @@ def apply_replay(spark, kafka: KafkaClientConfig, catalog: Catalog, plan: Replay
     enter each acknowledged one in the ledger."""
     app = catalog.app(plan.app)
     letters = [d for d in evaluate(spark, kafka, app, plan.spans, plan.request["reason_contains"]) if d.verdict == "replay"]
-    delivered: list[dict] = []
+    delivered: list[ReplayLedgerEntry] = []
     errors: list[str] = []
 
     def on_delivery(letter: DeadLetter):
@@ -306,8 +312,9 @@ def apply_replay(spark, kafka: KafkaClientConfig, catalog: Catalog, plan: Replay
             if err is not None:
                 errors.append(f"{letter.at}: {err}")
             else:
-                delivered.append({"source": letter.source, "dead_letter": letter.at,
-                                  "to": f"{msg.topic()}/{msg.partition()}/{msg.offset()}", "run_id": run_id, "at": now_iso()})
+                delivered.append(ReplayLedgerEntry(source=str(letter.source), dead_letter=letter.at,
+                                                   to=f"{msg.topic()}/{msg.partition()}/{msg.offset()}", run_id=run_id,
+                                                   at=now_iso()))
         return report
 
     # Records as large as the app accepts (its sink's request limit; librdkafka's default is less).
@@ -337,11 +344,11 @@ def apply_replay(spark, kafka: KafkaClientConfig, catalog: Catalog, plan: Replay
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as ledger:
             for entry in delivered:
-                ledger.write(json.dumps(entry, sort_keys=True) + "\n")
+                ledger.write(json.dumps(entry.to_json(), sort_keys=True) + "\n")
     if errors or len(delivered) != len(letters):
         raise RuntimeError(f"{len(delivered)} of {len(letters)} record(s) replayed (those are in the ledger); "
                            f"not acknowledged: {errors[:5] or 'flush timed out'}. Run the DAG again to replay the rest.")
-    return {"replayed": delivered, "count": len(delivered),
+    return {"replayed": [entry.to_json() for entry in delivered], "count": len(delivered),
             "summary": f"replayed {len(delivered)} record(s) of {plan.dead_letter_topic} to "
                        f"{', '.join(sorted({d.source_topic for d in letters if d.source_topic})) or 'no topic'}"}
 

@@ -17,6 +17,7 @@ from streamops.kafka_offsets import OffsetSpan
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.lifecycle import end_leftovers, leftovers
+from streamops.runtime_records import FailedBatch
 
 
 @dataclass
@@ -30,7 +31,7 @@ class RestartPlan(JsonPlan):
     version: str  # what will be started
     spark_conf: dict
     notes: list[str] = field(default_factory=list)
-    failed_batches: list[dict] = field(default_factory=list)  # what the last driver failed on (driver.json)
+    failed_batches: list[FailedBatch] = field(default_factory=list)  # what the last driver failed on (driver.json)
     failed_again: bool = False  # on the same batch as the driver before it: a restart fails the same way
     largest_records: list[dict] = field(default_factory=list)  # of the failed batch: record, bytes
 
@@ -125,7 +126,7 @@ def plan_restart(catalog: Catalog, app_name: str, kafka: KafkaClientConfig) -> R
     )
 
 
-def _largest_records(kafka: KafkaClientConfig, failed: list[dict], count: int = 3, at_most: int = 20_000) -> list[dict]:
+def _largest_records(kafka: KafkaClientConfig, failed: list[FailedBatch], count: int = 3, at_most: int = 20_000) -> list[dict]:
     """The biggest records of the failed batches (the usual suspects when a record is too large
     for a sink), as recover_skip_records items; nothing for a batch of more than `at_most` records."""
     from streamops.kafka_records import read_spans
@@ -145,12 +146,12 @@ def _largest_records(kafka: KafkaClientConfig, failed: list[dict], count: int = 
             for r in found[:count]]
 
 
-def _same_as_previous_failure(runtime: AppRuntime, failed: list[dict]) -> bool:
+def _same_as_previous_failure(runtime: AppRuntime, failed: list[FailedBatch]) -> bool:
     """Did the driver before the last one fail on the same batch (query, id and offsets)?"""
     ends = [e for e in runtime.history() if e.get("event") == "stopped"]
     if len(ends) < 2 or ends[-2].get("outcome") != "failed":
         return False
-    def batches(entries: list[dict]) -> list[tuple]:
+    def batches(entries: list[FailedBatch]) -> list[tuple]:
         return sorted((f["query"], f.get("batch"), str(f.get("ranges"))) for f in entries if f.get("batch") is not None)
 
     return bool(batches(failed)) and batches(failed) == batches(ends[-2].get("failed_batches") or [])

@@ -33,7 +33,7 @@ from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, OffsetSpan, end_o
 from streamops.kafka_records import held_offsets, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
-from streamops.runtime_records import SkipEntry
+from streamops.runtime_records import DeadLetterEnvelope, FailedBatch, SkipEntry
 from streamops.timestamps import now_iso
 
 SKIP_REASON = "skipped by operator"
@@ -132,7 +132,7 @@ class SkipPlan(JsonPlan):
     spark_conf: dict
     dead_letter_topic: str
     reason: str
-    failed_batches: list[dict] = field(default_factory=list)
+    failed_batches: list[FailedBatch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -275,7 +275,7 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
     )
 
 
-def _covers(failed: dict, spec: SkipSpec) -> bool:
+def _covers(failed: FailedBatch, spec: SkipSpec) -> bool:
     return any(r["topic"] == spec.topic and r["partition"] == spec.partition and r["first"] <= spec.first and spec.last <= r["last"]
                for r in failed.get("ranges") or [])
 
@@ -338,8 +338,6 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) ->
 def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientConfig, deadline_s: float) -> dict:
     """Wait until every skipped record is in the dead-letter topic with the plan's reason and its
     source coordinates, and every query reading it has committed a batch past it."""
-    import json
-
     from streamops.app_ops import driver_log_tail
     from streamops.recovery.lifecycle import NotResumed
     from streamops.waiting import DeadlineExceeded, poll_until
@@ -361,11 +359,14 @@ def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientC
         # min(): a topic made anew may end before where the last look ended (nothing to read there).
         spans = {p: OffsetSpan(min(start.get(p, 0), high), high) for p, high in ends.items()}
         for letter in read_spans(kafka, app.dead_letter_topic, spans):
-            value = json.loads(letter.value or b"{}")
-            source = value.get("source") or {}
+            try:
+                envelope = DeadLetterEnvelope.model_validate_json(letter.value or b"")
+            except ValueError:  # not a dead-letter envelope: none of the skipped records
+                continue
+            source = envelope.source
             # (A dead letter keeping the original by reference says so after the reason.)
-            if str(value.get("reason", "")).startswith(plan.reason):
-                seen["dead_lettered"].add((source.get("topic"), source.get("partition"), source.get("offset")))
+            if envelope.reason.startswith(plan.reason):
+                seen["dead_lettered"].add((source.topic, source.partition, source.offset))
         start.update(ends)
         where = positions(checkpoint)
         seen["behind"] = [

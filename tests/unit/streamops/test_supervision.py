@@ -136,7 +136,7 @@ def test_one_run_at_a_time_changes_an_app_and_only_an_operator_takes_over_a_fail
         runtime.begin_operation("scheduled__status", "supervisor restart")  # the supervisor never takes it over
     failed = runtime.operation()
     taken = runtime.begin_operation("manual__replay", "recover_replay_dead_letters apply", over_failed=True)
-    assert taken == failed and runtime.operation()["run_id"] == "manual__replay"
+    assert taken == failed and runtime.operation().run_id == "manual__replay"
     runtime.end_operation("manual__replay", restore=taken)  # refused, or a dry run: the hold stands
     assert runtime.operation() == failed
     # A run whose process died without ending its operation counts as failed.
@@ -144,7 +144,7 @@ def test_one_run_at_a_time_changes_an_app_and_only_an_operator_takes_over_a_fail
     runtime.operation_file.write_text(json.dumps({"run_id": "manual__7", "what": "recover_restore_checkpoint apply",
                                                   "host": socket.gethostname(), "pid": 2 ** 22 + 17, "pid_created": 1.0,
                                                   "started_at": at(0)}))
-    assert runtime.operation()["failed_at"] == "unknown" and "ended without finishing it" in runtime.operation()["error"]
+    assert runtime.operation().failed_at == "unknown" and "ended without finishing it" in runtime.operation().error
     assert is_refusal(OperationInProgress("x")) and is_refusal(task_failure(RolloutRefused("oplog-router is stateful")))
     assert not is_refusal(RuntimeError("rolling restart refused: oplog-router is stateful"))  # its type says, not its text
     assert not is_refusal(ConnectionRefusedError(111, "Connection refused"))

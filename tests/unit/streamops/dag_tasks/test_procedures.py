@@ -139,7 +139,7 @@ def test_the_app_is_marked_while_the_apply_changes_it_and_a_second_run_is_refuse
     during = []
 
     def apply(step, plan):
-        during.append(runtime.operation()["what"])
+        during.append(runtime.operation().what)
         with pytest.raises(AirflowFailException, match=r"^recover_test: refused: oplog-router is being changed by another "
                                                        r"run: recover_test apply \(run manual__1, since "):
             apply_step(procedure(), context("manual__2"), plan_step(procedure(), context("manual__2")))
@@ -163,7 +163,7 @@ def test_a_failure_after_a_snapshot_names_it_and_holds_the_app(world):
     entry = read_audit(run_id="manual__1")[-1]
     assert (entry["outcome"], entry["error"], entry["snapshots_taken"]) == ("failed", "OSError: disk full", [snapshot])
     held = AppRuntime(str(world)).operation()
-    assert held["failed_at"] and held["backups"] == [snapshot]  # the supervisor leaves a half-changed app alone
+    assert held.failed_at and held.backups == [snapshot]  # the supervisor leaves a half-changed app alone
 
 
 def test_a_refusal_after_a_snapshot_is_a_failure_of_a_half_changed_app(world):
@@ -180,7 +180,7 @@ def test_a_refusal_after_a_snapshot_is_a_failure_of_a_half_changed_app(world):
                                         f"The checkpoint was backed up before the failure: {snapshot}")
     entry = read_audit(run_id="manual__1")[-1]
     assert (entry["outcome"], entry["snapshots_taken"]) == ("failed", [snapshot])
-    assert AppRuntime(str(world)).operation()["backups"] == [snapshot]
+    assert AppRuntime(str(world)).operation().backups == [snapshot]
 
 
 def test_a_failure_without_a_snapshot_goes_on_unchanged(world):
@@ -258,7 +258,7 @@ def test_a_failure_whose_text_says_refused_is_still_a_failure(world):
         ("failed", "ConnectionRefusedError: [Errno 111] Connection refused")]
     assert [(e["outcome"], e["error"]) for e in read_audit(run_id="manual__2")] == [("failed", "refused: not by a Refused")]
     # Neither was a refusal before any change, so the app stays held for an operator.
-    assert AppRuntime(str(world)).operation()["run_id"] == "manual__2"
+    assert AppRuntime(str(world)).operation().run_id == "manual__2"
     assert not is_refusal(ConnectionRefusedError(111, "Connection refused"))
     assert not is_refusal(AirflowFailException("rolling restart refused: oplog-router is stateful"))
 
