@@ -20,7 +20,9 @@ from pathlib import Path
 import psutil
 
 from streamops.app_runtime import AlreadyRunningError, AppRuntime, DriverRecord, LaunchRecord
+from streamops.audit import acting_user
 from streamops.catalog import AppSpec
+from streamops.programs import program_info
 from streamops.spark_submit import driver_env
 from streamops.standby import ABORT, GO, StandbyReady, StandbySlot, new_token
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -82,8 +84,6 @@ def launch(
 
 
 def _record_desired(runtime: AppRuntime, launched_by: str, desired_by: str | None, version: str) -> None:
-    from streamops.audit import acting_user
-
     runtime.set_desired("running", run_id=launched_by, by=desired_by or acting_user(), version=version)
 
 
@@ -265,8 +265,6 @@ def start_standby(
 
 
 def _query_names(app: AppSpec, version: str) -> set[str]:
-    from streamops.programs import program_info
-
     return set(program_info(app, version).query_names)
 
 

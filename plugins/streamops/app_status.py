@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec
 from streamops.checkpoints import cluster_problem, positions
+from streamops.failures import describe_failed_batches
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.runtime_records import RateLine
@@ -181,7 +182,6 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig | None, checkpoint: str |
             and not (status.spark_master or "").startswith("local"):
         status.executor_hosts = executor_hosts(status.spark_ui, status.application_id)
     if status.state == "failed" and record.failed_batches:  # the batch a restart would run again
-        from streamops.failures import describe_failed_batches
 
         status.reason = f"{describe_failed_batches(record.failed_batches)}: {status.reason or ''}"
     progress = runtime.progress()

@@ -20,11 +20,15 @@ from urllib.parse import quote
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import is_spark_ui_address
 from streamops.audit import read_audit
-from streamops.catalog import Catalog
-from streamops.kafka_client import KafkaClientConfig, app_principal
+from streamops.catalog import Catalog, CatalogError, load_catalog
+from streamops.kafka_client import KafkaClientConfig, airflow_connection, app_principal
+from streamops.metrics import URL_PREFIX
+from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX
+from streamops.quality.docs import serving_enabled
 from streamops.runtime_records import RateLine
 from streamops.supervision import observe, unreadable
 from streamops.timestamps import page_time, parse_recorded_time
+from streamops.ui_auth import page_login
 
 log = logging.getLogger(__name__)
 
@@ -268,13 +272,6 @@ def add_apps_page(app: Any) -> None:
     """The page's routes on the operator pages' FastAPI app (mounted at metrics.URL_PREFIX)."""
     from fastapi import Depends, HTTPException
     from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
-
-    from streamops.catalog import CatalogError, load_catalog
-    from streamops.kafka_client import airflow_connection
-    from streamops.metrics import URL_PREFIX
-    from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX
-    from streamops.quality.docs import serving_enabled
-    from streamops.ui_auth import page_login
 
     login = page_login("the apps page")
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from streamops import settings
-from streamops.catalog import checkpoint_root
+from streamops.app_runtime import AppRuntime
+from streamops.catalog import CatalogError, checkpoint_root, load_catalog
 from streamops.timestamps import now_iso
 
 ERROR_CHARS = 2000
@@ -80,8 +81,6 @@ def app_code(app_name: Any) -> dict[str, Any] | None:
     step acted on."""
     if not isinstance(app_name, str):
         return None
-    from streamops.app_runtime import AppRuntime
-    from streamops.catalog import CatalogError, load_catalog
 
     try:
         record = AppRuntime(load_catalog().app(app_name).checkpoint_location()).driver()

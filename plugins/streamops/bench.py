@@ -23,12 +23,17 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streamops.catalog import AppSpec, Catalog, load_catalog
+from streamops.driver.options import AVAILABLE_NOW, RunOptions
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import producer
 from streamops.loadgen import LoadSpec
+from streamops.loadgen import events as load_events
 from streamops.loadgen import run as run_load
+from streamops.local_stack.broker import LocalBroker, free_port_pair
+from streamops.programs import load_program, program_info
 from streamops.provisioning import ensure_topics
+from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 from streamops.runtime_records import DeadLetterEnvelope, DeadLetterSource
 from streamops.spark_submit import SparkTarget
 
@@ -57,10 +62,8 @@ def _fresh_topics(admin: AdminClient, prefix: str) -> Catalog:
 
 def spark_router(app: AppSpec, kafka: KafkaClientConfig, checkpoint: Path, label: str) -> Result:
     """One AvailableNow run of the router over the whole backlog, from a fresh checkpoint."""
-    from streamops.driver.options import AVAILABLE_NOW, RunOptions
     from streamops.driver.queries import observed_totals, start_app
     from streamops.driver.session import build_session
-    from streamops.programs import load_program
 
     spark = build_session("streamops-bench", master="local[*]", extra_conf={"spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
@@ -142,8 +145,6 @@ def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, ex
 
 def reprocess_backfill(catalog: Catalog, admin: AdminClient, kafka: KafkaClientConfig, workdir: Path) -> Result:
     """The reprocess DAG's job (plan from earliest, scratch targets) over the same backlog."""
-    from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
-
     plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app="oplog-router", target="scratch", tag="bench"))
     result = run_reprocess(kafka, admin, catalog, plan, workdir, spark=SparkTarget("local[*]"), launched_by="bench")
     written = sum(result.records_out.values()) + result.dead_letters
@@ -182,8 +183,6 @@ def router_benchmark(events: int, kafka: KafkaClientConfig | None = None, keys: 
     broker = None
     try:
         if kafka is None:
-            from streamops.local_stack.broker import LocalBroker, free_port_pair
-
             broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
             print(broker.start())
             kafka = broker.client_config
@@ -223,8 +222,6 @@ def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplo
 
     from streamops import records
     from streamops.driver.session import apply_app_conf, build_session
-    from streamops.loadgen import events as load_events
-    from streamops.programs import program_info
 
     app = load_catalog().app(app_name)
     declared = program_info(app).input_fields

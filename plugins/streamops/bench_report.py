@@ -29,16 +29,20 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streamops import settings
-from streamops.catalog import Catalog, load_catalog
+from streamops import rollout, settings
+from streamops.app_ops import launch
+from streamops.app_runtime import AppRuntime
+from streamops.bench import python_router, raw_consume, routes
+from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
+from streamops.local_stack.broker import LocalBroker, free_port_pair
 from streamops.provisioning import ensure_topics
 from streamops.runtime_records import DeadLetterEnvelope
-from streamops.spark_submit import SparkTarget
+from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.timestamps import iso_seconds_utc, utc_now
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -120,8 +124,6 @@ def _written(kafka: KafkaClientConfig, catalog: Catalog) -> int:
 
 def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, records_in: int) -> DrainFigure:
     """The router as an operator runs it: `spark-submit ... --trigger available-now`, fresh JVM and checkpoint."""
-    from streamops.spark_submit import driver_env, submit_spec
-
     app = catalog.app(ROUTER)
     checkpoint = workdir / f"drain-{uuid.uuid4().hex[:6]}"
     spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir), trigger="available-now",
@@ -141,9 +143,6 @@ def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: P
 
 def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, version: str = "1.0.0",
                  checkpoint: Path | None = None):
-    from streamops.app_ops import launch
-    from streamops.spark_submit import submit_spec
-
     app = catalog.app(ROUTER).model_copy(update={"trigger": trigger})
     checkpoint = checkpoint or workdir / f"live-{uuid.uuid4().hex[:6]}"
     spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir, trigger), checkpoint=str(checkpoint),
@@ -154,8 +153,6 @@ def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trig
 
 
 def _stop_live(checkpoint: Path) -> None:
-    from streamops.app_runtime import AppRuntime
-
     runtime = AppRuntime(checkpoint)
     if runtime.is_running():
         runtime.request_stop(by="bench", deadline_s=30)
@@ -170,8 +167,6 @@ def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigg
                 seconds: float = 30, warmup_s: float = 10, catch_up_limit_s: float = 120) -> LatencyFigure:
     """The live router under `rate` events/s for warm-up + `seconds`; latency of the records
     produced after the warm-up: output's broker time minus input's broker time."""
-    from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL
-
     app = catalog.app(ROUTER)
     source = app.inputs["operations"]
     checkpoint = _launch_live(catalog, kafka, workdir, trigger)
@@ -227,11 +222,6 @@ def _dead_lettered(kafka: KafkaClientConfig, catalog: Catalog, inputs: dict[str,
 
 def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: float) -> RollFigure:
     """Roll the live router to a new version under load; reconcile input against output."""
-    from streamops.app_runtime import AppRuntime
-    from streamops.bench import routes
-    from streamops.rollout import roll_restart
-    from streamops.spark_submit import submit_spec
-
     app = catalog.app(ROUTER)
     catalog_file = _write_catalog(catalog, workdir, trigger)
     checkpoint = workdir / f"roll-{uuid.uuid4().hex[:6]}"
@@ -249,7 +239,7 @@ def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger:
         with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=7), kafka):
             poll_until(lambda: (progress := runtime.progress().get("route")) is not None and progress.input_rows > 0, timeout=120,
                        what="the router to see load")
-            summary = roll_restart(app_here, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"),
+            summary = rollout.roll_restart(app_here, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"),
                                    new_version="1.1.0", kafka=kafka, run_id="bench", log=lambda line: None)
             # Some load after the roll too, so the gap is measured between records on both sides.
             settle = time.monotonic() + 5
@@ -290,8 +280,6 @@ def machine() -> dict:
 
 def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,
                micro_batch: str = "2 seconds", roll_rate: float = 1_000, kafka: KafkaClientConfig | None = None) -> dict:
-    from streamops.bench import python_router, raw_consume
-
     out.mkdir(parents=True, exist_ok=True)
     with workspace(kafka) as (kafka, workdir):
         run_id = f"bench{uuid.uuid4().hex[:8]}"
@@ -342,8 +330,6 @@ def workspace(kafka: KafkaClientConfig | None = None) -> Iterator[tuple[KafkaCli
     os.environ[settings.CHECKPOINT_ROOT.name] = str(workdir / "checkpoints")
     try:
         if kafka is None:
-            from streamops.local_stack.broker import LocalBroker, free_port_pair
-
             broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
             print(broker.start())
             kafka = broker.client_config

@@ -31,6 +31,7 @@ from streamops.input_contract import DEFAULT_CONTRACT, DEFAULT_MAX_FUTURE, Input
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
 from streamops.name_patterns import APP_NAME_PATTERN, PATTERN_HINTS, REFERENCE_PATTERN, VERSION_PATTERN
 from streamops.paths import PROJECT_ROOT
+from streamops.programs import ProgramError, import_program, program_info
 from streamops.refusals import Refused
 
 DEFAULT_CATALOG_PATH = PROJECT_ROOT / "catalog" / "pipelines.yaml"
@@ -816,8 +817,6 @@ def _resolve_suite_paths(catalog: Catalog, base: Path, data: dict, root_node: ya
 def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tuple[Catalog, list[str]]:
     """Each app checked against its program's declarations (roles, settings, the program's own
     checks); its settings validated with the program's model (defaults filled in)."""
-    from streamops.programs import ProgramError, import_program, program_info
-
     apps, problems = [], []
     for index, app in enumerate(catalog.apps):
         def where(*path: object, index: int = index) -> str:

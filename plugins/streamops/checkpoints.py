@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.runtime_records import BackupInfo, ClusterBinding, InputRange, RuntimeRecordError, UncommittedBatch, checked
 from streamops.timestamps import file_stamp, iso_seconds_utc, now_iso, utc_now
 
@@ -255,8 +256,6 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
     """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all.
     The snapshot says what it holds in `_backup.json`: label, time, and the driver that last
     wrote the checkpoint (version and launch conf, so a restore can start that version again)."""
-    from streamops.app_runtime import AppRuntime, DriverRecord
-
     target = backups_dir(checkpoint) / f"{file_stamp(utc_now())}-{label}"
     shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(RUNTIME_FOLDER))
     driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()

@@ -30,12 +30,30 @@ import typer
 from confluent_kafka import KafkaException
 
 from streamops import settings
-from streamops.catalog import CatalogError, catalog_path, load_catalog
-from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
-from streamops.local_stack.airflow_stack import ADMIN_USER, LocalAirflow
+from streamops.acls import app_acls, apply_acls
+from streamops.app_runtime import AppRuntime, DriverRecord, LaunchRecord
+from streamops.artifacts import ArtifactError, ArtifactStore, build, ensure_catalog_artifacts
+from streamops.audit import audit_file, audit_table, read_audit
+from streamops.bench import parse_benchmark, router_benchmark, table
+from streamops.bench_report import roll_restart, run_report, tables
+from streamops.catalog import CatalogError, catalog_path, load_catalog, selected_environment
+from streamops.effective_spec import SpecRefused, bind_app, installed_code, launch_cluster
+from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, KafkaConfigError, app_conn_id
+from streamops.launch_overrides import LaunchOverrideRefused, checked_version
+from streamops.loadgen import LoadSpec
+from streamops.loadgen import run as run_load
+from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
+from streamops.local_stack.airflow_stack import ADMIN_USER, CELERY_WORKER_ADDRESSES, DEFAULT_CELERY_LOG_PORTS, LocalAirflow
 from streamops.local_stack.broker import LocalBroker
-from streamops.local_stack.process import AlreadyRunning, ServiceError
-from streamops.spark_submit import SparkTarget
+from streamops.local_stack.metadata_services import MetadataServices
+from streamops.local_stack.process import AlreadyRunning, ServiceError, ports_from_env
+from streamops.local_stack.secure_cluster import ADMIN_USER as KAFKA_ADMIN_USER
+from streamops.local_stack.secure_cluster import SecureCluster
+from streamops.local_stack.spark_cluster import SparkStandalone
+from streamops.paths import RUN_DIR
+from streamops.programs import ProgramError
+from streamops.quality import results
+from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 broker_app = typer.Typer(help="The local Kafka broker (KRaft, single node).", no_args_is_help=True)
@@ -185,10 +203,6 @@ def up(
                           "environment 'cluster', each app as its own user) instead of the single local broker.")] = False,
 ) -> None:
     """Start Kafka and Airflow, then provision every catalog topic through the DAG."""
-    from streamops.artifacts import ArtifactError, ensure_catalog_artifacts
-    from streamops.catalog import selected_environment
-    from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
-
     environment = (settings.ENVIRONMENT.get() or "cluster") if cluster else selected_environment()
     try:
         # A version pins code: the catalog's versions are built (once) before anything launches.
@@ -261,7 +275,6 @@ def down() -> None:
     on_cluster = bool((airflow.record() or {}).get("kafka_settings_files"))
     typer.echo(airflow.stop())
     # The profile's services, also when the stack was switched back to the local default since.
-    from streamops.local_stack.metadata_services import MetadataServices
 
     for metadata in {id(m): m for m in (airflow.metadata, MetadataServices.from_env()) if m is not None}.values():
         if metadata.is_running():
@@ -316,23 +329,19 @@ def status() -> None:
 
 
 def _secure_cluster():
-    from streamops.local_stack.secure_cluster import SecureCluster
-
     return SecureCluster.from_env()
 
 
 def _cluster_ready(catalog) -> tuple:
     """The cluster started (or found running), a SCRAM user per catalog app, the catalog's ACLs
     applied, each principal's client settings written (mode 600): (cluster, user -> file)."""
-    from streamops.acls import app_acls, apply_acls
-    from streamops.local_stack.secure_cluster import ADMIN_USER
 
     kafka_cluster = _secure_cluster()
     _start(kafka_cluster.start)
     kafka_cluster.ensure_users(catalog.app_names())
-    created = apply_acls(kafka_cluster.client_config(ADMIN_USER).admin(), app_acls(catalog))
+    created = apply_acls(kafka_cluster.client_config(KAFKA_ADMIN_USER).admin(), app_acls(catalog))
     typer.echo(f"ACLs: {len(created)} created" + "".join(f"\n  {line}" for line in created))
-    files = kafka_cluster.write_client_files([ADMIN_USER, *catalog.app_names()])
+    files = kafka_cluster.write_client_files([KAFKA_ADMIN_USER, *catalog.app_names()])
     for user, path in files.items():
         typer.echo(f"client settings for {user}: {path}")
     return kafka_cluster, files
@@ -342,10 +351,6 @@ def _cluster_profile() -> dict:
     """The rest of the cluster profile, started (or found running): the Spark standalone cluster
     with the client conf the Airflow workers launch apps with, PostgreSQL and Redis; LocalAirflow's
     fields for the CeleryExecutor with two workers on their own addresses."""
-    from streamops.local_stack.airflow_stack import CELERY_WORKER_ADDRESSES, DEFAULT_CELERY_LOG_PORTS
-    from streamops.local_stack.metadata_services import MetadataServices
-    from streamops.local_stack.process import ports_from_env
-
     spark = _spark_cluster()
     _start(spark.start)
     metadata = MetadataServices.from_env()
@@ -358,11 +363,9 @@ def _cluster_profile() -> dict:
 
 def _cluster_for_airflow(catalog) -> tuple:
     """As _cluster_ready, the files keyed by the Airflow connection each one becomes."""
-    from streamops.kafka_client import DEFAULT_CONN_ID, app_conn_id
-    from streamops.local_stack.secure_cluster import ADMIN_USER
 
     kafka_cluster, files = _cluster_ready(catalog)
-    return kafka_cluster, {(DEFAULT_CONN_ID if user == ADMIN_USER else app_conn_id(user)): path for user, path in files.items()}
+    return kafka_cluster, {(DEFAULT_CONN_ID if user == KAFKA_ADMIN_USER else app_conn_id(user)): path for user, path in files.items()}
 
 
 @cluster_app.command("up")
@@ -405,8 +408,6 @@ def cluster_status() -> None:
 
 
 def _spark_cluster():
-    from streamops.local_stack.spark_cluster import SparkStandalone
-
     return SparkStandalone.from_env()
 
 
@@ -476,8 +477,6 @@ def artifact_build(
                                                               "the runtime brings those).")] = None,
 ) -> None:
     """Package a program (and its dependencies) as an immutable artifact of one version."""
-    from streamops.artifacts import ArtifactError, ArtifactStore, build
-
     if app_name:
         try:  # the catalog may name this very version, not built yet: its programs are not checked here
             app_spec = load_catalog(check_programs=False).app(app_name)
@@ -502,8 +501,6 @@ def artifact_build(
 def artifact_ensure() -> None:
     """Build every catalog app's artifact at its catalog version that the store lacks, from the code
     installed here (what `streamops up` does first; compose's airflow-init runs it too)."""
-    from streamops.artifacts import ArtifactError, ensure_catalog_artifacts
-
     try:
         lines = ensure_catalog_artifacts(load_catalog(check_programs=False), built_by="streamops artifact ensure")
     except (CatalogError, ArtifactError) as exc:
@@ -515,8 +512,6 @@ def artifact_ensure() -> None:
 def artifact_list(name: Annotated[str | None, typer.Argument(help="One artifact name (default: all).")] = None) -> None:
     """The artifacts in the store, with version, digest and when and from what each was built."""
     from tabulate import tabulate
-
-    from streamops.artifacts import ArtifactError, ArtifactStore
 
     store = ArtifactStore()
     names = [name] if name else sorted(p.name for p in store.root.iterdir() if p.is_dir()) if store.root.is_dir() else []
@@ -561,8 +556,6 @@ def _kafka(bootstrap_servers: str | None, kafka_config: Path | None) -> KafkaCli
 def _print_settings_file(kafka: KafkaClientConfig) -> Path:
     """For --print without --kafka-config: the plaintext broker's settings (no secret) in a file
     of the run dir, so the printed command runs as printed."""
-    from streamops.paths import RUN_DIR
-
     if kafka.secured:
         raise _fail("--print with a secured connection needs --kafka-config <file>: the command names that file")
     return kafka.write_private(RUN_DIR / "print" / f"kafka-{kafka.bootstrap_servers.replace(':', '_').replace(',', '+')}.json")
@@ -592,8 +585,6 @@ def app_run(
     micro-batch in flight finishes); a second Ctrl-C stops it at once."""
     import shlex
 
-    from streamops.spark_submit import submit_spec
-
     app_spec = _app_spec(name)
     kafka = _kafka(bootstrap_servers, kafka_config)
     settings_file: Path | None
@@ -602,9 +593,6 @@ def app_run(
         settings_file = _print_settings_file(kafka)
     else:
         settings_file = kafka_config if print_only else None
-    from streamops.effective_spec import SpecRefused, bind_app
-    from streamops.launch_overrides import LaunchOverrideRefused, checked_version
-    from streamops.programs import ProgramError
 
     bound = None
     try:
@@ -628,9 +616,6 @@ def app_run(
 def _launch_record(bound, spec, kafka: KafkaClientConfig) -> str:
     """STREAMOPS_LAUNCH for a run on the app's own checkpoint: its effective spec, after the
     checkpoint's cluster was checked (a checkpoint of another cluster is refused: nothing starts)."""
-    from streamops.app_runtime import LaunchRecord
-    from streamops.effective_spec import SpecRefused, installed_code, launch_cluster
-
     app = bound.app
     try:
         cluster = launch_cluster(app, kafka)
@@ -648,9 +633,6 @@ def run_in_foreground(argv: list[str], checkpoint: str, launch: str | None = Non
     import os
     import signal
     import subprocess
-
-    from streamops.app_runtime import AppRuntime, DriverRecord
-    from streamops.spark_submit import driver_env
 
     runtime = AppRuntime(checkpoint)
     runtime.dir.mkdir(parents=True, exist_ok=True)
@@ -709,9 +691,6 @@ def loadgen(
     """Produce realistic, sequence-numbered input for an app and print what was produced."""
     from datetime import timedelta
 
-    from streamops.loadgen import LoadSpec
-    from streamops.loadgen import run as run_load
-
     load = LoadSpec(
         count=count, keys=keys, rate=rate, malformed=malformed, late=late, late_by=timedelta(seconds=late_by),
         skew=timedelta(seconds=skew), start_seq=start_seq, seed=seed,
@@ -729,8 +708,6 @@ def bench_router(
     kafka_config: KafkaConfigOpt = None,
 ) -> None:
     """Router drain throughput: Spark vs a plain confluent-kafka loop on the same backlog."""
-    from streamops.bench import router_benchmark, table
-
     kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
     typer.echo(table(router_benchmark(events, kafka)))
 
@@ -750,8 +727,6 @@ def bench_report(
 ) -> None:
     """Every router figure side by side (drain, latency in micro-batch and real-time mode, roll-restart), printed,
     written as JSON and drawn as PNG into --out. Figures only: nothing is asserted."""
-    from streamops.bench_report import run_report, tables
-
     try:
         chosen = tuple(int(rate) for rate in rates.split(","))
     except ValueError:
@@ -768,8 +743,6 @@ def bench_roll_restart(
     trigger: Annotated[str, typer.Option(help="The router's trigger: a micro-batch interval, or real-time.")] = "2 seconds",
 ) -> None:
     """Roll the router to a new version under load: downtime, output gap, loss and duplicates."""
-    from streamops.bench_report import roll_restart
-
     figure = roll_restart(trigger, rate)
     typer.echo(f"roll-restart of the router ({figure.mode}) under {figure.rate:g} records/s: downtime (no driver) "
                f"{figure.downtime_s:.1f} s, largest gap between output records {figure.largest_gap_s:.1f} s")
@@ -783,8 +756,6 @@ def bench_parse(
     repeats: Annotated[int, typer.Option(min=1, max=50, help="Passes; the best is reported (the JIT needs several).")] = 10,
 ) -> None:
     """Parse speed: records.parse over N in-memory records on one Spark session."""
-    from streamops.bench import parse_benchmark, table
-
     typer.echo(table(parse_benchmark(records, repeats, app_name)))
 
 
@@ -797,8 +768,6 @@ def quality_results(
 ) -> None:
     """Validation results kept by validate_topic_quality (one row per topic per run)."""
     from tabulate import tabulate
-
-    from streamops.quality import results
 
     rows = results.query(topic=topic, failed_only=failed, limit=limit)
     if as_json:
@@ -826,8 +795,6 @@ def audit(
 ) -> None:
     """The audit log: every change made through a DAG (provision, deploy, stop, roll, reprocess,
     recovery, the supervisor's restarts): who, which run, params, outcome, what changed."""
-    from streamops.audit import audit_file, audit_table, read_audit
-
     entries = [e for e in read_audit(app=app_name, run_id=run_id) if dag_id is None or e.get("dag_id") == dag_id][-limit:]
     if as_json:
         for entry in entries:

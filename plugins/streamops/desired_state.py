@@ -30,6 +30,8 @@ from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import Catalog
 from streamops.effective_spec import Drift, drift
 from streamops.plans import JsonPlan
+from streamops.rollout import incompatibilities
+from streamops.runtime_files import read_json_object, write_json_atomic
 from streamops.runtime_records import FailedRoll, RuntimeRecordError
 from streamops.timestamps import now_iso
 
@@ -148,7 +150,6 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
     item.version = catalog.app(name).version if "version" in heads else str(record.launched_version or app.version)
     item.spark_conf = dict(record.launched_spark_conf)
     if any(record.plan_fingerprint.values()):  # stateful: its plan must carry its state over, judged before anything stops
-        from streamops.rollout import incompatibilities
 
         new_plan = fingerprint_of(name, item.version, item.spark_conf)
         problems = incompatibilities(record.plan_fingerprint, new_plan) if new_plan is not None else [
@@ -169,8 +170,6 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
 def failed_roll(runtime: AppRuntime) -> FailedRoll | None:
     """The reconcile roll that failed for this app, if any (a file that is not a FailedRoll counts
     as none, with a warning naming it: the entry is tried again)."""
-    from streamops.runtime_files import read_json_object
-
     path = runtime.dir / FAILED_ROLL_FILE
     value = read_json_object(path)
     try:
@@ -183,8 +182,6 @@ def failed_roll(runtime: AppRuntime) -> FailedRoll | None:
 def record_roll_outcome(runtime: AppRuntime, item: SyncItem, run_id: str, error: str | None) -> None:
     """Remember a failed reconcile roll (so that entry is not rolled again on every run), or forget
     it once a roll succeeded."""
-    from streamops.runtime_files import write_json_atomic
-
     if error is None:
         (runtime.dir / FAILED_ROLL_FILE).unlink(missing_ok=True)
         return

@@ -30,8 +30,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from streamops.app_runtime import AppRuntime
+from streamops.app_runtime import AppRuntime, DriverRecord
+from streamops.artifacts import file_digest
 from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import CheckpointOfAnotherCluster, bind_cluster
+from streamops.programs import ProgramError, parse_reference, program_info, resolve_artifact
 from streamops.refusals import OneLineRefused
 from streamops.runtime_files import read_json, write_json_atomic
 from streamops.timestamps import now_iso
@@ -160,9 +163,6 @@ class EffectiveSpec(_Strict):
 def installed_code(program: str) -> str:
     """'installed sha256:...' for a program run from this environment (the digest the driver
     records for its module file), or 'installed' when its module cannot be found here."""
-    from streamops.artifacts import file_digest
-    from streamops.programs import parse_reference
-
     module, _ = parse_reference(program)
     try:
         found = importlib.util.find_spec(module)
@@ -175,8 +175,6 @@ def installed_code(program: str) -> str:
 def effective_settings(app: AppSpec, version: str) -> dict[str, Any]:
     """The program settings with the defaults of the version that runs, however the catalog was
     read (its programs checked or not), so declared and running compare like for like."""
-    from streamops.programs import ProgramError, program_info
-
     settings = app.settings
     if hasattr(settings, "model_dump"):
         settings = settings.model_dump(mode="json")
@@ -227,8 +225,6 @@ def launch_cluster(app: AppSpec, kafka: Any) -> str:
     app's checkpoint was written against and recorded there. SpecRefused, nothing started, if the
     cluster does not say its id or the checkpoint belongs to another one."""
     from confluent_kafka import KafkaException
-
-    from streamops.checkpoints import CheckpointOfAnotherCluster, bind_cluster
 
     try:
         found = kafka.cluster_id(next(iter(app.inputs.values())))
@@ -329,8 +325,6 @@ def _short(value: Any) -> str:
 
 def declared_spec(catalog: Catalog, app_name: str, *, principal: str | None, kafka_cluster: str | None) -> EffectiveSpec:
     """What the catalog alone declares for the app (its version's code, no approved change)."""
-    from streamops.programs import ProgramError, resolve_artifact
-
     app = catalog.app(app_name)
     if app.artifact:
         try:
@@ -355,8 +349,6 @@ def drift(catalog: Catalog, app_name: str, runtime: AppRuntime, *, principal: st
           kafka_cluster: str | None) -> Drift:
     """Declared (the catalog) against running (the spec the live or last driver recorded), field
     by field; which differences an approved change explains, and the catalog edit that commits them."""
-    from streamops.app_runtime import DriverRecord
-
     record = runtime.driver() or DriverRecord()
     running_raw = record.launch.spec
     declared = declared_spec(catalog, app_name, principal=principal, kafka_cluster=kafka_cluster)

@@ -35,10 +35,11 @@ import time
 from pathlib import Path
 
 from streamops import settings
-from streamops.catalog import Catalog
-from streamops.kafka_client import KafkaClientConfig, app_principal
+from streamops.catalog import Catalog, load_catalog
+from streamops.kafka_client import KafkaClientConfig, airflow_connection, app_principal
 from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, observe, unreadable
 from streamops.timestamps import parse_recorded_time
+from streamops.ui_auth import LoginRequired, bearer_token, logged_in_user
 
 log = logging.getLogger(__name__)
 URL_PREFIX = "/streamops"
@@ -162,8 +163,6 @@ def metrics_app():
     async def authorised(request: Request) -> str:
         """The scrape token as a bearer token, or the Airflow UI's own login (its JWT as a bearer
         token or its cookie). Airflow does not authenticate a plugin's app itself."""
-        from streamops.ui_auth import LoginRequired, bearer_token, logged_in_user
-
         bearer = bearer_token(request)
         token = scrape_token()
         if bearer and token and hmac.compare_digest(bearer.encode(), token.encode()):
@@ -178,9 +177,6 @@ def metrics_app():
     @app.get("/metrics")
     def metrics(_who: str = Depends(authorised)) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST
-
-        from streamops.catalog import load_catalog
-        from streamops.kafka_client import airflow_connection
 
         body = render(load_catalog(check_programs=False), airflow_connection())
         return Response(content=body, media_type=CONTENT_TYPE_LATEST)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from streamops.app_runtime import AppRuntime, DriverRecord
+from streamops.artifacts import ArtifactError, ArtifactStore, driver_protocol_problem
 from streamops.name_patterns import PATTERN_HINTS, REFERENCE_PATTERN, VERSION_PATTERN
 from streamops.program_contract import LineageOutput, StreamingProgram, WindowCountOutput, contract_problems, describe
 from streamops.refusals import OneLineRefused
@@ -41,8 +43,6 @@ class DriverProtocolRefused(ProgramError):
 def protocol_problem(app: AppSpec, version: str) -> str | None:
     """Why `version` of `app` cannot run on this platform's driver (its artifact's protocol), or
     None: it can, or it runs installed code, or its artifact is missing (said where it is launched)."""
-    from streamops.artifacts import driver_protocol_problem
-
     if app.artifact is None:
         return None
     try:
@@ -206,8 +206,6 @@ def program_info(app: AppSpec, version: str | None = None, expected_digest: str 
 
 def running_version(app: AppSpec) -> str:
     """The version the app's driver last ran (its driver record), else the catalog's."""
-    from streamops.app_runtime import AppRuntime, DriverRecord
-
     version = (AppRuntime(app.checkpoint_location()).driver() or DriverRecord()).launched_version
     # driver.json is a file on the shared checkpoint volume: its version becomes a store path.
     if not isinstance(version, str) or len(version) > 64 or not re.fullmatch(VERSION_PATTERN, version):
@@ -218,8 +216,6 @@ def running_version(app: AppSpec) -> str:
 def ran_digest(app: AppSpec, version: str) -> str | None:
     """The artifact digest the app's last driver ran `version` with (None: it did not run it):
     a version that ran is pinned to those bytes."""
-    from streamops.app_runtime import AppRuntime, DriverRecord
-
     record = AppRuntime(app.checkpoint_location()).driver() or DriverRecord()
     ran = str(record.launched_version or "")
     # Build metadata (a cutover's 1.0.0+v2) names the same code.
@@ -228,8 +224,6 @@ def ran_digest(app: AppSpec, version: str) -> str | None:
 
 
 def resolve_artifact(app: AppSpec, version: str, expected_digest: str | None = None) -> Artifact:
-    from streamops.artifacts import ArtifactError, ArtifactStore
-
     if app.artifact is None:
         raise ProgramError(f"{app.name} names no artifact in the catalog: it runs the code installed here")
     try:

@@ -33,7 +33,10 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
+from streamops.app_ops import readable_tail, stop
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog, TopicSpec
+from streamops.checkpoints import backup_checkpoint, bind_cluster, positions, restore_checkpoint
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import (
     BACK,
@@ -49,8 +52,9 @@ from streamops.kafka_offsets import (
 from streamops.name_patterns import VERSION_PATTERN
 from streamops.plans import JsonPlan
 from streamops.programs import ProgramError, program_info, ran_digest, running_version
+from streamops.provisioning import ensure_topics
 from streamops.refusals import Refused
-from streamops.spark_submit import SparkTarget
+from streamops.spark_submit import KAFKA_CLIENT_FILE, SparkTarget, driver_env, submit_spec
 from streamops.timestamps import epoch_ms, iso_seconds_utc, run_tag
 
 # Used for the estimate until this machine has measured a run of the app.
@@ -338,8 +342,6 @@ def backfill_command(app: AppSpec, plan: ReprocessPlan, kafka: KafkaClientConfig
                      live_checkpoint: str, spark: SparkTarget) -> list[str]:
     """The backfill driver's spark-submit: the same builder and Spark target as every live launch
     (spark_default's deploy mode, queue and binary reach a backfill too)."""
-    from streamops.spark_submit import submit_spec
-
     spec = submit_spec(
         app, kafka=kafka, catalog=catalog_file, trigger="available-now", checkpoint=str(checkpoint),
         version=plan.program_version or None, starting_offsets=json.dumps(plan.starting_offsets()),
@@ -367,12 +369,6 @@ def run_reprocess(
 ) -> ReprocessResult:
     """Create the targets, run the planned version of the app over exactly the planned range (a
     driver of its own: spark-submit, as the live app runs), count the output."""
-    from streamops.app_ops import readable_tail
-    from streamops.app_runtime import AppRuntime
-    from streamops.checkpoints import bind_cluster
-    from streamops.provisioning import ensure_topics
-    from streamops.spark_submit import KAFKA_CLIENT_FILE, driver_env
-
     # A run's folder is never reused: its checkpoint would resume instead of starting at the plan.
     try:
         work_dir.mkdir(parents=True)
@@ -457,8 +453,6 @@ def _report_progress(driver: subprocess.Popen, checkpoint: Path, plan: Reprocess
 
 def _records_read(checkpoint: Path, plan: ReprocessPlan) -> int:
     """Records the run read: from the planned start to the offsets its checkpoint committed."""
-    from streamops.checkpoints import positions
-
     read = 0
     for position in positions(checkpoint).values():
         ends = position.offsets
@@ -471,9 +465,6 @@ def cutover(live: AppSpec, result: ReprocessResult, start: Callable[[], Any], *,
     """Stop the live app gracefully, put the backfill's checkpoint in place of its own (the old
     one is kept as a snapshot), and `start()` it on the targets from there: no gap, no overlap.
     `start` records the new topics as approved before it launches (the checkpoint is theirs now)."""
-    from streamops.app_ops import stop
-    from streamops.checkpoints import backup_checkpoint, restore_checkpoint
-
     checkpoint = live.checkpoint_location()
     stopped = stop(live, checkpoint=checkpoint, requested_by=requested_by, deadline_s=stop_deadline_s)
     Path(checkpoint).mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, restore_checkpoint
+from streamops.driver.arguments import PLAN_FINGERPRINT_FLAG, PLAN_FINGERPRINT_LINE
 from streamops.kafka_client import KafkaClientConfig
 from streamops.refusals import OneLineRefused
 from streamops.spark_submit import driver_env
@@ -61,8 +62,6 @@ def plan_fingerprint(command: LaunchCommand | list[str]) -> dict[str, list[str]]
     """The stateful plan a launch command's driver would run with, asked before anything stops
     (the reconcile of a stateful app): its --plan-fingerprint builds the queries and starts nothing.
     A roll asks its warm standby instead, which reports the plan when ready."""
-    from streamops.driver.arguments import PLAN_FINGERPRINT_FLAG, PLAN_FINGERPRINT_LINE
-
     result = subprocess.run(  # noqa: S603 - argv from the catalog
         [*as_launch_command(command).argv, PLAN_FINGERPRINT_FLAG], capture_output=True, text=True, timeout=600, env=driver_env()
     )

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamops.app_runtime import AppRuntime
+from streamops.artifacts import driver_protocol_problem
 from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
 from streamops.driver.arguments import DriverArgs
 from streamops.kafka_client import KafkaClientConfig
+from streamops.programs import DriverProtocolRefused, ran_digest, resolve_artifact
 from streamops.toolchain import connector_jars
 
 DEFAULT_MASTER = "local[*]"
@@ -179,9 +181,6 @@ def submit_spec(
     that version's artifact, its digest checked (and equal to `expected_digest` when given: a
     rollback restarts exactly the code that ran). `settings_file`: the driver reads the connection
     from this existing file (mode 600; a command printed for a person to run later)."""
-    from streamops.artifacts import driver_protocol_problem
-    from streamops.programs import DriverProtocolRefused, ran_digest, resolve_artifact
-
     version = version or app.version
     artifact = None
     if app.artifact:

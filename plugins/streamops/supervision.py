@@ -43,11 +43,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from streamops.app_runtime import AppRuntime, DriverRecord
-from streamops.app_status import AppStatus
+from streamops.app_runtime import AppRuntime, DriverRecord, OperationInProgress
+from streamops.app_status import AppStatus, app_status
 from streamops.catalog import AppSpec, Catalog, SupervisionSpec
-from streamops.kafka_offsets import duration_ms
+from streamops.effective_spec import Drift, drift
+from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.programs import protocol_problem
+from streamops.recovery.restart import restart_from_checkpoint
 from streamops.runtime_records import DesiredState, RestartAttempt, RestartEntry
 from streamops.timestamps import iso_ms, now_iso
 from streamops.timestamps import parse_recorded_time as _parse
@@ -181,9 +183,6 @@ class Observation:
 def observe(spec: AppSpec, kafka, catalog: Catalog | None = None, principal: str | None = None) -> Observation:
     """Read one app (raises when it cannot be read: callers report it as `unreadable`); with the
     `catalog`, its drift too (declared against running; `principal`: the one it would connect as)."""
-    from streamops.app_status import app_status
-    from streamops.kafka_offsets import end_offsets
-
     runtime = AppRuntime(spec.checkpoint_location())
     status = app_status(spec, kafka)
     health = evaluate(spec, status, runtime)
@@ -195,8 +194,6 @@ def observe(spec: AppSpec, kafka, catalog: Catalog | None = None, principal: str
 def app_drift(catalog: Catalog, name: str, runtime: AppRuntime, status: AppStatus, principal: str | None):
     """The app's drift; its own problem reading it is reported as drift "unknown", never raised
     (the app's health and figures still show)."""
-    from streamops.effective_spec import Drift, drift
-
     try:
         return drift(catalog, name, runtime, principal=principal, kafka_cluster=status.kafka_cluster)
     except Exception as exc:  # noqa: BLE001 - drift is one more view; it must not hide the others
@@ -443,9 +440,6 @@ def act(spec: AppSpec, health: Health, runtime: AppRuntime, *, run_id: str, star
     (from its checkpoint, with the version, Spark conf and code it last ran; each attempt is
     recorded, a failed start too, and counts for the guard), or record once that the guard gave
     up. Audits what it did and sets health.action."""
-    from streamops.app_runtime import OperationInProgress
-    from streamops.recovery.restart import restart_from_checkpoint
-
     decision = health.decision
     if decision is None:
         return

@@ -23,6 +23,8 @@ from typing import Any
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from streamops import settings
+from streamops.catalog import catalog_path, load_catalog
+from streamops.supervision import driver_exits
 
 log = logging.getLogger("streamops.triggers")
 
@@ -72,9 +74,6 @@ _loaded: dict[tuple, Any] = {}
 
 
 def _driver_exits() -> dict[str, dict[str, Any]]:
-    from streamops.catalog import catalog_path, load_catalog
-    from streamops.supervision import driver_exits
-
     # The catalog is read again only when its file changed (not every poll).
     path = catalog_path()
     key = (str(path), path.stat().st_mtime_ns, settings.ENVIRONMENT.get(), settings.CHECKPOINT_ROOT.get())

@@ -99,3 +99,106 @@ def test_no_import_cycle_among_the_projects_modules():
 
 def test_the_checker_finds_a_cycle_made_of_function_level_imports():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The policy on function-level imports (docs/architecture.md "Imports"): one of the project's own
+# modules is imported inside a function only when importing it at the top would load a heavy
+# third-party package the importing module does not load already (Airflow and pyspark at DAG-parse
+# time or in the CLI, GX anywhere). Everything else is imported at the top, where it shows.
+
+HEAVY = {"airflow", "pyspark", "great_expectations"}
+
+
+def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The imports that run when the module is loaded: not in a function or class, not TYPE_CHECKING's."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.append(node)
+            for block in ("body", "orelse", "finalbody"):
+                visit(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                visit(handler.body)
+
+    visit(tree.body)
+    return found
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.ImportFrom):
+        return [node.module or "", *(f"{node.module}.{alias.name}" for alias in node.names)] if node.level == 0 else []
+    return [alias.name for alias in node.names]
+
+
+def heavy_packages_loaded() -> dict[str, set[str]]:
+    """module -> the heavy third-party packages loading it loads (its top-level imports, followed
+    through the project's modules and their parent packages)."""
+    modules = _modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    own: dict[str, set[str]] = {}
+    heavy: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+        own[name] = {p for p in parents if p in modules}
+        heavy[name] = set()
+        for node in _top_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            for target in _imported(node):
+                module = owner(target)
+                if module and module != name:
+                    own[name].add(module)
+                elif target.split(".")[0] in HEAVY:
+                    heavy[name].add(target.split(".")[0])
+    loaded: dict[str, set[str]] = {}
+
+    def load(name: str, seen: frozenset[str]) -> set[str]:
+        if name not in loaded:
+            found = set(heavy[name])
+            for other in own[name] - seen:
+                found |= load(other, seen | {name})
+            loaded[name] = found
+        return loaded[name]
+
+    for name in modules:
+        load(name, frozenset())
+    return loaded
+
+
+def function_level_imports_without_reason() -> list[str]:
+    modules = _modules()
+    loaded = heavy_packages_loaded()
+    found = []
+    for name, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skipped = _type_checking_blocks(tree)
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if not isinstance(node, ast.Import | ast.ImportFrom) or id(node) in skipped:
+                    continue
+                targets = {t for t in _imported(node) if t in modules and t != name}
+                if path.name == "__init__.py" and all(t.startswith(name + ".") for t in targets):
+                    continue  # a package's own module, which imports the package: at the top, a cycle
+                if targets and not set().union(*(loaded[t] for t in targets)) - loaded[name]:
+                    where = path.relative_to(PROJECT_ROOT)
+                    found.append(f"{where}:{node.lineno} {ast.unparse(node)} (loads nothing heavy {name} does not)")
+    return found
+
+
+def test_the_projects_own_modules_are_imported_inside_a_function_only_to_defer_a_heavy_package():
+    loaded = heavy_packages_loaded()
+    assert "pyspark" in loaded["streamops.driver.run"] and "pyspark" not in loaded["streamops.catalog"]
+    assert function_level_imports_without_reason() == []

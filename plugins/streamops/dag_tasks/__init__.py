@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from streamops.app_runtime import AppRuntime
+from streamops.audit import AuditTrail, acting_as, audit_file
+from streamops.catalog import SUPERVISOR_EVERY_S, load_catalog, supervisor_mode
+from streamops.checkpoints import list_backups
 from streamops.refusals import OneLineRefused, Refused
+from streamops.triggers import DRIVER_EXITS_ASSET, DriverExitTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Param
@@ -53,9 +58,6 @@ def supervisor_schedule() -> Any:
     from airflow.timetables.assets import AssetOrTimeSchedule
     from airflow.timetables.trigger import DeltaTriggerTimetable
 
-    from streamops.catalog import SUPERVISOR_EVERY_S, supervisor_mode
-    from streamops.triggers import DRIVER_EXITS_ASSET, DriverExitTrigger
-
     mode = supervisor_mode()
     if mode == "manual":
         return None
@@ -69,8 +71,6 @@ def supervisor_schedule() -> Any:
 
 def triggering_apps(context: Mapping[str, Any]) -> list[str]:
     """The apps named by the driver-exit events that started this run (none for a timed or manual run)."""
-    from streamops.triggers import DRIVER_EXITS_ASSET
-
     apps: list[str] = []
     for asset, events in (context.get("triggering_asset_events") or {}).items():
         if getattr(asset, "name", None) != DRIVER_EXITS_ASSET:
@@ -139,8 +139,6 @@ def is_dry_run(params: Mapping[str, Any]) -> bool:
 
 def trail(context: Mapping[str, Any]) -> AuditTrail:
     """The audit trail of the running DAG run: its DAG, run, triggering user and params."""
-    from streamops.audit import AuditTrail
-
     dag_run = context["dag_run"]
     user = getattr(dag_run, "triggering_user_name", None) or "unknown"
     return AuditTrail(dag_run.dag_id, dag_run.run_id, user, dict(context["params"]))
@@ -212,9 +210,6 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
     the app is "held" until an operator's start, stop or recovery, because the supervisor must not
     restart a half-changed app. Without `hold_on_failure` (a deploy or a stop: a failed one changes
     no checkpoint) it simply ends."""
-    from streamops.app_runtime import AppRuntime
-    from streamops.checkpoints import list_backups
-
     checkpoint = _checkpoint_of(app_name)
     if checkpoint is None:
         yield
@@ -243,8 +238,6 @@ def operating_on(app_name: object, run_id: str, what: str, *, hold_on_failure: b
 
 def _checkpoint_of(app_name: object) -> str | None:
     """The checkpoint of a catalog app (None for anything that is not one: the step refuses it)."""
-    from streamops.catalog import load_catalog
-
     catalog = load_catalog(check_programs=False)
     if not isinstance(app_name, str) or app_name not in catalog.app_names():
         return None
@@ -253,8 +246,6 @@ def _checkpoint_of(app_name: object) -> str | None:
 
 def _snapshots(app_name: object) -> set[str]:
     """The app's checkpoint snapshots now (none for a name the catalog does not know)."""
-    from streamops.checkpoints import list_backups
-
     checkpoint = _checkpoint_of(app_name)
     return {str(p) for p in list_backups(checkpoint)} if checkpoint else set()
 
@@ -275,8 +266,6 @@ def audited_step(context: Mapping[str, Any], step: str, action: Callable[[], T],
     that `applies_plan` passes the approval gate first (release_apply: a dry run is skipped, an
     unapproved plan refused), before the app is marked."""
     from contextlib import AbstractContextManager, nullcontext
-
-    from streamops.audit import acting_as, audit_file
 
     audit = trail(context)
     subject = app if app is not None else audit.params.get("app")

@@ -23,6 +23,8 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
+from streamops.dag_tasks import is_dry_run, trail
+
 log = logging.getLogger(__name__)
 
 APPROVE_PARAM = "approve_in_ui"
@@ -45,8 +47,6 @@ def approval_skip_reason(params: dict, plan: Any = None) -> str | None:
     """Why this run needs no approval (None: it waits for one). `plan`: the plan task's XCom; a
     plan that says nothing in it waits for an approval (`approval_not_needed`, made by the plan
     task from the catalog's policies, never from a trigger's params) skips it."""
-    from streamops.dag_tasks import is_dry_run
-
     if "dry_run" in params and is_dry_run(params):  # roll_restart_apps has no dry run
         return "Dry run: nothing will be applied, so there is nothing to approve. The plan is in the 'plan' task's log."
     if params.get(APPROVE_PARAM, True) is False:
@@ -141,8 +141,6 @@ class PlanApproval(ApprovalOperator):
         return super().execute(context)
 
     def execute_complete(self, context, event):
-        from streamops.dag_tasks import trail
-
         # Audited before the provider's handling: on Reject it skips the apply by raising.
         chosen = (event.get("chosen_options") or ["?"])[0] if "error" not in event else None
         by = event.get("responded_by_user")
@@ -163,8 +161,6 @@ def release_apply(context) -> None:
     skipped here (the plan is in the plan task's log), and a run that waits for an approval goes
     on only with an Approve answer (check_approved)."""
     from airflow.sdk.exceptions import AirflowSkipException
-
-    from streamops.dag_tasks import is_dry_run
 
     if is_dry_run(context["params"]):
         raise AirflowSkipException(DRY_RUN_SKIP)

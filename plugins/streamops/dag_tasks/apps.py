@@ -7,14 +7,19 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from streamops.app_ops import Launch, LaunchCommand, stop
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import AppStatus, app_status, lag_table, status_table
+from streamops.audit import AuditTrail, acting_user
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
 from streamops.dag_tasks.connections import kafka_connection
 from streamops.dag_tasks.launching import AppLauncher
+from streamops.kafka_client import app_principal
 from streamops.launch_overrides import checked_spark_conf, checked_version
 from streamops.programs import DriverProtocolRefused, ProgramError
 from streamops.refusals import OneLineRefused
+from streamops.rollout import RolloutFailed, roll_restart
+from streamops.supervision import Health, act, app_drift, attention_message, evaluate, health_table, unreadable
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +75,6 @@ def roll(app_name: str, version: str | None, spark_conf: dict, gate_deadline_s: 
     """Roll one app to `version`/`spark_conf`, or refuse, or roll back and fail loudly."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.app_runtime import AppRuntime, DriverRecord
-    from streamops.rollout import RolloutFailed, roll_restart
-
     version, spark_conf = checked_overrides(version, spark_conf)
     if version is None:
         raise OneLineRefused("a rolling restart needs the new version label")
@@ -126,10 +128,6 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     """Every chosen app's status and health; as the supervisor, restart crashed apps whose policy
     and crash-loop guard allow it (streamops.supervision). Never fails on an app's health: that
     is `check_health`'s, after this task has recorded every app's figures."""
-    from streamops.app_runtime import AppRuntime
-    from streamops.kafka_client import app_principal
-    from streamops.supervision import Health, act, app_drift, evaluate, health_table, unreadable
-
     # Status and stop never need an app's code: one app's missing artifact must not blind them.
     catalog = load_catalog(check_programs=False)
     kafka = kafka_connection()
@@ -197,8 +195,6 @@ def check_health(statuses: dict) -> str:
     with its evidence: Airflow's failure callbacks and notifiers then page someone."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.supervision import attention_message
-
     message = attention_message([s["health"] for s in statuses.values()])
     if message:
         raise AirflowFailException(message)
@@ -208,8 +204,6 @@ def check_health(statuses: dict) -> str:
 
 
 def _supervisor_audit(run_id: str):
-    from streamops.audit import AuditTrail
-
     def write(app_name: str, outcome: str, **details) -> None:
         step = "crash-loop guard" if outcome == "gave up" else "restart"
         AuditTrail("app_status", run_id, "supervisor", {"app": app_name}).write(step, outcome, **details)
@@ -221,9 +215,6 @@ def _supervisor_audit(run_id: str):
 def stop_app(app_name: str, deadline_s: float, run_id: str) -> str:
     """Stop one app on purpose: recorded as its desired state first, so neither the status run
     nor the supervisor takes the stop for a crash."""
-    from streamops.app_runtime import AppRuntime
-    from streamops.audit import acting_user
-
     checked_number(deadline_s, "deadline_s", *STOP_DEADLINE_S)
     app = load_catalog(check_programs=False).app(app_name)
     AppRuntime(app.checkpoint_location()).set_desired("stopped", run_id=run_id, by=acting_user())

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, airflow_connection
+from streamops.spark_submit import SparkTarget
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -40,8 +41,6 @@ def admin_client(conn_id: str = DEFAULT_CONN_ID) -> AdminClient:
 def spark_target(conn_id: str = SPARK_CONN_ID) -> SparkTarget:
     """The Spark connection as every launch uses it (SubmitSpec.argv): live apps and backfills alike."""
     from airflow.sdk import BaseHook
-
-    from streamops.spark_submit import SparkTarget
 
     connection = BaseHook.get_connection(conn_id)
     return SparkTarget.from_connection(connection.conn_type, connection.host, connection.port, connection.extra_dejson or {},

@@ -11,8 +11,17 @@ from typing import Any
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import Catalog, load_catalog
+from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import audited_step, is_dry_run
+from streamops.dag_tasks.approval import check_approved
+from streamops.dag_tasks.apps import selected
+from streamops.dag_tasks.connections import kafka_connection
+from streamops.dag_tasks.launching import AppLauncher
 from streamops.desired_state import SyncItem, SyncPlan, plan_sync, record_roll_outcome
+from streamops.effective_spec import drift
+from streamops.kafka_client import app_principal
+from streamops.refusals import Refused
+from streamops.rollout import plan_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -20,10 +29,6 @@ log = logging.getLogger(__name__)
 def plan(context: Mapping[str, Any]) -> dict:
     """The reconcile plan of every chosen app (all when none is chosen), logged as a table, with the
     catalog edit of every app that runs approved changes the catalog does not say."""
-    from streamops.dag_tasks.apps import selected
-    from streamops.dag_tasks.connections import kafka_connection
-    from streamops.kafka_client import app_principal
-
     def make_plan() -> dict:
         catalog = load_catalog()
         names = selected(catalog, context["params"].get("apps") or None)
@@ -44,10 +49,6 @@ def plan(context: Mapping[str, Any]) -> dict:
 def _new_fingerprint(catalog: Catalog, run_id: str, app: str, version: str, spark_conf: dict[str, str]
                      ) -> dict[str, list[str]] | None:
     """The stateful plan the roll's new driver would build (its --plan-fingerprint), or None."""
-    from streamops.dag_tasks.launching import AppLauncher
-    from streamops.refusals import Refused
-    from streamops.rollout import plan_fingerprint
-
     try:
         return plan_fingerprint(AppLauncher.of(catalog, app, run_id).command(version, spark_conf))
     except Refused as exc:
@@ -59,9 +60,6 @@ def apply(context: Mapping[str, Any], planned: dict, policy: str) -> list[dict]:
     """Roll the plan's apps of `policy` one after the other (the next only after this one passed its
     gate); auto runs without an approval, approve only after the run's Approve. Each roll audited."""
     from airflow.sdk.exceptions import AirflowSkipException
-
-    from streamops.dag_tasks import apps as steps
-    from streamops.dag_tasks.approval import check_approved
 
     the_plan = SyncPlan.from_json(planned)
     items = the_plan.rolls(policy)
@@ -92,10 +90,6 @@ def verify(context: Mapping[str, Any], planned: dict, rolled_results: list[dict]
     """Every app this run rolled (`rolled_results`: the roll tasks' results) runs what the catalog
     says now (approved changes aside)."""
     from airflow.sdk.exceptions import AirflowFailException
-
-    from streamops.dag_tasks.connections import kafka_connection
-    from streamops.effective_spec import drift
-    from streamops.kafka_client import app_principal
 
     the_plan = SyncPlan.from_json(planned)
     done = {r.get("app") for r in rolled_results if isinstance(r, dict)}

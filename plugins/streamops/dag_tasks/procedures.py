@@ -23,10 +23,14 @@ from functools import cached_property
 from typing import Any
 
 from streamops.catalog import Catalog, load_catalog
-from streamops.dag_tasks import audited_step
+from streamops.dag_tasks import audited_step, trail
+from streamops.dag_tasks.approval import PlanApproval
+from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_session, spark_target
 from streamops.dag_tasks.launching import AppLauncher
+from streamops.dag_tasks.recovery_params import shared_param_problems
 from streamops.kafka_client import KafkaClientConfig
 from streamops.plans import AppPlan
+from streamops.recovery.common import RecoveryRefused
 from streamops.spark_submit import SparkTarget
 
 log = logging.getLogger(__name__)
@@ -40,8 +44,6 @@ class Step:
     Airflow connections, each made when first asked for."""
 
     def __init__(self, context: Mapping[str, Any], handed: Mapping[str, Any] | None = None):
-        from streamops.dag_tasks import trail
-
         self.context = context
         self.params: Mapping[str, Any] = context["params"]
         self.run_id: str = context["run_id"]
@@ -63,20 +65,14 @@ class Step:
 
     @cached_property
     def kafka(self) -> KafkaClientConfig:
-        from streamops.dag_tasks.connections import kafka_connection
-
         return kafka_connection()
 
     @cached_property
     def admin(self) -> Any:
-        from streamops.dag_tasks.connections import admin_client
-
         return admin_client()
 
     @cached_property
     def spark_target(self) -> SparkTarget:
-        from streamops.dag_tasks.connections import spark_target
-
         return spark_target()
 
     @property
@@ -85,8 +81,6 @@ class Step:
 
     @cached_property
     def spark(self) -> Any:
-        from streamops.dag_tasks.connections import spark_session
-
         return spark_session("streamops-recovery", self.spark_master)
 
 
@@ -104,9 +98,6 @@ class Procedure:
 
 
 def plan_step(procedure: Procedure, context: Mapping[str, Any]) -> Result:
-    from streamops.dag_tasks.recovery_params import shared_param_problems
-    from streamops.recovery.common import RecoveryRefused
-
     step = Step(context)
 
     def make_plan() -> Result:
@@ -147,8 +138,6 @@ def plan_apply_verify(procedure: Procedure) -> None:
     """The tasks of a procedure's DAG, called inside its @dag function: plan >> approve >> apply,
     then verify. Task ids: plan, approve, apply, verify."""
     from airflow.sdk import get_current_context, task
-
-    from streamops.dag_tasks.approval import PlanApproval
 
     # The tasks take their upstream XComs (the plan's JSON, the apply's result): Any here, since
     # wiring passes them as XComArgs.

@@ -8,11 +8,15 @@ from datetime import datetime
 
 from tabulate import tabulate
 
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import refusals_fail, refusals_fail_the_task
+from streamops.dag_tasks.connections import spark_session
 from streamops.kafka_client import KafkaClientConfig
+from streamops.provisioning import ADMIN_TIMEOUT_S
 from streamops.quality.ranges import RangeRequest, TopicRange, resolve
 from streamops.runtime_records import RuntimeRecordError
+from streamops.supervision import desired_state
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +89,6 @@ def _provisioned(admin, topics: list[str], in_catalog: set[str]) -> list[str]:
     for the range check to refuse them."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from streamops.provisioning import ADMIN_TIMEOUT_S
-
     existing = set(admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics)
     missing = [t for t in topics if t in in_catalog and t not in existing]
     if missing and len(missing) == len(topics):
@@ -101,9 +103,6 @@ def _provisioned(admin, topics: list[str], in_catalog: set[str]) -> list[str]:
 def freshness_failures(catalog: Catalog, ranges: list[TopicRange]) -> list[str]:
     """Empty ranges of topics whose writing app should be running: a stopped, crashed or stalled
     app writes nothing, and an empty range must not pass as clean."""
-    from streamops.app_runtime import AppRuntime
-    from streamops.supervision import desired_state
-
     failures = []
     for item in ranges:
         if item.records:
@@ -130,7 +129,6 @@ def validate(ranges: list[dict], run_name: str, kafka: KafkaClientConfig, admin,
     with `check_freshness` (a time range), if a running app's topic got no records in it."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.dag_tasks.connections import spark_session
     from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
 
     with refusals_fail_the_task():  # ranges the plan task never made (PlanMismatch)

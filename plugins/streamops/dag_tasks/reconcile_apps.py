@@ -7,9 +7,11 @@ import logging
 
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
+from streamops.dag_tasks.connections import spark_session
 from streamops.dag_tasks.reprocess import work_root
 from streamops.effective_spec import effective_catalog
 from streamops.kafka_client import KafkaClientConfig
+from streamops.launch_overrides import checked_version
 from streamops.reconciliation import compare_windows, delete_scratch_topics, window_outputs
 from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess, target_catalog
 from streamops.spark_submit import SparkTarget
@@ -31,9 +33,6 @@ def reconcile_app(app_name: str, run_id: str, kafka: KafkaClientConfig, admin, s
                   program_version: str | None = None) -> dict:
     """Recompute from earliest into scratch topics, compare, clean up; fail above the threshold."""
     from airflow.sdk.exceptions import AirflowFailException
-
-    from streamops.dag_tasks.connections import spark_session
-    from streamops.launch_overrides import checked_version
 
     checked_number(max_mismatch_ratio, "max_mismatch_ratio", 0, 1, whole=False)
     program_version = checked_version(program_version, "program_version")

@@ -11,21 +11,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from streamops.dag_tasks import reprocess as reprocessing
 from streamops.dag_tasks.procedures import Procedure, Result, Step
 from streamops.recovery.common import RecoveryRefused
-from streamops.recovery.rebuild import RebuildPlan
-from streamops.recovery.replay import ReplayPlan
-from streamops.recovery.reset import ResetPlan, ResetRequest
-from streamops.recovery.restart import RestartPlan
-from streamops.recovery.restore import RestorePlan
-from streamops.recovery.skip import SkipPlan
+from streamops.recovery.lifecycle import await_resumed
+from streamops.recovery.rebuild import RebuildPlan, apply_rebuild_live, plan_rebuild
+from streamops.recovery.replay import ReplayPlan, ReplayRequest, apply_replay, plan_replay, verify_replay
+from streamops.recovery.reset import ResetPlan, ResetRequest, apply_reset, plan_reset, verify_reset
+from streamops.recovery.restart import RestartPlan, apply_restart, plan_restart
+from streamops.recovery.restore import RestorePlan, apply_restore, plan_restore, verify_restore
+from streamops.recovery.skip import SkipPlan, apply_skip, plan_skip, verify_skip
+from streamops.reprocess import VERSION_SUFFIX_PATTERN
 from streamops.timestamps import run_tag, utc_now
 
 
 def await_progress(step: Step, app_name: str, lag_before: int | None, caught_up: bool = False) -> Result:
     """Wait until the restarted app commits batches (and, with `caught_up`, has no lag left)."""
-    from streamops.recovery.lifecycle import await_resumed
-
     result = await_resumed(step.catalog.app(app_name), step.kafka, lag_before, step.verify_deadline_s, caught_up=caught_up)
     result["summary"] = (f"{app_name} is making progress: batches {result['batches']}, lag {lag_before} -> "
                          f"{result['lag_after']} after {result['seconds']} s")
@@ -36,16 +37,12 @@ def await_progress(step: Step, app_name: str, lag_before: int | None, caught_up:
 
 
 def _restart_plan(step: Step) -> RestartPlan:
-    from streamops.recovery.restart import plan_restart
-
     plan = plan_restart(step.catalog, step.params["app"], step.kafka)
     step.app(plan.app).trusted(plan.version, plan.spark_conf)  # what the apply starts, checked now
     return plan
 
 
 def _restart_apply(step: Step, plan: RestartPlan) -> Result:
-    from streamops.recovery.restart import apply_restart
-
     app = step.app(plan.app)
     return apply_restart(app.app, plan, app.start_version())
 
@@ -68,22 +65,15 @@ def reset_request(params: Any) -> ResetRequest:
 
 
 def _reset_plan(step: Step) -> ResetPlan:
-    from streamops.recovery.reset import plan_reset
-
     return plan_reset(step.admin, step.catalog, reset_request(step.params), for_apply=step.params["dry_run"] is False)
 
 
 def _reset_apply(step: Step, plan: ResetPlan) -> Result:
-    from streamops.recovery.reset import apply_reset
-
     app = step.app(plan.app)
     return apply_reset(app.app, plan, app.start_on_new_checkpoint())
 
 
 def _reset_verify(step: Step, plan: ResetPlan, _applied: Result) -> Result:
-    from streamops.recovery.lifecycle import await_resumed
-    from streamops.recovery.reset import verify_reset
-
     app = step.catalog.app(plan.app)
     started = verify_reset(app, plan)
     progress = await_resumed(app, step.kafka, None, step.verify_deadline_s)
@@ -97,22 +87,16 @@ RESET = Procedure(name="offset reset plan", plan_type=ResetPlan, plan=_reset_pla
 
 
 def _replay_plan(step: Step) -> ReplayPlan:
-    from streamops.recovery.replay import ReplayRequest, plan_replay
-
     p = step.params
     request = ReplayRequest(app=p["app"], start=p["start"], end=p["end"], reason_contains=p.get("reason_contains") or "")
     return plan_replay(step.spark, step.admin, step.kafka, step.catalog, request)
 
 
 def _replay_apply(step: Step, plan: ReplayPlan) -> Result:
-    from streamops.recovery.replay import apply_replay
-
     return apply_replay(step.spark, step.kafka, step.catalog, plan, step.run_id)
 
 
 def _replay_verify(step: Step, _plan: ReplayPlan, applied: Result) -> Result:
-    from streamops.recovery.replay import verify_replay
-
     return verify_replay(step.kafka, applied)
 
 
@@ -124,9 +108,6 @@ REPLAY = Procedure(name="dead-letter replay plan", plan_type=ReplayPlan, plan=_r
 
 
 def _rebuild_plan(step: Step) -> RebuildPlan:
-    from streamops.recovery.rebuild import plan_rebuild
-    from streamops.reprocess import VERSION_SUFFIX_PATTERN
-
     version = step.params.get("version") or "v2"
     if not re.fullmatch(VERSION_SUFFIX_PATTERN, str(version)):
         # It becomes part of the new topics' names.
@@ -137,8 +118,6 @@ def _rebuild_plan(step: Step) -> RebuildPlan:
 def _rebuild_reprocess_plan(step: Step, plan: RebuildPlan) -> Result:
     """A versioned rebuild is the reprocess DAG's run: its plan, with its refusals (e.g. targets
     that already hold records), made now and handed on for approval with the rebuild's."""
-    from streamops.dag_tasks import reprocess as reprocessing
-
     if plan.target != "versioned":
         return {}
     return {"reprocess_plan": reprocessing.plan(step.admin, step.kafka, {
@@ -149,9 +128,6 @@ def _rebuild_reprocess_plan(step: Step, plan: RebuildPlan) -> Result:
 
 
 def _rebuild_apply(step: Step, plan: RebuildPlan) -> Result:
-    from streamops.dag_tasks import reprocess as reprocessing
-    from streamops.recovery.rebuild import apply_rebuild_live
-
     if plan.target == "live":
         app = step.app(plan.app)
         return apply_rebuild_live(app.app, plan, app.start_on_new_checkpoint(), app.stopper())
@@ -175,8 +151,6 @@ REBUILD = Procedure(
 
 
 def _restore_plan(step: Step) -> RestorePlan:
-    from streamops.recovery.restore import plan_restore
-
     p = step.params
     plan = plan_restore(step.catalog, p["app"], p["snapshot"], stop_if_running=p["stop_if_running"],
                         for_apply=p["dry_run"] is False)
@@ -185,16 +159,11 @@ def _restore_plan(step: Step) -> RestorePlan:
 
 
 def _restore_apply(step: Step, plan: RestorePlan) -> Result:
-    from streamops.recovery.restore import apply_restore
-
     app = step.app(plan.app)
     return apply_restore(app.app, plan, app.start_version(), app.stopper())
 
 
 def _restore_verify(step: Step, plan: RestorePlan, _applied: Result) -> Result:
-    from streamops.recovery.lifecycle import await_resumed
-    from streamops.recovery.restore import verify_restore
-
     app = step.catalog.app(plan.app)
     progress = await_resumed(app, step.kafka, None, step.verify_deadline_s)
     continued = verify_restore(app, plan)
@@ -209,8 +178,6 @@ RESTORE = Procedure(name="checkpoint restore plan", plan_type=RestorePlan, plan=
 
 
 def _skip_plan(step: Step) -> SkipPlan:
-    from streamops.recovery.skip import plan_skip
-
     p = step.params
     plan = plan_skip(step.admin, step.kafka, step.catalog, p["app"], p.get("records"), p.get("note"),
                      user=step.user, run_id=step.run_id)
@@ -219,15 +186,11 @@ def _skip_plan(step: Step) -> SkipPlan:
 
 
 def _skip_apply(step: Step, plan: SkipPlan) -> Result:
-    from streamops.recovery.skip import apply_skip
-
     app = step.app(plan.app)
     return apply_skip(app.app, plan, app.start_version(), step.kafka)
 
 
 def _skip_verify(step: Step, plan: SkipPlan, applied: Result) -> Result:
-    from streamops.recovery.skip import verify_skip
-
     return verify_skip(step.catalog.app(plan.app), plan, applied, step.kafka, step.verify_deadline_s)
 
 

@@ -3,6 +3,10 @@ API triggers; the recovery code checks them again (a name is never a path or a c
 
 from __future__ import annotations
 
+from streamops.dag_tasks import number_problem
+from streamops.dag_tasks.approval import APPROVE_PARAM, approval_param
+from streamops.kafka_offsets import BACK, EARLIEST, NOW, TIME, moment_pattern
+
 # Names only: no path separators, no shell metacharacters, no spaces.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 
@@ -37,8 +41,6 @@ def verify_deadline_param(default: int = 300):
 def recovery_form(app_names: list[str], fields: dict | None = None, *, verify_deadline_s: int | None = 300) -> dict:
     """A recovery DAG's trigger form: the app, dry run and approval first, then the DAG's own
     `fields`, then the verify deadline (None: the DAG has no verify wait)."""
-    from streamops.dag_tasks.approval import APPROVE_PARAM, approval_param
-
     form = {"app": app_param(app_names), "dry_run": dry_run_param(), APPROVE_PARAM: approval_param(), **(fields or {})}
     if verify_deadline_s is not None:
         form["verify_deadline_s"] = verify_deadline_param(verify_deadline_s)
@@ -47,8 +49,6 @@ def recovery_form(app_names: list[str], fields: dict | None = None, *, verify_de
 
 def shared_param_problems(params: dict) -> list[str]:
     """The shared fields' bounds checked in code (a plan refuses before anything is changed)."""
-    from streamops.dag_tasks import number_problem
-
     problem = number_problem(params["verify_deadline_s"], "verify_deadline_s", *VERIFY_DEADLINE_S) if "verify_deadline_s" in params else None
     return [problem] if problem else []
 
@@ -57,8 +57,6 @@ def range_start_param(description: str):
     """Where a time range starts: earliest, a bounded duration back, or a time from 1970 to 2999."""
     from airflow.sdk import Param
 
-    from streamops.kafka_offsets import BACK, EARLIEST, TIME, moment_pattern
-
     return Param("earliest", type="string", minLength=1, maxLength=64, pattern=moment_pattern({EARLIEST, BACK, TIME}),
                  title="Start", description=description)
 
@@ -66,8 +64,6 @@ def range_start_param(description: str):
 def range_end_param(description: str):
     """Where a time range ends: now, or a time from 1970 to 2999."""
     from airflow.sdk import Param
-
-    from streamops.kafka_offsets import NOW, TIME, moment_pattern
 
     return Param("now", type="string", minLength=1, maxLength=64, pattern=moment_pattern({NOW, TIME}),
                  title="End", description=description)

@@ -8,24 +8,34 @@ import re
 from pathlib import Path
 
 from streamops import settings
+from streamops.acls import grant_app
+from streamops.app_runtime import AppRuntime
+from streamops.audit import acting_user
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import refusals_fail
+from streamops.dag_tasks.connections import spark_session
+from streamops.dag_tasks.launching import AppLauncher
+from streamops.effective_spec import approve_topics, drift, effective_catalog
 from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_version, required_version
 from streamops.paths import RUN_DIR
 from streamops.plans import PlanMismatch
+from streamops.quality.ranges import whole_topics
 from streamops.refusals import OneLineRefused
 from streamops.reprocess import (
     TAG_PATTERN,
     VERSION_SUFFIX_PATTERN,
+    ReprocessFailed,
     ReprocessPlan,
     ReprocessRefused,
     ReprocessRequest,
+    ReprocessResult,
     plan_reprocess,
     run_reprocess,
     target_catalog,
     target_topics,
 )
+from streamops.reprocess import cutover as hand_over
 from streamops.spark_submit import SparkTarget
 
 log = logging.getLogger(__name__)
@@ -106,8 +116,6 @@ def checked_plan(plan_json: dict) -> tuple[ReprocessPlan, Path]:
 def run(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spark: SparkTarget) -> dict:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.reprocess import ReprocessFailed
-
     the_plan, work_dir = checked_plan(plan_json)
     if the_plan.records == 0:
         log.warning("The planned range holds no records: the targets are created empty.")
@@ -131,8 +139,6 @@ def validate(plan_json: dict, run_id: str, kafka: KafkaClientConfig, admin, spar
     """The targets, whole, through the validate DAG's code and the live topics' suites."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from streamops.dag_tasks.connections import spark_session
-    from streamops.quality.ranges import whole_topics
     from streamops.quality.validate import QualityCheckFailed, raise_on_failures, validate_topics
 
     the_plan, _ = checked_plan(plan_json)
@@ -154,13 +160,6 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
     """Hand the live app over to the backfill's targets and checkpoint; say what to change next.
     The new topics become an approved change of the app (streamops.effective_spec): every later
     launch (a supervisor's restart, a roll, a restore) keeps them until the catalog says them."""
-    from streamops.app_runtime import AppRuntime
-    from streamops.audit import acting_user
-    from streamops.dag_tasks.launching import AppLauncher
-    from streamops.effective_spec import approve_topics, drift, effective_catalog
-    from streamops.reprocess import ReprocessResult
-    from streamops.reprocess import cutover as hand_over
-
     the_plan, work_dir = checked_plan(plan_json)
     launcher = AppLauncher.of(load_catalog(), the_plan.app, run_id)
     catalog = effective_catalog(launcher.catalog, the_plan.app)
@@ -207,8 +206,6 @@ def cutover(plan_json: dict, ran: dict, run_id: str, kafka: KafkaClientConfig) -
 def app_catalog(app_name: str):
     """The catalog as `app_name` runs it (its approved topic bindings applied): a reprocess plans,
     runs and validates the live app's current outputs, whatever an earlier cutover moved them to."""
-    from streamops.effective_spec import effective_catalog
-
     return effective_catalog(load_catalog(), app_name)
 
 
@@ -217,8 +214,6 @@ def _grant_new_topics(targeted_catalog, app: str, kafka: KafkaClientConfig) -> l
     catalog's topics, not the backfill's: grant it the new ones (the suite's connection does) before
     anything stops. Refused here, nothing has changed; a cluster without an authorizer needs none."""
     from confluent_kafka import KafkaError, KafkaException
-
-    from streamops.acls import grant_app
 
     principal = app_connection(app).principal
     if not principal:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from streamops.driver.fingerprints import plan_fingerprint
 from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_offsets import end_offsets
 from streamops.program_contract import OutputQuery, StreamingProgram
 from streamops.refusals import OneLineRefused
 from streamops.spark_submit import LOCAL_MASTER
@@ -69,8 +70,6 @@ def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_rea
     """Real-time mode runs one long-lived task per input partition, all at once: with fewer task
     slots than that, the partitions left over are never read (no error, just a silent stall).
     Executors may still be registering, so a short slot count is waited on for up to `wait_s`."""
-    from streamops.kafka_offsets import end_offsets
-
     partitions = {topic: len(end_offsets(kafka, topic)) for topics in sources_read for topic in topics}
     needed = sum(partitions[topic] for topics in sources_read for topic in topics)
     context = spark.sparkContext

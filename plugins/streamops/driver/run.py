@@ -22,6 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from streamops import settings
 from streamops.app_runtime import AlreadyRunningError, AppRuntime
+from streamops.artifacts import file_digest
 from streamops.catalog import REAL_TIME, AppSpec, Catalog, catalog_path, load_catalog
 from streamops.driver.arguments import PLAN_FINGERPRINT_LINE, DriverArgs, parse_args
 from streamops.driver.exit_codes import ExitCode
@@ -35,7 +36,8 @@ from streamops.driver.stopping import StopSignals, ended_by, graceful_stop, not_
 from streamops.driver.warm_standby import await_go, warm_up
 from streamops.failures import error_gist
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
-from streamops.program_contract import StreamingProgram
+from streamops.program_contract import StreamingProgram, describe
+from streamops.programs import ProgramError, ProgramInfo, import_program
 from streamops.runtime_records import CodeRecord, DriverRecord, LaunchRecord
 from streamops.standby import StandbySlot
 from streamops.timestamps import now_iso
@@ -46,9 +48,6 @@ log = logging.getLogger("streamops.app")
 
 def code_record(program: StreamingProgram, args: DriverArgs) -> CodeRecord:
     """Which code runs: the artifact (path, digest) or the installed module (its file's digest)."""
-    from streamops.artifacts import file_digest
-    from streamops.programs import ProgramError
-
     if args.artifact:
         return CodeRecord(artifact=args.artifact, digest=args.artifact_digest)
     module_file = sys.modules[type(program).__module__].__file__
@@ -61,9 +60,6 @@ def app_problems(spec: AppSpec, program: StreamingProgram) -> list[str]:
     """How the catalog's app does not fit this version of its program (roles, settings, checks):
     the catalog checked another version, or the installed code, when it loaded."""
     from pydantic import ValidationError
-
-    from streamops.program_contract import describe
-    from streamops.programs import ProgramInfo
 
     info = ProgramInfo.from_description(spec.program, describe(program))
     problems = [f"{field}: {message}" for field, message in
@@ -79,8 +75,6 @@ def load_app(args: DriverArgs) -> tuple[Catalog, AppSpec, StreamingProgram]:
     """The app's catalog entry and its program, checked against each other; SystemExit names what
     does not fit. Only this app's program is checked (against the code that runs): another app's
     missing artifact is no reason not to start this one."""
-    from streamops.programs import ProgramError, import_program
-
     catalog = load_catalog(args.catalog, check_programs=False)
     spec = catalog.app(args.app)
     if spec.program != args.program:

@@ -24,6 +24,7 @@ from streamops.driver.outputs import operator_skip
 from streamops.driver.preparation import Prepared
 from streamops.driver.stopping import StopSignals
 from streamops.failures import error_gist
+from streamops.kafka_offsets import end_offsets
 from streamops.program_contract import StreamingProgram
 from streamops.records import OPERATOR_SKIP
 from streamops.spark_submit import LOCAL_MASTER
@@ -70,8 +71,6 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
     through the Kafka sink, which opens the producer (Spark pools it with the sink's options).
     Nothing is written to any topic, no offset is committed. Best effort, within WARM_UP_LIMIT_S:
     a step that fails (a plan that runs only on streams, e.g. applyInPandasWithState) is skipped."""
-    from streamops.kafka_offsets import end_offsets
-
     bound = program.bind(spec)
     skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
 

@@ -21,6 +21,7 @@ import psutil
 
 from streamops import settings
 from streamops.catalog import CATALOG_ENV_VAR, ENVIRONMENT_ENV_VAR, selected_environment
+from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail
 from streamops.paths import PROJECT_ROOT, RUN_DIR
@@ -76,8 +77,6 @@ class LocalAirflow:
         cluster stack on the cluster, and `airflow stop` stops its Celery workers too. `profile`:
         the cluster profile's fields (metadata, celery_workers, celery_log_ports, spark_master,
         spark_conf_dir) when `up --cluster` sets it up."""
-        from streamops.local_stack.broker import LocalBroker
-
         port = port or int(settings.AIRFLOW_PORT.get() or DEFAULT_PORT)
         home = RUN_DIR / "airflow"
         record = read_stack_record(home)

@@ -28,6 +28,8 @@ import httpx
 from streamops import settings
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
 from streamops.paths import RUN_DIR
+from streamops.spark_submit import spark_env
+from streamops.toolchain import connector_jars
 from streamops.waiting import DeadlineExceeded, poll_until
 
 MASTER_ADDRESS = "127.0.0.21"
@@ -101,8 +103,6 @@ class SparkStandalone:
         worker's disk, one-core executors of 512 MiB, and at most `cores` of the two cores, so
         a second app still gets an executor (without a cap the first app takes every core and
         the next one waits for executors forever)."""
-        from streamops.toolchain import connector_jars
-
         return {
             "spark.executor.extraClassPath": os.pathsep.join(str(jar) for jar in connector_jars()),
             "spark.executor.cores": "1",
@@ -240,13 +240,9 @@ class SparkStandalone:
         return {"master": self.master.pid(), **{f"worker {n}": p.pid() for n, p in self.worker_processes.items()}}
 
     def _daemon(self, main_class: str, *args: str) -> list[str]:
-        from streamops.spark_submit import spark_env
-
         return [str(Path(spark_env()["SPARK_HOME"]) / "bin" / "spark-class"), main_class, *args]
 
     def _env(self, address: str) -> dict[str, str]:
-        from streamops.spark_submit import spark_env
-
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SPARK_"))}
         # Executors inherit the worker's environment: SPARK_LOCAL_IP makes them bind the worker's
         # own address too. No port fallback (a daemon on port+1 would not be where master_url

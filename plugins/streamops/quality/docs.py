@@ -14,7 +14,9 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from streamops import settings
+from streamops.quality.docs_assets import ASSETS_DIR, localise
 from streamops.quality.results import quality_root
+from streamops.ui_auth import page_login
 
 URL_PREFIX = "/streamops/data-docs"
 
@@ -75,9 +77,6 @@ def data_docs_app():
 
     from fastapi import Depends, FastAPI
     from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
-
-    from streamops.quality.docs_assets import ASSETS_DIR, localise
-    from streamops.ui_auth import page_login
 
     app = FastAPI(title="streamops Data Docs", docs_url=None, redoc_url=None, openapi_url=None)
     login = page_login("Data Docs")

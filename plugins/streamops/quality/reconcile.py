@@ -35,13 +35,17 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
+from streamops.driver.outputs import operator_skip
+from streamops.driver.session import apply_app_conf
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import OffsetSpan, duration_ms, time_range_spans, topic_partitions, watermarks
 from streamops.program_contract import LineageOutput, WindowCountOutput
 from streamops.programs import load_program, program_info, running_version, settings_dict
 from streamops.quality.batches import aggregated, read_decoded, read_range
 from streamops.quality.ranges import TopicRange, whole_topics
+from streamops.records import OPERATOR_SKIP
 from streamops.runtime_records import SkipEntry
 from streamops.timestamps import epoch_ms, from_epoch_ms
 
@@ -91,7 +95,6 @@ def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batc
 def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
     """The frame of one of the app's own queries, built over `source` (a batch reader)."""
     program = load_program(app, running_version(app))  # before the runtime's own import: it may be the artifact's
-    from streamops.driver.session import apply_app_conf
 
     apply_app_conf(sources.session(), app)
     for output in program.queries(program.bind(app), running_version(app), source):
@@ -102,17 +105,12 @@ def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
 
 def _skip_entries(app: AppSpec) -> list[SkipEntry]:
     """The live app's skip list (beside its checkpoint), as its driver reads it at start."""
-    from streamops.app_runtime import AppRuntime
-
     return AppRuntime(app.checkpoint_location()).skip_records()
 
 
 def _skipping(frame: DataFrame, entries: list[SkipEntry], topics: list[str]) -> DataFrame:
     """A batch read of input topics with the column the live source adds: each record's skip
     reason (streamops.driver.outputs.operator_skip), so the app's own parse dead-letters skipped records."""
-    from streamops.driver.outputs import operator_skip
-    from streamops.records import OPERATOR_SKIP
-
     return frame.withColumn(OPERATOR_SKIP, operator_skip(entries, topics))
 
 

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import Catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.quality import reconcile, results
@@ -177,8 +178,6 @@ def validate_topics(
 def writer_code(catalog: Catalog, topic: str, written_by: dict[str, str] | None = None) -> str | None:
     """'oplog-router 1.2.0 sha256 1a2b3c4d5e6f' (an artifact) or '... installed': the code of the
     app that writes the topic (as given, else its driver's record); None: no app writes it."""
-    from streamops.app_runtime import AppRuntime, DriverRecord
-
     writer = catalog.writer(topic)
     if writer is None:
         return None

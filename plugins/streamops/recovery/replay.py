@@ -52,6 +52,7 @@ from streamops.kafka_offsets import (
 )
 from streamops.kafka_records import held_offsets, producer, read_spans
 from streamops.plans import JsonPlan
+from streamops.programs import program_info, running_version
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
 from streamops.runtime_records import DeadLetterEnvelope, ReplayLedgerEntry, checked_lines
@@ -219,7 +220,6 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
     from pyspark.sql import functions as F
 
     from streamops import records
-    from streamops.programs import program_info, running_version
 
     # The input fields of the version that runs (its artifact's declarations), not the catalog's.
     declared = program_info(app, running_version(app)).input_fields

@@ -23,6 +23,7 @@ from streamops.kafka_offsets import BACK, MAX_OFFSET, TIME, parse_moment, time_r
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, keeps_state, name_problem, refuse_if_running, resolve_app
 from streamops.timestamps import iso_seconds_utc
+from streamops.waiting import poll_until
 
 MODES = ("earliest", "latest", "datetime", "duration", "shift", "offsets")
 
@@ -282,8 +283,6 @@ def apply_reset(app: AppSpec, plan: ResetPlan, start) -> dict:
 
 def verify_reset(app: AppSpec, plan: ResetPlan, deadline_s: float = 120.0) -> dict:
     """Every query of the new checkpoint started exactly at the planned offsets."""
-    from streamops.waiting import poll_until
-
     wanted = plan.starting_offsets()
     checkpoint = app.checkpoint_location()
     started: dict[str, dict] = {}

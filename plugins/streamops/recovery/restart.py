@@ -14,6 +14,7 @@ from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs
 from streamops.failures import describe_failed_batches, describe_ranges
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import OffsetSpan
+from streamops.kafka_records import read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.lifecycle import end_leftovers, leftovers
@@ -129,8 +130,6 @@ def plan_restart(catalog: Catalog, app_name: str, kafka: KafkaClientConfig) -> R
 def _largest_records(kafka: KafkaClientConfig, failed: list[FailedBatch], count: int = 3, at_most: int = 20_000) -> list[dict]:
     """The biggest records of the failed batches (the usual suspects when a record is too large
     for a sink), as recover_skip_records items; nothing for a batch of more than `at_most` records."""
-    from streamops.kafka_records import read_spans
-
     ranges = [r for f in failed for r in f.get("ranges") or []]
     if not ranges or sum(r["last"] - r["first"] + 1 for r in ranges) > at_most:
         return []

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from confluent_kafka.admin import AdminClient
 from tabulate import tabulate
 
+from streamops.app_ops import driver_log_tail
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import batch_marks, positions, query_dirs, uncommitted_batch
@@ -33,8 +34,11 @@ from streamops.kafka_offsets import MAX_OFFSET, MAX_PARTITION, OffsetSpan, end_o
 from streamops.kafka_records import held_offsets, read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, refuse_if_running, resolve_app
+from streamops.recovery.lifecycle import NotResumed
+from streamops.recovery.restart import restart_from_checkpoint
 from streamops.runtime_records import DeadLetterEnvelope, FailedBatch, SkipEntry
 from streamops.timestamps import now_iso
+from streamops.waiting import DeadlineExceeded, poll_until
 
 SKIP_REASON = "skipped by operator"
 MAX_SPECS = 100  # items per run
@@ -313,8 +317,6 @@ def entry_problems(app: AppSpec, entries: object) -> list[str]:
 def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) -> dict:
     """Check nothing moved since the plan, back up, add the entries to the skip list, start the
     app via `start(version, spark_conf)` (the restart's own code)."""
-    from streamops.recovery.restart import restart_from_checkpoint
-
     checkpoint = app.checkpoint_location()
     runtime = AppRuntime(checkpoint)
     problems = entry_problems(app, plan.entries)
@@ -338,10 +340,6 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) ->
 def verify_skip(app: AppSpec, plan: SkipPlan, applied: dict, kafka: KafkaClientConfig, deadline_s: float) -> dict:
     """Wait until every skipped record is in the dead-letter topic with the plan's reason and its
     source coordinates, and every query reading it has committed a batch past it."""
-    from streamops.app_ops import driver_log_tail
-    from streamops.recovery.lifecycle import NotResumed
-    from streamops.waiting import DeadlineExceeded, poll_until
-
     checkpoint = app.checkpoint_location()
     runtime = AppRuntime(checkpoint)
     wanted = {(e["topic"], e["partition"], o) for e in plan.entries for o in e["offsets"]}
