@@ -299,5 +299,8 @@ def _where(s: AppStatus) -> str:
 def lag_table(status: AppStatus) -> str:
     from tabulate import tabulate
 
-    rows = [[p.query, p.topic, p.partition, p.processed_to, p.end, p.lag, p.time_lag_s if p.time_lag_s is not None else "-"] for p in status.lags]
+    rows = [
+        [p.query, p.topic, p.partition, p.processed_to, p.end, p.lag, p.time_lag_s if p.time_lag_s is not None else "-"]
+        for p in status.lags
+    ]
     return tabulate(rows, headers=["query", "topic", "partition", "processed to", "end", "lag", "time lag (s)"])

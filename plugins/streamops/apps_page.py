@@ -2,10 +2,11 @@
 served by the API server at /streamops/apps behind the UI's login (plugins/streamops_ui.py).
 
 Per app: its health as the supervisor judges it (red when it needs someone, with the evidence),
-version, drift (what the catalog declares against what runs, field by field), uptime, driver host, last batch age, lag and time lag, input rate over the last hour
-(a small chart drawn here from the driver's per-batch rates), dead letters, restarts, and links
-to its recent DAG runs (from the audit log), Data Docs, driver log and Spark UI. Also as JSON
-at /streamops/apps.json for scripts.
+version, drift (what the catalog declares against what runs, field by field), uptime, driver
+host, last batch age, lag and time lag, input rate over the last hour (a small chart drawn here
+from the driver's per-batch rates), dead letters, restarts, and links to its recent DAG runs
+(from the audit log), Data Docs, driver log and Spark UI. Also as JSON at /streamops/apps.json
+for scripts.
 """
 
 from __future__ import annotations
@@ -258,7 +259,8 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
         f"<p class='small'>As of {page_time(now)} (refreshes every 30 s). "
         "The supervisor (<a href='/dags/app_status' target='_top'>app_status</a>) restarts crashed apps and pages "
         f"when one needs someone. Operate: {dag_links}</p>"
-        "<table><thead><tr><th>app</th><th>state</th><th>version</th><th>declared vs running</th><th>uptime</th><th>driver host</th>"
+        "<table><thead><tr><th>app</th><th>state</th><th>version</th><th>declared vs running</th><th>uptime</th>"
+        "<th>driver host</th>"
         "<th>last batch</th><th>lag (records)</th><th>time lag</th><th>input rate, last hour</th>"
         "<th>dead letters</th><th>restarts</th><th>recent runs</th></tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></body></html>")
@@ -300,5 +302,7 @@ def add_apps_page(app: Any) -> None:
             size = log_file.seek(0, 2)
             log_file.seek(max(0, size - DRIVER_LOG_TAIL_BYTES))
             text = log_file.read().decode("utf-8", errors="replace")
-        head = f"{path} ({size:,} bytes" + (f"; the last {DRIVER_LOG_TAIL_BYTES:,} shown)\n" if size > DRIVER_LOG_TAIL_BYTES else ")\n")
+        head = f"{path} ({size:,} bytes" + (
+            f"; the last {DRIVER_LOG_TAIL_BYTES:,} shown)\n" if size > DRIVER_LOG_TAIL_BYTES else ")\n"
+        )
         return PlainTextResponse(head + text, headers={"Cache-Control": "no-store"})

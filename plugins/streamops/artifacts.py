@@ -132,7 +132,8 @@ class ArtifactStore:
             built = self.versions(name)
             raise ArtifactError(
                 f"no artifact {name} {version} in the store {self.root} (built versions: {', '.join(built) or 'none'}); "
-                "build it with: " + (build_hint or f"streamops artifact build --name {name} --version {version} --program <module>")
+                "build it with: "
+                + (build_hint or f"streamops artifact build --name {name} --version {version} --program <module>")
             )
         manifest = json.loads(manifest_file.read_text())
         zip_path = folder / ARTIFACT_FILE

@@ -62,7 +62,9 @@ class AuditTrail:
             # A failure may quote a driver log's tail: the line keeps its start and its end (where the
             # outcome is said, e.g. "rolled back to ..."); the task log has it all.
             text = details["error"]
-            details["error"] = f"{text[:ERROR_CHARS // 2]} ... (cut; the whole text is in the task log) ... {text[-ERROR_CHARS // 2:]}"
+            details["error"] = (
+                f"{text[:ERROR_CHARS // 2]} ... (cut; the whole text is in the task log) ... {text[-ERROR_CHARS // 2:]}"
+            )
         entry = {
             "at": now_iso(), "dag_id": self.dag_id, "run_id": self.run_id, "user": self.user,
             "app": app, "step": step, "outcome": outcome, "params": self.params,

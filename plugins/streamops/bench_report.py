@@ -293,7 +293,9 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
         drain = [drain_by_spark_submit(drain_catalog, kafka, workdir, preload.produced)]
         print(f"  {drain[0]}", flush=True)
         python_result = python_router(app, python_catalog.app(ROUTER), kafka, preload.produced)
-        drain.append(DrainFigure(python_result.engine, python_result.records_in, python_result.records_out, python_result.seconds))
+        drain.append(
+            DrainFigure(python_result.engine, python_result.records_in, python_result.records_out, python_result.seconds)
+        )
         raw = raw_consume(kafka, app.inputs["operations"], preload.produced)
         drain.append(DrainFigure(raw.engine, raw.records_in, 0, raw.seconds))
         figures["drain"] = [{**asdict(d), "rate": round(d.rate)} for d in drain]
@@ -361,7 +363,8 @@ def tables(figures: dict) -> str:
                  "launch to last, s"], disable_numparse=True)
     latency = tabulate(
         [[f["mode"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",
-          f"{f['p99_ms']:,.0f}", f"{f['max_ms']:,.0f}", "no (backlog grew)" if f["caught_up_s"] is None else f"{f['caught_up_s']} s"]
+          f"{f['p99_ms']:,.0f}", f"{f['max_ms']:,.0f}",
+          "no (backlog grew)" if f["caught_up_s"] is None else f"{f['caught_up_s']} s"]
          for f in figures["latency"]],
         headers=["latency", "target events/s", "produced/s", "records", "p50 ms", "p99 ms", "max ms", "caught up after load"],
         disable_numparse=True)
@@ -400,7 +403,13 @@ def draw(figures: dict, out: Path) -> list[Path]:
     x = range(len(labels))
     width = 0.27
     for offset, key, color in ((-width, "p50_ms", "#2ca02c"), (0, "p99_ms", "#ff7f0e"), (width, "max_ms", "#d62728")):
-        ax.bar([i + offset for i in x], [max(f[key], 1) for f in figures["latency"]], width, label=key.replace("_ms", ""), color=color)
+        ax.bar(
+            [i + offset for i in x],
+            [max(f[key], 1) for f in figures["latency"]],
+            width,
+            label=key.replace("_ms", ""),
+            color=color,
+        )
     ax.set_yscale("log")
     ax.set_xticks(list(x), labels)
     ax.set_ylabel("event to output, ms (log)")

@@ -334,8 +334,9 @@ class SupervisionSpec(_Strict):
         spread_s = sum(max(min(initial_s * 2 ** (n - 2), cap_s), SUPERVISOR_EVERY_S) for n in range(2, self.max_restarts + 1))
         if spread_s >= duration_ms(self.restart_window) / 1000:
             raise ValueError(
-                f"max_restarts {self.max_restarts} cannot happen within restart_window ({self.restart_window}): their backoffs "
-                f"(from {self.backoff_initial}, at most {self.backoff_max}, each at least the supervisor's {SUPERVISOR_EVERY_S} s) "
+                f"max_restarts {self.max_restarts} cannot happen within restart_window ({self.restart_window}): "
+                f"their backoffs (from {self.backoff_initial}, at most {self.backoff_max}, "
+                f"each at least the supervisor's {SUPERVISOR_EVERY_S} s) "
                 f"add up to {spread_s:g} s, so the crash-loop guard would never trip; widen the window or lower max_restarts")
         return self
 
@@ -741,8 +742,11 @@ def _apply_environment(data: dict, environment: str, root_node: yaml.Node) -> tu
     for label, names, known in (("topics", env.topics, {t.get("name") for t in topics}),
                                 ("apps", env.apps, {a.get("name") for a in apps})):
         for unknown in sorted(set(names) - known):
-            problems.append(f"environment {environment!r} (line {_line_of(root_node, ('environments', environment, label, unknown))}), "
-                            f"field '{label}.{unknown}': no {label[:-1]} {unknown!r} in the catalog")
+            problems.append(
+                f"environment {environment!r} "
+                f"(line {_line_of(root_node, ('environments', environment, label, unknown))}), "
+                f"field '{label}.{unknown}': no {label[:-1]} {unknown!r} in the catalog"
+            )
 
     def settings(spec: TopicSettings) -> dict:
         return spec.model_dump(exclude_none=True, exclude={"configs"})
@@ -865,7 +869,9 @@ def _resolve_programs(catalog: Catalog, data: dict, root_node: yaml.Node) -> tup
                 apps.append(app)
                 continue
             settings = model.model_dump(mode="json")
-            problems += [f"{where()}: {problem}" for problem in program.check(program.bind(app.model_copy(update={"settings": model})))]
+            problems += [
+                f"{where()}: {problem}" for problem in program.check(program.bind(app.model_copy(update={"settings": model})))
+            ]
         app, window_problems = _bounded_for_windows(app, info, settings)
         problems += [f"{where('input_contract', role, 'max_future')}, field 'input_contract.{role}.max_future': {message}"
                      for role, message in window_problems]
@@ -956,7 +962,10 @@ def _cross_app_problems(catalog: Catalog, data: dict, root_node: yaml.Node) -> I
             accepts = dead_letters.configs.get("max.message.bytes", KAFKA_DEFAULT_MAX_MESSAGE_BYTES)
             if isinstance(accepts, int) and not isinstance(accepts, bool) and accepts < app.producer.max_request_size:
                 where = _where(("apps", index), data, root_node, field_path=("apps", index, "producer", "max.request.size"))
-                said = "its max.message.bytes" if "max.message.bytes" in dead_letters.configs else "Kafka's default max.message.bytes"
+                said = (
+                    "its max.message.bytes" if "max.message.bytes" in dead_letters.configs
+                    else "Kafka's default max.message.bytes"
+                )
                 yield (
                     f"{where}, field 'producer.max.request.size': {app.producer.max_request_size} is more than the dead-letter "
                     f"topic {app.dead_letter_topic!r} accepts ({said}, {accepts}): a dead letter is sized to the request "

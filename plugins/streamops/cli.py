@@ -206,7 +206,9 @@ def up(
     environment = (settings.ENVIRONMENT.get() or "cluster") if cluster else selected_environment()
     try:
         # A version pins code: the catalog's versions are built (once) before anything launches.
-        for line in ensure_catalog_artifacts(load_catalog(environment=environment, check_programs=False), built_by="streamops up"):
+        for line in ensure_catalog_artifacts(
+            load_catalog(environment=environment, check_programs=False), built_by="streamops up"
+        ):
             typer.echo(line)
         catalog = load_catalog(environment=environment)
         _check_environment_fits(catalog, brokers=3 if cluster else 1)
@@ -365,7 +367,9 @@ def _cluster_for_airflow(catalog) -> tuple:
     """As _cluster_ready, the files keyed by the Airflow connection each one becomes."""
 
     kafka_cluster, files = _cluster_ready(catalog)
-    return kafka_cluster, {(DEFAULT_CONN_ID if user == KAFKA_ADMIN_USER else app_conn_id(user)): path for user, path in files.items()}
+    return kafka_cluster, {
+        (DEFAULT_CONN_ID if user == KAFKA_ADMIN_USER else app_conn_id(user)): path for user, path in files.items()
+    }
 
 
 @cluster_app.command("up")
@@ -467,7 +471,9 @@ def catalog_check(path: Annotated[Path | None, typer.Argument(help="Catalog file
 @artifact_app.command("build")
 def artifact_build(
     version: Annotated[str, typer.Option(help="The version this code is, a semantic version such as 1.2.0.")],
-    app_name: Annotated[str | None, typer.Option("--app", help="Take the artifact name and program from this catalog app.")] = None,
+    app_name: Annotated[
+        str | None, typer.Option("--app", help="Take the artifact name and program from this catalog app.")
+    ] = None,
     name: Annotated[str | None, typer.Option(help="Artifact name (default: the app's `artifact`).")] = None,
     program: Annotated[str | None, typer.Option(help="Program reference, module[:attribute] (default: the app's).")] = None,
     source: Annotated[Path | None, typer.Option(help="Folder holding the program's top-level package (default: where "
@@ -493,8 +499,8 @@ def artifact_build(
     except ArtifactError as exc:
         raise _fail(str(exc)) from None
     said = "built" if new else "already in the store with these exact bytes (nothing written)"
-    typer.echo(f"{artifact.name} {artifact.version}: {said}\n  {artifact.path}\n  {artifact.digest}\n  program {artifact.program}, "
-               f"{artifact.manifest['files']} files")
+    typer.echo(f"{artifact.name} {artifact.version}: {said}\n  {artifact.path}\n  {artifact.digest}\n  "
+               f"program {artifact.program}, {artifact.manifest['files']} files")
 
 
 @artifact_app.command("ensure")
@@ -572,7 +578,10 @@ def _app_spec(name: str):
 @apps_app.command("run")
 def app_run(
     name: Annotated[str, typer.Argument(help="App name in the catalog.")],
-    trigger: Annotated[str | None, typer.Option(help="'2 seconds', available-now to process what is there and stop, or real-time (stateless apps).")] = None,
+    trigger: Annotated[
+        str | None,
+        typer.Option(help="'2 seconds', available-now to process what is there and stop, or real-time (stateless apps)."),
+    ] = None,
     bootstrap_servers: BootstrapOpt = None,
     kafka_config: KafkaConfigOpt = None,
     checkpoint: Annotated[str | None, typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
@@ -714,7 +723,9 @@ def bench_router(
 
 @bench_app.command("report")
 def bench_report(
-    out: Annotated[Path, typer.Option(help="Folder for figures.json and the plots (drain, latency, roll).")] = Path("bench-report"),
+    out: Annotated[
+        Path, typer.Option(help="Folder for figures.json and the plots (drain, latency, roll).")
+    ] = Path("bench-report"),
     events: Annotated[int, typer.Option(min=1000, help="Backlog to drain.")] = 200_000,
     rates: Annotated[str, typer.Option(help="Steady loads for the latency runs, events/s, comma-separated.")] = "2000,10000",
     seconds: Annotated[float, typer.Option(min=5, help="Measured seconds of each latency run (after 10 s of warm-up).")] = 30,
@@ -789,7 +800,9 @@ def quality_results(
 def audit(
     app_name: Annotated[str | None, typer.Option("--app", help="Only this app.")] = None,
     run_id: Annotated[str | None, typer.Option("--run", help="Only this DAG run.")] = None,
-    dag_id: Annotated[str | None, typer.Option("--dag", help="Only this DAG (e.g. app_status: the supervisor's restarts).")] = None,
+    dag_id: Annotated[
+        str | None, typer.Option("--dag", help="Only this DAG (e.g. app_status: the supervisor's restarts).")
+    ] = None,
     limit: Annotated[int, typer.Option(help="How many steps, newest last.")] = 30,
     as_json: Annotated[bool, typer.Option("--json", help="Every field as JSON lines.")] = False,
 ) -> None:

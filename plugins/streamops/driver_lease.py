@@ -243,8 +243,8 @@ class DriverLease:
             raise LeaseTaken(f"the lease is held ({current.describe()})", current)
         epoch = latest + 1
         now = time.time()
-        record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": settings.HOST_ADDRESS.get(), "pid": os.getpid(),
-                  "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
+        record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": settings.HOST_ADDRESS.get(),
+                  "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
                   "taken_at": iso_seconds(int(now * 1000))}
         staged = self.dir / f".epoch-{epoch:010d}.{socket.gethostname()}.{os.getpid()}.tmp"
         staged.write_text(json.dumps(checked(LeaseEpoch, record, str(self._epoch_file(epoch))), sort_keys=True))

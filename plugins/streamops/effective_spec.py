@@ -400,8 +400,10 @@ def catalog_edit(catalog: Catalog, app_name: str, approved: list[DriftField]) ->
     lines = list(difflib.unified_diff(
         yaml.safe_dump([before], sort_keys=False).splitlines(), yaml.safe_dump([after], sort_keys=False).splitlines(),
         fromfile="catalog/pipelines.yaml (apps: " + app_name + ")", tofile="as it runs", lineterm=""))
-    new_topics = sorted({item.running for item in approved if item.field.split(".")[0] in ("inputs", "outputs", "dead_letter_topic")}
-                        - set(catalog.topic_names()))
+    new_topics = sorted(
+        {item.running for item in approved if item.field.split(".")[0] in ("inputs", "outputs", "dead_letter_topic")}
+        - set(catalog.topic_names())
+    )
     if new_topics:
         lines.append(f"# and declare the topic(s) {', '.join(new_topics)} under topics: (copies of the ones they replace)")
     return "\n".join(lines)

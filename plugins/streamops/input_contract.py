@@ -75,7 +75,11 @@ def check_pattern(pattern: str, max_length: int | None) -> None:
                 raise ValueError(f"pattern {pattern!r}: a ']' first in a character class is a literal to Python and ends "
                                  "the class to Java; escape it (\\])")
             in_class = True
-        elif char == "(" and pattern.startswith("(?", index) and not pattern.startswith(("(?:", "(?=", "(?!", "(?<=", "(?<!"), index):
+        elif (
+            char == "("
+            and pattern.startswith("(?", index)
+            and not pattern.startswith(("(?:", "(?=", "(?!", "(?<=", "(?<!"), index)
+        ):
             raise ValueError(f"pattern {pattern!r}: only the groups (...), (?:...) and lookarounds read alike in Java and "
                              "Python; no flags, comments, named or conditional groups")
         elif pattern.startswith("{,", index):
@@ -176,7 +180,9 @@ def field_problems(contract: InputContract, declared: list[dict]) -> list[tuple[
                 problems.append((f"{name}.{rule}", f"applies to {kind}, and {name!r} is a {types[name]} field"))
             program_allows = next((f.get("allowed") for f in declared if f["path"] == name), None)
             if rule == "allowed" and program_allows and not set(value) & set(program_allows):
-                problems.append((f"{name}.allowed", f"none of {value} is a value the program allows ({', '.join(program_allows)})"))
+                problems.append(
+                    (f"{name}.allowed", f"none of {value} is a value the program allows ({', '.join(program_allows)})")
+                )
     return problems
 
 

@@ -387,7 +387,8 @@ def app_connection(app_name: str) -> KafkaClientConfig:
         # has the suite's rights, not the ones the catalog's ACLs give User:<app>.
         logging.getLogger(__name__).warning(
             "%s has no Airflow connection %s: it connects as %s from %s, not as its own principal User:%s, "
-            "so the ACLs the catalog derives for it do not limit it. Add the connection %s (docs/clusters.md, 'Connecting the suite to a secured multi-broker cluster').",
+            "so the ACLs the catalog derives for it do not limit it. "
+            "Add the connection %s (docs/clusters.md, 'Connecting the suite to a secured multi-broker cluster').",
             app_name, app_conn_id(app_name), fallback.principal or "the client certificate", DEFAULT_CONN_ID, app_name,
             app_conn_id(app_name))
     return fallback

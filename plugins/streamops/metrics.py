@@ -53,20 +53,24 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
     def gauge(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
         return GaugeMetricFamily(name, doc, labels=labels)
 
-    state = gauge("streamops_app_state", "Health as a number: " + ", ".join(f"{n}={s}" for s, n in STATE_NUMBERS.items()), ["app"])
+    state = gauge("streamops_app_state", "Health as a number: " + ", ".join(f"{n}={s}" for s, n in STATE_NUMBERS.items()),
+                  ["app"])
     attention = gauge("streamops_app_needs_attention", "1 when the app is " + ", ".join(NEEDS_SOMEONE), ["app"])
     info = gauge("streamops_app_health_info", "Health state in words (value 1)", ["app", "state", "version"])
     up = gauge("streamops_app_up", "1 while a driver holds the app's lease", ["app"])
-    lag = gauge("streamops_app_offset_lag", "Records after the query's last committed batch", ["app", "query", "topic", "partition"])
+    lag = gauge("streamops_app_offset_lag", "Records after the query's last committed batch",
+                ["app", "query", "topic", "partition"])
     time_lag = gauge("streamops_app_time_lag_seconds", "Age of the oldest record the query has not processed (0: none waits)",
                      ["app", "query", "topic", "partition"])
     input_rate = gauge("streamops_app_input_rows_per_second", "Input rate of the query's last batch", ["app", "query"])
-    processed_rate = gauge("streamops_app_processed_rows_per_second", "Processing rate of the query's last batch", ["app", "query"])
+    processed_rate = gauge("streamops_app_processed_rows_per_second", "Processing rate of the query's last batch",
+                           ["app", "query"])
     duration = gauge("streamops_app_batch_duration_seconds", "Duration of the query's last batch", ["app", "query"])
     state_rows = gauge("streamops_app_state_rows", "Rows in the query's state store after its last batch", ["app", "query"])
     letters = gauge("streamops_app_dead_letters_last_batch", "Dead letters of the query's last batch", ["app", "query"])
     window_input = gauge("streamops_app_window_input_rows", "Input records of the query in the health window", ["app", "query"])
-    window_letters = gauge("streamops_app_window_dead_letters", "Dead letters of the query in the health window", ["app", "query"])
+    window_letters = gauge("streamops_app_window_dead_letters", "Dead letters of the query in the health window",
+                           ["app", "query"])
     window_late = gauge("streamops_app_window_dropped_late_rows", "Rows the query dropped as late in the health window",
                         ["app", "query"])
     window_updated = gauge("streamops_app_window_state_rows_updated", "State rows the query updated in the health window",
@@ -128,7 +132,8 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
             drifted.add_metric([name], len(seen.drift.fields))
 
     families = [state, attention, info, up, lag, time_lag, input_rate, processed_rate, duration, state_rows, letters,
-                window_input, window_letters, window_late, window_updated, ahead, letters_total, batch_age, restarts, drifted, failures]
+                window_input, window_letters, window_late, window_updated, ahead, letters_total, batch_age, restarts,
+                drifted, failures]
 
     class Snapshot:
         def collect(self):

@@ -34,9 +34,9 @@ Declarations (class attributes), checked when the catalog loads:
 Behaviour (methods):
 
 - `queries(app, version, source)`: the app's streaming queries, each an `OutputQuery` (its
-  name, a DataFrame of (key, value, topic) rows, its output mode), built from `source(topics)`, which returns the records of those topics (a stream
-  in a live run, a bounded batch in a backfill or a reconciliation: the same code runs in all).
-  `version` is written into dead letters.
+  name, a DataFrame of (key, value, topic) rows, its output mode), built from `source(topics)`,
+  which returns the records of those topics (a stream in a live run, a bounded batch in a
+  backfill or a reconciliation: the same code runs in all). `version` is written into dead letters.
 - `check(app)`: problems the declarations cannot express (default: none).
 
 A program must not import Airflow, must not start queries itself, and must keep its state in

@@ -90,7 +90,9 @@ class ProgramInfo:
             artifact=artifact,
         )
 
-    def role_problems(self, inputs: set[str], outputs: set[str], reads_outputs: set[str], settings: Any = None) -> list[tuple[str, str]]:
+    def role_problems(
+        self, inputs: set[str], outputs: set[str], reads_outputs: set[str], settings: Any = None
+    ) -> list[tuple[str, str]]:
         """How an app's roles differ from the program's (field, then the difference)."""
         problems = []
         if self.output_roles_setting:
@@ -277,7 +279,9 @@ def _same_code(loaded: Any, artifact_zip: Path) -> bool:
         here = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
         if {e for e in entries if e.endswith(".py")} != {h for h in here if h.endswith(".py")}:
             return False
-        return all((folder / rel).is_file() and (folder / rel).read_bytes() == archive.read(name) for rel, name in entries.items())
+        return all(
+            (folder / rel).is_file() and (folder / rel).read_bytes() == archive.read(name) for rel, name in entries.items()
+        )
 
 
 def settings_dict(app: AppSpec) -> dict[str, Any]:

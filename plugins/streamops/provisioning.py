@@ -312,7 +312,12 @@ def apply_plan(admin: AdminClient, plan: ProvisioningPlan) -> list[TopicResult]:
         # "already exists" as success; the catalog needs both, so create with its AdminClient.
         futures = admin.create_topics(
             [
-                NewTopic(p.topic, num_partitions=p.partitions_desired, replication_factor=p.replication_factor, config=p.configs_desired)
+                NewTopic(
+                    p.topic,
+                    num_partitions=p.partitions_desired,
+                    replication_factor=p.replication_factor,
+                    config=p.configs_desired,
+                )
                 for p in creates
             ],
             request_timeout=ADMIN_TIMEOUT_S,

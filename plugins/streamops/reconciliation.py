@@ -90,7 +90,9 @@ def live_watermark_ms(checkpoint: str, query: str) -> int | None:
     return int(metadata.get("batchWatermarkMs") or 0) or None
 
 
-def _final_counts(spark: SparkSession, kafka: KafkaClientConfig, admin: AdminClient, catalog: Catalog, topic: str, key: str, name: str) -> DataFrame:
+def _final_counts(
+    spark: SparkSession, kafka: KafkaClientConfig, admin: AdminClient, catalog: Catalog, topic: str, key: str, name: str
+) -> DataFrame:
     spec = catalog.topic(topic)
     (whole,) = whole_topics(admin, [topic])
     return (
@@ -134,7 +136,12 @@ def compare_windows(
         F.sum((closed & F.col("live_count").isNull()).cast("int")).alias("only_recomputed"),
     ))
     mismatched = lined_up.where(
-        closed & (F.col("live_count").isNull() | F.col("recomputed_count").isNull() | (F.col("live_count") != F.col("recomputed_count")))
+        closed
+        & (
+            F.col("live_count").isNull()
+            | F.col("recomputed_count").isNull()
+            | (F.col("live_count") != F.col("recomputed_count"))
+        )
     ).orderBy(key, "window_start").limit(EXAMPLES).collect()
     result = WindowComparison(
         app=app.name,

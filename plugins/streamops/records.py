@@ -257,7 +257,9 @@ def within_future_bound(frame: DataFrame, event_time: str, contract: InputContra
     so a record another writer put there cannot move its watermark."""
     if contract.max_future is None:
         return frame
-    return frame.where(_in_bounds(F.col(event_time), contract.model_copy(update={"max_past": None}), *_record_time(frame.columns)))
+    return frame.where(
+        _in_bounds(F.col(event_time), contract.model_copy(update={"max_past": None}), *_record_time(frame.columns))
+    )
 
 
 def _field_ok(field: Field, value: Column) -> Column:
@@ -354,7 +356,8 @@ def parse(
     # The reason is built inside a lambda so that subexpression elimination cannot hoist its
     # checks out of the CASE and run them on every row (measured: 3x slower).
     reason = F.transform(
-        F.array(F.col("_in_brackets")), lambda wrapped: _reason(wrapped, fields, max_record_bytes, key_field, contract, raw.columns)
+        F.array(F.col("_in_brackets")),
+        lambda wrapped: _reason(wrapped, fields, max_record_bytes, key_field, contract, raw.columns),
     )[0]
     error = F.when(F.coalesce(good_so_far, F.lit(False)), F.lit(None).cast("string")).otherwise(reason)
     # Named in the app's skip list by an operator (recover_skip_records; the driver's source adds
@@ -378,7 +381,8 @@ def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:
             F.length(value), shown(value))))
     if field.pattern is not None:
         checks.append((~value.rlike(whole_match(field.pattern)), F.format_string(
-            f"{name} does not match the pattern %s: '%s' (input contract pattern)", F.lit(_shown_pattern(field.pattern)), shown(value))))
+            f"{name} does not match the pattern %s: '%s' (input contract pattern)",
+            F.lit(_shown_pattern(field.pattern)), shown(value))))
     if field.allowed:
         allowed = _pct(", ".join(field.allowed))
         checks.append((~value.isin(*field.allowed), F.format_string(
@@ -474,7 +478,10 @@ def _reason(
             F.format_string(f"record is %d bytes, over the {max_record_bytes}-byte limit (input contract size)", size),
         ),
         (~F.is_valid_utf8(text), F.lit("value is not UTF-8 (input contract utf-8: RFC 8259 §8.1)")),
-        (text.startswith("\ufeff"), F.lit("value starts with a byte order mark (input contract utf-8: RFC 8259 §8.1 forbids it)")),
+        (
+            text.startswith("\ufeff"),
+            F.lit("value starts with a byte order mark (input contract utf-8: RFC 8259 §8.1 forbids it)"),
+        ),
         (
             # Before the JSON checks: past the parser's own limit a value does not parse at all.
             _deeper_than(text, contract.max_depth),
@@ -541,11 +548,17 @@ def _reason(
                 (
                     # An integral literal of 19+ digits; shorter DECIMAL(p,0) values came from '1.0'.
                     actual_type.rlike(r"^DECIMAL\((19|[2-9][0-9]),0\)\z"),
-                    F.format_string(f"field '{_pct(field.path)}' is an integer outside the int64 range: %s (input contract field-type)", shown(literal)),
+                    F.format_string(
+                        f"field '{_pct(field.path)}' is an integer outside the int64 range: %s (input contract field-type)",
+                        shown(literal),
+                    ),
                 ),
                 (
                     ~actual_type.isin(*_INTEGER_TYPES),
-                    F.format_string(f"field '{_pct(field.path)}' must be an integer, got %s (input contract field-type)", shown(actual_type)),
+                    F.format_string(
+                        f"field '{_pct(field.path)}' must be an integer, got %s (input contract field-type)",
+                        shown(actual_type),
+                    ),
                 ),
                 *_rule_checks(field, number),
             ]
@@ -555,7 +568,8 @@ def _reason(
             (
                 actual_type != "STRING",
                 F.format_string(
-                    f"field '{_pct(field.path)}' must be {_TYPE_NAMES[field.type]}, got %s (input contract field-type)", shown(actual_type)
+                    f"field '{_pct(field.path)}' must be {_TYPE_NAMES[field.type]}, got %s (input contract field-type)",
+                    shown(actual_type),
                 ),
             )
         )
@@ -564,7 +578,10 @@ def _reason(
             checks += [
                 (
                     as_text.rlike(_NO_OFFSET),
-                    F.format_string(f"field '{_pct(field.path)}' has no timezone offset: '%s' (input contract timestamp)", shown(as_text)),
+                    F.format_string(
+                        f"field '{_pct(field.path)}' has no timezone offset: '%s' (input contract timestamp)",
+                        shown(as_text),
+                    ),
                 ),
                 (
                     ~as_text.rlike(_RFC3339),
@@ -584,7 +601,10 @@ def _reason(
                 ),
                 (
                     ~_timestamp_in_range(ts),
-                    F.format_string(f"field '{_pct(field.path)}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)", shown(as_text)),
+                    F.format_string(
+                        f"field '{_pct(field.path)}' is outside years 0001-9999 in UTC: '%s' (input contract timestamp)",
+                        shown(as_text),
+                    ),
                 ),
                 *_bound_checks(field, ts, as_text, contract, kafka_time, reference, has_kafka_time),
             ]
@@ -597,7 +617,10 @@ def _reason(
         checks += [
             (F.col("key").isNull(), F.lit(f"record has no key; it must equal field '{key_field}' {rule}")),
             (~F.is_valid_utf8(key), F.lit(f"key is not UTF-8 {rule}")),
-            (key != expected, F.format_string(f"key '%s' does not equal field '{key_field}' '%s' {rule}", shown(key), shown(expected))),
+            (
+                key != expected,
+                F.format_string(f"key '%s' does not equal field '{key_field}' '%s' {rule}", shown(key), shown(expected)),
+            ),
         ]
     # Reached only if the fast checks refused a record the checks above accept: still a dead
     # letter, never a silent pass.

@@ -141,15 +141,22 @@ class ReprocessPlan(JsonPlan):
 
     def table(self) -> str:
         rows = [
-            [p.topic, p.partition, p.start, p.end, p.records, iso_seconds_utc(p.first_timestamp_ms) if p.first_timestamp_ms else "-"]
+            [p.topic, p.partition, p.start, p.end, p.records,
+             iso_seconds_utc(p.first_timestamp_ms) if p.first_timestamp_ms else "-"]
             for p in self.inputs
         ]
-        head = tabulate(rows, headers=["input topic", "partition", "start offset", "end offset", "records", "first record written"])
+        head = tabulate(
+            rows, headers=["input topic", "partition", "start offset", "end offset", "records", "first record written"]
+        )
         basis = "measured" if self.rate_measured else "assumed (no run of this app measured yet)"
         targets = "\n".join(f"  {live} -> {target}" for live, target in self.targets.items())
         code = f"artifact {self.program_digest}" if self.program_digest else "the code installed here"
-        lines = [head, f"{self.records} record(s); estimated run time {self.estimate_s:.0f} s at {self.rate:,.0f} records/s ({basis})",
-                 f"code: version {self.program_version} ({code})", f"targets:\n{targets}"]
+        lines = [
+            head,
+            f"{self.records} record(s); estimated run time {self.estimate_s:.0f} s at {self.rate:,.0f} records/s ({basis})",
+            f"code: version {self.program_version} ({code})",
+            f"targets:\n{targets}",
+        ]
         lines += [f"WARNING: {w}" for w in self.warnings]
         return "\n".join(lines)
 

@@ -68,7 +68,9 @@ def plan_fingerprint(command: LaunchCommand | list[str]) -> dict[str, list[str]]
     for line in result.stdout.splitlines():
         if line.startswith(PLAN_FINGERPRINT_LINE):
             return json.loads(line.removeprefix(PLAN_FINGERPRINT_LINE))
-    raise RolloutRefused(f"could not build the new version's plan (exit {result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    raise RolloutRefused(
+        f"could not build the new version's plan (exit {result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    )
 
 
 def incompatibilities(running: dict[str, list[str]], new: dict[str, list[str]]) -> list[str]:
@@ -84,7 +86,9 @@ def incompatibilities(running: dict[str, list[str]], new: dict[str, list[str]]) 
             continue  # a new query starts from its own empty checkpoint
         elif running[query] != new[query]:
             before, after = set(running[query]), set(new[query])
-            changed = [f"- {line[:200]}" for line in sorted(before - after)] + [f"+ {line[:200]}" for line in sorted(after - before)]
+            changed = (
+                [f"- {line[:200]}" for line in sorted(before - after)] + [f"+ {line[:200]}" for line in sorted(after - before)]
+            )
             problems.append(f"query {query!r} changes its stateful operators:\n    " + "\n    ".join(changed))
     return problems
 
@@ -102,7 +106,9 @@ class GateResult:
     dead_letter_rate: float = 0.0
 
 
-def health_gate(app: AppSpec, kafka: KafkaClientConfig, deadline_s: float, max_dead_letter_rate: float, min_batches: int = 2) -> GateResult:
+def health_gate(
+    app: AppSpec, kafka: KafkaClientConfig, deadline_s: float, max_dead_letter_rate: float, min_batches: int = 2
+) -> GateResult:
     """Within the deadline: the driver keeps running, it catches up (lag 0) or completes
     `min_batches` batches per query without its lag growing, and dead letters stay under the
     rate. Fails fast when the driver dies."""
@@ -149,7 +155,10 @@ def health_gate(app: AppSpec, kafka: KafkaClientConfig, deadline_s: float, max_d
         )
         return result
     result.healthy = True
-    result.reason = f"healthy: batches {result.batches}, lag {result.lag_at_start} -> {result.lag_at_end}, dead letters {result.dead_letter_rate:.1%}"
+    result.reason = (
+        f"healthy: batches {result.batches}, lag {result.lag_at_start} -> {result.lag_at_end}, "
+        f"dead letters {result.dead_letter_rate:.1%}"
+    )
     return result
 
 

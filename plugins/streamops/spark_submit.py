@@ -63,7 +63,9 @@ class SparkTarget:
                                    "(drivers run detached under spark-submit; no Kerberos login, no REST status); remove it")
         binary = str(extra.get("spark-binary") or "spark-submit")
         if binary not in ALLOWED_SPARK_BINARIES:
-            raise SparkTargetError(f"connection {conn_id}: spark-binary {binary!r} is not one of {', '.join(ALLOWED_SPARK_BINARIES)}")
+            raise SparkTargetError(
+                f"connection {conn_id}: spark-binary {binary!r} is not one of {', '.join(ALLOWED_SPARK_BINARIES)}"
+            )
         deploy_mode = extra.get("deploy-mode") or None
         if deploy_mode not in (None, "client", "cluster"):
             raise SparkTargetError(f"connection {conn_id}: deploy-mode {deploy_mode!r} is not client or cluster")

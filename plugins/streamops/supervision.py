@@ -66,9 +66,9 @@ STATE_NUMBERS = {"healthy": 0, "stopped": 1, "not deployed": 2, "in operation": 
 OUTPUT_STOPPED_BATCHES = 2
 # Clock skew allowed between producers and the driver when a watermark is compared with now.
 WATERMARK_SKEW_S = 60.0
-WAY_BACK = ("Way back (docs/architecture.md \"Input contract\", event-time bounds): make sure the inputs' max_future bound is on, then "
-            "rebuild the state with recover_rebuild_state (it reprocesses the retained input from earliest on a new "
-            "checkpoint, the old one backed up; the bound dead-letters the record that moved the watermark; downstream "
+WAY_BACK = ("Way back (docs/architecture.md \"Input contract\", event-time bounds): make sure the inputs' max_future bound "
+            "is on, then rebuild the state with recover_rebuild_state (it reprocesses the retained input from earliest on "
+            "a new checkpoint, the old one backed up; the bound dead-letters the record that moved the watermark; downstream "
             "readers see every window again), or put back a checkpoint backup from before it with recover_restore_checkpoint.")
 RESTARTS = ("started", "failed")  # outcomes in restarts.jsonl of a restart attempt (others: "gave up")
 WAY_OUT = ("If a record fails the query, skip it with recover_skip_records, or move past it with recover_reset_offsets "
@@ -127,7 +127,9 @@ def restart_decision(policy: SupervisionSpec, restarts: list[RestartEntry], sinc
             f"{policy.max_restarts}; the last at {iso_ms(counted[-1])}): it stays down until an operator acts")
     attempt = len(counted) + 1
     if not counted:
-        return RestartDecision("restart", attempt, f"restart {attempt} of at most {policy.max_restarts} within {policy.restart_window}")
+        return RestartDecision(
+            "restart", attempt, f"restart {attempt} of at most {policy.max_restarts} within {policy.restart_window}"
+        )
     backoff_s = min(duration_ms(policy.backoff_initial) / 1000 * 2 ** (attempt - 2), duration_ms(policy.backoff_max) / 1000)
     not_before = counted[-1] + timedelta(seconds=backoff_s)
     if now < not_before:
@@ -162,7 +164,8 @@ class Health:
         return health_line(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"app": self.app, "state": self.state, "evidence": self.evidence, "desired": self.desired.to_json() if self.desired else None,
+        return {"app": self.app, "state": self.state, "evidence": self.evidence,
+                "desired": self.desired.to_json() if self.desired else None,
                 "restarts_in_window": self.restarts_in_window, "restarts_total": self.restarts_total,
                 "dead_letter_rate": self.dead_letter_rate, "action": self.action,
                 "decision": asdict(self.decision) if self.decision else None}
@@ -278,7 +281,9 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
                         f"but no driver of it ever started: its start failed (see the log of run {desired.run_id}).")
         else:
             ended = status.reason or ("the driver died without recording a stop" if status.state == "crashed" else status.state)
-            when = status.stopped_at or (f"heartbeat lost {status.heartbeat_age_s:.0f}s ago" if status.heartbeat_age_s else "unrecorded")
+            when = status.stopped_at or (
+                f"heartbeat lost {status.heartbeat_age_s:.0f}s ago" if status.heartbeat_age_s else "unrecorded"
+            )
             evidence = (f"should be running (version {desired.version or status.version}, asked for by {_who(desired)}) "
                         f"but its driver is {status.state} (pid {status.pid}, ended {when}): {ended}.")
         failed_restarts = [r for r in restarts if r.get("outcome") == "failed"]
@@ -337,23 +342,25 @@ def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[t
         batches = ", ".join(f"{q} #{b}" for q, b in sorted(status.batches.items())) or "none"
         which = "; ".join(f"query {q}: {'no completed batch' if had else 'no batch since it started'} for {_words(quiet)} "
                           f"while {waiting} record(s) wait" for q, waiting, quiet, had in stalled)
+        interval = spec.real_time_interval() + " (real-time checkpoints)" if spec.real_time else spec.trigger
         problems.append(("stalled", f"{which} (stalled after {_words(stall_s)}: {policy.stall_after_triggers} trigger "
-                                    f"intervals of {spec.real_time_interval() + ' (real-time checkpoints)' if spec.real_time else spec.trigger}, at least {policy.stall_min}); last batches {batches}{beat} "
+                                    f"intervals of {interval}, at least {policy.stall_min}); last batches {batches}{beat} "
                                     f"(driver pid {status.pid} on {status.driver_host or '?'})."))
     problems += _output_stopped(spec, status, now)
     oldest = status.max_time_lag_s
     limit_s = duration_ms(policy.max_time_lag) / 1000
     if oldest is not None and oldest > limit_s:
         worst = max((p for p in status.lags if p.time_lag_s is not None), key=lambda p: p.time_lag_s or 0)
-        problems.append(("lagging", f"the oldest unprocessed record is {_words(oldest)} old (limit {policy.max_time_lag}), on "
-                                    f"{worst.topic} partition {worst.partition} at offset {worst.processed_to}; {status.total_lag} "
-                                    "record(s) wait."))
+        problems.append(("lagging", f"the oldest unprocessed record is {_words(oldest)} old (limit {policy.max_time_lag}), "
+                                    f"on {worst.topic} partition {worst.partition} at offset {worst.processed_to}; "
+                                    f"{status.total_lag} record(s) wait."))
     for query, window in sorted(status.recent.items()):
         rows, letters = window.input_rows, window.dead_letters
         if rows >= policy.dead_letter_min_records and letters / rows > policy.max_dead_letter_rate:
             problems.append(("degraded", f"query {query}: {letters} of the {rows} input record(s) of the last "
-                                         f"{policy.health_window} ({window.batches} batch(es)) went to the dead-letter topic "
-                                         f"{spec.dead_letter_topic} ({letters / rows:.1%}, limit {policy.max_dead_letter_rate:.1%}, "
+                                         f"{policy.health_window} ({window.batches} batch(es)) went to the dead-letter "
+                                         f"topic {spec.dead_letter_topic} ({letters / rows:.1%}, "
+                                         f"limit {policy.max_dead_letter_rate:.1%}, "
                                          f"judged from {policy.dead_letter_min_records} records)."))
     return problems
 
@@ -389,7 +396,8 @@ def _output_stopped(spec: AppSpec, status: AppStatus, now: datetime) -> list[tup
         if ahead_s is not None:
             where = f"{_words(ahead_s)} ahead of now" if ahead_s > 0 else f"{_words(-ahead_s)} behind now"
             parts.append(f"its watermark is {window.watermark}, {where}"
-                         + (f" (the inputs' event-time bound allows {_words(bound_s)} ahead, and {WATERMARK_SKEW_S:g}s of clock skew)"
+                         + (f" (the inputs' event-time bound allows {_words(bound_s)} ahead, "
+                            f"and {WATERMARK_SKEW_S:g}s of clock skew)"
                             if hijacked else ""))
         problems.append(("output stopped", f"query {query}: " + "; ".join(parts) + f": its output stopped. {WAY_BACK}"))
     return problems

@@ -176,7 +176,10 @@ def check_approved(context) -> None:
     task recorded an Approve. An approve task marked success or skipped by hand has no answer."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    if approval_skip_reason(context["params"]) or approval_skip_reason(context["params"], context["ti"].xcom_pull(task_ids="plan")):
+    if (
+        approval_skip_reason(context["params"])
+        or approval_skip_reason(context["params"], context["ti"].xcom_pull(task_ids="plan"))
+    ):
         return
     answer = context["ti"].xcom_pull(task_ids="approve")
     chosen = answer.get("chosen_options") if isinstance(answer, dict) else None

@@ -75,8 +75,9 @@ def apply(context: Mapping[str, Any], planned: dict, policy: str) -> list[dict]:
     def roll(item: SyncItem) -> dict:
         runtime = AppRuntime(catalog.app(item.app).checkpoint_location())
         try:
-            rolled = steps.roll(item.app, item.version, item.spark_conf, params["gate_deadline_s"], params["max_dead_letter_rate"],
-                                run_id)
+            rolled = steps.roll(
+                item.app, item.version, item.spark_conf, params["gate_deadline_s"], params["max_dead_letter_rate"], run_id
+            )
         except Exception as exc:
             record_roll_outcome(runtime, item, run_id, str(exc))
             raise

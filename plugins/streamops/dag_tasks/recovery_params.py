@@ -16,7 +16,13 @@ def app_param(names: list[str]):
 
     # A catalog without apps still parses (the plan then refuses: there is nothing to recover).
     extra = {"enum": names} if names else {"pattern": NAME_PATTERN}
-    return Param(names[0] if names else "", type="string", title="App", description="The streaming app, from the catalog.", **extra)
+    return Param(
+        names[0] if names else "",
+        type="string",
+        title="App",
+        description="The streaming app, from the catalog.",
+        **extra,
+    )
 
 
 def dry_run_param():
@@ -49,7 +55,10 @@ def recovery_form(app_names: list[str], fields: dict | None = None, *, verify_de
 
 def shared_param_problems(params: dict) -> list[str]:
     """The shared fields' bounds checked in code (a plan refuses before anything is changed)."""
-    problem = number_problem(params["verify_deadline_s"], "verify_deadline_s", *VERIFY_DEADLINE_S) if "verify_deadline_s" in params else None
+    problem = (
+        number_problem(params["verify_deadline_s"], "verify_deadline_s", *VERIFY_DEADLINE_S)
+        if "verify_deadline_s" in params else None
+    )
     return [problem] if problem else []
 
 

@@ -71,11 +71,13 @@ def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
     tag = the_plan.request["tag"]
     problems = []
     if tag.startswith(RESERVED_TAG_PREFIXES):
-        problems.append(f"tag {tag!r}: tags starting with {', '.join(RESERVED_TAG_PREFIXES)} belong to the nightly reconciliation")
+        problems.append(
+            f"tag {tag!r}: tags starting with {', '.join(RESERVED_TAG_PREFIXES)} belong to the nightly reconciliation"
+        )
     if (work_root() / the_plan.app / tag).exists():
         # Its checkpoint would be resumed, not started at the planned offsets.
-        problems.append(f"a reprocessing run tagged {tag!r} of {the_plan.app} already exists ({work_root() / the_plan.app / tag}): "
-                        "choose another tag (or leave it empty for a timestamp)")
+        problems.append(f"a reprocessing run tagged {tag!r} of {the_plan.app} already exists "
+                        f"({work_root() / the_plan.app / tag}): choose another tag (or leave it empty for a timestamp)")
     if problems:
         raise ReprocessRefused(problems)
     log.info("Reprocessing plan for %s:\n%s", the_plan.app, the_plan.table())

@@ -65,8 +65,11 @@ class DriverArgs:
             "--max-offsets-per-trigger": None if self.max_offsets_per_trigger is None else str(self.max_offsets_per_trigger),
             "--standby": self.standby,
             # Meaningful for a standby only; repr keeps every digit of a float.
-            "--standby-timeout": (repr(float(self.standby_timeout_s)) if self.standby and self.standby_timeout_s != DEFAULT_STANDBY_TIMEOUT_S
-                                  else None),
+            "--standby-timeout": (
+                repr(float(self.standby_timeout_s))
+                if self.standby and self.standby_timeout_s != DEFAULT_STANDBY_TIMEOUT_S
+                else None
+            ),
         }
         for flag, value in optional.items():
             if value is not None:

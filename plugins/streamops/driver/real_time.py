@@ -66,7 +66,9 @@ def task_slots(context: SparkContext) -> int | None:
     return int(executors) * int(cores) // task_cpus
 
 
-def task_slot_problem(spark: SparkSession, kafka: KafkaClientConfig, sources_read: list[list[str]], wait_s: float = 30) -> str | None:
+def task_slot_problem(
+    spark: SparkSession, kafka: KafkaClientConfig, sources_read: list[list[str]], wait_s: float = 30
+) -> str | None:
     """Real-time mode runs one long-lived task per input partition, all at once: with fewer task
     slots than that, the partitions left over are never read (no error, just a silent stall).
     Executors may still be registering, so a short slot count is waited on for up to `wait_s`."""

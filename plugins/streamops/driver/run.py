@@ -167,7 +167,8 @@ class DriverRun:
         """As a warm standby: prepare, rehearse, wait for the rollout's word. True: go."""
         self.prepared = prepare(self.spec, self.program, self.options, self.runtime, group_id=self.group_id)
         log.info("warm standby %s: %s", token,
-                 warm_up(self.prepared.spark, self.spec, self.program, self.options, interrupted=lambda: bool(self.stops.received)))
+                 warm_up(self.prepared.spark, self.spec, self.program, self.options,
+                         interrupted=lambda: bool(self.stops.received)))
         return await_go(StandbySlot(self.runtime.dir, token), self.prepared, self.args.standby_timeout_s, self.stops)
 
     def start(self) -> None:
@@ -272,7 +273,8 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     catalog, spec, program = load_app(args)
     options = run_options(args, spec)
-    log.info("app %s (%s %s) from %s: %s", spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
+    log.info("app %s (%s %s) from %s: %s",
+             spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
     if args.plan_fingerprint:
         return print_plan_fingerprint(spec, program, options)
     run = DriverRun(args, catalog, spec, program, options, AppRuntime(options.checkpoint), StopSignals())

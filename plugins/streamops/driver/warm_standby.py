@@ -126,7 +126,8 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
         # One task and no rows (rand() is never above 2, and the optimizer cannot know it).
         empty = spark.range(0, 1, 1, 1).where(F.rand() > 2).select(
             F.lit(None).cast("binary").alias("value"), F.lit(spec.dead_letter_topic).alias("topic"))
-        step("the Kafka producer", lambda: empty.write.format("kafka").options(**kafka_sink_options(options.kafka, spec.producer)).save())
+        step("the Kafka producer",
+             lambda: empty.write.format("kafka").options(**kafka_sink_options(options.kafka, spec.producer)).save())
     finally:
         timer.cancel()
         context.removeJobTag(WARM_UP_TAG)

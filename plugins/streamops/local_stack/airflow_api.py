@@ -103,7 +103,9 @@ class AirflowApi:
         response = self._get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
                              map_index=map_index, full_content=True)
         if response.status_code != 200:
-            raise AirflowApiError(f"reading the log of {dag_id}.{task_id} ({run_id}) failed: {response.status_code} {response.text}")
+            raise AirflowApiError(
+                f"reading the log of {dag_id}.{task_id} ({run_id}) failed: {response.status_code} {response.text}"
+            )
         lines = []
         for item in response.json().get("content") or []:
             if not isinstance(item, dict):

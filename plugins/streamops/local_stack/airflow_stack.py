@@ -387,7 +387,9 @@ class LocalAirflow:
                 env = process.environ()
             except (psutil.Error, OSError):
                 continue
-            if env.get("AIRFLOW_HOME") == str(self.home) and (host_address is None or env.get("STREAMOPS_HOST_ADDRESS") == host_address):
+            if env.get("AIRFLOW_HOME") == str(self.home) and (
+                host_address is None or env.get("STREAMOPS_HOST_ADDRESS") == host_address
+            ):
                 found.append(process)
         return found
 

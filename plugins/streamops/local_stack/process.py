@@ -35,7 +35,8 @@ def ports_from_env(setting: Setting, names: Sequence[str], error: type[Exception
     parts = [part.strip() for part in raw.split(",")]
     if len(parts) != len(names) or not all(part.isdigit() and 0 < int(part) < 65536 for part in parts):
         count = {2: "two", 3: "three", 4: "four"}.get(len(names), str(len(names)))
-        raise error(f"{variable} {raw!r} is not {count} ports: {','.join(n.removesuffix('_port').replace('_', '-') for n in names)}")
+        raise error(f"{variable} {raw!r} is not {count} ports: "
+                    f"{','.join(n.removesuffix('_port').replace('_', '-') for n in names)}")
     return dict(zip(names, map(int, parts), strict=True))
 
 

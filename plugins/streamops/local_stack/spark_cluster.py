@@ -81,7 +81,9 @@ class SparkStandalone:
         self.master = ServiceProcess(f"Spark master ({self.master_address})", self.state_dir / "master" / "master.pid",
                                      self.state_dir / "master" / "master.log")
         self.worker_processes = {
-            n: ServiceProcess(f"Spark worker {n} ({address})", self.worker_dir(n) / "worker.pid", self.worker_dir(n) / "worker.log")
+            n: ServiceProcess(
+                f"Spark worker {n} ({address})", self.worker_dir(n) / "worker.pid", self.worker_dir(n) / "worker.log"
+            )
             for n, address in self.worker_addresses.items()
         }
 

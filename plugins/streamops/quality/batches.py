@@ -21,7 +21,9 @@ from streamops.kafka_client import KafkaClientConfig
 from streamops.quality.ranges import TopicRange
 
 KAFKA_COLUMNS = ("key", "value", "partition", "offset", "timestamp", "is_tombstone", "value_is_json")
-_SPARK_TYPES = {"string": "STRING", "bigint": "BIGINT", "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "STRING", "json": "STRING"}
+_SPARK_TYPES = {
+    "string": "STRING", "bigint": "BIGINT", "double": "DOUBLE", "boolean": "BOOLEAN", "timestamp": "STRING", "json": "STRING",
+}
 
 
 def read_range(spark: SparkSession, kafka: KafkaClientConfig, topic_range: TopicRange, compacted: bool = False) -> DataFrame:

@@ -130,7 +130,9 @@ def resolve(
             mode = "last_records"
     elif mode == "time_range":
         window = _check_times(request, problems)
-    if mode == "last_records" and (isinstance(request.last_records, bool) or not isinstance(request.last_records, int) or request.last_records < 1):
+    if mode == "last_records" and (
+        isinstance(request.last_records, bool) or not isinstance(request.last_records, int) or request.last_records < 1
+    ):
         problems.append(f"last_records must be a positive whole number (got {request.last_records!r})")
     elif mode == "last_records" and request.last_records > MAX_LAST_RECORDS:
         problems.append(f"last_records {request.last_records} is more than {MAX_LAST_RECORDS} records per partition; "
@@ -184,7 +186,8 @@ def _check_topics(catalog: Catalog, topics: Sequence[str], problems: list[str]) 
         if topic not in catalog.topic_names():
             problems.append(f"topic {topic!r} is not in the catalog (topics with suites: {', '.join(validated)})")
         elif topic not in validated:
-            problems.append(f"topic {topic!r} has no expectation suite in the catalog (topics with suites: {', '.join(validated)})")
+            problems.append(f"topic {topic!r} has no expectation suite in the catalog "
+                            f"(topics with suites: {', '.join(validated)})")
         elif topic not in selected:
             selected.append(topic)
     return selected
@@ -204,7 +207,8 @@ def _check_times(request: RangeRequest, problems: list[str]) -> tuple[datetime |
             times.append(None)
     start, end = times
     if start and end and end <= start:
-        problems.append(f"end_time {request.end_time} is not after start_time {request.start_time}: the time range is empty or inverted")
+        problems.append(f"end_time {request.end_time} is not after start_time {request.start_time}: "
+                        "the time range is empty or inverted")
     return start, end
 
 
@@ -240,7 +244,9 @@ def _check_offsets_shape(offsets, selected: list[str], problems: list[str]) -> N
                 problems.append(f"{where} = {span}: end is beyond Kafka's offsets (at most {MAX_OFFSET})")
 
 
-def _explicit_spans(topic: str, wanted: dict[str, list[int]], marks: dict[int, tuple[int, int]], problems: list[str]) -> dict[int, OffsetSpan]:
+def _explicit_spans(
+    topic: str, wanted: dict[str, list[int]], marks: dict[int, tuple[int, int]], problems: list[str]
+) -> dict[int, OffsetSpan]:
     spans = {}
     for key, (start, end) in wanted.items():
         partition = int(key)

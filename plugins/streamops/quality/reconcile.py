@@ -89,7 +89,9 @@ def build(kind: str, sources: Sources, topic: str, topic_range: TopicRange, batc
         return _router(sources, app, lineage, topic, batch)
     if kind == "window_counts" and role in declared.window_counts:
         return _window_counts(sources, app, declared.window_counts[role], topic, topic_range, batch)
-    raise ValueError(f"topic {topic!r}: its suite asks for a '{kind}' reconciliation, which {app.program} ({role}) does not support")
+    raise ValueError(
+        f"topic {topic!r}: its suite asks for a '{kind}' reconciliation, which {app.program} ({role}) does not support"
+    )
 
 
 def _app_query(sources: Sources, app: AppSpec, name: str, source) -> DataFrame:
@@ -171,10 +173,14 @@ def _router(sources: Sources, app: AppSpec, lineage: LineageOutput, topic: str, 
     first_input_ms = aggregated(read_range(spark, kafka, input_range).agg(F.min(F.unix_millis("timestamp"))))[0] or 0
     partitions = topic_partitions(sources.admin, [topic])[topic] or []
     since = from_epoch_ms(max(0, first_input_ms - CLOCK_SKEW_MS))
-    written_range = TopicRange(topic, time_range_spans(sources.admin, topic, partitions, since, None), "written since the input range began")
+    written_range = TopicRange(
+        topic, time_range_spans(sources.admin, topic, partitions, since, None), "written since the input range began"
+    )
     in_covered = F.lit(False)
     for partition, span in spans.items():
-        in_covered = in_covered | ((F.col("source_partition") == partition) & F.col("source_offset").between(span.start, span.end - 1))
+        in_covered = in_covered | (
+            (F.col("source_partition") == partition) & F.col("source_offset").between(span.start, span.end - 1)
+        )
     actual = (
         _with_source(read_decoded(spark, kafka, written_range, sources.catalog.topic(topic)).where(F.col("event_id").isNotNull()))
         .where((F.col("source_topic") == input_topic) & in_covered)
@@ -243,7 +249,9 @@ def _window_counts(
         return _skipping(union, entries, topics)
 
     recounted = _app_query(sources, app, query, source).select(
-        F.from_json(F.col("value").cast("string"), f"`{key_column}` STRING, window_start STRING, window_end STRING, count BIGINT").alias("v")
+        F.from_json(
+            F.col("value").cast("string"), f"`{key_column}` STRING, window_start STRING, window_end STRING, count BIGINT"
+        ).alias("v")
     ).select(
         F.col(f"v.{key_column}").alias(key_column),
         F.try_to_timestamp("v.window_start").alias("window_start"),

@@ -71,7 +71,13 @@ def record(row: dict, root: Path | None = None) -> None:
         connection.execute(f"INSERT INTO validation_results ({columns}) VALUES ({marks})", values)  # noqa: S608 - our keys
 
 
-def query(topic: str | None = None, failed_only: bool = False, run_name: str | None = None, limit: int = 20, root: Path | None = None) -> list[dict]:
+def query(
+    topic: str | None = None,
+    failed_only: bool = False,
+    run_name: str | None = None,
+    limit: int = 20,
+    root: Path | None = None,
+) -> list[dict]:
     """Newest first."""
     path = results_path(root)
     if not path.exists():

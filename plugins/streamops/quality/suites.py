@@ -176,8 +176,8 @@ def _rule_problems(path: str, kind: str, rules: dict, max_future: str | None, do
                              f"concat('field {path} is \"', {shown}, '\", {need} (input contract length)')"))
         if "max_length" in rules:
             problems.append((f"{present} AND char_length({text}) > {int(rules['max_length'])}",
-                             f"concat('field {path} has ', char_length({text}), ' characters, more than {int(rules['max_length'])} "
-                             "(input contract length)')"))
+                             f"concat('field {path} has ', char_length({text}), "
+                             f"' characters, more than {int(rules['max_length'])} (input contract length)')"))
         if "pattern" in rules:
             problems.append((f"{present} AND NOT {text} RLIKE {_sql_text(whole_match(rules['pattern']))}",
                              f"concat('field {path} is \"', {shown}, '\", not matching the input contract pattern ', "
@@ -189,10 +189,12 @@ def _rule_problems(path: str, kind: str, rules: dict, max_future: str | None, do
     if kind == "bigint":
         if "minimum" in rules:
             problems.append((f"{present} AND {number} < {int(rules['minimum'])}",
-                             f"concat('field {path} is ', {number}, ', below the minimum {int(rules['minimum'])} (input contract range)')"))
+                             f"concat('field {path} is ', {number}, "
+                             f"', below the minimum {int(rules['minimum'])} (input contract range)')"))
         if "maximum" in rules:
             problems.append((f"{present} AND {number} > {int(rules['maximum'])}",
-                             f"concat('field {path} is ', {number}, ', above the maximum {int(rules['maximum'])} (input contract range)')"))
+                             f"concat('field {path} is ', {number}, "
+                             f"', above the maximum {int(rules['maximum'])} (input contract range)')"))
     if kind == "timestamp" and max_future is not None:
         future_us = duration_ms(max_future) * 1000
         problems.append((f"{present} AND unix_micros(try_to_timestamp({text})) > unix_micros(timestamp) + {future_us}",

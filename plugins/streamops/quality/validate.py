@@ -206,7 +206,9 @@ def raise_on_failures(outcomes: list[TopicResult]) -> None:
         raise QualityCheckFailed("\n".join(lines))
 
 
-def _validate_topic(context, sources: reconcile.Sources, suite: TopicSuite, topic_range: TopicRange, run_name: str) -> TopicResult:
+def _validate_topic(
+    context, sources: reconcile.Sources, suite: TopicSuite, topic_range: TopicRange, run_name: str
+) -> TopicResult:
     if topic_range.records == 0:
         # Nothing to read: no Spark job, no GX run; reported (and recorded) as an empty range.
         return TopicResult(topic_range.topic, suite.name, str(suite.path), topic_range, 0, [], [], None, [])
@@ -257,7 +259,9 @@ def _run_part(context, suite: TopicSuite, part: str, frame: DataFrame, run_name:
     batch_definition = next((b for b in asset.batch_definitions if b.name == "range"), None) or (
         asset.add_batch_definition_whole_dataframe("range")
     )
-    definition = context.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch_definition, suite=gx_suite))
+    definition = context.validation_definitions.add_or_update(
+        gx.ValidationDefinition(name=name, data=batch_definition, suite=gx_suite)
+    )
     result_format = {"result_format": "SUMMARY", "partial_unexpected_count": SAMPLES}
     if index_columns:
         result_format["unexpected_index_column_names"] = index_columns
@@ -343,7 +347,10 @@ def _records_at(frame: DataFrame, positions: list[dict], columns: list[str]) -> 
             out.append(f"partition {position['partition']} offset {position['offset']}")
             continue
         fields = ", ".join(f"{c} {row[c]!r}" for c in shown[2:-1])
-        value = row["value"] if row["value"] is None or len(row["value"]) <= _VALUE_PREVIEW else row["value"][:_VALUE_PREVIEW] + "..."
+        value = (
+            row["value"] if row["value"] is None or len(row["value"]) <= _VALUE_PREVIEW
+            else row["value"][:_VALUE_PREVIEW] + "..."
+        )
         out.append(f"partition {row['partition']} offset {row['offset']}: {fields}, value {value}")
     return out
 

@@ -65,7 +65,9 @@ def end_leftovers(found: list[Leftover], grace_s: float = 15.0) -> list[dict]:
             pass
     _, still = psutil.wait_procs(alive, timeout=30)
     if still:
-        raise RuntimeError(f"processes {[p.pid for p in still]} of the dead driver survived SIGKILL; not starting a second driver")
+        raise RuntimeError(
+            f"processes {[p.pid for p in still]} of the dead driver survived SIGKILL; not starting a second driver"
+        )
     killed = {p.pid for p in alive}
     return [{**asdict(item), "signal": "SIGKILL" if item.pid in killed else "SIGTERM"} for item in found]
 
@@ -74,7 +76,9 @@ class NotResumed(RuntimeError):
     pass
 
 
-def await_resumed(app: AppSpec, kafka: KafkaClientConfig, lag_before: int | None, deadline_s: float, caught_up: bool = False) -> dict:
+def await_resumed(
+    app: AppSpec, kafka: KafkaClientConfig, lag_before: int | None, deadline_s: float, caught_up: bool = False
+) -> dict:
     """Wait until the new driver completes micro-batches (or reports idle with nothing to read)
     and its lag is below `lag_before` (None: any lag; with `caught_up`: zero). Raise NotResumed
     naming why."""

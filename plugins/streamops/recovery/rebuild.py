@@ -44,8 +44,10 @@ class RebuildPlan(JsonPlan):
         return sum(i["latest"] - i["earliest"] for i in self.inputs)
 
     def table(self) -> str:
-        head = tabulate([[i["topic"], i["partition"], i["earliest"], i["latest"], i["latest"] - i["earliest"]] for i in self.inputs],
-                        headers=["input topic", "partition", "earliest", "latest", "records"])
+        head = tabulate(
+            [[i["topic"], i["partition"], i["earliest"], i["latest"], i["latest"] - i["earliest"]] for i in self.inputs],
+            headers=["input topic", "partition", "earliest", "latest", "records"],
+        )
         if self.target == "live":
             steps = (("stop the running app gracefully, " if self.running else "")
                      + "back up and retire the checkpoint (batches " + str(self.batches or "none") + "), start the app on a new "

@@ -102,8 +102,10 @@ class ReplayPlan(JsonPlan):
         return spans_from_json(self.spans, "ReplayPlan.spans")
 
     def table(self) -> str:
-        rows = [[r["reason"][:80], r["records"], r["replay"], r["still fails"], r["already replayed"], r["filtered out"], r["other"]]
-                for r in self.by_reason]
+        rows = [
+            [r["reason"][:80], r["records"], r["replay"], r["still fails"], r["already replayed"], r["filtered out"], r["other"]]
+            for r in self.by_reason
+        ]
         head = tabulate(rows, headers=["dead-letter reason", "records", "now pass: replay", "still fail", "already replayed",
                                        "filtered out", "not replayable"])
         span = ", ".join(f"p{p} {s.start}..{s.end}" for p, s in sorted(self.offset_spans().items()))
@@ -138,7 +140,9 @@ def _time(text: str, what: str, now: datetime, allowed: set[str], problems: list
         return None
 
 
-def resolve_spans(admin: AdminClient, catalog: Catalog, request: ReplayRequest, now: datetime | None = None) -> tuple[AppSpec, dict[int, OffsetSpan]]:
+def resolve_spans(
+    admin: AdminClient, catalog: Catalog, request: ReplayRequest, now: datetime | None = None
+) -> tuple[AppSpec, dict[int, OffsetSpan]]:
     """The app and the dead-letter offsets per partition the request names."""
     now = now or datetime.now(UTC)
     problems: list[str] = []
@@ -238,7 +242,9 @@ def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | 
     return verdicts
 
 
-def evaluate(spark, kafka: KafkaClientConfig, app: AppSpec, spans: dict[str, list[int]], reason_contains: str) -> list[DeadLetter]:
+def evaluate(
+    spark, kafka: KafkaClientConfig, app: AppSpec, spans: dict[str, list[int]], reason_contains: str
+) -> list[DeadLetter]:
     """Every dead letter of the spans (as a plan records them, `ReplayPlan.spans`) with its verdict."""
     letters = _read(kafka, app.dead_letter_topic, spans_from_json(spans, "the replay's spans"))
     done = replayed_sources(app)

@@ -110,7 +110,9 @@ class ResetPlan(JsonPlan):
         return f"{self.replayed} replayed, {self.skipped} skipped"
 
 
-def _selection(app: AppSpec, layout: dict[str, list[int] | None], request: ResetRequest, problems: list[str]) -> set[tuple[str, int]]:
+def _selection(
+    app: AppSpec, layout: dict[str, list[int] | None], request: ResetRequest, problems: list[str]
+) -> set[tuple[str, int]]:
     """The (topic, partition) pairs the request moves."""
     inputs = sorted(set(app.inputs.values()))
     if request.mode == "offsets":
@@ -152,7 +154,8 @@ def _check_offsets(app: AppSpec, layout: dict, offsets: object, problems: list[s
             problems.append(problem)
             continue
         if topic not in app.inputs.values():
-            problems.append(f"offsets: {topic!r} is not an input of {app.name} (inputs: {', '.join(sorted(set(app.inputs.values())))})")
+            problems.append(f"offsets: {topic!r} is not an input of {app.name} "
+                            f"(inputs: {', '.join(sorted(set(app.inputs.values())))})")
             continue
         if not isinstance(parts, dict) or not parts:
             problems.append(f"offsets: {topic!r} needs a map of partition -> offset, such as {{\"0\": 42}}")
@@ -161,7 +164,8 @@ def _check_offsets(app: AppSpec, layout: dict, offsets: object, problems: list[s
             if not re.fullmatch(r"[0-9]+", str(partition)):
                 problems.append(f"offsets: {topic!r} partition {partition!r} must be a number")
             elif int(partition) not in (layout.get(topic) or []):
-                problems.append(f"offsets: partition {partition} of {topic!r} does not exist (it has partitions {_span(layout.get(topic))})")
+                problems.append(f"offsets: partition {partition} of {topic!r} does not exist "
+                                f"(it has partitions {_span(layout.get(topic))})")
             elif isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
                 problems.append(f"offsets: {topic!r} partition {partition}: offset {offset!r} must be a whole number from 0 "
                                 f"to {MAX_OFFSET} (Kafka offsets are 64-bit)")
@@ -269,7 +273,9 @@ def apply_reset(app: AppSpec, plan: ResetPlan, start) -> dict:
     refuse_if_running(app, "a reset", problems)
     checkpoint = app.checkpoint_location()
     if not problems and batch_marks(checkpoint) != plan.marks:
-        problems.append(f"the checkpoint moved since the plan (batches {plan.marks} -> {batch_marks(checkpoint)}): run the DAG again")
+        problems.append(
+            f"the checkpoint moved since the plan (batches {plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"
+        )
     if problems:
         raise RecoveryRefused(problems)
     backup = str(backup_checkpoint(checkpoint, "before-reset")) if query_dirs(checkpoint) else None

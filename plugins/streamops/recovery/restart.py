@@ -63,7 +63,10 @@ class RestartPlan(JsonPlan):
             head = (f"{self.app} failed on batch {f['batch']} again (the same batch as the previous failure): restarting "
                     "will fail the same way." if self.failed_again else
                     f"{self.app} failed on batch {f['batch']} (query {f['query']}); a restart runs that batch again.")
-            example = ", ".join(f'"{r["topic"]}:{r["partition"]}:<offset>"' for r in ranges[:3]) or '"<topic>:<partition>:<offset>"'
+            example = (
+                ", ".join(f'"{r["topic"]}:{r["partition"]}:<offset>"' for r in ranges[:3])
+                or '"<topic>:<partition>:<offset>"'
+            )
             largest = ("Its largest records: " + ", ".join(f"{r['record']} ({r['bytes']} bytes)" for r in self.largest_records)
                        + ". ") if self.largest_records else ""
             advice = (f"Find the record in the driver log and skip it with recover_skip_records (records: [{example}]). "
@@ -72,7 +75,8 @@ class RestartPlan(JsonPlan):
                       if self.failed_again else
                       "If it fails on this batch again, a record in it fails the query: skip that record with "
                       "recover_skip_records.")
-            parts.append(f"{head} Batch {f['batch']} covers {describe_ranges(ranges)}. The error: {str(f.get('error')).rstrip('.')}. {advice}")
+            parts.append(f"{head} Batch {f['batch']} covers {describe_ranges(ranges)}. "
+                         f"The error: {str(f.get('error')).rstrip('.')}. {advice}")
         return "\n".join(parts)
 
     def summary(self) -> str:

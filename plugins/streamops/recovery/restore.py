@@ -84,7 +84,9 @@ class RestorePlan(JsonPlan):
         return f"restore {self.snapshot}: batches {self.current} -> {self.restored}"
 
 
-def plan_restore(catalog: Catalog, app_name: str, snapshot: str, *, stop_if_running: bool, for_apply: bool = False) -> RestorePlan:
+def plan_restore(
+    catalog: Catalog, app_name: str, snapshot: str, *, stop_if_running: bool, for_apply: bool = False
+) -> RestorePlan:
     problems: list[str] = []
     app = resolve_app(catalog, app_name, problems)
     problem = None if snapshot == "latest" else name_problem(snapshot, "snapshot")
@@ -137,7 +139,9 @@ def apply_restore(app: AppSpec, plan: RestorePlan, start, stop_app) -> dict:
             raise RecoveryRefused([f"{app.name} was started since the plan: run the DAG again"])
         stopped = stop_app()
     elif batch_marks(checkpoint) != plan.marks:
-        raise RecoveryRefused([f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"])
+        raise RecoveryRefused(
+            [f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"]
+        )
     replaced = restore_checkpoint(checkpoint, backup_path(checkpoint, plan.snapshot))
     restored = batch_marks(checkpoint)
     # The code that wrote the snapshot, read from the snapshot itself (not from the plan's XCom).

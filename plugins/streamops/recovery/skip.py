@@ -99,7 +99,11 @@ def parse_specs(items: object, problems: list[str]) -> list[SkipSpec]:
                         "recover_reset_offsets")
     for i, one in enumerate(specs):
         for other in specs[i + 1:]:
-            if (one.topic, one.partition) == (other.topic, other.partition) and one.first <= other.last and other.first <= one.last:
+            if (
+                (one.topic, one.partition) == (other.topic, other.partition)
+                and one.first <= other.last
+                and other.first <= one.last
+            ):
                 problems.append(f"records {one.text!r} and {other.text!r} overlap: name each record once")
     return specs
 
@@ -206,7 +210,8 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
     for spec in specs:
         parts = layout.get(spec.topic)
         if spec.topic not in inputs:
-            problems.append(f"record {spec.text!r}: topic {spec.topic!r} is not an input of {app.name} (inputs: {', '.join(inputs)})")
+            problems.append(f"record {spec.text!r}: topic {spec.topic!r} is not an input of {app.name} "
+                            f"(inputs: {', '.join(inputs)})")
         elif parts is None:
             problems.append(f"record {spec.text!r}: topic {spec.topic!r} does not exist on the broker")
         elif spec.partition not in parts:
@@ -234,7 +239,11 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
                             "skipping it now changes nothing; to process records again use recover_reset_offsets")
     for entry in runtime.skip_records():
         for spec in specs:
-            if (entry.topic, entry.partition) == (spec.topic, spec.partition) and spec.first <= entry.last and entry.first <= spec.last:
+            if (
+                (entry.topic, entry.partition) == (spec.topic, spec.partition)
+                and spec.first <= entry.last
+                and entry.first <= spec.last
+            ):
                 problems.append(f"record {spec.text!r} is already in the skip list (offsets {entry.first}-{entry.last}, "
                                 f"run {entry.run_id} by {entry.user} at {entry.at})")
     if problems:
@@ -263,7 +272,10 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
                           "timestamp": _stamp(record.timestamp_ms), "size": len(record.value or b""),
                           "key": _preview(record.key, 24), "preview": _preview(record.value, 60),
                           "batch": _batch_of(record.topic, record.partition, record.offset, where, pending)})
-        read_past = {q for q, pos in where.items() if spec.topic in pos.offsets and pos.offsets[spec.topic].get(spec.partition, 0) > spec.first}
+        read_past = {
+            q for q, pos in where.items()
+            if spec.topic in pos.offsets and pos.offsets[spec.topic].get(spec.partition, 0) > spec.first
+        }
         if read_past:
             notes.append(f"{spec.text}: query {', '.join(sorted(read_past))} already read past it (its output stays); the skip "
                          "applies to the queries that have not")
@@ -280,8 +292,10 @@ def plan_skip(admin: AdminClient, kafka: KafkaClientConfig, catalog: Catalog, ap
 
 
 def _covers(failed: FailedBatch, spec: SkipSpec) -> bool:
-    return any(r["topic"] == spec.topic and r["partition"] == spec.partition and r["first"] <= spec.first and spec.last <= r["last"]
-               for r in failed.get("ranges") or [])
+    return any(
+        r["topic"] == spec.topic and r["partition"] == spec.partition and r["first"] <= spec.first and spec.last <= r["last"]
+        for r in failed.get("ranges") or []
+    )
 
 
 def _batch_of(topic: str, partition: int, offset: int, where: dict, pending: dict) -> str:
@@ -325,7 +339,9 @@ def apply_skip(app: AppSpec, plan: SkipPlan, start, kafka: KafkaClientConfig) ->
     if runtime.is_running():
         raise RecoveryRefused([f"{app.name} was started by someone else since the plan ({runtime.refusal(app.name)})"])
     if batch_marks(checkpoint) != plan.marks:
-        raise RecoveryRefused([f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"])
+        raise RecoveryRefused(
+            [f"the checkpoint moved since the plan ({plan.marks} -> {batch_marks(checkpoint)}): run the DAG again"]
+        )
     # Verify reads the dead letters written from here on.
     dead_letters_from = {p: high for p, (_, high) in end_offsets(kafka, app.dead_letter_topic).items()}
 

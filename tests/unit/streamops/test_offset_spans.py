@@ -95,7 +95,8 @@ def test_none_means_the_partitions_earliest_and_latest_offsets(listed):
 
 
 def test_the_replay_plan_writes_its_spans_as_before_and_reads_them_back():
-    plan = ReplayPlan(app="a", request={}, dead_letter_topic="dlq", spans=spans_to_json({1: OffsetSpan(4, 9), 0: OffsetSpan(0, 5)}),
+    plan = ReplayPlan(app="a", request={}, dead_letter_topic="dlq",
+                      spans=spans_to_json({1: OffsetSpan(4, 9), 0: OffsetSpan(0, 5)}),
                       by_reason=[], totals={"replay": 0, "still fails": 0, "already replayed": 0})
     handed = json.loads(json.dumps(plan.to_json()))
     assert handed["spans"] == {"0": [0, 5], "1": [4, 9]}
@@ -115,7 +116,9 @@ def test_a_reprocessing_plans_inputs_stay_flat_in_its_json_and_give_their_span()
 def test_a_validation_range_writes_its_spans_as_before_and_reads_them_back():
     topic_range = TopicRange("ops", {1: OffsetSpan(7, 7), 0: OffsetSpan(10, 20)}, "explicit offsets")
     handed = json.loads(json.dumps(topic_range.to_json()))
-    assert handed == {"topic": "ops", "partitions": {"0": [10, 20], "1": [7, 7]}, "description": "explicit offsets", "records": 10}
+    assert handed == {
+        "topic": "ops", "partitions": {"0": [10, 20], "1": [7, 7]}, "description": "explicit offsets", "records": 10
+    }
     assert TopicRange.from_json(handed) == topic_range
     assert topic_range.spans() == "p0 10-20, p1 empty"
     handed["partitions"]["1"] = [7]

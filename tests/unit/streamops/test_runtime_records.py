@@ -215,11 +215,15 @@ def test_a_standby_file_that_is_not_its_record_is_named(tmp_path):
     slot = StandbySlot(tmp_path, "standby-abc123")
     slot.dir.mkdir(parents=True)
     slot.ready_file.write_text(json.dumps({"pid": "4242", "host": "host-b", "plan_fingerprint": ["route"]}))
-    with pytest.raises(RuntimeRecordError, match=r"standby-abc123.ready.json: not a StandbyReady \(plan_fingerprint: Input should "):
+    with pytest.raises(
+        RuntimeRecordError, match=r"standby-abc123.ready.json: not a StandbyReady \(plan_fingerprint: Input should "
+    ):
         slot.ready()
     slot.word_file.write_text(json.dumps({"word": "later"}))
     heard = slot.await_word(1, interrupted=lambda: False)  # a word it does not understand: it never starts
-    assert heard["word"] == ABORT and heard["why"].startswith(f"{slot.word_file}: not a StandbyWord (word: Input should be 'go' or")
+    assert heard["word"] == ABORT and heard["why"].startswith(
+        f"{slot.word_file}: not a StandbyWord (word: Input should be 'go' or"
+    )
 
 
 # --- beside the checkpoint: a snapshot's description, the cluster binding ----------------------------
@@ -251,7 +255,9 @@ def test_the_cluster_binding_round_trips_and_one_that_is_not_one_counts_as_unbou
     bind_cluster("demo", checkpoint, "cluster-A", "127.0.0.1:9092")
     bound = checkpoint_cluster(checkpoint)
     assert bound == json.loads((checkpoint / CLUSTER_FILE).read_text())
-    assert (bound["cluster_id"], bound["bootstrap"], set(bound)) == ("cluster-A", "127.0.0.1:9092", {"cluster_id", "bootstrap", "at"})
+    assert (bound["cluster_id"], bound["bootstrap"], set(bound)) == (
+        "cluster-A", "127.0.0.1:9092", {"cluster_id", "bootstrap", "at"}
+    )
     (checkpoint / CLUSTER_FILE).write_text(json.dumps({"cluster_id": 7, "bootstrap": "127.0.0.1:9092"}))
     assert checkpoint_cluster(checkpoint) is None  # as before: the next launch binds it again
 
@@ -328,7 +334,9 @@ def test_the_dead_letter_writer_builds_the_envelope_from_the_models_fields(monke
     records.dead_letter_record(load_catalog(check_programs=False).app("oplog-router"), "1.0.0")
     source, envelope, sink = functions.structs
     assert source == list(DeadLetterSource.model_fields) == ["topic", "partition", "offset", "timestamp"]
-    assert envelope == DeadLetterEnvelope.field_names() and envelope[:5] == ["app", "app_version", "reason", "failed_at", "source"]
+    assert envelope == DeadLetterEnvelope.field_names() and envelope[:5] == [
+        "app", "app_version", "reason", "failed_at", "source"
+    ]
     assert sink == ["key", "value", "topic"]
 
 
@@ -429,7 +437,9 @@ def test_a_failed_batch_is_written_by_the_driver_and_read_back_from_driver_json_
     new_query(checkpoint, "count")  # failed before planning a batch
     runtime = AppRuntime(checkpoint)
     runtime.acquire({"app": "demo"})
-    failed = [SimpleNamespace(name=f"demo.{name}", exception=lambda: "org.example.BoomException: boom") for name in ("route", "count")]
+    failed = [
+        SimpleNamespace(name=f"demo.{name}", exception=lambda: "org.example.BoomException: boom") for name in ("route", "count")
+    ]
     record_failed_batches(runtime, failed)
     runtime.release("failed", "query route failed")
     expected = [
