@@ -45,7 +45,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streamops.kafka_client import while_transient
 from streamops.timestamps import epoch_ms
@@ -178,21 +178,25 @@ def moment_pattern(allowed: Collection[str]) -> str:
 # Spans: the offsets of a range
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetSpan:
-    """One partition's offsets [start, end): from `start` up to, not including, `end`, as Kafka's
-    offsets count (on a compacted or transactional topic some offsets hold no record)."""
-
+class _Span(NamedTuple):
     start: int
     end: int
 
-    def __post_init__(self) -> None:
-        for name in ("start", "end"):
-            value = getattr(self, name)
+
+class OffsetSpan(_Span):
+    """One partition's offsets [start, end): from `start` up to, not including, `end`, as Kafka's
+    offsets count (on a compacted or transactional topic some offsets hold no record). A pair, so
+    it unpacks and compares as `(start, end)` does; made only from whole numbers in order."""
+
+    __slots__ = ()
+
+    def __new__(cls, start: int, end: int) -> OffsetSpan:
+        for name, value in (("start", start), ("end", end)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"an offset span's {name} is a whole number, not {type(value).__name__}: {value!r}")
-        if not 0 <= self.start <= self.end <= MAX_OFFSET:
-            raise ValueError(f"offset span [{self.start}, {self.end}) must have 0 <= start <= end <= {MAX_OFFSET}")
+        if not 0 <= start <= end <= MAX_OFFSET:
+            raise ValueError(f"offset span [{start}, {end}) must have 0 <= start <= end <= {MAX_OFFSET}")
+        return super().__new__(cls, start, end)
 
     @property
     def records(self) -> int:
@@ -276,11 +280,22 @@ def watermarks(
 ) -> dict[int, tuple[int, int]]:
     """partition -> (earliest, latest) offsets now. `committed`: the latest as a read_committed
     reader sees it (the last stable offset, before any open transaction), else the high watermark."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import OffsetSpec
 
-    low = _list_offsets(admin, topic, {p: OffsetSpec.earliest() for p in partitions}, committed)
-    high = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions}, committed)
-    return {p: (low[p], high[p]) for p in partitions}
+    def ask() -> dict[int, tuple[int, int]]:
+        low = _list_offsets(admin, topic, {p: OffsetSpec.earliest() for p in partitions}, committed)
+        high = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions}, committed)
+        unanswered = sorted(p for p in partitions if low[p] < 0 or high[p] < 0)
+        if unanswered:
+            # While a leader is elected (a broker just died) a partition may answer with no offset
+            # (-1001) and no error: asked again, as for any transient error, until the deadline.
+            raise KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE,
+                                            f"{topic}: no offsets yet for partition(s) {unanswered}"))
+        return {p: (low[p], high[p]) for p in partitions}
+
+    marks: dict[int, tuple[int, int]] = while_transient(ask, timeout=2 * _TIMEOUT_S)
+    return marks
 
 
 def offsets_for_time(admin: AdminClient, topic: str, partitions: Sequence[int], epoch_ms: int) -> dict[int, int]:

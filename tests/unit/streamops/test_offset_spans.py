@@ -130,3 +130,28 @@ def test_a_validation_range_writes_its_spans_as_before_and_reads_them_back():
         TopicRange.from_json(handed)
     assert refused.value.problems == [f"TopicRange.partitions.1: Value error, offset span [9, 7) must have 0 <= start <= end "
                                       f"<= {MAX_OFFSET}, got [9, 7]"]
+
+
+def test_a_partition_that_answers_without_an_offset_during_a_leader_election_is_asked_again():
+    """A broker killed, its partitions' earliest offset may come back as -1001 with no error for a
+    moment: the watermarks wait for a real offset instead of handing a reader an invalid start."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    class ElectingAdmin:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def list_offsets(self, request, isolation_level, request_timeout):
+            self.asked += 1
+            answers = {}
+            for tp in request:
+                future: Future = Future()
+                electing = self.asked == 1 and tp.partition == 1  # the first earliest answer of p1
+                future.set_result(SimpleNamespace(offset=-1001 if electing else 10 * (tp.partition + 1)))
+                answers[tp] = future
+            return answers
+
+    admin = ElectingAdmin()
+    assert kafka_offsets.watermarks(admin, "ops", [0, 1]) == {0: (10, 10), 1: (20, 20)}
+    assert admin.asked == 4  # earliest and latest, asked twice
