@@ -257,16 +257,23 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
     The snapshot says what it holds in `_backup.json`: label, time, and the driver that last
     wrote the checkpoint (version and launch conf, so a restore can start that version again)."""
     target = backups_dir(checkpoint) / f"{file_stamp(utc_now())}-{label}"
-    shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(RUNTIME_FOLDER))
+    info_file = target / BACKUP_INFO
     driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()
-    info = {
-        "label": label,
-        "taken_at": now_iso(),
-        "version": driver.version,
-        "launch": driver.launch.to_json(),
-        "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
-    }
-    (target / BACKUP_INFO).write_text(json.dumps(checked(BackupInfo, info, str(target / BACKUP_INFO)), indent=1, sort_keys=True))
+    try:
+        info = checked(BackupInfo, {
+            "label": label,
+            "taken_at": now_iso(),
+            "version": driver.version,
+            "launch": driver.launch.to_json(),
+            "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
+        }, str(info_file))
+    except RuntimeRecordError as exc:
+        # A backup is never refused for want of a description: it then says its label and time only.
+        log.warning("%s: the last driver's record does not describe this snapshot (%s); it records its label "
+                    "and time only", checkpoint, exc)
+        info = BackupInfo(label=label, taken_at=now_iso())
+    shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(RUNTIME_FOLDER))
+    info_file.write_text(json.dumps(info, indent=1, sort_keys=True))
     return target
 
 

@@ -51,7 +51,7 @@ from typing_extensions import TypedDict
 
 from streamops import settings
 from streamops.runtime_files import read_json_object, write_json_atomic
-from streamops.runtime_records import checked
+from streamops.runtime_records import RuntimeRecordError, checked
 from streamops.timestamps import iso_seconds
 
 log = logging.getLogger("streamops.lease")
@@ -322,7 +322,7 @@ class DriverLease:
             self._lost_reported = True
             try:
                 self._lost = self.holder(self.epoch + 1) if self.epoch is not None else None
-            except OSError:
+            except (OSError, RuntimeRecordError):  # the reason is then told without the new holder
                 self._lost = None
         log.error("%s", self.lost_reason())
         # In a thread of their own: the caller may be a micro-batch (the sink's check), and

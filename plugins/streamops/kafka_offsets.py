@@ -300,11 +300,22 @@ def watermarks(
 
 def offsets_for_time(admin: AdminClient, topic: str, partitions: Sequence[int], epoch_ms: int) -> dict[int, int]:
     """partition -> the first offset whose timestamp is at or after `epoch_ms` (the end if none)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import OffsetSpec
 
-    found = _list_offsets(admin, topic, {p: OffsetSpec.for_timestamp(epoch_ms) for p in partitions})
-    latest = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
-    return {p: latest[p] if found[p] < 0 else found[p] for p in partitions}
+    def ask() -> dict[int, int]:
+        found = _list_offsets(admin, topic, {p: OffsetSpec.for_timestamp(epoch_ms) for p in partitions})
+        latest = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
+        # -1: no record at or after the time (the end, then); below it, or a negative end: no answer
+        # yet (a leader being elected), asked again as in `watermarks`.
+        unanswered = sorted(p for p in partitions if found[p] < -1 or latest[p] < 0)
+        if unanswered:
+            raise KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE,
+                                            f"{topic}: no offsets yet for partition(s) {unanswered}"))
+        return {p: latest[p] if found[p] < 0 else found[p] for p in partitions}
+
+    offsets: dict[int, int] = while_transient(ask, timeout=2 * _TIMEOUT_S)
+    return offsets
 
 
 def end_offsets(kafka: KafkaClientConfig, topic: str) -> dict[int, tuple[int, int]]:

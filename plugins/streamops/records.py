@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, SupportsInt
 
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from streamops import timestamps
 from streamops.catalog import AppSpec
 from streamops.input_contract import (
     DEFAULT_CONTRACT,
@@ -29,11 +30,6 @@ from streamops.input_contract import (
 )
 from streamops.runtime_records import DeadLetterEnvelope, DeadLetterSource
 from streamops.timestamps import SPARK_ISO_MS, SPARK_ISO_MS_OFFSET
-
-# Programs write their times with records.iso_ms (epoch milliseconds -> '...T01:00:00.123Z', in
-# Spark's Python workers too) and records.iso_time (a column, the same text): one format, kept in
-# streamops.timestamps.
-from streamops.timestamps import iso_ms as iso_ms
 
 log = logging.getLogger("streamops.records")
 
@@ -726,6 +722,14 @@ def original_json() -> Column:
 
 def good(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col("error").isNull())
+
+
+def iso_ms(epoch_ms: SupportsInt) -> str:
+    """Epoch milliseconds as ISO-8601 UTC text with milliseconds ('...T01:00:00.123Z'), the text
+    `iso_time` writes in SQL: programs call it in Spark's Python workers, with whatever whole number
+    their data holds (an int, a numpy integer, a float of a column with nulls). The format is
+    streamops.timestamps'."""
+    return timestamps.iso_ms(int(epoch_ms))
 
 
 def iso_time(column: str | Column) -> Column:

@@ -154,8 +154,12 @@ def _same_as_previous_failure(runtime: AppRuntime, failed: list[FailedBatch]) ->
     ends = [e for e in runtime.history() if e.get("event") == "stopped"]
     if len(ends) < 2 or ends[-2].get("outcome") != "failed":
         return False
+
     def batches(entries: list[FailedBatch]) -> list[tuple]:
-        return sorted((f["query"], f.get("batch"), str(f.get("ranges"))) for f in entries if f.get("batch") is not None)
+        # By value: driver.json keeps a range's keys as written, the history's record in declared order.
+        return sorted((f["query"], f.get("batch"), tuple(sorted((r["topic"], r["partition"], r["first"], r["last"])
+                                                                  for r in f.get("ranges") or [])))
+                      for f in entries if f.get("batch") is not None)
 
     return bool(batches(failed)) and batches(failed) == batches(ends[-2].get("failed_batches") or [])
 

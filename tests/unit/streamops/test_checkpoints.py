@@ -259,3 +259,12 @@ def test_snapshots_without_or_with_a_damaged_description(tmp_path: Path):
     assert backup_info(cut) == {"label": "before-rebuild"}
     (backups_dir(checkpoint) / "notes.txt").write_text("not a snapshot")
     assert list_backups(checkpoint) == [old, cut]
+
+
+def test_a_driver_record_that_cannot_describe_the_snapshot_does_not_stop_the_backup(checkpoint: Path):
+    runtime = AppRuntime(str(checkpoint))
+    write_json_atomic(runtime.driver_file, {**json.loads(runtime.driver_file.read_text()), "version": 12})  # not text
+    backup = backup_checkpoint(checkpoint, "before-test")
+    assert batch_marks(backup) == {"count": None, "route": 1}  # the queries were backed up
+    info = backup_info(backup)
+    assert info["label"] == "before-test" and info["taken_at"] and "version" not in info

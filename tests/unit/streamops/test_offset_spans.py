@@ -155,3 +155,23 @@ def test_a_partition_that_answers_without_an_offset_during_a_leader_election_is_
     admin = ElectingAdmin()
     assert kafka_offsets.watermarks(admin, "ops", [0, 1]) == {0: (10, 10), 1: (20, 20)}
     assert admin.asked == 4  # earliest and latest, asked twice
+
+
+def test_offsets_for_a_time_wait_for_a_partition_that_answers_without_one_and_keep_minus_one_as_the_end():
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    answers = iter([{0: -1, 1: -1001}, {0: 40, 1: 50}, {0: -1, 1: 7}, {0: 40, 1: 50}])  # by time, latest; again
+
+    class ElectingAdmin:
+        def list_offsets(self, request, isolation_level, request_timeout):
+            offsets = next(answers)
+            futures = {}
+            for tp in request:
+                future: Future = Future()
+                future.set_result(SimpleNamespace(offset=offsets[tp.partition]))
+                futures[tp] = future
+            return futures
+
+    # p1 had no answer at first (a leader being elected); p0's -1 means no record since: its end.
+    assert kafka_offsets.offsets_for_time(ElectingAdmin(), "ops", [0, 1], 1_000) == {0: 40, 1: 7}
