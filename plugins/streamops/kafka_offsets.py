@@ -280,18 +280,12 @@ def watermarks(
 ) -> dict[int, tuple[int, int]]:
     """partition -> (earliest, latest) offsets now. `committed`: the latest as a read_committed
     reader sees it (the last stable offset, before any open transaction), else the high watermark."""
-    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import OffsetSpec
 
     def ask() -> dict[int, tuple[int, int]]:
         low = _list_offsets(admin, topic, {p: OffsetSpec.earliest() for p in partitions}, committed)
         high = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions}, committed)
-        unanswered = sorted(p for p in partitions if low[p] < 0 or high[p] < 0)
-        if unanswered:
-            # While a leader is elected (a broker just died) a partition may answer with no offset
-            # (-1001) and no error: asked again, as for any transient error, until the deadline.
-            raise KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE,
-                                            f"{topic}: no offsets yet for partition(s) {unanswered}"))
+        _answered_or_again(topic, [p for p in partitions if low[p] < 0 or high[p] < 0])
         return {p: (low[p], high[p]) for p in partitions}
 
     marks: dict[int, tuple[int, int]] = while_transient(ask, timeout=2 * _TIMEOUT_S)
@@ -300,22 +294,28 @@ def watermarks(
 
 def offsets_for_time(admin: AdminClient, topic: str, partitions: Sequence[int], epoch_ms: int) -> dict[int, int]:
     """partition -> the first offset whose timestamp is at or after `epoch_ms` (the end if none)."""
-    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import OffsetSpec
 
     def ask() -> dict[int, int]:
         found = _list_offsets(admin, topic, {p: OffsetSpec.for_timestamp(epoch_ms) for p in partitions})
         latest = _list_offsets(admin, topic, {p: OffsetSpec.latest() for p in partitions})
-        # -1: no record at or after the time (the end, then); below it, or a negative end: no answer
-        # yet (a leader being elected), asked again as in `watermarks`.
-        unanswered = sorted(p for p in partitions if found[p] < -1 or latest[p] < 0)
-        if unanswered:
-            raise KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE,
-                                            f"{topic}: no offsets yet for partition(s) {unanswered}"))
+        # -1: no record at or after the time (the end, then); below it, or a negative end: no answer.
+        _answered_or_again(topic, [p for p in partitions if found[p] < -1 or latest[p] < 0])
         return {p: latest[p] if found[p] < 0 else found[p] for p in partitions}
 
     offsets: dict[int, int] = while_transient(ask, timeout=2 * _TIMEOUT_S)
     return offsets
+
+
+def _answered_or_again(topic: str, unanswered: list[int]) -> None:
+    """While a leader is elected (a broker just died) a partition may answer with no offset (-1001)
+    and no error: that is raised as a transient error, so `while_transient` asks again until its
+    deadline."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if unanswered:
+        raise KafkaException(KafkaError(KafkaError.OFFSET_NOT_AVAILABLE,
+                                        f"{topic}: no offsets yet for partition(s) {sorted(unanswered)}"))
 
 
 def end_offsets(kafka: KafkaClientConfig, topic: str) -> dict[int, tuple[int, int]]:

@@ -30,8 +30,6 @@ from streamops.triggers import DRIVER_EXITS_ASSET, DriverExitTrigger
 if TYPE_CHECKING:
     from airflow.sdk import Param
 
-    from streamops.audit import AuditTrail
-
 T = TypeVar("T")
 P = ParamSpec("P")
 

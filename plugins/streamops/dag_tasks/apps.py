@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 
 from streamops.app_ops import Launch, LaunchCommand, stop
 from streamops.app_runtime import AppRuntime, DriverRecord
@@ -131,15 +132,13 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     # Status and stop never need an app's code: one app's missing artifact must not blind them.
     catalog = load_catalog(check_programs=False)
     kafka = kafka_connection()
-    checked: list[Catalog] = []
+    # A restart runs the app's code: it needs the catalog with its programs and settings checked,
+    # read once, and only when some app is restarted.
+    checked_catalog = cache(load_catalog)
 
     def restarter(name: str) -> Callable[[str, Mapping[str, object], str | None], Launch]:
-        # A restart runs the app's code: it needs the catalog with its programs and settings checked,
-        # read once, and only when some app is restarted.
         def start(version: str, spark_conf: Mapping[str, object], expected_digest: str | None) -> Launch:
-            if not checked:
-                checked.append(load_catalog())
-            return AppLauncher.of(checked[0], name, run_id).supervisor_start()(version, spark_conf, expected_digest)
+            return AppLauncher.of(checked_catalog(), name, run_id).supervisor_start()(version, spark_conf, expected_digest)
         return start
 
     statuses: list[AppStatus] = []
