@@ -10,11 +10,14 @@ consume rate on the same backlog. Writers use acks=all and idempotent producers.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +25,8 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from streamops import settings
+from streamops.artifacts import ArtifactStore, ensure_catalog_artifacts
 from streamops.catalog import AppSpec, Catalog, load_catalog
 from streamops.driver.options import AVAILABLE_NOW, RunOptions
 from streamops.kafka_client import KafkaClientConfig
@@ -37,6 +42,9 @@ from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 from streamops.runtime_records import DeadLetterEnvelope, DeadLetterSource
 from streamops.spark_submit import SparkTarget
 
+ROUTER = "oplog-router"
+# The version a roll-restart rolls the router to (the same code as its catalog version).
+ROLLED_VERSION = "99.0.0"
 _HAS_OFFSET = re.compile(r"(Z|z|[+-][0-9]{2}:?[0-9]{2})$")
 
 
@@ -55,7 +63,7 @@ class Result:
 
 def _fresh_topics(admin: AdminClient, prefix: str) -> Catalog:
     catalog = load_catalog().with_topic_prefix(prefix)
-    app = catalog.app("oplog-router")
+    app = catalog.app(ROUTER)
     ensure_topics(admin, [t for t in catalog.topics if t.name in app.topics()])
     return catalog
 
@@ -145,7 +153,7 @@ def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, ex
 
 def reprocess_backfill(catalog: Catalog, admin: AdminClient, kafka: KafkaClientConfig, workdir: Path) -> Result:
     """The reprocess DAG's job (plan from earliest, scratch targets) over the same backlog."""
-    plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app="oplog-router", target="scratch", tag="bench"))
+    plan = plan_reprocess(admin, kafka, catalog, ReprocessRequest(app=ROUTER, target="scratch", tag="bench"))
     result = run_reprocess(kafka, admin, catalog, plan, workdir, spark=SparkTarget("local[*]"), launched_by="bench")
     written = sum(result.records_out.values()) + result.dead_letters
     return Result("Backfill from earliest (reprocess, its own driver)", result.records_in, written, result.seconds,
@@ -179,29 +187,56 @@ def _produce(out, topic, key, value) -> None:
 
 
 def router_benchmark(events: int, kafka: KafkaClientConfig | None = None, keys: int = 1000) -> list[Result]:
-    workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-"))
-    broker = None
-    try:
-        if kafka is None:
-            broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
-            print(broker.start())
-            kafka = broker.client_config
+    with workspace(kafka) as (kafka, workdir):
         admin = kafka.admin()
         run_id = f"bench{uuid.uuid4().hex[:8]}"
         spark_catalog = _fresh_topics(admin, f"{run_id}.spark")
         python_catalog = _fresh_topics(admin, f"{run_id}.python")
-        app = spark_catalog.app("oplog-router")
+        app = spark_catalog.app(ROUTER)
         load = run_load(app, LoadSpec(count=events, keys=keys, malformed=0.01, seed=42), kafka)
         preload = Result("preload (loadgen, acks=all, idempotent)", load.produced, load.produced, load.seconds)
         # The first run pays for JVM warm-up and code generation; the second, from its own
         # fresh checkpoint over the same backlog, shows the steady drain rate.
         cold = spark_router(app, kafka, workdir / "checkpoint-cold", "fresh JVM")
         warm = spark_router(app, kafka, workdir / "checkpoint-warm", "warm JVM")
-        python_result = python_router(app, python_catalog.app("oplog-router"), kafka, load.produced)
+        python_result = python_router(app, python_catalog.app(ROUTER), kafka, load.produced)
         backfill = reprocess_backfill(spark_catalog, admin, kafka, workdir / "reprocess")
         raw = raw_consume(kafka, app.inputs["operations"], load.produced)
         return [preload, cold, warm, python_result, backfill, raw]
+
+def bench_artifacts() -> None:
+    """The catalog's artifacts built from the code here into the bench's own store (a version pins
+    code: the figures are this checkout's, never an older build's), and the router's catalog
+    version again as ROLLED_VERSION, which the roll-restarts roll to."""
+    for line in ensure_catalog_artifacts(load_catalog(check_programs=False), built_by="streamops bench"):
+        print(line, flush=True)
+    router = load_catalog(check_programs=False).app(ROUTER)
+    if router.artifact:
+        ArtifactStore().relabel(router.artifact, router.version, ROLLED_VERSION)
+
+
+@contextmanager
+def workspace(kafka: KafkaClientConfig | None = None) -> Iterator[tuple[KafkaClientConfig, Path]]:
+    """A scratch folder (checkpoints under it) and a broker: `kafka`, or a temporary local one;
+    both gone afterwards, $STREAMOPS_CHECKPOINT_ROOT as it was."""
+    workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-"))
+    broker = None
+    previous = {name: os.environ.get(name) for name in (settings.CHECKPOINT_ROOT.name, settings.ARTIFACT_STORE.name)}
+    os.environ[settings.CHECKPOINT_ROOT.name] = str(workdir / "checkpoints")
+    os.environ[settings.ARTIFACT_STORE.name] = str(workdir / "artifacts")
+    try:
+        bench_artifacts()
+        if kafka is None:
+            broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
+            print(broker.start())
+            kafka = broker.client_config
+        yield kafka, workdir
     finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         if broker is not None:
             print(broker.stop())
         shutil.rmtree(workdir, ignore_errors=True)

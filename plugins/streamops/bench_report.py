@@ -18,35 +18,32 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streamops import rollout, settings
+from confluent_kafka import TopicPartition
+
+from streamops import rollout
 from streamops.app_ops import launch
 from streamops.app_runtime import AppRuntime
-from streamops.bench import python_router, raw_consume, routes
-from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, Catalog, load_catalog
+from streamops.bench import ROLLED_VERSION, ROUTER, python_router, raw_consume, routes, workspace
+from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
-from streamops.local_stack.broker import LocalBroker, free_port_pair
+from streamops.paths import CACHE_DIR, PROJECT_ROOT
 from streamops.provisioning import ensure_topics
 from streamops.runtime_records import DeadLetterEnvelope
 from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.timestamps import iso_seconds_utc, utc_now
 from streamops.waiting import DeadlineExceeded, poll_until
 
-ROUTER = "oplog-router"
 # The master the live router runs on in these benchmarks, in both modes: a real-time run needs a
 # thread per input partition (six), and micro-batches get the same threads for a fair comparison.
 BENCH_MASTER = "local[6]"
@@ -141,9 +138,76 @@ def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: P
                        (last - first) / 1000, (first - launched_ms) / 1000, (finished_ms - launched_ms) / 1000)
 
 
-def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, version: str = "1.0.0",
+KAFKA_STREAMS_PROJECT = PROJECT_ROOT / "build" / "maven" / "kafka-streams-router"
+
+
+def kafka_streams_jar() -> Path:
+    """The Kafka Streams reference (build/maven/kafka-streams-router), built with Maven from
+    Maven Central into its target/ when its sources changed (about 20 s once)."""
+    jar = KAFKA_STREAMS_PROJECT / "target" / "kafka-streams-router-1.0.0.jar"
+    sources = [KAFKA_STREAMS_PROJECT / "pom.xml", *(KAFKA_STREAMS_PROJECT / "src").rglob("*.java")]
+    if jar.is_file() and jar.stat().st_mtime >= max(f.stat().st_mtime for f in sources):
+        return jar
+    print("building the Kafka Streams reference with Maven ...", flush=True)
+    done = subprocess.run(  # noqa: S603
+        ["mvn", "-q", "-B", "-Dstyle.color=never", "-s", str(PROJECT_ROOT / "build" / "maven" / "settings.xml"),
+         f"-Dmaven.repo.local={CACHE_DIR / 'm2'}", "-f", str(KAFKA_STREAMS_PROJECT / "pom.xml"), "package"],
+        capture_output=True, text=True, check=False)
+    if done.returncode != 0 or not jar.is_file():
+        raise RuntimeError(f"Maven could not build the Kafka Streams reference ({KAFKA_STREAMS_PROJECT}):\n"
+                           + (done.stdout + done.stderr)[-3000:])
+    return jar
+
+
+def drain_by_kafka_streams(catalog: Catalog, source_app: AppSpec, kafka: KafkaClientConfig, workdir: Path, records_in: int,
+                           timeout_s: float = 600) -> DrainFigure:
+    """The same backlog drained by a Kafka Streams app doing the router's routing (one stream
+    thread, Jackson, at-least-once): launch to first output, first to last output (broker time).
+    Reads `source_app`'s input, writes `catalog`'s outputs. Done when its consumer group has
+    committed the input's end offsets."""
+    app = catalog.app(ROUTER)
+    source = source_app.inputs["operations"]
+    client = workdir / f"kstreams-{uuid.uuid4().hex[:6]}.properties"
+    client.write_text("".join(f"{key}={value}\n" for key, value in kafka.java_settings().items()))
+    client.chmod(0o600)
+    application_id = f"bench-kstreams-{uuid.uuid4().hex[:8]}"
+    route_args = [f"{op}={category}:{topic}" for op, targets in sorted(routes(app).items()) for category, topic in targets]
+    argv = ["java", "-jar", str(kafka_streams_jar()), str(client), application_id, source, app.dead_letter_topic, app.name,
+            str(app.max_record_bytes), str(workdir / application_id), *route_args]
+    ends = {p: high for p, (_, high) in end_offsets(kafka, source).items()}
+    launched_ms = time.time() * 1000
+    with open(workdir / "kstreams.log", "wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)  # noqa: S603
+    # Reads the group's committed offsets only (it never subscribes, so it never joins the group).
+    group = kafka.consumer(application_id)
+    try:
+        def drained() -> bool:
+            if process.poll() is not None:
+                tail = (workdir / "kstreams.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the Kafka Streams reference exited ({process.returncode}); its output ends:\n{tail}")
+            committed = group.committed([TopicPartition(source, p) for p in ends], timeout=10)
+            return all(tp.offset >= ends[tp.partition] for tp in committed)
+
+        poll_until(drained, timeout=timeout_s, what="the Kafka Streams reference to drain the backlog", interval=1)
+        finished_ms = time.time() * 1000
+    finally:
+        group.close()
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    stamps = sorted(t for _, _, t in _output_times(kafka, catalog))
+    first, last = stamps[0], stamps[-1]
+    return DrainFigure(KAFKA_STREAMS_ENGINE, records_in, _written(kafka, catalog),
+                       (last - first) / 1000, (first - launched_ms) / 1000, (finished_ms - launched_ms) / 1000)
+
+
+def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, version: str | None = None,
                  checkpoint: Path | None = None):
     app = catalog.app(ROUTER).model_copy(update={"trigger": trigger})
+    version = version or app.version
     checkpoint = checkpoint or workdir / f"live-{uuid.uuid4().hex[:6]}"
     spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir, trigger), checkpoint=str(checkpoint),
                        version=version)
@@ -239,8 +303,9 @@ def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger:
         with background_load(app, LoadSpec(count=10_000_000, keys=100, rate=rate, seed=7), kafka):
             poll_until(lambda: (progress := runtime.progress().get("route")) is not None and progress.input_rows > 0, timeout=120,
                        what="the router to see load")
-            summary = rollout.roll_restart(app_here, new_command=command("1.1.0"), previous_command=lambda _: command("1.0.0"),
-                                   new_version="1.1.0", kafka=kafka, run_id="bench", log=lambda line: None)
+            summary = rollout.roll_restart(app_here, new_command=command(ROLLED_VERSION),
+                                           previous_command=lambda _: command(app.version), new_version=ROLLED_VERSION,
+                                           kafka=kafka, run_id="bench", log=lambda line: None)
             # Some load after the roll too, so the gap is measured between records on both sides.
             settle = time.monotonic() + 5
             poll_until(lambda: time.monotonic() > settle, timeout=10, what="load after the roll")
@@ -278,73 +343,70 @@ def machine() -> dict:
             "at": iso_seconds_utc(utc_now())}
 
 
+PARTS = ("drain", "latency", "roll")
+KAFKA_STREAMS_ENGINE = "Kafka Streams app (one thread, Jackson, at-least-once)"
+# The goals of issue 38, printed beside the figures (nothing asserts them: benchmarks print).
+GOALS = {
+    "drain": "the Spark router's records/s at least the Kafka Streams app's (ratio >= 1.00); first output within 10 s "
+             "of launch",
+    "latency": "real-time p99 < 250 ms at 2,000 events/s and < 1 s at 10,000; micro-batch p99 < trigger + 1 s at 10,000",
+    "roll": "no record lost; the largest output gap a few seconds",
+}
+
+
 def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,
-               micro_batch: str = "2 seconds", roll_rate: float = 1_000, kafka: KafkaClientConfig | None = None) -> dict:
+               micro_batch: str = "2 seconds", roll_rate: float = 1_000, kafka: KafkaClientConfig | None = None,
+               parts: tuple[str, ...] = PARTS) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     with workspace(kafka) as (kafka, workdir):
         run_id = f"bench{uuid.uuid4().hex[:8]}"
         figures: dict = {"machine": machine(), "settings": {"events": events, "rates": list(rates), "seconds": seconds,
-                                                            "micro_batch": micro_batch, "roll_rate": roll_rate}}
-        drain_catalog = bench_catalog(kafka, f"{run_id}.drain")
-        python_catalog = bench_catalog(kafka, f"{run_id}.python")
-        app = drain_catalog.app(ROUTER)
-        print(f"preloading {events} events ...", flush=True)
-        preload = run_load(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=42), kafka)
-        drain = [drain_by_spark_submit(drain_catalog, kafka, workdir, preload.produced)]
-        print(f"  {drain[0]}", flush=True)
-        python_result = python_router(app, python_catalog.app(ROUTER), kafka, preload.produced)
-        drain.append(
-            DrainFigure(python_result.engine, python_result.records_in, python_result.records_out, python_result.seconds)
-        )
-        raw = raw_consume(kafka, app.inputs["operations"], preload.produced)
-        drain.append(DrainFigure(raw.engine, raw.records_in, 0, raw.seconds))
-        figures["drain"] = [{**asdict(d), "rate": round(d.rate)} for d in drain]
-
-        latency: list[LatencyFigure] = []
-        for trigger in (micro_batch, "real-time"):
-            for rate in rates:
-                catalog = bench_catalog(kafka, f"{run_id}.lat{len(latency)}")
-                print(f"latency: {trigger} at {rate} events/s ...", flush=True)
-                figure = latency_run(catalog, kafka, workdir, trigger, rate, seconds)
-                print(f"  {figure}", flush=True)
-                latency.append(figure)
-        figures["latency"] = [asdict(f) for f in latency]
-
-        rolls: list[RollFigure] = []
-        for trigger in (micro_batch, "real-time"):
-            print(f"roll-restart: {trigger} under {roll_rate:g} events/s ...", flush=True)
-            roll_figure = roll_run(bench_catalog(kafka, f"{run_id}.roll{len(rolls)}"), kafka, workdir, trigger, roll_rate)
-            print(f"  {roll_figure}", flush=True)
-            rolls.append(roll_figure)
-        figures["roll"] = [asdict(r) for r in rolls]
+                                                            "micro_batch": micro_batch, "roll_rate": roll_rate},
+                         "goals": {part: GOALS[part] for part in parts}}
+        if "drain" in parts:
+            figures["drain"] = drain_figures(kafka, workdir, run_id, events)
+        if "latency" in parts:
+            latency: list[LatencyFigure] = []
+            for trigger in (micro_batch, "real-time"):
+                for rate in rates:
+                    catalog = bench_catalog(kafka, f"{run_id}.lat{len(latency)}")
+                    print(f"latency: {trigger} at {rate} events/s ...", flush=True)
+                    figure = latency_run(catalog, kafka, workdir, trigger, rate, seconds)
+                    print(f"  {figure}", flush=True)
+                    latency.append(figure)
+            figures["latency"] = [asdict(f) for f in latency]
+        if "roll" in parts:
+            rolls: list[RollFigure] = []
+            for trigger in (micro_batch, "real-time"):
+                print(f"roll-restart: {trigger} under {roll_rate:g} events/s ...", flush=True)
+                roll_figure = roll_run(bench_catalog(kafka, f"{run_id}.roll{len(rolls)}"), kafka, workdir, trigger, roll_rate)
+                print(f"  {roll_figure}", flush=True)
+                rolls.append(roll_figure)
+            figures["roll"] = [asdict(r) for r in rolls]
         (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
         draw(figures, out)
         return figures
 
 
-@contextmanager
-def workspace(kafka: KafkaClientConfig | None = None) -> Iterator[tuple[KafkaClientConfig, Path]]:
-    """A scratch folder (checkpoints under it) and a broker: `kafka`, or a temporary local one;
-    both gone afterwards, $STREAMOPS_CHECKPOINT_ROOT as it was."""
-    workdir = Path(tempfile.mkdtemp(prefix="streamops-bench-"))
-    broker = None
-    previous_root = os.environ.get(settings.CHECKPOINT_ROOT.name)
-    os.environ[settings.CHECKPOINT_ROOT.name] = str(workdir / "checkpoints")
-    try:
-        if kafka is None:
-            broker = LocalBroker(state_dir=workdir / "kafka", port=free_port_pair(), heap="1g")
-            print(broker.start())
-            kafka = broker.client_config
-        yield kafka, workdir
-    finally:
-        if previous_root is None:
-            os.environ.pop(settings.CHECKPOINT_ROOT.name, None)
-        else:
-            os.environ[settings.CHECKPOINT_ROOT.name] = previous_root
-        if broker is not None:
-            print(broker.stop())
-        shutil.rmtree(workdir, ignore_errors=True)
-
+def drain_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, events: int) -> list[dict]:
+    """One backlog, drained by each system in turn into topics of its own; each row with its
+    ratio to the Kafka Streams reference."""
+    drain_catalog = bench_catalog(kafka, f"{run_id}.drain")
+    app = drain_catalog.app(ROUTER)
+    print(f"preloading {events} events ...", flush=True)
+    preload = run_load(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=42), kafka)
+    drain = [drain_by_spark_submit(drain_catalog, kafka, workdir, preload.produced)]
+    print(f"  {drain[-1]}", flush=True)
+    drain.append(drain_by_kafka_streams(bench_catalog(kafka, f"{run_id}.kstreams"), drain_catalog.app(ROUTER), kafka,
+                                        workdir, preload.produced))
+    print(f"  {drain[-1]}", flush=True)
+    loop = python_router(app, bench_catalog(kafka, f"{run_id}.python").app(ROUTER), kafka, preload.produced)
+    drain.append(DrainFigure(loop.engine, loop.records_in, loop.records_out, loop.seconds))
+    raw = raw_consume(kafka, app.inputs["operations"], preload.produced)
+    drain.append(DrainFigure(raw.engine, raw.records_in, 0, raw.seconds))
+    reference = next(d.rate for d in drain if d.engine == KAFKA_STREAMS_ENGINE)
+    return [{**asdict(d), "rate": round(d.rate), "vs_kafka_streams": round(d.rate / reference, 2) if reference else None}
+            for d in drain]
 
 def roll_restart(trigger: str, rate: float, kafka: KafkaClientConfig | None = None) -> RollFigure:
     """`streamops bench roll-restart`: one roll of the router under load (see roll_run)."""
@@ -353,29 +415,35 @@ def roll_restart(trigger: str, rate: float, kafka: KafkaClientConfig | None = No
 
 
 def tables(figures: dict) -> str:
+    """The figures as text: one table per part measured, each under its goal."""
     from tabulate import tabulate
 
-    drain = tabulate(
-        [[d["engine"], d["records_in"], d["records_out"], f"{d['seconds']:.1f}", f"{d['rate']:,}",
-          "" if d["launch_to_first_s"] is None else f"{d['launch_to_first_s']:.1f}",
-          "" if d["launch_to_last_s"] is None else f"{d['launch_to_last_s']:.1f}"] for d in figures["drain"]],
-        headers=["drain", "records in", "records out", "first to last output, s", "records/s", "launch to first, s",
-                 "launch to last, s"], disable_numparse=True)
-    latency = tabulate(
-        [[f["mode"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",
-          f"{f['p99_ms']:,.0f}", f"{f['max_ms']:,.0f}",
-          "no (backlog grew)" if f["caught_up_s"] is None else f"{f['caught_up_s']} s"]
-         for f in figures["latency"]],
-        headers=["latency", "target events/s", "produced/s", "records", "p50 ms", "p99 ms", "max ms", "caught up after load"],
-        disable_numparse=True)
-    roll = tabulate(
-        [[r["mode"], f"{r['rate']:g}", r["downtime_s"], r["largest_gap_s"], r["expected"], r["lost"], r["duplicates"]]
-         for r in figures["roll"]],
-        headers=["roll-restart", "events/s", "downtime s", "largest output gap s", "routed records", "lost", "duplicates"],
-        disable_numparse=True)
     m = figures["machine"]
-    head = f"{m['cpus']} cores, {m['memory_gib']} GiB, {m['platform']}, Python {m['python']}, Spark {m['spark']}, {m['at']}"
-    return "\n\n".join([head, drain, latency, roll])
+    said = [f"{m['cpus']} cores, {m['memory_gib']} GiB, {m['platform']}, Python {m['python']}, Spark {m['spark']}, {m['at']}"]
+    if "drain" in figures:
+        said.append(tabulate(
+            [[d["engine"], d["records_in"], d["records_out"], f"{d['seconds']:.1f}", f"{d['rate']:,}",
+              "" if d.get("vs_kafka_streams") is None else f"{d['vs_kafka_streams']:.2f}",
+              "" if d["launch_to_first_s"] is None else f"{d['launch_to_first_s']:.1f}",
+              "" if d["launch_to_last_s"] is None else f"{d['launch_to_last_s']:.1f}"] for d in figures["drain"]],
+            headers=["drain", "records in", "records out", "first to last output, s", "records/s", "x Kafka Streams",
+                     "launch to first, s", "launch to last, s"], disable_numparse=True))
+    if "latency" in figures:
+        said.append(tabulate(
+            [[f["mode"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",
+              f"{f['p99_ms']:,.0f}", f"{f['max_ms']:,.0f}",
+              "no (backlog grew)" if f["caught_up_s"] is None else f"{f['caught_up_s']} s"]
+             for f in figures["latency"]],
+            headers=["latency", "target events/s", "produced/s", "records", "p50 ms", "p99 ms", "max ms",
+                     "caught up after load"], disable_numparse=True))
+    if "roll" in figures:
+        said.append(tabulate(
+            [[r["mode"], f"{r['rate']:g}", r["downtime_s"], r["largest_gap_s"], r["expected"], r["lost"], r["duplicates"]]
+             for r in figures["roll"]],
+            headers=["roll-restart", "events/s", "downtime s", "largest output gap s", "routed records", "lost",
+                     "duplicates"], disable_numparse=True))
+    said.append("goals:\n" + "\n".join(f"  {part}: {goal}" for part, goal in figures.get("goals", {}).items()))
+    return "\n\n".join(said)
 
 
 def draw(figures: dict, out: Path) -> list[Path]:
@@ -387,16 +455,32 @@ def draw(figures: dict, out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written = []
-    fig, ax = plt.subplots(figsize=(8, 3.2))
+    if "drain" in figures:
+        written.append(_draw_drain(plt, figures, out))
+    if "latency" in figures:
+        written.append(_draw_latency(plt, figures, out))
+    if "roll" in figures:
+        written.append(_draw_roll(plt, figures, out))
+    return written
+
+
+def _draw_drain(plt, figures: dict, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 3.4))
     names = [d["engine"] for d in figures["drain"]]
-    ax.barh(names, [d["rate"] for d in figures["drain"]], color=["#d62728", "#1f77b4", "#7f7f7f"][: len(names)])
-    ax.set_xlabel("records/s (first to last output; raw consume: read only)")
+    ax.barh(names, [d["rate"] for d in figures["drain"]], color=["#d62728", "#2ca02c", "#1f77b4", "#7f7f7f"][: len(names)])
+    for y, d in enumerate(figures["drain"]):
+        if d.get("vs_kafka_streams") is not None:
+            ax.annotate(f" x{d['vs_kafka_streams']:.2f}", (d["rate"], y), va="center", fontsize=8)
+    ax.set_xlabel("records/s (first to last output; raw consume: read only); x: ratio to Kafka Streams")
     ax.set_title(f"Drain of a {figures['settings']['events']:,}-event backlog")
     ax.invert_yaxis()
     fig.tight_layout()
-    written.append(out / "drain.png")
-    fig.savefig(written[-1], dpi=110)
+    fig.savefig(out / "drain.png", dpi=110)
     plt.close(fig)
+    return out / "drain.png"
+
+
+def _draw_latency(plt, figures: dict, out: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(8, 3.6))
     labels = [f"{f['mode'].split(' (')[0]}\n{f['target_rate']:,}/s" for f in figures["latency"]]
@@ -418,9 +502,12 @@ def draw(figures: dict, out: Path) -> list[Path]:
     ax.legend()
     ax.set_title("Router latency under steady load (broker clock)")
     fig.tight_layout()
-    written.append(out / "latency.png")
-    fig.savefig(written[-1], dpi=110)
+    fig.savefig(out / "latency.png", dpi=110)
     plt.close(fig)
+    return out / "latency.png"
+
+
+def _draw_roll(plt, figures: dict, out: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(6, 2.6))
     ax.barh([r["mode"] for r in figures["roll"]], [r["largest_gap_s"] for r in figures["roll"]], color="#9467bd")
@@ -428,7 +515,6 @@ def draw(figures: dict, out: Path) -> list[Path]:
     ax.set_xlabel("largest gap in the output during a roll, s")
     ax.set_title("Roll-restart under load (lost: " + ", ".join(str(r["lost"]) for r in figures["roll"]) + ")")
     fig.tight_layout()
-    written.append(out / "roll.png")
-    fig.savefig(written[-1], dpi=110)
+    fig.savefig(out / "roll.png", dpi=110)
     plt.close(fig)
-    return written
+    return out / "roll.png"

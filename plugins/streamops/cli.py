@@ -35,7 +35,7 @@ from streamops.app_runtime import AppRuntime, DriverRecord, LaunchRecord
 from streamops.artifacts import ArtifactError, ArtifactStore, build, ensure_catalog_artifacts
 from streamops.audit import audit_file, audit_table, read_audit
 from streamops.bench import parse_benchmark, router_benchmark, table
-from streamops.bench_report import roll_restart, run_report, tables
+from streamops.bench_report import PARTS, roll_restart, run_report, tables
 from streamops.catalog import CatalogError, catalog_path, load_catalog, selected_environment
 from streamops.effective_spec import SpecRefused, bind_app, installed_code, launch_cluster
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, KafkaConfigError, app_conn_id
@@ -735,6 +735,8 @@ def bench_report(
         str | None, typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
     ] = None,
     kafka_config: KafkaConfigOpt = None,
+    parts: Annotated[str, typer.Option(help="Which parts to measure, comma-separated: drain, latency, roll.")] = (
+        "drain,latency,roll"),
 ) -> None:
     """Every router figure side by side (drain, latency in micro-batch and real-time mode, roll-restart), printed,
     written as JSON and drawn as PNG into --out. Figures only: nothing is asserted."""
@@ -742,8 +744,12 @@ def bench_report(
         chosen = tuple(int(rate) for rate in rates.split(","))
     except ValueError:
         raise typer.BadParameter(f"--rates {rates!r}: give whole events/s separated by commas, e.g. 2000,10000") from None
+    chosen_parts = tuple(part.strip() for part in parts.split(",") if part.strip())
+    unknown = sorted(set(chosen_parts) - set(PARTS))
+    if unknown or not chosen_parts:
+        raise typer.BadParameter(f"--parts {parts!r}: {', '.join(unknown) or 'none given'}; choose from {', '.join(PARTS)}")
     kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
-    figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka)
+    figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka, chosen_parts)
     typer.echo(tables(figures))
     typer.echo(f"figures and plots in {out}/")
 

@@ -43,11 +43,7 @@ def same_code_as(app: AppSpec, version: str, base: str | None = None) -> Artifac
     same code under another version label, as `streamops artifact build --version` of the same
     source gives (builds are reproducible). Already there with these bytes: nothing changes."""
     assert app.artifact, f"{app.name} runs installed code: it has no artifact"
-    store = ArtifactStore()
-    built = store.resolve(app.artifact, base or app.version)
-    artifact, _ = store.publish(app.artifact, version, built.path, {**built.manifest, "version": version})
-    return artifact
-
+    return ArtifactStore().relabel(app.artifact, base or app.version, version)
 
 def router_source(tmp_path: Path, marker: str, *, refuse_odd_seqs: bool = False) -> Path:
     """A copy of spark_apps whose router adds `"code": marker` to what it routes (which version's
