@@ -94,8 +94,7 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("dead_letters"),
         F.sum(F.when(F.col("unknown_op_type"), 1).otherwise(0)).alias("unknown_op_type"),
     )
-    # One output row per matching category, or one dead letter, from a single pass over the
-    # input (a union of two branches would make Spark read the topic twice).
+    # op type -> the (category, topic) pairs it is routed to.
     route_map = F.create_map(
         *[
             item
@@ -121,10 +120,9 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         value = F.concat(head.substr(F.lit(1), F.length(head) - 1), F.lit(',"event":'), records.original_json(), F.lit("}"))
         return F.struct(F.col("key").alias("key"), value.alias("value"), target["topic"].alias("topic"))
 
-    outputs = F.when(F.col("error").isNotNull(), F.array(records.dead_letter_record(spec, version))).otherwise(
-        F.transform(F.element_at(route_map, F.col("op_type")), routed)
-    )
-    return [OutputQuery("route", parsed.select(F.explode(outputs).alias("out")).select("out.*"))]
+    # One output record per matching category, or one dead letter: one read of each source record.
+    routed_records = F.transform(F.element_at(route_map, F.col("op_type")), routed)
+    return [OutputQuery("route", records.with_dead_letters(parsed, spec, version, routed_records))]
 
 
 program = OplogRouter()

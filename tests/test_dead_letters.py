@@ -109,3 +109,56 @@ def test_oversized_records_become_dead_letters_that_fit_and_replay_reads_them_ba
                   if d.source == f"{source}/1/0"]
     assert refused.verdict == (f"not replayable: its original is kept by reference and {source}/1/0 is no longer on the "
                                f"broker (retention; {source} partition 1: it is empty (next offset 1))")
+
+
+def test_outputs_and_dead_letters_come_from_one_read_of_each_record(spark):
+    """records.with_dead_letters: a good record writes its outputs (none, one or several), a bad
+    one its dead letter, from one read of the source; the union of two branches reads it twice,
+    which the driver's check names."""
+    import pytest
+    from pyspark.sql import functions as F
+
+    from spark_apps.oplog_router import FIELDS
+    from streamops import records
+    from streamops.catalog import load_catalog
+    from streamops.driver.outputs import sources_read_more_than_once
+    from streamops.program_contract import OutputQuery
+
+    spec = load_catalog(check_programs=False).app("oplog-router")
+    source = spec.inputs["operations"]
+    rows = [(b"u1", op(1, "u1")), (b"u2", op(2, "u2")), (b"u3", b"not json"), (b"u4", op(4, "u5"))]
+    raw = spark.createDataFrame(
+        [(key, value, source, 0, offset, None) for offset, (key, value) in enumerate(rows)],
+        "key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp",
+    ).withColumn("timestamp", F.current_timestamp())
+    parsed = records.parse_input(raw, spec, "operations", FIELDS)
+
+    def one(topic: str):
+        return F.struct(F.col("key").alias("key"), F.format_string("%s:%d", F.lit(topic), F.col("seq")).alias("value"),
+                        F.lit(topic).alias("topic"))
+
+    # An even seq writes two records, an odd seq none.
+    outputs = F.when(F.col("seq") % 2 == 0, F.array(one("even.a"), one("even.b"))).otherwise(F.array().cast(
+        "array<struct<key:binary,value:string,topic:string>>"))
+    frame = records.with_dead_letters(parsed, spec, "1.0.0", outputs)
+    written = sorted((r.topic, (r.key or b"").decode(), r.value) for r in frame.collect())
+    good = [(t, k, v.decode()) for t, k, v in written if t != spec.dead_letter_topic]
+    assert good == [("even.a", "u2", "even.a:2"), ("even.b", "u2", "even.b:2")]
+    dead = {json.loads(v)["source"]["offset"]: json.loads(v)["reason"] for t, _, v in written if t == spec.dead_letter_topic}
+    assert sorted(dead) == [2, 3]
+    assert dead[2] == "value is not valid JSON (input contract json: RFC 8259)"
+    assert dead[3] == f"key 'u4' does not equal field 'user_id' 'u5' {KEY_RULE}"
+    assert sources_read_more_than_once(OutputQuery("tag", frame)) == {}
+
+    # One output struct per good record works too; the union form reads the source twice.
+    single = records.with_dead_letters(parsed, spec, "1.0.0", one("all"))
+    assert sorted(r.value.decode() for r in single.collect() if r.topic == "all") == ["all:1", "all:2"]
+    union = records.good(parsed).select(one("all").alias("o")).select("o.*").unionByName(
+        records.dead_letters(parsed, spec, "1.0.0"), allowMissingColumns=True)
+    assert list(sources_read_more_than_once(OutputQuery("tag", union)).values()) == [2]
+
+    with pytest.raises(TypeError, match=r"oplog-router: records.with_dead_letters takes a struct \(key, value, topic\) or an "
+                                        r"array of them as the outputs of a good record, not string"):
+        records.with_dead_letters(parsed, spec, "1.0.0", F.col("op_type"))
+    with pytest.raises(TypeError, match="have no topic field"):
+        records.with_dead_letters(parsed, spec, "1.0.0", F.struct(F.col("key"), F.col("value")))

@@ -711,8 +711,47 @@ def dead_letter_record(spec: AppSpec, version: str) -> Column:
 
 
 def dead_letters(parsed: DataFrame, spec: AppSpec, version: str) -> DataFrame:
-    """Rows with an error as dead-letter records (key, value, topic) for the Kafka sink."""
+    """Rows with an error as dead-letter records (key, value, topic) for the Kafka sink. A query
+    that unions these with its good records' outputs reads every source record twice: a stateless
+    program builds both with `with_dead_letters` instead."""
     return parsed.where(F.col("error").isNotNull()).select(dead_letter_record(spec, version).alias("dead")).select("dead.*")
+
+
+
+def with_dead_letters(parsed: DataFrame, spec: AppSpec, version: str, outputs: Column) -> DataFrame:
+    """The output records of one parsed input, good records and dead letters together, from one
+    read and one parse of each source record (the Kafka sink's (key, value, topic) rows).
+
+    `outputs` says what a good record writes: a struct of key, value and topic (one output
+    record), or an array of them (none, one or several: the router's categories); a null or empty
+    array writes nothing. Every record with an `error` becomes its dead letter instead. Building
+    both from one row (Spark's explode) instead of a union of two branches is what keeps the
+    read single: a union of `records.good(parsed)` and `records.dead_letters(parsed, ...)` makes
+    Spark read and parse every source record once per branch (the driver warns of such a query).
+    Keys and values are written as bytes (text as its UTF-8 bytes, as the Kafka sink writes it)."""
+    from pyspark.sql.types import ArrayType, StructType
+
+    kind = parsed.select(outputs.alias("outputs")).schema["outputs"].dataType
+    element = kind.elementType if isinstance(kind, ArrayType) else kind
+    if not isinstance(element, StructType):
+        raise TypeError(f"{spec.name}: records.with_dead_letters takes a struct (key, value, topic) or an array of them "
+                        f"as the outputs of a good record, not {kind.simpleString()}")
+    missing = [name for name in ("value", "topic") if name not in element.fieldNames()]
+    if missing:
+        raise TypeError(f"{spec.name}: the outputs given to records.with_dead_letters have no {' or '.join(missing)} "
+                        f"field ({element.simpleString()}); each output record is a struct of key, value and topic")
+    has_key = "key" in element.fieldNames()
+
+    def sink_record(record: Column, keyed: bool = True) -> Column:
+        return F.struct(
+            (record["key"] if keyed else F.lit(None)).cast("binary").alias("key"),
+            record["value"].cast("binary").alias("value"),
+            record["topic"].cast("string").alias("topic"),
+        )
+
+    written = F.transform(outputs if isinstance(kind, ArrayType) else F.array(outputs), lambda o: sink_record(o, has_key))
+    every = F.when(F.col("error").isNotNull(), F.array(sink_record(dead_letter_record(spec, version)))).otherwise(written)
+    return parsed.select(F.explode(every).alias("output")).select("output.*")
 
 
 def original_json() -> Column:

@@ -9,6 +9,7 @@ the column `streamops.records.OPERATOR_SKIP`, which `records.parse` turns into a
 from __future__ import annotations
 
 import json
+import re
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -80,3 +81,26 @@ def _starting_offsets(starting: str, topics: list[str]) -> str:
     if missing:
         raise ValueError(f"starting offsets name {sorted(offsets)} but not {missing}, read by the same query")
     return json.dumps(offsets)
+
+
+_ATTRIBUTE_IDS = re.compile(r"#\d+L?")
+_KAFKA_TOPICS = re.compile(r"\b(?:subscribe|assign|subscribePattern)=([^,\]]+(?:,[^=,\]]+(?=,|\]))*)")
+
+
+def sources_read_more_than_once(output: OutputQuery) -> dict[str, int]:
+    """The sources a query reads more than once per batch, with how many times: one source frame
+    in two branches of a union (Spark scans, and the program parses, every record once per
+    branch). Keyed by the Kafka topics the source reads (or the plan node, for another source).
+    Found in Spark's analyzed plan, where each read of the source is a leaf of its own."""
+    leaves = output.frame._jdf.queryExecution().analyzed().collectLeaves()  # noqa: SLF001 - no public API for it
+    seen: dict[str, int] = {}
+    for index in range(leaves.size()):
+        # Without attribute ids: Spark may renumber a repeated relation's columns in one branch.
+        text = _ATTRIBUTE_IDS.sub("", leaves.apply(index).simpleString(1000))
+        seen[text] = seen.get(text, 0) + 1
+    repeated = {}
+    for text, times in seen.items():
+        if times > 1:
+            topics = _KAFKA_TOPICS.search(text)
+            repeated[topics.group(1) if topics else text.split("\n")[0][:120]] = times
+    return repeated

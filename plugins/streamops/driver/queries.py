@@ -17,7 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 from streamops.catalog import REAL_TIME, AppSpec
 from streamops.driver.kafka_io import kafka_sink_options
 from streamops.driver.options import AVAILABLE_NOW, RunOptions
-from streamops.driver.outputs import build_outputs
+from streamops.driver.outputs import build_outputs, sources_read_more_than_once
 from streamops.driver.real_time import RealTimeRefused, real_time_problems, task_slot_problem
 from streamops.driver.sink import LeaseLost, fenced_kafka_writer
 from streamops.program_contract import OutputQuery, StreamingProgram
@@ -47,6 +47,12 @@ def start_app(
     if outputs is None:
         sources_read = []
         outputs = build_outputs(spark, spec, program, options, sources_read)
+    for output in outputs:
+        for source, times in sources_read_more_than_once(output).items():
+            log.warning("query %s.%s reads %s %d times per batch (one source in %d branches of a union): every record is "
+                        "read and parsed %d times; a stateless program builds its outputs and dead letters in one pass "
+                        "with streamops.records.with_dead_letters (docs/bring-your-own-app.md)",
+                        spec.name, output.name, source, times, times, times)
     if options.trigger == REAL_TIME:
         problems = real_time_problems(program, outputs)
         if problems:
