@@ -12,7 +12,7 @@ from pathlib import Path
 from spark_apps import oplog_router
 from streamops.driver.options import RunOptions
 from streamops.driver.queries import start_app
-from streamops.kafka_records import end_offsets
+from streamops.kafka_records import end_offsets, produce
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
@@ -56,6 +56,42 @@ def test_router_stopped_mid_stream_and_restarted_loses_nothing(spark, broker, ap
     finally:
         stop_load.set()
     print(f"router restart: {len(expected)} routed records expected, all present; {duplicates} duplicates")
+
+
+def test_partitions_added_to_a_running_apps_input_are_read_with_no_record_lost(spark, broker, admin, app_catalog, tmp_path):
+    """The provisioning plan grows the router's input while the router runs: the running app reads
+    the new partitions from their first record (Spark's Kafka source finds them at the next
+    batch), and every record, old partitions and new, is routed."""
+    from streamops.provisioning import apply_plan, describe_broker, plan_topics
+
+    spec = app_catalog.app("oplog-router")
+    kafka, source = broker.client_config, spec.inputs["operations"]
+    before = len(end_offsets(kafka, source))
+    run_load(spec, LoadSpec(count=200, keys=20, seed=11), kafka)
+    options = RunOptions(kafka=kafka, checkpoint=str(tmp_path / "ckpt"), trigger="1 second")
+    (query,) = start_app(spark, spec, oplog_router.program, options)
+    try:
+        wait_until_all_routed(kafka, spec, what="the records written before the partitions were added")
+        grown = app_catalog.topic(source).model_copy(update={"partitions": before + 2})
+        plan = plan_topics([grown], describe_broker(admin, [source]), report_unmanaged=False)
+        assert [t.actions for t in plan.topics] == [["add partitions"]], plan
+        apply_plan(admin, plan)
+        poll_until(lambda: len(end_offsets(kafka, source)) == before + 2, timeout=60, what="the new partitions")
+        # Records in the new partitions only (one key each, as a producer's partitioner would put
+        # them after the change), then more load over every partition.
+        for partition in (before, before + 1):
+            user = f"new-{partition}"
+            produce(kafka, source, [(user, json.dumps({"seq": seq, "user_id": user, "op_type": "SEND_MESSAGE",
+                                                       "event_time": "2026-11-28T05:00:00Z"})) for seq in range(5)],
+                    partition=partition)
+        run_load(spec, LoadSpec(count=200, keys=20, seed=12, start_seq=200), kafka)
+        routing = wait_until_all_routed(kafka, spec, what="every record, the new partitions' too")
+    finally:
+        query.stop()
+    new_partitions = {event_id for event_id, _ in routing.got
+                      if int(event_id.split("/")[1]) >= before}
+    assert {f"{source}/{p}/{o}" for p in (before, before + 1) for o in range(5)} <= new_partitions
+    assert len(routing.expected) == len(set(routing.got)), "a routed record missing or unexplained"
 
 
 def test_an_app_runs_through_spark_submit_from_the_cli(broker, app_catalog, admin, tmp_path):

@@ -191,7 +191,8 @@ def _in_brackets(text: Column) -> Column:
 def _nothing_after_a_bracket(text: Column) -> Column:
     # In `[text,0]` a ']' right after the value ends the array before the 0: one element, not two.
     # Counted only for the (fewer) texts that hold a ']' at all.
-    return (F.instr(text, "]") == 0) | (F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2)
+    # contains() searches bytes; instr() counts characters up to the match (0.8 s of 2.9 s over 200,000 records).
+    return ~text.contains("]") | (F.json_array_length(F.concat(F.lit("["), text, F.lit(",0]"))) == 2)
 
 
 def _starts_an_object(text: Column) -> Column:
@@ -201,7 +202,7 @@ def _starts_an_object(text: Column) -> Column:
 
 def _no_lone_surrogate(text: Column) -> Column:
     # The regex runs only on values with a \u escape (rare), so the common case stays cheap.
-    return (F.instr(text, "\\u") == 0) | ~text.rlike(_LONE_SURROGATE)
+    return ~text.contains("\\u") | ~text.rlike(_LONE_SURROGATE)
 
 
 def _timestamp_in_range(ts: Column) -> Column:
@@ -214,7 +215,9 @@ def _deeper_than(text: Column, limit: int) -> Column:
     only a text with more than `limit` brackets at all is measured (strings blanked, then the
     innermost containers removed `limit` times: a pair left means a deeper level). Works on text
     that does not parse too (an unclosed bracket is no level), so its reason can be right."""
-    brackets = F.length(text) - F.length(F.translate(text, "{[", ""))
+    # Counted in bytes ('{' and '[' are one byte in UTF-8, never part of another character) with
+    # replace(), which searches bytes: translate() looked every character up in a map (1 s in 200,000 records).
+    brackets = F.octet_length(text) - F.octet_length(F.replace(F.replace(text, F.lit("{"), F.lit("")), F.lit("["), F.lit("")))
     blanked = F.regexp_replace(text, JSON_STRING_REGEX, '""')
     reduced = F.aggregate(F.sequence(F.lit(1), F.lit(limit)), blanked,
                           lambda rest, _: F.regexp_replace(rest, INNERMOST_CONTAINER_REGEX, "0"))
@@ -501,7 +504,7 @@ def _reason(
         # Before the JSON-level checks: Spark 4.2's VARIANT parser refuses a lone surrogate, which
         # would otherwise read as a nested duplicate name or as not JSON.
         (
-            (F.instr(text, "\\u") > 0) & (surrogate != ""),
+            text.contains("\\u") & (surrogate != ""),
             F.format_string("value has a lone surrogate escape '%s' (input contract unicode: I-JSON, RFC 7493 §2.1)", surrogate),
         ),
         (

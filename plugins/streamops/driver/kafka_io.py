@@ -13,7 +13,11 @@ from streamops.kafka_client import KafkaClientConfig
 # records, and a 6-partition read on 2 cores about 2 s instead of 0.5 s. A fetch that finds records
 # returns at once whatever this says, so only the wait at the end gets shorter. Real-time mode reads
 # without an end and keeps Kafka's long poll (it would otherwise ask the broker again every few ms).
-BOUNDED_READ_OPTIONS = {"kafka.fetch.max.wait.ms": "20"}
+#
+# max.poll.records: Spark's consumer asks for records 500 at a time (Kafka's default) and pays a
+# poll per 500; 5,000 read a 200,000-record backlog in 0.6 s instead of 1.0 s here (the fetch
+# size limits, max.partition.fetch.bytes, still bound the memory a poll holds).
+BOUNDED_READ_OPTIONS = {"kafka.fetch.max.wait.ms": "20", "kafka.max.poll.records": "5000"}
 
 
 def read_topics(
