@@ -32,6 +32,7 @@ from streamops.app_ops import launch
 from streamops.app_runtime import AppRuntime
 from streamops.bench import ROLLED_VERSION, ROUTER, python_router, raw_consume, routes, workspace
 from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog, load_catalog
+from streamops.checkpoints import committed_offsets
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import read_all
@@ -119,7 +120,8 @@ def _written(kafka: KafkaClientConfig, catalog: Catalog) -> int:
     return sum(high for topic in [*app.outputs.values(), app.dead_letter_topic] for _, high in end_offsets(kafka, topic).values())
 
 
-def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, records_in: int) -> DrainFigure:
+def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, records_in: int,
+                          target: SparkTarget | None = None) -> DrainFigure:
     """The router as an operator runs it: `spark-submit ... --trigger available-now`, fresh JVM and checkpoint."""
     app = catalog.app(ROUTER)
     checkpoint = workdir / f"drain-{uuid.uuid4().hex[:6]}"
@@ -127,11 +129,13 @@ def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: P
                        checkpoint=str(checkpoint))
     launched_ms = time.time() * 1000
     with open(workdir / "drain-driver.log", "wb") as log:
-        code = subprocess.run(spec.argv(SparkTarget("local[*]")), stdout=log, stderr=subprocess.STDOUT, env=driver_env(),  # noqa: S603
-                              cwd=workdir, check=False).returncode
+        argv = spec.argv(target or SparkTarget("local[*]"))
+        code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=driver_env(), cwd=workdir,  # noqa: S603
+                              check=False).returncode
     finished_ms = time.time() * 1000
     if code != 0:
-        raise RuntimeError(f"the router's drain run failed ({code}); see {workdir / 'drain-driver.log'}")
+        tail = (workdir / "drain-driver.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the router's drain run failed ({code}); its log ends:\n{tail}")
     stamps = sorted(t for _, _, t in _output_times(kafka, catalog))
     first, last = stamps[0], stamps[-1]
     return DrainFigure("Spark router (spark-submit, available-now)", records_in, _written(kafka, catalog),
@@ -202,6 +206,36 @@ def drain_by_kafka_streams(catalog: Catalog, source_app: AppSpec, kafka: KafkaCl
     first, last = stamps[0], stamps[-1]
     return DrainFigure(KAFKA_STREAMS_ENGINE, records_in, _written(kafka, catalog),
                        (last - first) / 1000, (first - launched_ms) / 1000, (finished_ms - launched_ms) / 1000)
+
+
+def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: int, warmup: int = 200_000,
+             timeout_s: float = 900) -> DrainFigure:
+    """A long-running router (micro-batch, warmed up on `warmup` records first) given `events` more
+    as fast as the load generator writes them: records/s from the load's start until the router
+    has committed the last of them (it runs batches back to back while behind)."""
+    app = catalog.app(ROUTER)
+    source = app.inputs["operations"]
+    checkpoint = _launch_live(catalog, kafka, workdir, app.trigger or "2 seconds")
+    query_dir = checkpoint / "route"
+
+    def caught_up() -> bool:
+        committed = (committed_offsets(query_dir) or {}).get(source, {})
+        return all(committed.get(p, -1) >= high for p, (_, high) in end_offsets(kafka, source).items())
+
+    try:
+        run_load(app, LoadSpec(count=warmup, keys=1000, malformed=0.01, seed=5), kafka)
+        poll_until(caught_up, timeout=timeout_s, what="the router to route its warm-up records", interval=0.5)
+        before = _written(kafka, catalog)
+        began = time.monotonic()
+        load = run_load(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=6, start_seq=warmup + 1), kafka)
+        loaded_s = time.monotonic() - began
+        poll_until(caught_up, timeout=timeout_s, what="the router to route every record", interval=0.2)
+        seconds = time.monotonic() - began
+    finally:
+        _stop_live(checkpoint)
+    print(f"  (the load generator wrote {load.produced:,} records in {loaded_s:.1f} s)", flush=True)
+    return DrainFigure(f"Spark router, long-running and warm ({app.trigger or '2 seconds'} trigger)", load.produced,
+                       _written(kafka, catalog) - before, seconds)
 
 
 def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, version: str | None = None,
@@ -343,12 +377,14 @@ def machine() -> dict:
             "at": iso_seconds_utc(utc_now())}
 
 
-PARTS = ("drain", "latency", "roll")
+PARTS = ("drain", "warm", "cores", "latency", "roll")
 KAFKA_STREAMS_ENGINE = "Kafka Streams app (one thread, Jackson, at-least-once)"
 # The goals of issue 38, printed beside the figures (nothing asserts them: benchmarks print).
 GOALS = {
     "drain": "the Spark router's records/s at least the Kafka Streams app's (ratio >= 1.00); first output within 10 s "
              "of launch",
+    "warm": "a long-running router's records/s at least the Kafka Streams app's drain rate",
+    "cores": "the router's records/s grows with its cores (speed-up from 1 to 2; docs/performance.md models more hosts)",
     "latency": "real-time p99 < 250 ms at 2,000 events/s and < 1 s at 10,000; micro-batch p99 < trigger + 1 s at 10,000",
     "roll": "no record lost; the largest output gap a few seconds",
 }
@@ -356,15 +392,23 @@ GOALS = {
 
 def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,
                micro_batch: str = "2 seconds", roll_rate: float = 1_000, kafka: KafkaClientConfig | None = None,
-               parts: tuple[str, ...] = PARTS) -> dict:
+               parts: tuple[str, ...] = PARTS, warm_events: int = 1_000_000) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     with workspace(kafka) as (kafka, workdir):
         run_id = f"bench{uuid.uuid4().hex[:8]}"
         figures: dict = {"machine": machine(), "settings": {"events": events, "rates": list(rates), "seconds": seconds,
-                                                            "micro_batch": micro_batch, "roll_rate": roll_rate},
+                                                            "micro_batch": micro_batch, "roll_rate": roll_rate,
+                                                            "warm_events": warm_events},
                          "goals": {part: GOALS[part] for part in parts}}
         if "drain" in parts:
             figures["drain"] = drain_figures(kafka, workdir, run_id, events)
+        if "warm" in parts:
+            print(f"warm: a long-running router given {warm_events:,} records ...", flush=True)
+            warm = warm_run(bench_catalog(kafka, f"{run_id}.warm"), kafka, workdir, warm_events)
+            print(f"  {warm}", flush=True)
+            figures["warm"] = [{**asdict(warm), "rate": round(warm.rate)}]
+        if "cores" in parts:
+            figures["cores"] = core_figures(kafka, workdir, run_id, events)
         if "latency" in parts:
             latency: list[LatencyFigure] = []
             for trigger in (micro_batch, "real-time"):
@@ -387,6 +431,22 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
         draw(figures, out)
         return figures
 
+
+def core_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, events: int) -> list[dict]:
+    """The same backlog (same seed) drained by spark-submit with one and with two task threads
+    (local[1], local[2]: this machine's cores), each from topics of its own: rates and speed-up."""
+    rows = []
+    for cores in (1, 2):
+        catalog = bench_catalog(kafka, f"{run_id}.cores{cores}")
+        print(f"cores: {cores}, preloading {events} events ...", flush=True)
+        preload = run_load(catalog.app(ROUTER), LoadSpec(count=events, keys=1000, malformed=0.01, seed=43), kafka)
+        figure = drain_by_spark_submit(catalog, kafka, workdir, preload.produced, SparkTarget(f"local[{cores}]"))
+        figure.engine = f"Spark router, {cores} core{'s' if cores > 1 else ''} (local[{cores}])"
+        print(f"  {figure}", flush=True)
+        rows.append({**asdict(figure), "rate": round(figure.rate)})
+    for row in rows:
+        row["speed_up"] = round(row["rate"] / rows[0]["rate"], 2) if rows[0]["rate"] else None
+    return rows
 
 def drain_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, events: int) -> list[dict]:
     """One backlog, drained by each system in turn into topics of its own; each row with its
@@ -428,6 +488,19 @@ def tables(figures: dict) -> str:
               "" if d["launch_to_last_s"] is None else f"{d['launch_to_last_s']:.1f}"] for d in figures["drain"]],
             headers=["drain", "records in", "records out", "first to last output, s", "records/s", "x Kafka Streams",
                      "launch to first, s", "launch to last, s"], disable_numparse=True))
+    if "warm" in figures:
+        reference = next((d["rate"] for d in figures.get("drain", []) if d["engine"] == KAFKA_STREAMS_ENGINE), None)
+        said.append(tabulate(
+            [[w["engine"], w["records_in"], w["records_out"], f"{w['seconds']:.1f}", f"{w['rate']:,}",
+              f"{w['rate'] / reference:.2f}" if reference else ""] for w in figures["warm"]],
+            headers=["warm", "records in", "records out", "load start to all routed, s", "records/s",
+                     "x Kafka Streams drain"], disable_numparse=True))
+    if "cores" in figures:
+        said.append(tabulate(
+            [[c["engine"], c["records_in"], f"{c['seconds']:.1f}", f"{c['rate']:,}", f"{c['speed_up']:.2f}",
+              f"{c['launch_to_first_s']:.1f}"] for c in figures["cores"]],
+            headers=["cores", "records in", "first to last output, s", "records/s", "speed-up", "launch to first, s"],
+            disable_numparse=True))
     if "latency" in figures:
         said.append(tabulate(
             [[f["mode"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",

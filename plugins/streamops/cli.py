@@ -735,8 +735,9 @@ def bench_report(
         str | None, typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
     ] = None,
     kafka_config: KafkaConfigOpt = None,
-    parts: Annotated[str, typer.Option(help="Which parts to measure, comma-separated: drain, latency, roll.")] = (
-        "drain,latency,roll"),
+    parts: Annotated[str, typer.Option(help="Which parts to measure, comma-separated: drain, warm, cores, latency, "
+                                            "roll.")] = "drain,warm,cores,latency,roll",
+    warm_events: Annotated[int, typer.Option(min=1000, help="Records given to the warm long-running router.")] = 1_000_000,
 ) -> None:
     """Every router figure side by side (drain, latency in micro-batch and real-time mode, roll-restart), printed,
     written as JSON and drawn as PNG into --out. Figures only: nothing is asserted."""
@@ -749,7 +750,7 @@ def bench_report(
     if unknown or not chosen_parts:
         raise typer.BadParameter(f"--parts {parts!r}: {', '.join(unknown) or 'none given'}; choose from {', '.join(PARTS)}")
     kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
-    figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka, chosen_parts)
+    figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka, chosen_parts, warm_events)
     typer.echo(tables(figures))
     typer.echo(f"figures and plots in {out}/")
 

@@ -58,6 +58,8 @@ LEASE_TTL_S = Setting("STREAMOPS_LEASE_TTL_S", "30", "seconds a driver's lease o
 HOST_ADDRESS = Setting("STREAMOPS_HOST_ADDRESS", "this host's FQDN",
                        "the address this host is known by (Airflow's task hostname, a lease holder's address)")
 STOP_DEADLINE = Setting("STREAMOPS_STOP_DEADLINE", "60", "seconds a graceful stop waits for the running batch")
+CLASS_ARCHIVE = Setting("STREAMOPS_CLASS_ARCHIVE", "on",
+                        "off: drivers start without this host's shared JVM class archive (streamops.class_archive)")
 KAFKA_CONFIG = Setting("STREAMOPS_KAFKA_CONFIG", "unset", "`streamops app run`: a Kafka client settings file (librdkafka keys)")
 KAFKA_BOOTSTRAP = Setting("STREAMOPS_KAFKA_BOOTSTRAP", "127.0.0.1:9092",
                           "a driver started by hand without --kafka-config: a PLAINTEXT Kafka without credentials")

@@ -19,6 +19,7 @@ from pathlib import Path
 from streamops.app_runtime import AppRuntime
 from streamops.artifacts import driver_protocol_problem
 from streamops.catalog import REAL_TIME, AppSpec, catalog_path, load_catalog
+from streamops.class_archive import driver_jvm_options
 from streamops.driver.arguments import DriverArgs
 from streamops.kafka_client import KafkaClientConfig
 from streamops.programs import DriverProtocolRefused, ran_digest, resolve_artifact
@@ -159,9 +160,11 @@ def spark_env() -> dict[str, str]:
 
 def driver_env(**extra: str) -> dict[str, str]:
     """Environment for a driver: this process's, without Airflow's settings (connections and
-    variables hold other principals' credentials; the driver uses none of Airflow), plus Spark's."""
+    variables hold other principals' credentials; the driver uses none of Airflow), plus Spark's,
+    and the JVM options that map this host's class archive (streamops.class_archive)."""
     kept = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
-    return {**kept, **spark_env(), **extra}
+    java_options = driver_jvm_options(kept.get("SPARK_SUBMIT_OPTS", ""))
+    return {**kept, **spark_env(), **({"SPARK_SUBMIT_OPTS": java_options} if java_options else {}), **extra}
 
 
 def submit_spec(

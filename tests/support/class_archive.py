@@ -17,40 +17,23 @@ here: -Xlog:cds=off), so a missing or stale archive only costs the time it would
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import shutil
 import signal
 import time
 import uuid
 from pathlib import Path
 
+from streamops.class_archive import SILENT, jvm_still_writing
+from streamops.class_archive import archive_path as product_archive_path
 from streamops.waiting import DeadlineExceeded, poll_until
 
-ARCHIVE_SILENT = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a mismatch warning is not a driver log line
+ARCHIVE_SILENT = SILENT
 
 
 def archive_path(cache_dir: Path, base_opts: str) -> Path:
-    """Where the archive for this JVM, Spark, connector and JVM options is kept."""
-    from streamops.toolchain import connector_jars, spark_jars_dir
-
-    java_home = os.environ.get("JAVA_HOME")
-    java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
-    files = [java.resolve(), *sorted(spark_jars_dir().glob("*.jar")), *connector_jars()]
-    identity = [base_opts] + [f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists()]
-    return cache_dir / f"driver-{hashlib.sha256(chr(10).join(identity).encode()).hexdigest()[:16]}.jsa"
-
-
-def _jvm_still_writing(archive: Path) -> bool:
-    marker = f"-XX:ArchiveClassesAtExit={archive}".encode()
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker in (proc / "cmdline").read_bytes():
-                    return True
-            except OSError:  # gone meanwhile
-                continue
-    return False
+    """Where the archive for this JVM, Spark, connector and JVM options is kept (the drivers' own
+    naming, streamops.class_archive, in the tests' folder)."""
+    return product_archive_path(base_opts, cache_dir)
 
 
 def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base_opts: str) -> str:
@@ -98,7 +81,7 @@ def build_driver_class_archive(archive: Path, work_dir: Path, kafka, admin, base
     finally:
         runtime.request_stop(by="tests (class archive built)")
     try:
-        poll_until(lambda: not runtime.is_running() and not _jvm_still_writing(dump), timeout=240,
+        poll_until(lambda: not runtime.is_running() and not jvm_still_writing(dump), timeout=240,
                    what="the class-archive driver's JVM to exit")
     except DeadlineExceeded as exc:
         record = runtime.driver()
