@@ -5,6 +5,9 @@ from Spark's, Kafka's and RocksDB's jars (on 2 cores, most of a driver's start-u
 No build step: the first driver launched without an archive records the classes it loads and
 writes them when its JVM exits (-XX:ArchiveClassesAtExit) to a partial file; a later launch, once
 that JVM is gone, gives the file its name, and every driver after maps it (-XX:SharedArchiveFile).
+Measured here (2 cores): the recording driver starts slower once (19 s to its first output
+instead of 13 s, and its exit takes about 15 s more to write the 170 MB), every driver after
+starts in under 10 s (9.6 s).
 One archive per JVM, Spark jars, connector jars and JVM options (its name is their digest), in
 `<run dir>/class-archives/`, so an upgrade of any of them starts a new one. The JVM checks an
 archive against its own build and class path and ignores one that does not fit (silently here:
@@ -63,18 +66,16 @@ def jvm_still_writing(partial: Path) -> bool:
 
 
 def _finish(archive: Path) -> bool:
-    """Give a partial whose JVM has exited the archive's name; True if the archive exists now."""
-    if archive.exists():
-        return True
+    """Give a partial whose JVM has exited the archive's name (an empty one, whose JVM was killed
+    before it wrote, is dropped); True if the archive exists now."""
     for partial in sorted(archive.parent.glob(f"{archive.name}{PARTIAL}*")):
         if jvm_still_writing(partial):
             continue
-        if partial.stat().st_size == 0:
+        if archive.exists() or partial.stat().st_size == 0:
             partial.unlink(missing_ok=True)
-            continue
-        partial.rename(archive)  # atomic: a driver maps a whole archive or none
-        return True
-    return False
+        else:
+            partial.rename(archive)  # atomic: a driver maps a whole archive or none
+    return archive.exists()
 
 
 def driver_jvm_options(base_opts: str) -> str:
@@ -90,6 +91,7 @@ def driver_jvm_options(base_opts: str) -> str:
         if any(archive.parent.glob(f"{archive.name}{PARTIAL}*")):
             return base_opts  # one driver records it; the others start as they did
         partial = archive.with_name(f"{archive.name}{PARTIAL}{uuid.uuid4().hex[:8]}")
+        partial.touch()  # the claim: no other driver records while this one runs (the JVM writes it at exit)
         return f"{base_opts} -XX:ArchiveClassesAtExit={partial} {SILENT}".strip()
     except OSError:  # only speed is at stake
         return base_opts

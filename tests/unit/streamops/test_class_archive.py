@@ -29,9 +29,10 @@ def test_the_first_driver_records_the_archive_and_later_ones_map_it_once_its_jvm
     assert partial.startswith(str(class_archive.archive_path("-Xmx1g")) + class_archive.PARTIAL)
 
     # While a JVM that writes it at its exit runs, other drivers neither record nor map one.
-    recorder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",  # noqa: S603
+    recorder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
                                  f"-XX:ArchiveClassesAtExit={partial}"])
     try:
+        assert class_archive.driver_jvm_options("-Xmx1g") == "-Xmx1g"  # its claim, still empty
         with open(partial, "wb") as written:
             written.write(b"classes")
         assert class_archive.driver_jvm_options("-Xmx1g") == "-Xmx1g"
@@ -57,16 +58,17 @@ def test_options_naming_an_archive_and_the_off_switch_are_left_alone(archives, m
 def test_an_empty_partial_left_by_a_killed_jvm_is_dropped_and_recording_starts_again(archives):
     first = class_archive.driver_jvm_options("")
     partial = _option(first, "-XX:ArchiveClassesAtExit")
-    open(partial, "wb").close()  # the JVM was killed before it wrote anything
+    # Its JVM was killed before it wrote anything: the claim is left empty.
     again = class_archive.driver_jvm_options("")
     assert "-XX:ArchiveClassesAtExit=" in again and _option(again, "-XX:ArchiveClassesAtExit") != partial
+    assert sorted(p.name for p in archives.iterdir()) == [_option(again, "-XX:ArchiveClassesAtExit").rsplit("/", 1)[1]]
 
 
 def test_a_real_jvm_writes_an_archive_that_the_next_jvm_maps(archives):
     recording = class_archive.driver_jvm_options("")
-    subprocess.run(["java", *recording.split(), "-version"], check=True, capture_output=True)  # noqa: S603, S607
+    subprocess.run(["java", *recording.split(), "-version"], check=True, capture_output=True)
     mapping = class_archive.driver_jvm_options("")
     assert "-XX:SharedArchiveFile=" in mapping
     # -Xshare:on refuses to start unless the archive maps.
-    done = subprocess.run(["java", *mapping.split(), "-Xshare:on", "-version"], capture_output=True, text=True)  # noqa: S603, S607
+    done = subprocess.run(["java", *mapping.split(), "-Xshare:on", "-version"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
