@@ -135,13 +135,13 @@ def python_router(source: AppSpec, target: AppSpec, kafka: KafkaClientConfig, ex
             if not good or not isinstance(event, dict):  # (good says it is one)
                 envelope = DeadLetterEnvelope(app=source.name, reason="invalid", source=DeadLetterSource(
                     topic=message.topic(), partition=message.partition(), offset=message.offset()))
-                _produce(out, target.dead_letter_topic, message.key(), envelope.model_dump_json(exclude_none=True))
+                produce_waiting(out, target.dead_letter_topic, message.key(), envelope.model_dump_json(exclude_none=True))
                 written += 1
                 continue
             for category, out_topic in table.get(event["op_type"], []):
                 routed = {"event_id": event_id, "category": category, "seq": event["seq"], "user_id": event["user_id"],
                           "op_type": event["op_type"], "event_time": event["event_time"], "event": event}
-                _produce(out, out_topic, message.key(), json.dumps(routed))
+                produce_waiting(out, out_topic, message.key(), json.dumps(routed))
                 written += 1
     remaining = out.flush(120)
     seconds = time.monotonic() - began
@@ -176,7 +176,8 @@ def raw_consume(kafka: KafkaClientConfig, topic: str, expected: int) -> Result:
     return Result("Raw consume (confluent-kafka, no processing)", seen, 0, seconds, "the ceiling for any reader here")
 
 
-def _produce(out, topic, key, value) -> None:
+def produce_waiting(out, topic, key, value) -> None:
+    """Produce one record, waiting while the producer's local queue is full."""
     while True:
         try:
             out.produce(topic, key=key, value=value)

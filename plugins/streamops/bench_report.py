@@ -30,13 +30,14 @@ from confluent_kafka import TopicPartition
 from streamops import rollout
 from streamops.app_ops import launch
 from streamops.app_runtime import AppRuntime
-from streamops.bench import ROLLED_VERSION, ROUTER, python_router, raw_consume, routes, workspace
+from streamops.bench import ROLLED_VERSION, ROUTER, produce_waiting, python_router, raw_consume, routes, workspace
 from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog, load_catalog
 from streamops.checkpoints import committed_offsets
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
-from streamops.kafka_records import read_all
+from streamops.kafka_records import producer, read_all
 from streamops.loadgen import LoadSpec, background_load
+from streamops.loadgen import events as load_events
 from streamops.loadgen import run as run_load
 from streamops.paths import CACHE_DIR, PROJECT_ROOT
 from streamops.provisioning import ensure_topics
@@ -208,14 +209,16 @@ def drain_by_kafka_streams(catalog: Catalog, source_app: AppSpec, kafka: KafkaCl
                        (last - first) / 1000, (first - launched_ms) / 1000, (finished_ms - launched_ms) / 1000)
 
 
-def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: int, warmup: int = 200_000,
+def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: int, warmup: int = 600_000,
              timeout_s: float = 900) -> DrainFigure:
-    """A long-running router (micro-batch, warmed up on `warmup` records first) given `events` more
-    as fast as the load generator writes them: records/s from the load's start until the router
-    has committed the last of them (it runs batches back to back while behind)."""
+    """A long-running router (micro-batch, on the machine's cores, warmed up on `warmup` records
+    first: its JIT needs about that many) given `events` more at once: records/s from the first of
+    them written until the router has committed the last (it runs batches back to back while
+    behind). The records are made before the clock starts and written by a plain producer (about
+    250,000/s), so the load generator's Python does not share the cores with the router meanwhile."""
     app = catalog.app(ROUTER)
     source = app.inputs["operations"]
-    checkpoint = _launch_live(catalog, kafka, workdir, app.trigger or "2 seconds")
+    checkpoint = _launch_live(catalog, kafka, workdir, app.trigger or "2 seconds", master="local[*]")
     query_dir = checkpoint / "route"
 
     def caught_up() -> bool:
@@ -225,27 +228,32 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
     try:
         run_load(app, LoadSpec(count=warmup, keys=1000, malformed=0.01, seed=5), kafka)
         poll_until(caught_up, timeout=timeout_s, what="the router to route its warm-up records", interval=0.5)
+        batch = [(key, value) for _, key, value, _, _ in
+                 load_events(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=6, start_seq=warmup + 1))]
         before = _written(kafka, catalog)
+        out = producer(kafka, **{"linger.ms": 20, "batch.size": 1_048_576, "compression.type": "lz4"})
         began = time.monotonic()
-        load = run_load(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=6, start_seq=warmup + 1), kafka)
-        loaded_s = time.monotonic() - began
+        for key, value in batch:
+            produce_waiting(out, source, key, value)
+        if out.flush(120):
+            raise RuntimeError("the warm run's records were not all acknowledged within 120 s")
+        written_s = time.monotonic() - began
         poll_until(caught_up, timeout=timeout_s, what="the router to route every record", interval=0.2)
         seconds = time.monotonic() - began
     finally:
         _stop_live(checkpoint)
-    print(f"  (the load generator wrote {load.produced:,} records in {loaded_s:.1f} s)", flush=True)
-    return DrainFigure(f"Spark router, long-running and warm ({app.trigger or '2 seconds'} trigger)", load.produced,
+    print(f"  (the producer wrote {len(batch):,} records in {written_s:.1f} s)", flush=True)
+    return DrainFigure(f"Spark router, long-running, warm ({app.trigger or '2 seconds'} trigger)", len(batch),
                        _written(kafka, catalog) - before, seconds)
 
-
 def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, version: str | None = None,
-                 checkpoint: Path | None = None):
+                 checkpoint: Path | None = None, master: str = BENCH_MASTER):
     app = catalog.app(ROUTER).model_copy(update={"trigger": trigger})
     version = version or app.version
     checkpoint = checkpoint or workdir / f"live-{uuid.uuid4().hex[:6]}"
     spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir, trigger), checkpoint=str(checkpoint),
                        version=version)
-    launch(app, spec.argv(SparkTarget(BENCH_MASTER)), checkpoint=str(checkpoint), launched_by="bench", version=version,
+    launch(app, spec.argv(SparkTarget(master)), checkpoint=str(checkpoint), launched_by="bench", version=version,
            record_desired=False)
     return checkpoint
 
