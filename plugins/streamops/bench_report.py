@@ -538,6 +538,8 @@ def draw(figures: dict, out: Path) -> list[Path]:
     written = []
     if "drain" in figures:
         written.append(_draw_drain(plt, figures, out))
+    if "cores" in figures:
+        written.append(_draw_cores(plt, figures, out))
     if "latency" in figures:
         written.append(_draw_latency(plt, figures, out))
     if "roll" in figures:
@@ -546,19 +548,42 @@ def draw(figures: dict, out: Path) -> list[Path]:
 
 
 def _draw_drain(plt, figures: dict, out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 3.4))
-    names = [d["engine"] for d in figures["drain"]]
-    ax.barh(names, [d["rate"] for d in figures["drain"]], color=["#d62728", "#2ca02c", "#1f77b4", "#7f7f7f"][: len(names)])
-    for y, d in enumerate(figures["drain"]):
-        if d.get("vs_kafka_streams") is not None:
-            ax.annotate(f" x{d['vs_kafka_streams']:.2f}", (d["rate"], y), va="center", fontsize=8)
-    ax.set_xlabel("records/s (first to last output; raw consume: read only); x: ratio to Kafka Streams")
-    ax.set_title(f"Drain of a {figures['settings']['events']:,}-event backlog")
+    """Records/s of every drain row and the warm long-running router, each with its ratio to the
+    Kafka Streams app."""
+    reference = next((d["rate"] for d in figures["drain"] if d["engine"] == KAFKA_STREAMS_ENGINE), None)
+    rows = [*figures["drain"], *figures.get("warm", [])]
+    fig, ax = plt.subplots(figsize=(10, 3.4 + 0.3 * (len(rows) - 4)))
+    names = [d["engine"] for d in rows]
+    colors = ["#d62728" if d["engine"].startswith("Spark") else "#2ca02c" if d["engine"] == KAFKA_STREAMS_ENGINE
+              else "#7f7f7f" for d in rows]
+    ax.barh(names, [d["rate"] for d in rows], color=colors)
+    for y, d in enumerate(rows):
+        if reference:
+            ax.annotate(f" x{d['rate'] / reference:.2f}", (d["rate"], y), va="center", fontsize=8)
+    ax.set_xlim(0, max(d["rate"] for d in rows) * 1.15)
+    ax.set_xlabel("records/s (x: ratio to the Kafka Streams app)")
+    warm = f", warm router {figures['warm'][0]['records_in']:,}" if figures.get("warm") else ""
+    ax.set_title(f"Records/s: drain of {figures['settings']['events']:,} records{warm}")
     ax.invert_yaxis()
     fig.tight_layout()
     fig.savefig(out / "drain.png", dpi=110)
     plt.close(fig)
     return out / "drain.png"
+
+
+def _draw_cores(plt, figures: dict, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 2.4))
+    ax.barh([c["engine"] for c in figures["cores"]], [c["rate"] for c in figures["cores"]], color="#d62728")
+    ax.set_xlim(0, max(c["rate"] for c in figures["cores"]) * 1.15)
+    for y, c in enumerate(figures["cores"]):
+        ax.annotate(f" x{c['speed_up']:.2f}", (c["rate"], y), va="center", fontsize=8)
+    ax.set_xlabel("records/s draining one backlog (x: speed-up over 1 core)")
+    ax.set_title("Router on 1 and 2 cores, broker on the same 2")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(out / "cores.png", dpi=110)
+    plt.close(fig)
+    return out / "cores.png"
 
 
 def _draw_latency(plt, figures: dict, out: Path) -> Path:
