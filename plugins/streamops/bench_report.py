@@ -1,16 +1,20 @@
 """`streamops bench report`: the router's figures on this machine, side by side, as JSON and plots.
 
 One broker (a temporary local one unless given), topics with LogAppendTime so every timestamp
-compared comes from the broker's one clock:
-- drain: a 200,000-event backlog drained by the router run the project's way (a fresh
-  spark-submit, available-now): launch to first output, first to last output; beside it the
-  plain confluent-kafka Python loop (same parsing and routing) and the broker's raw consume rate;
+compared comes from the broker's one clock, the catalog's artifacts built from this checkout into
+a store of the run's own (bench.workspace). Parts (`--parts`):
+- drain: a 200,000-record backlog drained by the router run the project's way (a fresh
+  spark-submit, available-now): launch to first output, first to last output; beside it a Kafka
+  Streams app doing the same routing (build/maven/kafka-streams-router, built with Maven), the plain
+  confluent-kafka Python loop and the broker's raw consume rate; each row's ratio to Kafka Streams;
+- warm: a long-running router, warmed up, given 1,000,000 records at once: records/s until routed;
+- cores: the same drain on one and on two task threads, and the speed-up;
 - latency: event-to-output p50/p99/max under a steady load (2,000 and 10,000 events/s) for the
   live router on a micro-batch trigger and in real-time mode, and whether its backlog grew;
-- roll-restart: the largest gap in the output, records lost (must be 0) and duplicates, for a roll
+- roll: the largest gap in the output, records lost (must be 0) and duplicates, for a roll-restart
   under load in each mode.
-Figures are printed, written to <out>/figures.json and drawn to <out>/*.png (matplotlib). Nothing
-here asserts a goal: docs/performance.md says what the goals are and what was reached.
+Figures are printed with their goals (GOALS), written to <out>/figures.json and drawn to <out>/*.png
+(matplotlib). Nothing here asserts a goal: docs/performance.md says what was reached and what limits it.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Literal, SupportsInt
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, StructType
 
 from streamops import timestamps
 from streamops.catalog import AppSpec
@@ -720,7 +721,6 @@ def dead_letters(parsed: DataFrame, spec: AppSpec, version: str) -> DataFrame:
     return parsed.where(F.col("error").isNotNull()).select(dead_letter_record(spec, version).alias("dead")).select("dead.*")
 
 
-
 def with_dead_letters(parsed: DataFrame, spec: AppSpec, version: str, outputs: Column) -> DataFrame:
     """The output records of one parsed input, good records and dead letters together, from one
     read and one parse of each source record (the Kafka sink's (key, value, topic) rows).
@@ -732,8 +732,6 @@ def with_dead_letters(parsed: DataFrame, spec: AppSpec, version: str, outputs: C
     read single: a union of `records.good(parsed)` and `records.dead_letters(parsed, ...)` makes
     Spark read and parse every source record once per branch (the driver warns of such a query).
     Keys and values are written as bytes (text as its UTF-8 bytes, as the Kafka sink writes it)."""
-    from pyspark.sql.types import ArrayType, StructType
-
     kind = parsed.select(outputs.alias("outputs")).schema["outputs"].dataType
     element = kind.elementType if isinstance(kind, ArrayType) else kind
     if not isinstance(element, StructType):
