@@ -141,10 +141,16 @@ def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: P
     if code != 0:
         tail = (workdir / "drain-driver.log").read_text(errors="replace")[-3000:]
         raise RuntimeError(f"the router's drain run failed ({code}); its log ends:\n{tail}")
+    return _drained("Spark router (spark-submit, available-now)", catalog, kafka, records_in, launched_ms, finished_ms)
+
+
+def _drained(engine: str, catalog: Catalog, kafka: KafkaClientConfig, records_in: int, launched_ms: float,
+             finished_ms: float) -> DrainFigure:
+    """A drain's figure from its outputs' broker times: first to last output, launch to each."""
     stamps = sorted(t for _, _, t in _output_times(kafka, catalog))
     first, last = stamps[0], stamps[-1]
-    return DrainFigure("Spark router (spark-submit, available-now)", records_in, _written(kafka, catalog),
-                       (last - first) / 1000, (first - launched_ms) / 1000, (finished_ms - launched_ms) / 1000)
+    return DrainFigure(engine, records_in, _written(kafka, catalog), (last - first) / 1000, (first - launched_ms) / 1000,
+                       (finished_ms - launched_ms) / 1000)
 
 
 KAFKA_STREAMS_PROJECT = PROJECT_ROOT / "build" / "maven" / "kafka-streams-router"
@@ -207,10 +213,7 @@ def drain_by_kafka_streams(catalog: Catalog, source_app: AppSpec, kafka: KafkaCl
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    stamps = sorted(t for _, _, t in _output_times(kafka, catalog))
-    first, last = stamps[0], stamps[-1]
-    return DrainFigure(KAFKA_STREAMS_ENGINE, records_in, _written(kafka, catalog),
-                       (last - first) / 1000, (first - launched_ms) / 1000, (finished_ms - launched_ms) / 1000)
+    return _drained(KAFKA_STREAMS_ENGINE, catalog, kafka, records_in, launched_ms, finished_ms)
 
 
 def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: int, warmup: int = 600_000,
@@ -551,47 +554,52 @@ def draw(figures: dict, out: Path) -> list[Path]:
     return written
 
 
+def _saved(plt, fig, out: Path, name: str) -> Path:
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return out / name
+
+
+def _annotated_bars(plt, names: list[str], rates: list[float], notes: list[str], colors, size: tuple[float, float],
+                    xlabel: str, title: str):
+    """Horizontal bars of records/s, the first on top, each with its note at its end."""
+    fig, ax = plt.subplots(figsize=size)
+    ax.barh(names, rates, color=colors)
+    for y, (rate, note) in enumerate(zip(rates, notes, strict=True)):
+        if note:
+            ax.annotate(f" {note}", (rate, y), va="center", fontsize=8)
+    ax.set_xlim(0, max(rates) * 1.15)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.invert_yaxis()
+    return fig
+
+
 def _draw_drain(plt, figures: dict, out: Path) -> Path:
     """Records/s of every drain row and the warm long-running router, each with its ratio to the
     Kafka Streams app."""
     reference = next((d["rate"] for d in figures["drain"] if d["engine"] == KAFKA_STREAMS_ENGINE), None)
     rows = [*figures["drain"], *figures.get("warm", [])]
-    fig, ax = plt.subplots(figsize=(10, 3.4 + 0.3 * (len(rows) - 4)))
-    names = [d["engine"] for d in rows]
     colors = ["#d62728" if d["engine"].startswith("Spark") else "#2ca02c" if d["engine"] == KAFKA_STREAMS_ENGINE
               else "#7f7f7f" for d in rows]
-    ax.barh(names, [d["rate"] for d in rows], color=colors)
-    for y, d in enumerate(rows):
-        if reference:
-            ax.annotate(f" x{d['rate'] / reference:.2f}", (d["rate"], y), va="center", fontsize=8)
-    ax.set_xlim(0, max(d["rate"] for d in rows) * 1.15)
-    ax.set_xlabel("records/s (x: ratio to the Kafka Streams app)")
     warm = f", warm router {figures['warm'][0]['records_in']:,}" if figures.get("warm") else ""
-    ax.set_title(f"Records/s: drain of {figures['settings']['events']:,} records{warm}")
-    ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(out / "drain.png", dpi=110)
-    plt.close(fig)
-    return out / "drain.png"
+    fig = _annotated_bars(
+        plt, [d["engine"] for d in rows], [d["rate"] for d in rows],
+        [f"x{d['rate'] / reference:.2f}" if reference else "" for d in rows], colors, (10, 3.4 + 0.3 * (len(rows) - 4)),
+        "records/s (x: ratio to the Kafka Streams app)", f"Records/s: drain of {figures['settings']['events']:,} records{warm}")
+    return _saved(plt, fig, out, "drain.png")
 
 
 def _draw_cores(plt, figures: dict, out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 2.4))
-    ax.barh([c["engine"] for c in figures["cores"]], [c["rate"] for c in figures["cores"]], color="#d62728")
-    ax.set_xlim(0, max(c["rate"] for c in figures["cores"]) * 1.15)
-    for y, c in enumerate(figures["cores"]):
-        ax.annotate(f" x{c['speed_up']:.2f}", (c["rate"], y), va="center", fontsize=8)
-    ax.set_xlabel("records/s draining one backlog (x: speed-up over 1 core)")
-    ax.set_title("Router on 1 and 2 cores, broker on the same 2")
-    ax.invert_yaxis()
-    fig.tight_layout()
-    fig.savefig(out / "cores.png", dpi=110)
-    plt.close(fig)
-    return out / "cores.png"
+    rows = figures["cores"]
+    fig = _annotated_bars(
+        plt, [c["engine"] for c in rows], [c["rate"] for c in rows], [f"x{c['speed_up']:.2f}" for c in rows], "#d62728",
+        (8, 2.4), "records/s draining one backlog (x: speed-up over 1 core)", "Router on 1 and 2 cores, broker on the same 2")
+    return _saved(plt, fig, out, "cores.png")
 
 
 def _draw_latency(plt, figures: dict, out: Path) -> Path:
-
     fig, ax = plt.subplots(figsize=(8, 3.6))
     labels = [f"{f['mode'].split(' (')[0]}\n{f['target_rate']:,}/s" for f in figures["latency"]]
     x = range(len(labels))
@@ -611,20 +619,13 @@ def _draw_latency(plt, figures: dict, out: Path) -> Path:
     ax.axhline(1000, color="#555", linestyle="--", linewidth=1)
     ax.legend()
     ax.set_title("Router latency under steady load (broker clock)")
-    fig.tight_layout()
-    fig.savefig(out / "latency.png", dpi=110)
-    plt.close(fig)
-    return out / "latency.png"
+    return _saved(plt, fig, out, "latency.png")
 
 
 def _draw_roll(plt, figures: dict, out: Path) -> Path:
-
     fig, ax = plt.subplots(figsize=(6, 2.6))
     ax.barh([r["mode"] for r in figures["roll"]], [r["largest_gap_s"] for r in figures["roll"]], color="#9467bd")
     ax.axvline(3, color="#555", linestyle=":", linewidth=1)
     ax.set_xlabel("largest gap in the output during a roll, s")
     ax.set_title("Roll-restart under load (lost: " + ", ".join(str(r["lost"]) for r in figures["roll"]) + ")")
-    fig.tight_layout()
-    fig.savefig(out / "roll.png", dpi=110)
-    plt.close(fig)
-    return out / "roll.png"
+    return _saved(plt, fig, out, "roll.png")
