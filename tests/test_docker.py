@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from streamops.toolchain import spark_jars_dir
 from tests.support import PROJECT_ROOT
 
 DOCKER = PROJECT_ROOT / "docker"
@@ -100,6 +101,14 @@ def test_image_versions_are_the_project_pins():
     # Connector jars: both images resolve them from the POM bin/setup uses (one pin).
     for text in (airflow_file, spark_file):
         assert "-f build/maven/spark-kafka/pom.xml" in text
+    # The input contract's jar: built in both images against the versions pyspark ships (bin/setup
+    # compiles it against pyspark's jars themselves).
+    shipped = {jar.name for jar in spark_jars_dir().glob("*.jar")}
+    for artifact, prop in (("spark-sql-api_2.13", "spark.version"), ("jackson-core", "jackson.version"),
+                           ("scala-library", "scala.version")):
+        assert f"{artifact}-{pom_property('streamops-contract', prop)}.jar" in shipped, (artifact, sorted(shipped))
+    for text in (airflow_file, spark_file):
+        assert "-f build/maven/streamops-contract/pom.xml package" in text
     images = {s.get("image") for s in yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"].values()}
     assert f"apache/kafka:{pom_property('kafka-broker', 'kafka.version')}" in images
     # Non-root at run time.

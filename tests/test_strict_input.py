@@ -390,3 +390,73 @@ def test_the_category_suite_catches_the_same_classes_downstream(spark, broker, a
         "the record's Kafka timestamp (input contract event-time: max_future 5 minutes)\"",
         'partition 0, offset 4, key "u1", problem "nested more than 65 levels deep (input contract depth)"',
     ], rules.samples
+
+
+def _mutations(seed: int, count: int) -> list[bytes]:
+    """Valid records broken in small ways, one byte or token at a time (inserted, removed,
+    repeated), with the pieces JSON parsers disagree on: the corpus that compares the JVM pass
+    with Spark's checks beyond the hand-written classes above."""
+    import random
+
+    rng = random.Random(seed)
+    bases = [raw_op(), raw_op(extra=r',"n":{"a":[1,2.5e3,-0,true,null],"s":"\u00e9\ud83d\ude00"}'),
+             op(note="[{ \\ \" é").encode(), raw_op(seq="9223372036854775807", extra=',"x":1E400')]
+    pieces = [b"{", b"}", b"[", b"]", b'"', b",", b":", b"\\", b"\\u", b"\\ud800", b"\\udc00", b"0", b"-", b".", b"e",
+              b"1.0", b"null", b"\x00", b"\x01", b"\x7f", b"\xff", b"\xed\xa0\x80", b"\xef\xbb\xbf", b" ", b"\n", b"\t",
+              b"\xc2\xa0", b"'", b"NaN", b'"seq":2,', b'"user_id":"u1",', b"/*x*/", b"\xf0\x9f\x98\x80"]
+    result = []
+    for _ in range(count):
+        value = bytearray(rng.choice(bases))
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(value) + 1)
+            action = rng.random()
+            if action < 0.6:
+                value[at:at] = rng.choice(pieces)
+            elif action < 0.85:
+                del value[at:at + rng.randint(1, 4)]
+            else:
+                value[at:at] = value[at:at + rng.randint(1, 8)]
+        result.append(bytes(value))
+    return result
+
+
+def test_the_jvm_pass_decides_every_record_as_sparks_own_checks_do(spark, monkeypatch):
+    """The input contract's JVM pass (streamops.contract.StrictJsonFields) is only a faster way to
+    the same outcome: over every hostile record above and 3,000 generated ones, the parse with it
+    and with Spark's checks alone (STREAMOPS_CONTRACT_JVM=off) give the same error, reason and
+    typed fields for every record; and the pass does take the valid records (it is not bypassed)."""
+    from datetime import datetime
+
+    from pyspark.sql import functions as F
+
+    from spark_apps.oplog_router import FIELDS
+    from streamops.input_contract import InputContract
+
+    now = datetime.now(UTC)
+    values = [(k, v) for k, v, _ in INVALID] + [(k.encode(), v.encode()) for k, v in VALID]
+    values += [(b"u1", v) for v in _mutations(seed=38, count=3000)]
+    rows = [(key, value, "t", 0, offset, now) for offset, (key, value) in enumerate(values)]
+    frame = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset bigint, "
+                                        "timestamp timestamp").cache()
+    fields = records.with_contract(FIELDS, InputContract())
+
+    def outcome() -> list[tuple]:
+        parsed = records.parse(frame, fields, 65536, key_field="user_id", contract=InputContract())
+        # Times as microseconds: some fields hold years Python's datetime cannot.
+        return [tuple(r) for r in parsed.select("offset", "error", "seq", "user_id", "op_type",
+                                                F.unix_micros("event_time")).orderBy("offset").collect()]
+
+    with_jvm = outcome()
+    monkeypatch.setenv("STREAMOPS_CONTRACT_JVM", "off")
+    by_spark = outcome()
+    assert len(with_jvm) == len(values)
+    assert [a for a, b in zip(with_jvm, by_spark, strict=True) if a != b] == []
+    good = sum(1 for r in with_jvm if r[1] is None)
+    assert len(VALID) <= good < len(values) - len(INVALID)  # mutations broke most records, not all
+    monkeypatch.delenv("STREAMOPS_CONTRACT_JVM")
+    taken = records._strict_json_fields(frame, fields, 64)
+    assert taken is not None
+    took = frame.select("offset", taken.isNotNull().alias("took")).orderBy("offset").collect()
+    first_valid = len(INVALID)
+    assert [r["took"] for r in took[first_valid:first_valid + len(VALID)]] == [True] * len(VALID)
+    frame.unpersist()

@@ -9,6 +9,8 @@ a store of the run's own (bench.workspace). Parts (`--parts`):
   confluent-kafka Python loop and the broker's raw consume rate; each row's ratio to Kafka Streams;
 - warm: a long-running router, warmed up, given 1,000,000 records at once: records/s until routed;
 - cores: the same drain on one and on two task threads, and the speed-up;
+- parse: the input contract's parse alone (no Kafka, one warm session) with its JVM pass and with
+  Spark's checks alone, the rate before and after that pass, and the same decision on every record;
 - latency: event-to-output p50/p99/max under a steady load (2,000 and 10,000 events/s) for the
   live router on a micro-batch trigger and in real-time mode, and whether its backlog grew;
 - roll: the largest gap in the output, records lost (must be 0) and duplicates, for a roll-restart
@@ -34,7 +36,16 @@ from confluent_kafka import TopicPartition
 from streamops import rollout
 from streamops.app_ops import launch
 from streamops.app_runtime import AppRuntime
-from streamops.bench import ROLLED_VERSION, ROUTER, produce_waiting, python_router, raw_consume, routes, workspace
+from streamops.bench import (
+    ROLLED_VERSION,
+    ROUTER,
+    parse_benchmark,
+    produce_waiting,
+    python_router,
+    raw_consume,
+    routes,
+    workspace,
+)
 from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog, load_catalog
 from streamops.checkpoints import committed_offsets
 from streamops.kafka_client import KafkaClientConfig
@@ -392,7 +403,7 @@ def machine() -> dict:
             "at": iso_seconds_utc(utc_now())}
 
 
-PARTS = ("drain", "warm", "cores", "latency", "roll")
+PARTS = ("drain", "warm", "cores", "parse", "latency", "roll")
 KAFKA_STREAMS_ENGINE = "Kafka Streams app (one thread, Jackson, at-least-once)"
 # The goals of issue 38, printed beside the figures (nothing asserts them: benchmarks print).
 GOALS = {
@@ -400,6 +411,7 @@ GOALS = {
              "of launch",
     "warm": "a long-running router's records/s at least the Kafka Streams app's drain rate",
     "cores": "the router's records/s grows with its cores (speed-up from 1 to 2; docs/performance.md models more hosts)",
+    "parse": "the strict parse faster with the JVM pass than with Spark's checks alone, every record decided alike",
     "latency": "real-time p99 < 250 ms at 2,000 events/s and < 1 s at 10,000; micro-batch p99 < trigger + 1 s at 10,000",
     "roll": "no record lost; the largest output gap a few seconds",
 }
@@ -424,6 +436,9 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
             figures["warm"] = [{**asdict(warm), "rate": round(warm.rate)}]
         if "cores" in parts:
             figures["cores"] = core_figures(kafka, workdir, run_id, events)
+        if "parse" in parts:
+            print(f"parse: {events:,} records, with the JVM pass and with Spark's checks alone ...", flush=True)
+            figures["parse"] = [{**asdict(r), "rate": round(r.rate)} for r in parse_benchmark(events, repeats=6)]
         if "latency" in parts:
             latency: list[LatencyFigure] = []
             for trigger in (micro_batch, "real-time"):
@@ -516,6 +531,11 @@ def tables(figures: dict) -> str:
               f"{c['launch_to_first_s']:.1f}"] for c in figures["cores"]],
             headers=["cores", "records in", "first to last output, s", "records/s", "speed-up", "launch to first, s"],
             disable_numparse=True))
+    if "parse" in figures:
+        said.append(tabulate(
+            [[p["engine"], p["records_in"], p["records_out"], f"{p['seconds']:.2f}", f"{p['rate']:,}", p["note"]]
+             for p in figures["parse"]],
+            headers=["parse (in memory, warm)", "records in", "good", "seconds", "records/s", "note"], disable_numparse=True))
     if "latency" in figures:
         said.append(tabulate(
             [[f["mode"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",

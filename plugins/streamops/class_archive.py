@@ -29,7 +29,7 @@ from pathlib import Path
 
 from streamops import settings
 from streamops.paths import RUN_DIR
-from streamops.toolchain import connector_jars, spark_jars_dir
+from streamops.toolchain import driver_jars, spark_jars_dir
 
 SILENT = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # an archive that does not fit is not a driver log line
 _CLAIMS = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
@@ -44,7 +44,7 @@ def archive_path(base_opts: str, folder: Path | None = None) -> Path:
     """Where the archive of this JVM, Spark, connector and JVM options is kept."""
     java_home = os.environ.get("JAVA_HOME")
     java = Path(java_home, "bin", "java") if java_home else Path(shutil.which("java") or "java")
-    files = [java.resolve(), *sorted(spark_jars_dir().glob("*.jar")), *connector_jars()]
+    files = [java.resolve(), *sorted(spark_jars_dir().glob("*.jar")), *driver_jars()]
     identity = [base_opts] + [f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists()]
     return (folder or archive_dir()) / f"driver-{hashlib.sha256(chr(10).join(identity).encode()).hexdigest()[:16]}.jsa"
 

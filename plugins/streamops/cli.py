@@ -735,8 +735,8 @@ def bench_report(
         str | None, typer.Option("--bootstrap-servers", help="Use this broker (default: a temporary local one).")
     ] = None,
     kafka_config: KafkaConfigOpt = None,
-    parts: Annotated[str, typer.Option(help="Which parts to measure, comma-separated: drain, warm, cores, latency, "
-                                            "roll.")] = "drain,warm,cores,latency,roll",
+    parts: Annotated[str, typer.Option(help="Which parts to measure, comma-separated: drain, warm, cores, parse, "
+                                            "latency, roll.")] = ",".join(PARTS),
     warm_events: Annotated[int, typer.Option(min=1000, help="Records given to the warm long-running router.")] = 1_000_000,
 ) -> None:
     """Every router figure side by side (drain, latency in micro-batch and real-time mode, roll-restart), printed,
@@ -773,7 +773,8 @@ def bench_parse(
     app_name: Annotated[str, typer.Option("--app", help="Catalog app whose inputs and fields to parse.")] = "oplog-router",
     repeats: Annotated[int, typer.Option(min=1, max=50, help="Passes; the best is reported (the JIT needs several).")] = 10,
 ) -> None:
-    """Parse speed: records.parse over N in-memory records on one Spark session."""
+    """Parse speed: records.parse over N in-memory records on one Spark session, with the input
+    contract's JVM pass and with Spark's checks alone, interleaved."""
     typer.echo(table(parse_benchmark(records, repeats, app_name)))
 
 

@@ -13,6 +13,8 @@ CACHE_DIR = PROJECT_ROOT / ".cache"
 JARS_DIR = CACHE_DIR / "jars"
 KAFKA_BROKER_JARS = JARS_DIR / "kafka-broker"
 SPARK_KAFKA_JARS = JARS_DIR / "spark-kafka"
+# The input contract's JVM side (build/maven/streamops-contract, compiled by bin/setup).
+CONTRACT_JAR = JARS_DIR / "streamops-contract" / "streamops-contract.jar"
 
 # Runtime state of the local stack (pid files, logs, data), ignored by git.
 RUN_DIR = Path(settings.RUN_DIR.get() or PROJECT_ROOT / ".run")

@@ -8,7 +8,9 @@ What "good" means is the input contract below, one for every app.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal, SupportsInt
@@ -16,9 +18,9 @@ from typing import Literal, SupportsInt
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StructType
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
 
-from streamops import timestamps
+from streamops import settings, timestamps
 from streamops.catalog import AppSpec
 from streamops.input_contract import (
     DEFAULT_CONTRACT,
@@ -298,9 +300,12 @@ def parse(
 
     `key_field`: the catalog's key rule for this input (apps[].input_keys): the Kafka key must
     equal this string field. `contract`: the input's depth and event-time bounds (the field
-    rules are on `fields`: see `parse_input`). Two paths: cheap checks decide whether a record is
-    good; only records they reject get the checks that name the exact rule (CASE WHEN evaluates
-    that branch for those rows only).
+    rules are on `fields`: see `parse_input`). Three paths, each for fewer records: the JVM-side
+    pass (streamops.contract.StrictJsonFields: the JSON-level rules and the typed fields in one
+    pass of Jackson) decides most records good; the records it does not take get Spark's own
+    checks (VARIANT), which decide good or bad; only the bad ones get the checks that name the
+    exact rule. (CASE WHEN evaluates a branch for the rows that reach it only.) The JVM pass never
+    refuses a record: a record it does not take costs the Spark checks, nothing else.
     """
     if contract is None:
         # A program written before the catalog's input_contract: the defaults protect it, but what
@@ -315,56 +320,119 @@ def parse(
             f"(fields: {', '.join(f.path for f in fields)})"
         )
     text = _text()
-    staged = with_source_columns(raw).withColumn("_in_brackets", _in_brackets(text))
-    staged = staged.withColumn("event_json", F.variant_get(F.col("_in_brackets"), "$[0]", "variant"))
-    doc = F.col("event_json")
+    staged = with_source_columns(raw)
+    kafka_time, reference = _record_time(raw.columns)
     size = F.length(F.col("value"))
-    good_so_far = (
-        F.col("value").isNotNull()
-        & (size <= max_record_bytes)
-        & F.is_valid_utf8(text)
+    # The rules on the record's bytes and on its typed fields (not its JSON structure): the same
+    # whichever path read the fields.
+    bytes_ok = F.col("value").isNotNull() & (size <= max_record_bytes) & F.is_valid_utf8(text)
+
+    def field_rules(values: dict[str, Column]) -> Column:
+        ok = bytes_ok
+        for field in fields:
+            value = values[field.column]
+            if field.type == "timestamp":
+                ok = ok & _timestamp_in_range(value) & _in_bounds(value, contract, kafka_time, reference)
+            else:
+                ok = ok & _field_ok(field, value)
+        if key_field is not None:
+            ok = ok & (F.col("key").cast("string") == values[_column_of(fields, key_field)])
+        return ok
+
+    # 1. The JVM pass: the typed fields of a record it takes, every rule then checked on them.
+    fast = _strict_json_fields(raw, fields, contract.max_depth)
+    fast_values: dict[str, Column] = {}
+    if fast is None:
+        taken = F.lit(False)
+    else:
+        staged = staged.withColumn("_fast", fast)
+        for i, field in enumerate(fields):
+            value = F.col("_fast")[f"f{i}"]
+            if field.type == "timestamp":
+                # The JVM pass checks JSON types only: the text's form is checked here, as below.
+                value = F.when(value.rlike(_RFC3339), F.try_to_timestamp(value))
+            fast_values[field.column] = value
+        staged = staged.withColumn("_taken", F.col("_fast").isNotNull() & F.coalesce(field_rules(fast_values), F.lit(False)))
+        taken = F.col("_taken")
+    # 2. Spark's checks, for the records the JVM pass did not take (all of them without it): the
+    # value parsed as VARIANT (null for a record taken above, so it costs those nothing).
+    staged = staged.withColumn("_in_brackets", F.when(taken, F.lit(None)).otherwise(_in_brackets(text)))
+    doc = F.variant_get(F.col("_in_brackets"), "$[0]", "variant")
+    json_ok = (
         # Null when not JSON, and for duplicate member names at any depth
         # (spark.sql.variant.allowDuplicateKeys is false, Spark's default).
-        & doc.isNotNull()
+        doc.isNotNull()
         # (An array or scalar has no fields, so the field checks below refuse it.)
         & F.variant_get(F.col("_in_brackets"), "$[1]", "variant").isNull()
         & _nothing_after_a_bracket(text)
         & _no_lone_surrogate(text)
         & ~_deeper_than(text, contract.max_depth)
     )
-    kafka_time, reference = _record_time(raw.columns)
     # Each field's JSON value once (a small VARIANT), then its exact type and typed value from it.
     staged = staged.select("*", *[F.variant_get(doc, _json_path(f), "variant").alias(f"_json_{f.column}") for f in fields])
+    spark_values: dict[str, Column] = {}
     for field in fields:
         present = F.col(f"_json_{field.column}")
         actual_type = F.schema_of_variant(present)
         if field.type == "bigint":
-            staged = staged.withColumn(field.column, F.try_variant_get(present, "$", "bigint"))
-            good_so_far = good_so_far & actual_type.isin(*_INTEGER_TYPES) & _field_ok(field, F.col(field.column))
+            spark_values[field.column] = F.try_variant_get(present, "$", "bigint")
+            json_ok = json_ok & actual_type.isin(*_INTEGER_TYPES)
             continue
         as_text = F.try_variant_get(present, "$", "string")
-        good_so_far = good_so_far & (actual_type == "STRING")
+        json_ok = json_ok & (actual_type == "STRING")
         if field.type == "timestamp":
-            staged = staged.withColumn(field.column, F.try_to_timestamp(as_text))
-            good_so_far = (good_so_far & as_text.rlike(_RFC3339) & _timestamp_in_range(F.col(field.column))
-                           & _in_bounds(F.col(field.column), contract, kafka_time, reference))
+            spark_values[field.column] = F.try_to_timestamp(as_text)
+            json_ok = json_ok & as_text.rlike(_RFC3339)
         else:
-            staged = staged.withColumn(field.column, as_text)
-            good_so_far = good_so_far & _field_ok(field, F.col(field.column))
-    if key_field is not None:
-        good_so_far = good_so_far & (F.col("key").cast("string") == F.col(_column_of(fields, key_field)))
-    # The reason is built inside a lambda so that subexpression elimination cannot hoist its
-    # checks out of the CASE and run them on every row (measured: 3x slower).
+            spark_values[field.column] = as_text
+    for field in fields:
+        value = spark_values[field.column]
+        if fast is not None:
+            value = F.when(taken, fast_values[field.column]).otherwise(value)
+        staged = staged.withColumn(field.column, value)
+    good_by_spark = F.coalesce(json_ok & field_rules({f.column: F.col(f.column) for f in fields}), F.lit(False))
+    # 3. The reason, for the records neither took: built inside a lambda so that subexpression
+    # elimination cannot hoist its checks out of the CASE and run them on every row (measured: 3x slower).
     reason = F.transform(
         F.array(F.col("_in_brackets")),
         lambda wrapped: _reason(wrapped, fields, max_record_bytes, key_field, contract, raw.columns),
     )[0]
-    error = F.when(F.coalesce(good_so_far, F.lit(False)), F.lit(None).cast("string")).otherwise(reason)
+    error = F.when(taken | good_by_spark, F.lit(None).cast("string")).otherwise(reason)
     # Named in the app's skip list by an operator (recover_skip_records; the driver's source adds
     # the column): the operator's reason is the error, before any check of the record itself.
     if OPERATOR_SKIP in raw.columns:
         error = F.coalesce(F.col(OPERATOR_SKIP), error)
-    return staged.withColumn("error", error).drop(OPERATOR_SKIP, "_in_brackets", *[f"_json_{f.column}" for f in fields])
+    staged = staged.withColumn("error", error)
+    # The whole value as VARIANT, for a program that reads it (computed only then).
+    event_json = F.variant_get(_in_brackets(text), "$[0]", "variant").alias("event_json")
+    columns = [c for c in staged.columns if c not in (OPERATOR_SKIP, "_fast", "_taken", "_in_brackets")
+               and not c.startswith("_json_")]
+    at = columns.index(fields[0].column) if fields else len(columns) - 1
+    return staged.select(*columns[:at], event_json, *columns[at:])
+
+
+# The JVM side of the input contract (build/maven/streamops-contract, on every driver's spark.jars).
+_STRICT_JSON_FIELDS = "streamops.contract.StrictJsonFields"
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _strict_json_fields(raw: DataFrame, fields: list[Field], max_depth: int) -> Column | None:
+    """The JVM pass over each value (streamops.contract.StrictJsonFields, registered on the frame's
+    session): a struct of the fields' typed values (f0, f1, ... in the order of `fields`), null when
+    it does not take the record. None when it cannot run here (its jar is not on this session's
+    classpath, or a field name it does not read), and the parse goes by Spark's checks alone."""
+    if settings.CONTRACT_JVM.get() == "off" or not all(_PLAIN_NAME.fullmatch(f.path) for f in fields):
+        return None
+    spec = ",".join(f"{'L' if f.type == 'bigint' else 'S'}:{f.path}" for f in fields)
+    returns = StructType([StructField(f"f{i}", LongType() if f.type == "bigint" else StringType()) for i, f in enumerate(fields)])
+    name = "streamops_strict_json_" + hashlib.sha256(spec.encode()).hexdigest()[:12]
+    try:
+        raw.sparkSession.udf.registerJavaFunction(name, _STRICT_JSON_FIELDS, returns)
+    except Exception as error:  # noqa: BLE001 - py4j or Spark Connect: any failure means "not here"
+        log.warning("records.parse: the input contract's JVM pass (%s) cannot run on this session, so Spark's checks "
+                    "parse every record (slower, the same outcome): %s", _STRICT_JSON_FIELDS, str(error).splitlines()[0])
+        return None
+    return F.call_function(name, F.col("value"), F.lit(max_depth), F.lit(spec))
 
 
 def _rule_checks(field: Field, value: Column) -> list[tuple[Column, Column]]:

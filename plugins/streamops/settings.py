@@ -60,6 +60,9 @@ HOST_ADDRESS = Setting("STREAMOPS_HOST_ADDRESS", "this host's FQDN",
 STOP_DEADLINE = Setting("STREAMOPS_STOP_DEADLINE", "60", "seconds a graceful stop waits for the running batch")
 CLASS_ARCHIVE = Setting("STREAMOPS_CLASS_ARCHIVE", "on",
                         "off: drivers start without this host's shared JVM class archive (streamops.class_archive)")
+CONTRACT_JVM = Setting("STREAMOPS_CONTRACT_JVM", "on",
+                       "off: records.parse checks every record with Spark's SQL checks alone, not first with the input "
+                       "contract's JVM pass (streamops.contract; the same outcome, slower)")
 KAFKA_CONFIG = Setting("STREAMOPS_KAFKA_CONFIG", "unset", "`streamops app run`: a Kafka client settings file (librdkafka keys)")
 KAFKA_BOOTSTRAP = Setting("STREAMOPS_KAFKA_BOOTSTRAP", "127.0.0.1:9092",
                           "a driver started by hand without --kafka-config: a PLAINTEXT Kafka without credentials")

@@ -23,7 +23,7 @@ from streamops.class_archive import driver_jvm_options
 from streamops.driver.arguments import DriverArgs
 from streamops.kafka_client import KafkaClientConfig
 from streamops.programs import DriverProtocolRefused, ran_digest, resolve_artifact
-from streamops.toolchain import connector_jars
+from streamops.toolchain import driver_jars
 
 DEFAULT_MASTER = "local[*]"
 # The driver's connection file, secrets included (mode 600), in the runtime folder of its checkpoint.
@@ -219,7 +219,7 @@ def submit_spec(
         name=f"streamops-{app.name}",
         application=str(DRIVER_ENTRYPOINT),
         application_args=args,
-        jars=[str(jar) for jar in connector_jars()],
+        jars=[str(jar) for jar in driver_jars()],
         conf=conf,
         py_files=[str(artifact.path)] if artifact is not None else [],
         version=version,

@@ -11,7 +11,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from streamops.paths import KAFKA_BROKER_JARS, SPARK_KAFKA_JARS
+from streamops.paths import CONTRACT_JAR, KAFKA_BROKER_JARS, SPARK_KAFKA_JARS
 
 _JAR = re.compile(r"^(?P<artifact>.+)-(?P<version>\d+\.\d+[\w.\-]*)\.jar$")
 
@@ -31,12 +31,15 @@ def _artifacts(directory: Path) -> dict[str, str]:
     return found
 
 
-def connector_jars() -> list[Path]:
-    """The jars to hand Spark (spark.jars) for the Kafka source and sink."""
+def driver_jars() -> list[Path]:
+    """The jars to hand Spark (spark.jars) beside its own: the Kafka source and sink, and the input
+    contract's JVM side (streamops.records' fast path)."""
     jars = sorted(SPARK_KAFKA_JARS.glob("*.jar"))
     if not any(j.name.startswith("spark-sql-kafka-0-10_") for j in jars):
         raise FileNotFoundError(f"the Spark Kafka connector is missing from {SPARK_KAFKA_JARS}: run bin/setup")
-    return jars
+    if not CONTRACT_JAR.is_file():
+        raise FileNotFoundError(f"the input contract's jar is missing ({CONTRACT_JAR}): run bin/setup")
+    return [*jars, CONTRACT_JAR]
 
 
 def prune_connector_jars() -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from streamops.catalog import AppSpec
-from streamops.toolchain import connector_jars
+from streamops.toolchain import driver_jars
 
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -50,7 +50,7 @@ def build_session(app_name: str, master: str | None = None, extra_conf: dict[str
     # passed the connector with --jars; started from plain Python, hand Spark the jars here.
     conf = {**BASE_CONF, **(extra_conf or {}), **REDACTION_CONF}
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.config("spark.jars", ",".join(str(jar) for jar in connector_jars()))
+        builder = builder.config("spark.jars", ",".join(str(jar) for jar in driver_jars()))
         # This process starts the JVM: its log lines go to stdout (see log4j2.properties).
         java_options = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG.as_uri()} {conf.get('spark.driver.extraJavaOptions', '')}"
         conf["spark.driver.extraJavaOptions"] = java_options.strip()

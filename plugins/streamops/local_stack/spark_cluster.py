@@ -29,7 +29,7 @@ from streamops import settings
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ServiceProcess, log_tail, ports_from_env
 from streamops.paths import RUN_DIR
 from streamops.spark_submit import spark_env
-from streamops.toolchain import connector_jars
+from streamops.toolchain import driver_jars
 from streamops.waiting import DeadlineExceeded, poll_until
 
 MASTER_ADDRESS = "127.0.0.21"
@@ -106,7 +106,7 @@ class SparkStandalone:
         a second app still gets an executor (without a cap the first app takes every core and
         the next one waits for executors forever)."""
         return {
-            "spark.executor.extraClassPath": os.pathsep.join(str(jar) for jar in connector_jars()),
+            "spark.executor.extraClassPath": os.pathsep.join(str(jar) for jar in driver_jars()),
             "spark.executor.cores": "1",
             "spark.executor.memory": "512m",
             "spark.cores.max": str(cores),
