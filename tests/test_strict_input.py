@@ -5,6 +5,7 @@ the original bytes kept and base64-encoded without line breaks."""
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from datetime import UTC
 
@@ -435,6 +436,12 @@ def test_the_jvm_pass_decides_every_record_as_sparks_own_checks_do(spark, monkey
     now = datetime.now(UTC)
     values = [(k, v) for k, v, _ in INVALID] + [(k.encode(), v.encode()) for k, v in VALID]
     values += [(b"u1", v) for v in _mutations(seed=38, count=3000)]
+    # Member names crafted to share one hash in the String parser's name table (Spark's parser
+    # refuses more than 150 of them), and a record with many distinct names: the JVM pass, which
+    # reads bytes, leaves documents of many names to Spark's checks.
+    colliding = ["".join(p) for p in itertools.product(["Ab", "BA"], repeat=9)]
+    values += [(b"u1", raw_op(extra=',"x":{' + ",".join(f'"{n}":0' for n in colliding) + "}")),
+               (b"u1", raw_op(extra="".join(f',"f{i}":{i}' for i in range(120))))]
     rows = [(key, value, "t", 0, offset, now) for offset, (key, value) in enumerate(values)]
     frame = spark.createDataFrame(rows, "key binary, value binary, topic string, partition int, offset bigint, "
                                         "timestamp timestamp").cache()
@@ -442,6 +449,8 @@ def test_the_jvm_pass_decides_every_record_as_sparks_own_checks_do(spark, monkey
 
     def outcome() -> list[tuple]:
         parsed = records.parse(frame, fields, 65536, key_field="user_id", contract=InputContract())
+        assert parsed.columns == [*frame.columns, "event_id", "event_json", "seq", "user_id", "op_type", "event_time",
+                                  "error"]
         # Times as microseconds: some fields hold years Python's datetime cannot.
         return [tuple(r) for r in parsed.select("offset", "error", "seq", "user_id", "op_type",
                                                 F.unix_micros("event_time")).orderBy("offset").collect()]
@@ -451,9 +460,13 @@ def test_the_jvm_pass_decides_every_record_as_sparks_own_checks_do(spark, monkey
     by_spark = outcome()
     assert len(with_jvm) == len(values)
     assert [a for a, b in zip(with_jvm, by_spark, strict=True) if a != b] == []
+    # A program that reads no field: the same outcome on both paths (the JVM pass is not used).
+    no_fields = [(r["offset"], r["error"]) for r in records.parse(frame, [], 65536, contract=InputContract()).collect()]
+    monkeypatch.delenv("STREAMOPS_CONTRACT_JVM")
+    assert [(r["offset"], r["error"]) for r in records.parse(frame, [], 65536, contract=InputContract()).collect()] == no_fields
+    assert by_spark[-2][1] is not None and by_spark[-1][1] is None  # Spark refuses the collisions, takes 120 names
     good = sum(1 for r in with_jvm if r[1] is None)
     assert len(VALID) <= good < len(values) - len(INVALID)  # mutations broke most records, not all
-    monkeypatch.delenv("STREAMOPS_CONTRACT_JVM")
     taken = records._strict_json_fields(frame, fields, 64)
     assert taken is not None
     took = frame.select("offset", taken.isNotNull().alias("took")).orderBy("offset").collect()

@@ -403,12 +403,15 @@ def parse(
     if OPERATOR_SKIP in raw.columns:
         error = F.coalesce(F.col(OPERATOR_SKIP), error)
     staged = staged.withColumn("error", error)
-    # The whole value as VARIANT, for a program that reads it (computed only then).
+    # The whole value as VARIANT, for a program that reads it (computed only then). Columns in the
+    # order parse has always given: the source's (a field may replace one in place, e.g. event_id),
+    # event_json, the other fields, error.
+    source = [c for c in with_source_columns(raw).columns if c != OPERATOR_SKIP]
+    added = [c for c in dict.fromkeys([f.column for f in fields] + ["error"]) if c not in source]
     event_json = F.variant_get(_in_brackets(text), "$[0]", "variant").alias("event_json")
-    columns = [c for c in staged.columns if c not in (OPERATOR_SKIP, "_fast", "_taken", "_in_brackets")
-               and not c.startswith("_json_")]
-    at = columns.index(fields[0].column) if fields else len(columns) - 1
-    return staged.select(*columns[:at], event_json, *columns[at:])
+    if "event_json" in source:
+        return staged.select(*[event_json if c == "event_json" else F.col(c) for c in source], *added)
+    return staged.select(*source, event_json, *added)
 
 
 # The JVM side of the input contract (build/maven/streamops-contract, on every driver's spark.jars).
@@ -421,7 +424,7 @@ def _strict_json_fields(raw: DataFrame, fields: list[Field], max_depth: int) -> 
     session): a struct of the fields' typed values (f0, f1, ... in the order of `fields`), null when
     it does not take the record. None when it cannot run here (its jar is not on this session's
     classpath, or a field name it does not read), and the parse goes by Spark's checks alone."""
-    if settings.CONTRACT_JVM.get() == "off" or not all(_PLAIN_NAME.fullmatch(f.path) for f in fields):
+    if settings.CONTRACT_JVM.get() == "off" or not fields or not all(_PLAIN_NAME.fullmatch(f.path) for f in fields):
         return None
     spec = ",".join(f"{'L' if f.type == 'bigint' else 'S'}:{f.path}" for f in fields)
     returns = StructType([StructField(f"f{i}", LongType() if f.type == "bigint" else StringType()) for i, f in enumerate(fields)])

@@ -25,7 +25,7 @@ import org.apache.spark.sql.api.java.UDF3;
  * row for a value Spark's checks refuse; tests/test_strict_input.py compares
  * the two on every hostile record of the strict-input tests and on generated ones.
  *
- * <p>spec: comma-separated "L:name" (integer) or "S:name" (string); names are plain identifiers
+ * <p>spec: comma-separated "L:name" (integer) or "S:name" (string), empty for none; names are plain identifiers
  * (the Python side uses this path only then).
  */
 public final class StrictJsonFields implements UDF3<byte[], Integer, String, Row> {
@@ -40,17 +40,60 @@ public final class StrictJsonFields implements UDF3<byte[], Integer, String, Row
           .disable(StreamReadFeature.INCLUDE_SOURCE_IN_LOCATION)
           .build();
 
-  private transient String specText;
-  private transient String[] names;
-  private transient boolean[] integer;
+  /**
+   * Values longer than this go to Spark's checks: Spark builds a VARIANT of every value it parses
+   * and refuses one over 16 MiB (a value of small elements takes up to about 3 bytes of VARIANT per
+   * byte of text), and it decodes every string against Jackson's 20,000,000-character limit, which
+   * this pass does not decode. 2 MiB keeps far from both.
+   */
+  private static final int MAX_VALUE_BYTES = 2 * 1024 * 1024;
+
+  /**
+   * Documents with more member names than this go to Spark's checks: Spark's parser reads a String
+   * and files names in a table that refuses more than 150 names of one hash (a guard against
+   * crafted collisions); this pass reads bytes, whose table hashes otherwise. With at most this
+   * many names in the document no chain can reach that limit.
+   */
+  private static final int MAX_NAMES = 100;
+
+  /** The parsed spec, published as one reference (a UDF instance may serve several threads). */
+  private transient volatile Spec parsed;
+
+  private static final class Spec {
+    final String text;
+    final String[] names;
+    final boolean[] integer;
+
+    Spec(String text) {
+      String[] parts = text.isEmpty() ? new String[0] : text.split(",", -1);
+      names = new String[parts.length];
+      integer = new boolean[parts.length];
+      for (int i = 0; i < parts.length; i++) {
+        if (parts[i].length() < 3 || parts[i].charAt(1) != ':' || "LS".indexOf(parts[i].charAt(0)) < 0) {
+          throw new IllegalArgumentException("StrictJsonFields: a field spec is L:name or S:name, got '" + parts[i] + "'");
+        }
+        integer[i] = parts[i].charAt(0) == 'L';
+        names[i] = parts[i].substring(2);
+      }
+      this.text = text;
+    }
+  }
 
   @Override
   public Row call(byte[] value, Integer maxDepth, String spec) {
-    if (value == null || maxDepth == null || spec == null || !utf8WithoutMarkers(value)) {
+    if (value == null || maxDepth == null || spec == null || value.length > MAX_VALUE_BYTES
+        || !utf8WithoutMarkers(value)) {
       return null;
     }
-    parseSpec(spec);
+    Spec fields = parsed;
+    if (fields == null || !fields.text.equals(spec)) {
+      fields = new Spec(spec);
+      parsed = fields;
+    }
+    String[] names = fields.names;
+    boolean[] integer = fields.integer;
     Object[] found = new Object[names.length];
+    int namesSeen = 0;
     boolean escapes = hasUnicodeEscape(value);
     try (JsonParser parser = FACTORY.createParser(value)) {
       if (parser.nextToken() != JsonToken.START_OBJECT || maxDepth < 1) {
@@ -74,12 +117,15 @@ public final class StrictJsonFields implements UDF3<byte[], Integer, String, Row
             depth--;
             break;
           case FIELD_NAME:
+            if (++namesSeen > MAX_NAMES) {
+              return null;
+            }
             String name = parser.currentName();
             if (escapes && hasLoneSurrogate(name)) {
               return null;
             }
-            int field = depth == 1 ? indexOf(name) : -1;
-            if (field >= 0 && !readField(parser, field, found, escapes)) {
+            int field = depth == 1 ? indexOf(names, name) : -1;
+            if (field >= 0 && !readField(parser, integer[field], field, found, escapes)) {
               return null;
             }
             break;
@@ -107,9 +153,10 @@ public final class StrictJsonFields implements UDF3<byte[], Integer, String, Row
   }
 
   /** The field's value read into found[field]; false when its JSON type is not the field's. */
-  private boolean readField(JsonParser parser, int field, Object[] found, boolean escapes) throws IOException {
+  private static boolean readField(JsonParser parser, boolean integer, int field, Object[] found, boolean escapes)
+      throws IOException {
     JsonToken token = parser.nextToken();
-    if (integer[field]) {
+    if (integer) {
       if (token != JsonToken.VALUE_NUMBER_INT || parser.getNumberType() == JsonParser.NumberType.BIG_INTEGER) {
         return false;
       }
@@ -127,32 +174,13 @@ public final class StrictJsonFields implements UDF3<byte[], Integer, String, Row
     return true;
   }
 
-  private int indexOf(String name) {
+  private static int indexOf(String[] names, String name) {
     for (int i = 0; i < names.length; i++) {
       if (names[i].equals(name)) {
         return i;
       }
     }
     return -1;
-  }
-
-  private void parseSpec(String spec) {
-    if (spec.equals(specText)) {
-      return;
-    }
-    String[] parts = spec.split(",");
-    String[] parsedNames = new String[parts.length];
-    boolean[] parsedInteger = new boolean[parts.length];
-    for (int i = 0; i < parts.length; i++) {
-      if (parts[i].length() < 3 || parts[i].charAt(1) != ':' || "LS".indexOf(parts[i].charAt(0)) < 0) {
-        throw new IllegalArgumentException("StrictJsonFields: a field spec is L:name or S:name, got '" + parts[i] + "'");
-      }
-      parsedInteger[i] = parts[i].charAt(0) == 'L';
-      parsedNames[i] = parts[i].substring(2);
-    }
-    names = parsedNames;
-    integer = parsedInteger;
-    specText = spec;
   }
 
   /**
