@@ -321,6 +321,8 @@ def parse(
         )
     text = _text()
     staged = with_source_columns(raw)
+    # The columns parse returns first, in their order (a field may replace one in place, e.g. event_id).
+    source = [c for c in staged.columns if c != OPERATOR_SKIP]
     kafka_time, reference = _record_time(raw.columns)
     size = F.length(F.col("value"))
     # The rules on the record's bytes and on its typed fields (not its JSON structure): the same
@@ -404,9 +406,7 @@ def parse(
         error = F.coalesce(F.col(OPERATOR_SKIP), error)
     staged = staged.withColumn("error", error)
     # The whole value as VARIANT, for a program that reads it (computed only then). Columns in the
-    # order parse has always given: the source's (a field may replace one in place, e.g. event_id),
-    # event_json, the other fields, error.
-    source = [c for c in with_source_columns(raw).columns if c != OPERATOR_SKIP]
+    # order parse has always given: the source's, event_json, the other fields, error.
     added = [c for c in dict.fromkeys([f.column for f in fields] + ["error"]) if c not in source]
     event_json = F.variant_get(_in_brackets(text), "$[0]", "variant").alias("event_json")
     if "event_json" in source:
