@@ -26,6 +26,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from streamops import settings
+from streamops.app_ops import launch
+from streamops.app_runtime import AppRuntime
 from streamops.artifacts import ArtifactStore, ensure_catalog_artifacts
 from streamops.catalog import AppSpec, Catalog, load_catalog
 from streamops.driver.options import AVAILABLE_NOW, RunOptions
@@ -40,7 +42,8 @@ from streamops.programs import load_program, program_info
 from streamops.provisioning import ensure_topics
 from streamops.reprocess import ReprocessRequest, plan_reprocess, run_reprocess
 from streamops.runtime_records import DeadLetterEnvelope, DeadLetterSource
-from streamops.spark_submit import SparkTarget
+from streamops.spark_submit import SparkTarget, submit_spec
+from streamops.waiting import poll_until
 
 ROUTER = "oplog-router"
 # The version a roll-restart rolls the router to (the same code as its catalog version).
@@ -326,3 +329,97 @@ def parse_benchmark(records_count: int, repeats: int = 10, app_name: str = "oplo
             os.environ[settings.CONTRACT_JVM.name] = previous
         spark.stop()
     return results
+
+
+# --- Live apps under a paced load (bench report's latency, roll and stateful parts) ------------------
+
+# The master live apps run on in these benchmarks, in both modes: a real-time run needs a thread per
+# input partition (six), and micro-batches get the same threads for a fair comparison.
+BENCH_MASTER = "local[6]"
+
+
+def bench_catalog(kafka: KafkaClientConfig, prefix: str, apps: tuple[str, ...] = (ROUTER,)) -> Catalog:
+    """The project catalog under `prefix`, the topics of `apps` created with LogAppendTime (every
+    time a benchmark compares then comes from the broker's one clock)."""
+    catalog = load_catalog().with_topic_prefix(prefix)
+    touched = {topic for name in apps for topic in catalog.app(name).topics()}
+    topics = [t.model_copy(update={"configs": {**t.configs, "message.timestamp.type": "LogAppendTime"}})
+              for t in catalog.topics if t.name in touched]
+    ensure_topics(kafka.admin(), topics)
+    return catalog
+
+
+def write_catalog(catalog: Catalog, workdir: Path, trigger: str | None = None, app_name: str = ROUTER) -> Path:
+    """The catalog as a file for a driver, `app_name`'s trigger replaced when `trigger` is given."""
+    if trigger is not None:
+        apps = [a.model_copy(update={"trigger": trigger}) if a.name == app_name else a for a in catalog.apps]
+        catalog = catalog.model_copy(update={"apps": apps})
+    path = workdir / f"catalog-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(catalog.to_yaml())
+    return path
+
+
+def launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str | None = None,
+                version: str | None = None, checkpoint: Path | None = None, master: str = BENCH_MASTER,
+                app_name: str = ROUTER) -> Path:
+    """Start `app_name` as a long-running app (spark-submit, supervised like a deploy's), on its
+    catalog trigger unless `trigger` is given; its checkpoint folder."""
+    app = catalog.app(app_name)
+    if trigger is not None:
+        app = app.model_copy(update={"trigger": trigger})
+    version = version or app.version
+    checkpoint = checkpoint or workdir / f"live-{uuid.uuid4().hex[:6]}"
+    spec = submit_spec(app, kafka=kafka, catalog=write_catalog(catalog, workdir, trigger, app_name),
+                       checkpoint=str(checkpoint), version=version)
+    launch(app, spec.argv(SparkTarget(master)), checkpoint=str(checkpoint), launched_by="bench", version=version,
+           record_desired=False)
+    return checkpoint
+
+
+def wait_until_started(checkpoint: Path, timeout_s: float = 180) -> None:
+    """Until the live app's driver has started its queries: a load begun before that measures the
+    driver's start-up (its backlog), not the app's steady latency."""
+    runtime = AppRuntime(checkpoint)
+
+    def started() -> bool:
+        if runtime.state() in ("failed", "crashed"):
+            raise RuntimeError(f"the bench app's driver ended before starting its queries ({runtime.state()}): "
+                               f"see {checkpoint}")
+        record = runtime.driver()
+        return record is not None and record.queries_started_at is not None
+
+    poll_until(started, timeout=timeout_s, what="the bench app to start its queries")
+
+
+def stop_live(checkpoint: Path) -> None:
+    runtime = AppRuntime(checkpoint)
+    if runtime.is_running():
+        runtime.request_stop(by="bench", deadline_s=30)
+        poll_until(lambda: not runtime.is_running(), timeout=120, what="the bench app to stop")
+
+
+def percentile(sorted_values: list[float], share: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * share))]
+
+
+def paced_load(app: AppSpec, load: LoadSpec, kafka: KafkaClientConfig, slot_s: float = 0.005) -> None:
+    """Produce `load` at its rate from records made beforehand (see paced_produce)."""
+    paced_produce([(topic, key, value) for topic, key, value, _, _ in load_events(app, load)], load.rate, kafka, slot_s)
+
+
+def paced_produce(made: list[tuple[str, str, str]], rate: float, kafka: KafkaClientConfig, slot_s: float = 0.005) -> None:
+    """Produce records made beforehand at `rate`, one slot's worth (5 ms) at a time: the load
+    generator then costs the app's two cores little beyond the producer itself (made and paced
+    record by record, at 10,000 events/s it took most of a core, and the router fell behind for
+    want of it). The slot's records go out together: up to 5 ms of burst, no more."""
+    per_slot = max(1, round(rate * slot_s))
+    out = producer(kafka, **{"linger.ms": 1})
+    began = time.monotonic()
+    for slot, first in enumerate(range(0, len(made), per_slot)):
+        # Pacing to the rate, not synchronisation: the producer serves its deliveries meanwhile.
+        while (ahead := began + slot * per_slot / rate - time.monotonic()) > 0:
+            out.poll(ahead)
+        for topic, key, value in made[first:first + per_slot]:
+            produce_waiting(out, topic, key, value)
+    if out.flush(120):
+        raise RuntimeError("the paced load's records were not all acknowledged within 120 s")

@@ -15,7 +15,9 @@ a store of the run's own (bench.workspace). Parts (`--parts`):
   beforehand and paced in 5 ms slots) for the live router on a micro-batch trigger and in
   real-time mode, and whether its backlog grew;
 - roll: the largest gap in the output, records lost (must be 0) and duplicates, for a roll-restart
-  under load in each mode.
+  under load in each mode;
+- stateful: the presence notifier and browser-activity at rising steady rates: latency, whether
+  each rate is sustained, exact windows, state size (streamops.bench_stateful).
 Figures are printed with their goals (GOALS), written to <out>/figures.json and drawn to <out>/*.png
 (matplotlib). Nothing here asserts a goal: docs/performance.md says what was reached and what limits it.
 """
@@ -36,19 +38,27 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 
 from streamops import rollout
-from streamops.app_ops import launch
 from streamops.app_runtime import AppRuntime
 from streamops.bench import (
+    BENCH_MASTER,
     ROLLED_VERSION,
     ROUTER,
+    bench_catalog,
+    launch_live,
+    paced_load,
     parse_benchmark,
+    percentile,
     produce_waiting,
     python_router,
     raw_consume,
     routes,
+    stop_live,
+    wait_until_started,
     workspace,
+    write_catalog,
 )
-from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog, load_catalog
+from streamops.bench_stateful import STATEFUL_RATES, stateful_figures
+from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog
 from streamops.checkpoints import committed_offsets
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
@@ -57,15 +67,10 @@ from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import events as load_events
 from streamops.loadgen import run as run_load
 from streamops.paths import CACHE_DIR, PROJECT_ROOT
-from streamops.provisioning import ensure_topics
 from streamops.runtime_records import DeadLetterEnvelope
 from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.timestamps import iso_seconds_utc, utc_now
 from streamops.waiting import DeadlineExceeded, poll_until
-
-# The master the live router runs on in these benchmarks, in both modes: a real-time run needs a
-# thread per input partition (six), and micro-batches get the same threads for a fair comparison.
-BENCH_MASTER = "local[6]"
 
 
 @dataclass
@@ -107,25 +112,6 @@ class RollFigure:
     duplicates: int
 
 
-def bench_catalog(kafka: KafkaClientConfig, prefix: str) -> Catalog:
-    """The project catalog under `prefix`, the router's topics created with LogAppendTime."""
-    catalog = load_catalog().with_topic_prefix(prefix)
-    app = catalog.app(ROUTER)
-    topics = [t.model_copy(update={"configs": {**t.configs, "message.timestamp.type": "LogAppendTime"}})
-              for t in catalog.topics if t.name in app.topics()]
-    ensure_topics(kafka.admin(), topics)
-    return catalog
-
-
-def _write_catalog(catalog: Catalog, workdir: Path, trigger: str | None = None) -> Path:
-    if trigger is not None:
-        apps = [a.model_copy(update={"trigger": trigger}) if a.name == ROUTER else a for a in catalog.apps]
-        catalog = catalog.model_copy(update={"apps": apps})
-    path = workdir / f"catalog-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(catalog.to_yaml())
-    return path
-
-
 def _output_times(kafka: KafkaClientConfig, catalog: Catalog) -> list[tuple[str, str, int]]:
     """(event_id, category, broker timestamp ms) of every routed output record."""
     app = catalog.app(ROUTER)
@@ -143,7 +129,7 @@ def drain_by_spark_submit(catalog: Catalog, kafka: KafkaClientConfig, workdir: P
     """The router as an operator runs it: `spark-submit ... --trigger available-now`, fresh JVM and checkpoint."""
     app = catalog.app(ROUTER)
     checkpoint = workdir / f"drain-{uuid.uuid4().hex[:6]}"
-    spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir), trigger="available-now",
+    spec = submit_spec(app, kafka=kafka, catalog=write_catalog(catalog, workdir), trigger="available-now",
                        checkpoint=str(checkpoint))
     launched_ms = time.time() * 1000
     with open(workdir / "drain-driver.log", "wb") as log:
@@ -238,7 +224,7 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
     250,000/s), so the load generator's Python does not share the cores with the router meanwhile."""
     app = catalog.app(ROUTER)
     source = app.inputs["operations"]
-    checkpoint = _launch_live(catalog, kafka, workdir, app.trigger or "2 seconds", master="local[*]")
+    checkpoint = launch_live(catalog, kafka, workdir, app.trigger or "2 seconds", master="local[*]")
     query_dir = checkpoint / "route"
 
     def caught_up() -> bool:
@@ -267,33 +253,10 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
         poll_until(caught_up, timeout=timeout_s, what="the router to route every record", interval=0.2)
         seconds = time.monotonic() - began
     finally:
-        _stop_live(checkpoint)
+        stop_live(checkpoint)
     print(f"  (the producer wrote {len(batch):,} records in {written_s:.1f} s)", flush=True)
     return DrainFigure(f"Spark router, long-running, warm ({app.trigger or '2 seconds'} trigger)", len(batch),
                        _written(kafka, catalog) - before, seconds)
-
-def _launch_live(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, version: str | None = None,
-                 checkpoint: Path | None = None, master: str = BENCH_MASTER):
-    app = catalog.app(ROUTER).model_copy(update={"trigger": trigger})
-    version = version or app.version
-    checkpoint = checkpoint or workdir / f"live-{uuid.uuid4().hex[:6]}"
-    spec = submit_spec(app, kafka=kafka, catalog=_write_catalog(catalog, workdir, trigger), checkpoint=str(checkpoint),
-                       version=version)
-    launch(app, spec.argv(SparkTarget(master)), checkpoint=str(checkpoint), launched_by="bench", version=version,
-           record_desired=False)
-    return checkpoint
-
-
-def _stop_live(checkpoint: Path) -> None:
-    runtime = AppRuntime(checkpoint)
-    if runtime.is_running():
-        runtime.request_stop(by="bench", deadline_s=30)
-        poll_until(lambda: not runtime.is_running(), timeout=120, what="the bench router to stop")
-
-
-def _percentile(sorted_values: list[float], share: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * share))]
-
 
 def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: int,
                 seconds: float = 30, warmup_s: float = 10, catch_up_limit_s: float = 120) -> LatencyFigure:
@@ -301,8 +264,9 @@ def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigg
     produced after the warm-up: output's broker time minus input's broker time."""
     app = catalog.app(ROUTER)
     source = app.inputs["operations"]
-    checkpoint = _launch_live(catalog, kafka, workdir, trigger)
+    checkpoint = launch_live(catalog, kafka, workdir, trigger)
     try:
+        wait_until_started(checkpoint)
         started = time.time()
         total = int(rate * (warmup_s + seconds))
         paced_load(app, LoadSpec(count=total, keys=1000, rate=rate, seed=int(started)), kafka)
@@ -326,7 +290,7 @@ def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigg
             caught_up = None
         latencies = sorted(float(t - inputs[e]) for e, _, t in _output_times(kafka, catalog) if e in inputs)
     finally:
-        _stop_live(checkpoint)
+        stop_live(checkpoint)
     mode = (f"real-time (checkpoint every {app.checkpoint_interval or DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL})"
             if trigger == "real-time" else f"micro-batch ({trigger})")
     span_s = (max(inputs.values()) - min(inputs.values())) / 1000 if inputs else 0
@@ -334,27 +298,8 @@ def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigg
     unrouted = len(inputs) - len(routed) - _dead_lettered(kafka, catalog, inputs)
     if not latencies:
         return LatencyFigure(mode, rate, produced, 0, 0, 0, 0, caught_up, unrouted)
-    return LatencyFigure(mode, rate, produced, len(latencies), _percentile(latencies, 0.5), _percentile(latencies, 0.99),
+    return LatencyFigure(mode, rate, produced, len(latencies), percentile(latencies, 0.5), percentile(latencies, 0.99),
                          latencies[-1], None if caught_up is None else round(caught_up, 1), max(unrouted, 0))
-
-
-def paced_load(app: AppSpec, load: LoadSpec, kafka: KafkaClientConfig, slot_s: float = 0.005) -> None:
-    """Produce `load` at its rate from records made beforehand, one slot's worth (5 ms) at a time:
-    the load generator then costs the router's two cores little beyond the producer itself (made
-    and paced record by record, at 10,000 events/s it took most of a core, and the router fell
-    behind for want of it). The slot's records go out together: up to 5 ms of burst, no more."""
-    made = [(topic, key, value) for topic, key, value, _, _ in load_events(app, load)]
-    per_slot = max(1, round(load.rate * slot_s))
-    out = producer(kafka, **{"linger.ms": 1})
-    began = time.monotonic()
-    for slot, first in enumerate(range(0, len(made), per_slot)):
-        # Pacing to the rate, not synchronisation: the producer serves its deliveries meanwhile.
-        while (ahead := began + slot * per_slot / load.rate - time.monotonic()) > 0:
-            out.poll(ahead)
-        for topic, key, value in made[first:first + per_slot]:
-            produce_waiting(out, topic, key, value)
-    if out.flush(120):
-        raise RuntimeError("the paced load's records were not all acknowledged within 120 s")
 
 
 def _dead_lettered(kafka: KafkaClientConfig, catalog: Catalog, inputs: dict[str, int]) -> int:
@@ -373,7 +318,7 @@ def _dead_lettered(kafka: KafkaClientConfig, catalog: Catalog, inputs: dict[str,
 def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: float) -> RollFigure:
     """Roll the live router to a new version under load; reconcile input against output."""
     app = catalog.app(ROUTER)
-    catalog_file = _write_catalog(catalog, workdir, trigger)
+    catalog_file = write_catalog(catalog, workdir, trigger)
     checkpoint = workdir / f"roll-{uuid.uuid4().hex[:6]}"
     app_here = app.model_copy(update={"checkpoint": str(checkpoint), "trigger": trigger})
 
@@ -382,7 +327,7 @@ def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger:
         return spec.argv(SparkTarget(BENCH_MASTER))
 
     before = {(e, c) for e, c, _ in _output_times(kafka, catalog)}
-    _launch_live(catalog, kafka, workdir, trigger, checkpoint=checkpoint)
+    launch_live(catalog, kafka, workdir, trigger, checkpoint=checkpoint)
     runtime = AppRuntime(checkpoint)
     first_offset = {p: high for p, (_, high) in end_offsets(kafka, app.inputs["operations"]).items()}
     try:
@@ -413,7 +358,7 @@ def roll_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger:
         except DeadlineExceeded:
             pass
     finally:
-        _stop_live(checkpoint)
+        stop_live(checkpoint)
     stamps = sorted(t for _, _, t in got)
     gap = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0) / 1000
     counts = Counter((e, c) for e, c, _ in got)
@@ -429,7 +374,7 @@ def machine() -> dict:
             "at": iso_seconds_utc(utc_now())}
 
 
-PARTS = ("drain", "warm", "cores", "parse", "latency", "roll")
+PARTS = ("drain", "warm", "cores", "parse", "latency", "roll", "stateful")
 KAFKA_STREAMS_ENGINE = "Kafka Streams app (one thread, Jackson, at-least-once)"
 # The goals of issue 38, printed beside the figures (nothing asserts them: benchmarks print).
 GOALS = {
@@ -440,18 +385,21 @@ GOALS = {
     "parse": "the strict parse faster with the JVM pass than with Spark's checks alone, every record decided alike",
     "latency": "real-time p99 < 250 ms at 2,000 events/s and < 1 s at 10,000; micro-batch p99 < trigger + 1 s at 10,000",
     "roll": "no record lost; the largest output gap a few seconds",
+    "stateful": "each stateful app sustains 10,000 events/s on 2 cores with exact windows (its p99 and state size printed)",
 }
 
 
 def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,
                micro_batch: str = "2 seconds", roll_rate: float = 1_000, kafka: KafkaClientConfig | None = None,
-               parts: tuple[str, ...] = PARTS, warm_events: int = 1_000_000) -> dict:
+               parts: tuple[str, ...] = PARTS, warm_events: int = 1_000_000,
+               stateful_rates: tuple[int, ...] = STATEFUL_RATES) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     with workspace(kafka) as (kafka, workdir):
         run_id = f"bench{uuid.uuid4().hex[:8]}"
         figures: dict = {"machine": machine(), "settings": {"events": events, "rates": list(rates), "seconds": seconds,
                                                             "micro_batch": micro_batch, "roll_rate": roll_rate,
-                                                            "warm_events": warm_events},
+                                                            "warm_events": warm_events,
+                                                            "stateful_rates": list(stateful_rates)},
                          "goals": {part: GOALS[part] for part in parts}}
         if "drain" in parts:
             figures["drain"] = drain_figures(kafka, workdir, run_id, events)
@@ -483,6 +431,8 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
                 print(f"  {roll_figure}", flush=True)
                 rolls.append(roll_figure)
             figures["roll"] = [asdict(r) for r in rolls]
+        if "stateful" in parts:
+            figures["stateful"] = stateful_figures(kafka, workdir, run_id, stateful_rates, seconds)
         (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
         draw(figures, out)
         return figures
@@ -576,8 +526,37 @@ def tables(figures: dict) -> str:
              for r in figures["roll"]],
             headers=["roll-restart", "events/s", "downtime s", "largest output gap s", "routed records", "lost",
                      "duplicates"], disable_numparse=True))
+    if "stateful" in figures:
+        said.append(tabulate(
+            [[f["app"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",
+              f"{f['p99_ms']:,.0f}", f"{f['max_ms']:,.0f}",
+              "yes" if f["sustained"] else ("no" if f["caught_up_s"] is None else f"no ({f['caught_up_s']} s behind)"),
+              "not compared" if f["windows_wrong"] is None else f"{f['windows'] - f['windows_wrong']:,} of {f['windows']:,}",
+              f["dropped_by_watermark"], f"{f['state_rows']:,}", _mib(f["state_memory_bytes"]), _mib(f["state_files_bytes"]),
+              f"{f['dead_letters']} / {f['malformed_made']}"]
+             for f in figures["stateful"]],
+            headers=["stateful", "target events/s", "produced/s", "records", "p50 ms", "p99 ms", "max ms", "sustained",
+                     "exact windows", "dropped late", "state rows", "state memory MiB", "state files MiB",
+                     "dead letters / malformed"], disable_numparse=True))
+        for app, best in highest_sustained(figures["stateful"]).items():
+            said.append(f"{app}: highest rate sustained with exact windows: "
+                        + (f"{best:,} events/s" if best else "none of those tried"))
     said.append("goals:\n" + "\n".join(f"  {part}: {goal}" for part, goal in figures.get("goals", {}).items()))
     return "\n\n".join(said)
+
+
+def _mib(count: int) -> str:
+    return f"{count / 2**20:,.1f}"
+
+
+def highest_sustained(rows: list[dict]) -> dict[str, int | None]:
+    """Per stateful app, the highest rate it sustained with every window exact."""
+    best: dict[str, int | None] = {}
+    for row in rows:
+        best.setdefault(row["app"], None)
+        if row["sustained"] and row["windows_wrong"] == 0:
+            best[row["app"]] = max(best[row["app"]] or 0, row["target_rate"])
+    return best
 
 
 def draw(figures: dict, out: Path) -> list[Path]:
@@ -597,6 +576,8 @@ def draw(figures: dict, out: Path) -> list[Path]:
         written.append(_draw_latency(plt, figures, out))
     if "roll" in figures:
         written.append(_draw_roll(plt, figures, out))
+    if "stateful" in figures:
+        written.append(_draw_stateful(plt, figures, out))
     return written
 
 
@@ -675,3 +656,22 @@ def _draw_roll(plt, figures: dict, out: Path) -> Path:
     ax.set_xlabel("largest gap in the output during a roll, s")
     ax.set_title("Roll-restart under load (lost: " + ", ".join(str(r["lost"]) for r in figures["roll"]) + ")")
     return _saved(plt, fig, out, "roll.png")
+
+
+def _draw_stateful(plt, figures: dict, out: Path) -> Path:
+    """p99 latency against the input rate per stateful app; a rate not sustained (or with a wrong
+    window) drawn hollow."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for app, color in zip(sorted({f["app"] for f in figures["stateful"]}), ("#1f77b4", "#ff7f0e"), strict=False):
+        rows = [f for f in figures["stateful"] if f["app"] == app]
+        ax.plot([f["target_rate"] for f in rows], [max(f["p99_ms"], 1) for f in rows], color=color, label=app)
+        for f in rows:
+            good = f["sustained"] and f["windows_wrong"] == 0
+            ax.scatter([f["target_rate"]], [max(f["p99_ms"], 1)], color=color, facecolors=color if good else "none", zorder=3)
+    ax.set_yscale("log")
+    ax.set_xlabel("input events/s (hollow: not sustained or a window wrong)")
+    ax.set_ylabel("p99, record to its batch's commit, ms (log)")
+    ax.axvline(10_000, color="#555", linestyle=":", linewidth=1)
+    ax.legend()
+    ax.set_title("Stateful apps under steady load")
+    return _saved(plt, fig, out, "stateful.png")

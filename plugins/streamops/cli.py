@@ -36,6 +36,7 @@ from streamops.artifacts import ArtifactError, ArtifactStore, build, ensure_cata
 from streamops.audit import audit_file, audit_table, read_audit
 from streamops.bench import parse_benchmark, router_benchmark, table
 from streamops.bench_report import PARTS, roll_restart, run_report, tables
+from streamops.bench_stateful import STATEFUL_RATES
 from streamops.catalog import CatalogError, catalog_path, load_catalog, selected_environment
 from streamops.effective_spec import SpecRefused, bind_app, installed_code, launch_cluster
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, KafkaConfigError, app_conn_id
@@ -721,6 +722,16 @@ def bench_router(
     typer.echo(table(router_benchmark(events, kafka)))
 
 
+def _rates_option(option: str, given: str) -> tuple[int, ...]:
+    try:
+        chosen = tuple(int(rate) for rate in given.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"{option} {given!r}: give whole events/s separated by commas, e.g. 2000,10000") from None
+    if any(rate <= 0 for rate in chosen):
+        raise typer.BadParameter(f"{option} {given!r}: every rate must be above 0 events/s")
+    return chosen
+
+
 @bench_app.command("report")
 def bench_report(
     out: Annotated[
@@ -736,21 +747,23 @@ def bench_report(
     ] = None,
     kafka_config: KafkaConfigOpt = None,
     parts: Annotated[str, typer.Option(help="Which parts to measure, comma-separated: drain, warm, cores, parse, "
-                                            "latency, roll.")] = ",".join(PARTS),
+                                            "latency, roll, stateful.")] = ",".join(PARTS),
     warm_events: Annotated[int, typer.Option(min=1000, help="Records given to the warm long-running router.")] = 1_000_000,
+    stateful_rates: Annotated[str, typer.Option(help="Rising loads for the stateful apps, events/s, comma-separated "
+                                                     "(each app stops at the first it does not sustain).")]
+        = ",".join(str(rate) for rate in STATEFUL_RATES),
 ) -> None:
     """Every router figure side by side (drain, latency in micro-batch and real-time mode, roll-restart), printed,
     written as JSON and drawn as PNG into --out. Figures only: nothing is asserted."""
-    try:
-        chosen = tuple(int(rate) for rate in rates.split(","))
-    except ValueError:
-        raise typer.BadParameter(f"--rates {rates!r}: give whole events/s separated by commas, e.g. 2000,10000") from None
+    chosen = _rates_option("--rates", rates)
+    chosen_stateful = _rates_option("--stateful-rates", stateful_rates)
     chosen_parts = tuple(part.strip() for part in parts.split(",") if part.strip())
     unknown = sorted(set(chosen_parts) - set(PARTS))
     if unknown or not chosen_parts:
         raise typer.BadParameter(f"--parts {parts!r}: {', '.join(unknown) or 'none given'}; choose from {', '.join(PARTS)}")
     kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
-    figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka, chosen_parts, warm_events)
+    figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka, chosen_parts, warm_events,
+                         chosen_stateful)
     typer.echo(tables(figures))
     typer.echo(f"figures and plots in {out}/")
 

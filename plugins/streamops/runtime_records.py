@@ -328,6 +328,8 @@ class QueryProgress(_Record):
     state_rows: int = 0
     dropped_by_watermark: int = 0
     state_rows_updated: int = 0  # rows the stateful operators added or changed (a windowed count's updates)
+    state_memory_bytes: int = 0  # the stateful operators' memoryUsedBytes (RocksDB: its own estimate)
+    state_files_bytes: int = 0  # RocksDB's SST files (customMetrics rocksdbSstFileSize; 0 for other stores)
     stateful: bool = False
     watermark: str | None = None
     end_offsets: dict[str, dict[str, int]] = Field(default_factory=dict)  # topic -> partition -> next offset

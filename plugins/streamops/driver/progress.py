@@ -94,6 +94,8 @@ class ProgressPublisher(StreamingQueryListener):
         # Rows the stateful operators added or changed: a windowed count's updates (its output in
         # update mode). Input that arrives with none of it, all dropped as late, is output stopped.
         updated = sum(op.numRowsUpdated for op in p.stateOperators)
+        memory_bytes = sum(op.memoryUsedBytes for op in p.stateOperators)
+        files_bytes = sum(int((op.customMetrics or {}).get("rocksdbSstFileSize") or 0) for op in p.stateOperators)
         duration_ms = (p.durationMs or {}).get("triggerExecution", 0)
         log.info(
             "query %s batch %d: %d rows in, %.1f rows/s processed, %d ms, state rows %d, "
@@ -118,6 +120,8 @@ class ProgressPublisher(StreamingQueryListener):
                     state_rows=state_rows,
                     dropped_by_watermark=dropped,
                     state_rows_updated=updated,
+                    state_memory_bytes=memory_bytes,
+                    state_files_bytes=files_bytes,
                     stateful=bool(p.stateOperators),
                     watermark=(p.eventTime or {}).get("watermark"),
                     end_offsets=offsets,

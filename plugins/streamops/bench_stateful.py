@@ -1,0 +1,258 @@
+"""The stateful apps under a steady load: `bench report`'s `stateful` part.
+
+For the presence notifier and browser-activity in turn, at rising input rates (made beforehand
+and paced like the router's latency load, 1% malformed), each app runs live on its catalog
+trigger: warm-up, then the measured seconds, then until it has committed every record. Per rate:
+- latency: each measured input record to the commit of the micro-batch of the app's per-record
+  query (notify, challenge) that read it (the batch's offsets and commit files of the checkpoint;
+  its outputs are written before that commit, so this is what a reader waits at most);
+- sustained: the app committed the last record within its trigger + 5 s after it was written
+  (an app that falls behind a rate carries a growing backlog past the load's end);
+- exact windows: every window count the app emitted, its last update (update mode), against
+  the count recomputed here from what the window query reads (browser-activity: the valid
+  action records made for the run; the notifier: the notifications it wrote); every window
+  either side has is compared, so one dropped as late or counted twice shows;
+- state: rows, memory and RocksDB's SST bytes of the stateful operators, from the last progress.
+The rates stop rising after the first one an app does not sustain. Nothing is asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from streamops.app_runtime import AppRuntime
+from streamops.bench import bench_catalog, launch_live, paced_produce, percentile, stop_live, wait_until_started
+from streamops.catalog import AppSpec, Catalog
+from streamops.checkpoints import batch_offsets, committed_offsets, query_dir, query_dirs
+from streamops.kafka_client import KafkaClientConfig
+from streamops.kafka_offsets import duration_ms, end_offsets
+from streamops.kafka_records import Record, read_all
+from streamops.loadgen import LoadSpec
+from streamops.loadgen import events as load_events
+from streamops.programs import settings_dict
+from streamops.timestamps import epoch_ms, parse_recorded_time
+from streamops.waiting import DeadlineExceeded, poll_until
+
+STATEFUL_RATES = (1_000, 2_500, 5_000, 10_000)
+# A rate is sustained when the last record is committed within the trigger plus this.
+SUSTAINED_SLACK_S = 5.0
+
+
+@dataclass(frozen=True)
+class StatefulApp:
+    """What the bench needs to know of one stateful app: its per-record query, its window query's
+    output and the settings naming the windows."""
+
+    name: str
+    record_query: str
+    counts_output: str  # output role of the window counts
+    key_field: str  # the counts' key, in their value
+    window_setting: str
+    slide_setting: str
+
+
+STATEFUL_APPS = (
+    StatefulApp("presence-notifier", "notify", "notification_counts", "user_id", "count_window", "count_slide"),
+    StatefulApp("browser-activity", "challenge", "activity_counts", "fingerprint", "window", "slide"),
+)
+
+
+@dataclass
+class StatefulFigure:
+    app: str
+    target_rate: int
+    produced_rate: float
+    records: int  # input records measured (written after the warm-up)
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    caught_up_s: float | None  # last record written to its batch committed (None: not within the limit)
+    sustained: bool
+    windows: int  # windows compared (either side has them)
+    windows_wrong: int | None  # differing, missing or extra (None: not compared, the app did not catch up)
+    dropped_by_watermark: int
+    state_rows: int
+    state_memory_bytes: int
+    state_files_bytes: int
+    dead_letters: int
+    malformed_made: int  # records made malformed (each must be one dead letter)
+    trigger: str
+
+
+def window_counts_of(events: Iterable[tuple[str, int]], window_ms: int, slide_ms: int) -> Counter:
+    """(key, window start ms) -> count, for Spark's sliding event-time windows: each event at t
+    counts in every window [s, s + window) with s a multiple of the slide and s <= t < s + window."""
+    counts: Counter = Counter()
+    for key, t in events:
+        start = t - t % slide_ms
+        while start > t - window_ms:
+            counts[(key, start)] += 1
+            start -= slide_ms
+    return counts
+
+
+def emitted_counts(records: Iterable[Record], key_field: str) -> Counter:
+    """(key, window start ms) -> the window's last count the app wrote (update mode: the latest
+    record of a window key, in offset order within its partition, is its final count)."""
+    latest: dict[tuple[str, int], int] = {}
+    for record in records:
+        value = record.json()
+        if value is None:
+            continue
+        start = parse_recorded_time(value["window_start"])
+        if start is None:
+            raise ValueError(f"{record.topic}/{record.partition}/{record.offset}: window_start {value['window_start']!r}")
+        latest[(value[key_field], epoch_ms(start))] = int(value["count"])
+    return Counter(latest)
+
+
+def wrong_windows(expected: Counter, got: Counter) -> tuple[int, int, list[str]]:
+    """(windows compared, windows that differ or exist on one side only, a few examples)."""
+    keys = set(expected) | set(got)
+    wrong = sorted(k for k in keys if expected.get(k, 0) != got.get(k, 0))
+    return len(keys), len(wrong), [f"{k[0]} @ {k[1]}: expected {expected.get(k, 0)}, got {got.get(k, 0)}" for k in wrong[:3]]
+
+
+def commit_latencies(query: Path, inputs: list[Record]) -> tuple[list[float], float | None]:
+    """Each input record's time from its broker timestamp to the commit of the batch that read it
+    (the batch's offsets file says which; its commit file's time says when), and the time of the
+    commit that covered the last of them. Records no committed batch covers are left out."""
+    commits = sorted(int(p.name) for p in (query / "commits").iterdir() if p.name.isdigit()) \
+        if (query / "commits").exists() else []
+    ends: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
+    for batch in commits:
+        offsets = batch_offsets(query, batch)
+        if offsets is None:
+            continue
+        committed_ms = (query / "commits" / str(batch)).stat().st_mtime * 1000
+        for topic, parts in offsets.items():
+            for part, end in parts.items():
+                marks = ends.setdefault((topic, int(part)), ([], []))
+                marks[0].append(int(end))
+                marks[1].append(committed_ms)
+    latencies: list[float] = []
+    last_commit: float | None = None
+    for record in inputs:
+        batch_ends, committed = ends.get((record.topic, record.partition), ([], []))
+        at = bisect_right(batch_ends, record.offset)  # the first batch whose end is past this offset
+        if at < len(batch_ends):
+            latencies.append(committed[at] - record.timestamp_ms)
+            last_commit = max(last_commit or 0.0, committed[at])
+    return latencies, last_commit
+
+
+def caught_up(checkpoint: Path, kafka: KafkaClientConfig) -> bool:
+    """Every query of the app has committed every record of every topic it reads."""
+    dirs = query_dirs(checkpoint)
+    if not dirs:
+        return False
+    for folder in dirs:
+        committed = committed_offsets(folder)
+        if not committed:
+            return False
+        for topic, parts in committed.items():
+            if any(parts.get(p, -1) < high for p, (_, high) in end_offsets(kafka, topic).items()):
+                return False
+    return True
+
+
+def stateful_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, bench: StatefulApp, rate: int,
+                 seconds: float = 30, warmup_s: float = 10, catch_up_limit_s: float = 180) -> StatefulFigure:
+    app = catalog.app(bench.name)
+    trigger = app.trigger or "2 seconds"
+    made = list(load_events(app, LoadSpec(count=int(rate * (warmup_s + seconds)), keys=1000, rate=rate, malformed=0.01,
+                                          seed=rate)))
+    checkpoint = launch_live(catalog, kafka, workdir, app_name=bench.name)
+    runtime = AppRuntime(checkpoint)
+    try:
+        wait_until_started(checkpoint)
+        started = time.time()
+        paced_produce([(topic, key, value) for topic, key, value, _, _ in made], rate, kafka)
+        try:
+            poll_until(lambda: caught_up(checkpoint, kafka), timeout=catch_up_limit_s,
+                       what=f"{bench.name} to commit every record", interval=1, max_interval=3)
+            done = True
+        except DeadlineExceeded:
+            done = False
+        progress = runtime.progress()
+    finally:
+        stop_live(checkpoint)
+    measured_from_ms = (started + warmup_s) * 1000
+    inputs = [r for topic in app.inputs.values() for r in read_all(kafka, topic) if r.timestamp_ms >= measured_from_ms]
+    latencies, last_commit = commit_latencies(query_dir(checkpoint, bench.record_query), inputs)
+    latencies.sort()
+    last_written = max((r.timestamp_ms for r in inputs), default=None)
+    caught_up_s = (None if not done or last_commit is None or last_written is None
+                   else round((last_commit - last_written) / 1000, 1))
+    windows, wrong = 0, None
+    if done:
+        expected = _expected_counts(app, bench, kafka, made)
+        got = emitted_counts(read_all(kafka, app.outputs[bench.counts_output]), bench.key_field)
+        windows, wrong, examples = wrong_windows(expected, got)
+        for example in examples:
+            print(f"    window differs: {example}", flush=True)
+    stateful = [p for p in progress.values() if p.stateful]
+    span_s = (last_written - min(r.timestamp_ms for r in inputs)) / 1000 if inputs and last_written else 0
+    return StatefulFigure(
+        app=bench.name, target_rate=rate, produced_rate=round(len(inputs) / span_s) if span_s else 0, records=len(inputs),
+        p50_ms=percentile(latencies, 0.5) if latencies else 0, p99_ms=percentile(latencies, 0.99) if latencies else 0,
+        max_ms=latencies[-1] if latencies else 0, caught_up_s=caught_up_s,
+        sustained=caught_up_s is not None and caught_up_s <= duration_ms(trigger) / 1000 + SUSTAINED_SLACK_S,
+        windows=windows, windows_wrong=wrong,
+        dropped_by_watermark=sum(line.dropped_by_watermark for line in runtime.rates()),
+        state_rows=sum(p.state_rows for p in stateful), state_memory_bytes=sum(p.state_memory_bytes for p in stateful),
+        state_files_bytes=sum(p.state_files_bytes for p in stateful),
+        dead_letters=sum(high - low for _, (low, high) in end_offsets(kafka, app.dead_letter_topic).items()),
+        malformed_made=sum(1 for *_, bad, _ in made if bad), trigger=trigger,
+    )
+
+
+def _expected_counts(app: AppSpec, bench: StatefulApp, kafka: KafkaClientConfig,
+                     made: list[tuple[str, str, str, bool, bool]]) -> Counter:
+    """The window counts recomputed from what the app's window query reads."""
+    settings = app.settings
+    window_ms = duration_ms(getattr(settings, bench.window_setting))
+    slide_ms = duration_ms(getattr(settings, bench.slide_setting))
+    events: list[tuple[str, int]] = []
+    if bench.name == "browser-activity":
+        captcha = settings_dict(app)["captcha_logger"]
+        for _, _, value, bad, _ in made:
+            event = json.loads(value)
+            if not bad and event["logger_name"] != captcha:
+                events.append((event["browserHash"], _ms(event["@timestamp"])))
+    else:  # the notifier counts the notifications it wrote
+        for record in read_all(kafka, app.outputs["notifications"]):
+            event = record.json()
+            events.append((event["user_id"], _ms(event["event_time"])))
+    return window_counts_of(events, window_ms, slide_ms)
+
+
+def _ms(moment: str) -> int:
+    parsed = parse_recorded_time(moment)
+    if parsed is None:
+        raise ValueError(f"not an ISO-8601 time: {moment!r}")
+    return epoch_ms(parsed)
+
+
+def stateful_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, rates: tuple[int, ...] = STATEFUL_RATES,
+                     seconds: float = 30) -> list[dict]:
+    """Each stateful app at rising rates (topics of their own per run) until one is not sustained."""
+    rows: list[dict] = []
+    for bench in STATEFUL_APPS:
+        for rate in rates:
+            catalog = bench_catalog(kafka, f"{run_id}.st{uuid.uuid4().hex[:4]}", apps=(bench.name,))
+            print(f"stateful: {bench.name} at {rate:,} events/s ...", flush=True)
+            figure = stateful_run(catalog, kafka, workdir, bench, rate, seconds)
+            print(f"  {figure}", flush=True)
+            rows.append(asdict(figure))
+            if not figure.sustained:
+                break
+    return rows
+
