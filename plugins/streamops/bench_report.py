@@ -43,6 +43,7 @@ from streamops.bench import (
     BENCH_MASTER,
     ROLLED_VERSION,
     ROUTER,
+    STEADY_WARMUP_S,
     bench_catalog,
     launch_live,
     paced_load,
@@ -259,9 +260,10 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
                        _written(kafka, catalog) - before, seconds)
 
 def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: int,
-                seconds: float = 30, warmup_s: float = 10, catch_up_limit_s: float = 120) -> LatencyFigure:
-    """The live router under `rate` events/s for warm-up + `seconds`; latency of the records
-    produced after the warm-up: output's broker time minus input's broker time."""
+                seconds: float = 30, warmup_s: float = STEADY_WARMUP_S, catch_up_limit_s: float = 120) -> LatencyFigure:
+    """The live router under `rate` events/s for warm-up + `seconds`, the load begun once its
+    queries run; latency of the records produced after the warm-up: output's broker time minus
+    input's broker time."""
     app = catalog.app(ROUTER)
     source = app.inputs["operations"]
     checkpoint = launch_live(catalog, kafka, workdir, trigger)
@@ -530,14 +532,16 @@ def tables(figures: dict) -> str:
         said.append(tabulate(
             [[f["app"], f"{f['target_rate']:,}", f"{f['produced_rate']:,.0f}", f["records"], f"{f['p50_ms']:,.0f}",
               f"{f['p99_ms']:,.0f}", f"{f['max_ms']:,.0f}",
-              "yes" if f["sustained"] else ("no" if f["caught_up_s"] is None else f"no ({f['caught_up_s']} s behind)"),
+              ("yes" if f["sustained"] else "no") + f" (lag {f['lag_first_half']:,} -> {f['lag_second_half']:,})"
+              + ("" if f["caught_up_s"] is not None else ", never caught up"),
               "not compared" if f["windows_wrong"] is None else f"{f['windows'] - f['windows_wrong']:,} of {f['windows']:,}",
               f["dropped_by_watermark"], f"{f['state_rows']:,}", _mib(f["state_memory_bytes"]), _mib(f["state_files_bytes"]),
-              f"{f['dead_letters']} / {f['malformed_made']}"]
+              f"{f['dead_letters']:,}"]
              for f in figures["stateful"]],
-            headers=["stateful", "target events/s", "produced/s", "records", "p50 ms", "p99 ms", "max ms", "sustained",
+            headers=["stateful", "target events/s", "produced/s", "records", "p50 ms", "p99 ms", "max ms",
+                     "sustained (largest lag, 1st -> 2nd half)",
                      "exact windows", "dropped late", "state rows", "state memory MiB", "state files MiB",
-                     "dead letters / malformed"], disable_numparse=True))
+                     "dead letters"], disable_numparse=True))
         for app, best in highest_sustained(figures["stateful"]).items():
             said.append(f"{app}: highest rate sustained with exact windows: "
                         + (f"{best:,} events/s" if best else "none of those tried"))

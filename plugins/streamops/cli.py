@@ -739,7 +739,8 @@ def bench_report(
     ] = Path("bench-report"),
     events: Annotated[int, typer.Option(min=1000, help="Backlog to drain.")] = 200_000,
     rates: Annotated[str, typer.Option(help="Steady loads for the latency runs, events/s, comma-separated.")] = "2000,10000",
-    seconds: Annotated[float, typer.Option(min=5, help="Measured seconds of each latency run (after 10 s of warm-up).")] = 30,
+    seconds: Annotated[float, typer.Option(
+        min=5, help="Measured seconds of each latency and stateful run (after 30 s of warm-up).")] = 30,
     micro_batch: Annotated[str, typer.Option(help="The micro-batch trigger the live router is compared on.")] = "2 seconds",
     roll_rate: Annotated[float, typer.Option(min=1, help="Load during the roll-restarts, events/s.")] = 1000,
     bootstrap_servers: Annotated[

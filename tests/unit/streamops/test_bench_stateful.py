@@ -8,7 +8,7 @@ import os
 from collections import Counter
 
 from streamops.bench_report import highest_sustained
-from streamops.bench_stateful import commit_latencies, emitted_counts, window_counts_of, wrong_windows
+from streamops.bench_stateful import commit_times, emitted_counts, lag_growth, window_counts_of, wrong_windows
 from streamops.kafka_records import Record
 
 
@@ -52,9 +52,17 @@ def test_each_record_waits_until_the_commit_of_the_batch_that_read_it(tmp_path):
     records = [Record("in", 0, 1, None, b"{}", 99_000), Record("in", 0, 2, None, b"{}", 101_000),
                Record("in", 1, 2, None, b"{}", 102_000),
                Record("in", 1, 3, None, b"{}", 102_400)]  # read by no committed batch yet: left out
-    latencies, last_commit = commit_latencies(query, records)
-    assert latencies == [1_000.0, 1_500.0, 500.0]
-    assert last_commit == 102_500.0
+    assert commit_times(query, records) == [(99_000.0, 100_000.0), (101_000.0, 102_500.0), (102_000.0, 102_500.0)]
+
+
+def test_a_lag_that_grows_is_told_from_one_that_comes_round():
+    # One record a second. Keeping pace: each committed 2 s after it was written.
+    steady = [(t * 1000.0, t * 1000.0 + 2000) for t in range(20)]
+    assert lag_growth(steady) == (2, 2)
+    # Falling behind: the n-th record committed n/2 s late, more each second.
+    behind = [(t * 1000.0, t * 1000.0 + 500.0 * t) for t in range(20)]
+    first, second = lag_growth(behind)
+    assert second > first + 1
 
 
 def test_the_highest_rate_counts_only_sustained_runs_with_every_window_exact():
