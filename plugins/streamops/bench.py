@@ -30,10 +30,11 @@ from streamops.app_ops import launch
 from streamops.app_runtime import AppRuntime
 from streamops.artifacts import ArtifactStore, ensure_catalog_artifacts
 from streamops.catalog import AppSpec, Catalog, load_catalog
+from streamops.checkpoints import committed_offsets, query_dirs
 from streamops.driver.options import AVAILABLE_NOW, RunOptions
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
-from streamops.kafka_records import producer
+from streamops.kafka_records import producer, read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import events as load_events
 from streamops.loadgen import run as run_load
@@ -428,3 +429,30 @@ def paced_produce(made: list[tuple[str, str, str]], rate: float, kafka: KafkaCli
             produce_waiting(out, topic, key, value)
     if out.flush(120):
         raise RuntimeError("the paced load's records were not all acknowledged within 120 s")
+
+
+def dead_lettered(kafka: KafkaClientConfig, topic: str) -> set[tuple[str, int, int]]:
+    """(topic, partition, offset) of every input record the dead-letter topic names."""
+    named = set()
+    for record in read_all(kafka, topic):
+        try:
+            source = DeadLetterEnvelope.model_validate_json(record.value or b"").source
+        except ValueError:  # not an envelope: it names no input record
+            continue
+        named.add((source.topic, source.partition, source.offset))
+    return named
+
+
+def committed_everything(checkpoint: Path, kafka: KafkaClientConfig) -> bool:
+    """Every query of the app has committed every record of every topic it reads."""
+    dirs = query_dirs(checkpoint)
+    if not dirs:
+        return False
+    for folder in dirs:
+        committed = committed_offsets(folder)
+        if not committed:
+            return False
+        for topic, parts in committed.items():
+            if any(parts.get(p, -1) < high for p, (_, high) in end_offsets(kafka, topic).items()):
+                return False
+    return True

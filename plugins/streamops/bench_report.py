@@ -45,6 +45,8 @@ from streamops.bench import (
     ROUTER,
     STEADY_WARMUP_S,
     bench_catalog,
+    committed_everything,
+    dead_lettered,
     launch_live,
     paced_load,
     parse_benchmark,
@@ -60,7 +62,6 @@ from streamops.bench import (
 )
 from streamops.bench_stateful import STATEFUL_RATES, stateful_figures
 from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog
-from streamops.checkpoints import committed_offsets
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import producer, read_all
@@ -68,7 +69,6 @@ from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import events as load_events
 from streamops.loadgen import run as run_load
 from streamops.paths import CACHE_DIR, PROJECT_ROOT
-from streamops.runtime_records import DeadLetterEnvelope
 from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.timestamps import iso_seconds_utc, utc_now
 from streamops.waiting import DeadlineExceeded, poll_until
@@ -226,11 +226,9 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
     app = catalog.app(ROUTER)
     source = app.inputs["operations"]
     checkpoint = launch_live(catalog, kafka, workdir, app.trigger or "2 seconds", master="local[*]")
-    query_dir = checkpoint / "route"
 
     def caught_up() -> bool:
-        committed = (committed_offsets(query_dir) or {}).get(source, {})
-        return all(committed.get(p, -1) >= high for p, (_, high) in end_offsets(kafka, source).items())
+        return committed_everything(checkpoint, kafka)
 
     try:
         # Event times a microsecond apart: at the load generator's default of 1 ms for an unpaced load,
@@ -306,14 +304,8 @@ def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigg
 
 def _dead_lettered(kafka: KafkaClientConfig, catalog: Catalog, inputs: dict[str, int]) -> int:
     """Measured input records that went to the dead-letter topic (malformed, or an unknown op type)."""
-    app = catalog.app(ROUTER)
-    named = set()
-    for record in read_all(kafka, app.dead_letter_topic):
-        try:
-            source = DeadLetterEnvelope.model_validate_json(record.value or b"").source
-        except ValueError:  # not an envelope: it names no input record
-            continue
-        named.add(f"{source.topic}/{source.partition}/{source.offset}")
+    sources = dead_lettered(kafka, catalog.app(ROUTER).dead_letter_topic)
+    named = {f"{topic}/{partition}/{offset}" for topic, partition, offset in sources}
     return len(named & set(inputs))
 
 

@@ -33,6 +33,8 @@ from streamops.app_runtime import AppRuntime
 from streamops.bench import (
     STEADY_WARMUP_S,
     bench_catalog,
+    committed_everything,
+    dead_lettered,
     launch_live,
     paced_produce,
     percentile,
@@ -40,14 +42,13 @@ from streamops.bench import (
     wait_until_started,
 )
 from streamops.catalog import AppSpec, Catalog
-from streamops.checkpoints import batch_offsets, committed_offsets, query_dir, query_dirs
+from streamops.checkpoints import batch_offsets, committed_batches, query_dir
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.kafka_records import Record, read_all
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import events as load_events
 from streamops.programs import settings_dict
-from streamops.runtime_records import DeadLetterEnvelope
 from streamops.timestamps import epoch_ms, parse_recorded_time
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -134,10 +135,8 @@ def commit_times(query: Path, inputs: list[Record]) -> list[tuple[float, float]]
     """(written, committed) in ms for each input record: its broker timestamp, and the commit of
     the batch that read it (the batch's offsets file says which; its commit file's time says
     when). Records no committed batch covers are left out."""
-    commits = sorted(int(p.name) for p in (query / "commits").iterdir() if p.name.isdigit()) \
-        if (query / "commits").exists() else []
     ends: dict[tuple[str, int], tuple[list[int], list[float]]] = {}
-    for batch in commits:
+    for batch in committed_batches(query):
         offsets = batch_offsets(query, batch)
         if offsets is None:
             continue
@@ -177,30 +176,14 @@ def lag_growth(times: list[tuple[float, float]], step_ms: float = 100) -> tuple[
     return largest(first, middle), largest(middle, last)
 
 
-def sample_state(runtime: AppRuntime, largest: dict[str, tuple[int, int, int]]) -> bool:
+def sample_state(runtime: AppRuntime, largest: dict[str, tuple[int, int, int]]) -> None:
     """Keep each stateful query's largest state figures seen so far (a batch with no data after
-    the load reports RocksDB's files as 0 until its next flush). Always True."""
+    the load reports RocksDB's files as 0 until its next flush)."""
     for query, progress in runtime.progress().items():
         if progress.stateful:
             seen = largest.get(query, (0, 0, 0))
             largest[query] = (max(seen[0], progress.state_rows), max(seen[1], progress.state_memory_bytes),
                               max(seen[2], progress.state_files_bytes))
-    return True
-
-
-def caught_up(checkpoint: Path, kafka: KafkaClientConfig) -> bool:
-    """Every query of the app has committed every record of every topic it reads."""
-    dirs = query_dirs(checkpoint)
-    if not dirs:
-        return False
-    for folder in dirs:
-        committed = committed_offsets(folder)
-        if not committed:
-            return False
-        for topic, parts in committed.items():
-            if any(parts.get(p, -1) < high for p, (_, high) in end_offsets(kafka, topic).items()):
-                return False
-    return True
 
 
 def stateful_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, bench: StatefulApp, rate: int,
@@ -217,8 +200,12 @@ def stateful_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, benc
         started = time.time()
         paced_produce([(topic, key, value) for topic, key, value, _, _ in made], rate, kafka)
         try:
-            poll_until(lambda: sample_state(runtime, largest) and caught_up(checkpoint, kafka), timeout=catch_up_limit_s,
-                       what=f"{bench.name} to commit every record", interval=1, max_interval=3)
+            def caught_up() -> bool:
+                sample_state(runtime, largest)
+                return committed_everything(checkpoint, kafka)
+
+            poll_until(caught_up, timeout=catch_up_limit_s, what=f"{bench.name} to commit every record", interval=1,
+                       max_interval=3)
             done = True
         except DeadlineExceeded:
             done = False
@@ -281,15 +268,6 @@ def _expected_counts(app: AppSpec, bench: StatefulApp, kafka: KafkaClientConfig)
             event = record.json()
             events.append((event["user_id"], _ms(event["event_time"])))
     return window_counts_of(events, window_ms, slide_ms)
-
-
-def dead_lettered(kafka: KafkaClientConfig, topic: str) -> set[tuple[str, int, int]]:
-    """(topic, partition, offset) of every input record the dead-letter topic names."""
-    named = set()
-    for record in read_all(kafka, topic):
-        source = DeadLetterEnvelope.model_validate_json(record.value or b"").source
-        named.add((source.topic, source.partition, source.offset))
-    return named
 
 
 def _ms(moment: str) -> int:

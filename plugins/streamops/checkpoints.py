@@ -72,9 +72,14 @@ def _batch_ids(folder: Path) -> list[int]:
     return sorted(int(p.name) for p in folder.glob("[0-9]*") if p.name.isdigit()) if folder.exists() else []
 
 
+def committed_batches(query_dir: Path) -> list[int]:
+    """The query's committed micro-batches still in its commit log, oldest first."""
+    return _batch_ids(query_dir / "commits")
+
+
 def last_batch_id(query_dir: Path) -> int | None:
     """The query's last committed micro-batch (None: none yet)."""
-    committed = _batch_ids(query_dir / "commits")
+    committed = committed_batches(query_dir)
     return committed[-1] if committed else None
 
 
