@@ -52,6 +52,7 @@ from typing import Any
 import psutil
 
 from streamops.driver_lease import DriverLease, Holder, LeaseTaken
+from streamops.process_identity import live_process, start_mark
 from streamops.refusals import OneLineRefused
 from streamops.runtime_files import read_json, read_json_object, write_json_atomic
 
@@ -144,8 +145,10 @@ class AppRuntime:
         # mistakes old progress for this driver's.
         for stale in self.progress_dir.glob("*.json") if self.progress_dir.exists() else []:
             stale.unlink()
-        # The process's start time with its pid: a pid the OS reuses later is never mistaken for it.
-        record = {**info, "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "host": socket.gethostname(),
+        # Its pid with its start mark (streamops.process_identity): a pid the OS reuses later is
+        # never mistaken for it.
+        record = {**info, "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "pid_start": start_mark(),
+                  "host": socket.gethostname(),
                   "started_at": now_iso(), "lease_epoch": epoch}
         with self._record_lock:
             if self.fenced:  # taken over already (this driver stalled right after taking it)
@@ -228,16 +231,11 @@ class AppRuntime:
 
     def driver_process(self) -> psutil.Process | None:
         """The recorded driver's process if it is alive on this host and is the same process
-        (same start time), else None: a signal never goes to a pid the record merely names."""
+        (same start mark), else None: a signal never goes to a pid the record merely names."""
         record = self.driver() or DriverRecord()
-        pid, created = record.pid, record.pid_created
-        if record.host != socket.gethostname() or not isinstance(pid, int) or not isinstance(created, (int, float)):
+        if record.host != socket.gethostname():
             return None
-        try:
-            process = psutil.Process(pid)
-            return process if abs(process.create_time() - created) < 0.01 else None
-        except psutil.Error:
-            return None
+        return live_process(record.pid, record.pid_start, record.pid_created)
 
     def state(self) -> str:
         """running | stopped | failed (its query failed) | crashed (died unrecorded) | never started."""
@@ -429,13 +427,7 @@ class AppRuntime:
         if record is None or record.failed:
             return record
         if record.host == socket.gethostname():
-            try:
-                process = psutil.Process(record.pid) if record.pid is not None else None
-                alive = process is not None and record.pid_created is not None \
-                    and abs(process.create_time() - record.pid_created) < 0.01
-            except (psutil.Error, ValueError):  # ValueError: a negative pid
-                alive = False
-            gone = not alive
+            gone = live_process(record.pid, record.pid_start, record.pid_created) is None
         else:
             started = parse_recorded_time(record.started_at)
             gone = started is None or (datetime.now(UTC) - started).total_seconds() > OPERATION_MAX_S
@@ -473,7 +465,7 @@ class AppRuntime:
                         f"changing it ({current.error}); an operator's start, stop or recovery decides what happens next")
             write_json_atomic(self.operation_file, OperationRecord(
                 run_id=run_id, what=what, started_at=now_iso(), host=socket.gethostname(), pid=os.getpid(),
-                pid_created=psutil.Process().create_time()).to_json(), indent=1)
+                pid_created=psutil.Process().create_time(), pid_start=start_mark()).to_json(), indent=1)
             return current if current and current.failed else None
 
     def end_operation(self, run_id: str, restore: OperationRecord | None = None) -> None:

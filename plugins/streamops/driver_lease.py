@@ -50,6 +50,7 @@ import psutil
 from typing_extensions import TypedDict
 
 from streamops import settings
+from streamops.process_identity import certainly_gone, start_mark
 from streamops.runtime_files import read_json_object, write_json_atomic
 from streamops.runtime_records import RuntimeRecordError, checked
 from streamops.timestamps import iso_seconds
@@ -83,7 +84,8 @@ class LeaseEpoch(TypedDict, total=False):
     host: str
     address: str | None  # the host's address in the cluster profile (STREAMOPS_HOST_ADDRESS)
     pid: int
-    pid_created: float  # the process's start time: a reused pid is never taken for it
+    pid_created: float  # its create time (wall clock), for people to read
+    pid_start: str  # process_identity.start_mark: a reused pid is never taken for it (absent: older)
     ttl_s: float  # how long others wait for a silent holder
     taken_at_s: float
     taken_at: str
@@ -153,21 +155,12 @@ class Holder:
 
 
 def _process_gone(record: LeaseEpoch) -> bool:
-    """True only when the holder is a process of this host that no longer exists (same pid and
-    start time, so a reused pid is not mistaken for it). Another host's process is never 'gone'
-    from here: only its heartbeat can tell."""
-    pid, created = record.get("pid"), record.get("pid_created")
-    if record.get("host") != socket.gethostname() or not isinstance(pid, int) or not isinstance(created, (int, float)):
+    """True only when the holder is a process of this host that no longer exists (its pid and start
+    mark, so a reused pid is not mistaken for it). Another host's process is never 'gone' from
+    here: only its heartbeat can tell."""
+    if record.get("host") != socket.gethostname():
         return False
-    try:
-        process = psutil.Process(pid)
-        # A whole second apart: another process with the recycled pid. (Start times move with a
-        # stepped clock by less than that; a false "gone" would let a second driver in.)
-        return bool(abs(process.create_time() - created) >= 1.0 or process.status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
+    return certainly_gone(record.get("pid"), record.get("pid_start"), record.get("pid_created"))
 
 
 def _alive(holder: Holder | None) -> Holder | None:
@@ -244,7 +237,8 @@ class DriverLease:
         epoch = latest + 1
         now = time.time()
         record = {**info, "epoch": epoch, "host": socket.gethostname(), "address": settings.HOST_ADDRESS.get(),
-                  "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "ttl_s": ttl, "taken_at_s": now,
+                  "pid": os.getpid(), "pid_created": psutil.Process().create_time(), "pid_start": start_mark(),
+                  "ttl_s": ttl, "taken_at_s": now,
                   "taken_at": iso_seconds(int(now * 1000))}
         staged = self.dir / f".epoch-{epoch:010d}.{socket.gethostname()}.{os.getpid()}.tmp"
         staged.write_text(json.dumps(checked(LeaseEpoch, record, str(self._epoch_file(epoch))), sort_keys=True))

@@ -160,7 +160,8 @@ class DriverRecord:
     launch: LaunchRecord = field(default_factory=LaunchRecord)  # empty: none recorded
     # The process, and its lease (acquire).
     pid: int | None = None
-    pid_created: float | None = None  # the process's start time: a reused pid is never taken for it
+    pid_created: float | None = None  # its create time (wall clock), for people to read
+    pid_start: str | None = None  # process_identity.start_mark: a reused pid is never taken for it
     host: str | None = None
     process_group: int | None = None  # spark-submit's, shared with its JVM
     jvm_pid: int | None = None
@@ -413,7 +414,8 @@ class OperationRecord(_Record):
     started_at: str | None = None
     host: str | None = None
     pid: int | None = None
-    pid_created: float | None = None  # the process's start time: a reused pid is never taken for it
+    pid_created: float | None = None  # its create time (wall clock), for people to read
+    pid_start: str | None = None  # process_identity.start_mark: a reused pid is never taken for it
     failed_at: str | None = None  # "unknown": its process ended without ending the operation
     error: str | None = None
     state_after: str | None = None  # the app's state when the run failed

@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 
+from streamops.process_identity import live_process, start_mark
 from streamops.settings import Setting
 from streamops.waiting import DeadlineExceeded, poll_until
 
@@ -49,7 +50,7 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 @dataclass
 class ServiceProcess:
-    """One long-running process. The pid file holds the pid and the process's start time, so a
+    """One long-running process. The pid file holds the pid and the process's start mark (streamops.process_identity), so a
     recycled pid that now belongs to something else is never mistaken for the service (the
     command line is no proof: Airflow rewrites its process titles)."""
 
@@ -61,15 +62,14 @@ class ServiceProcess:
         """The pid of the running service, or None (a stale pid file is removed)."""
         try:
             pid_text, started_text = self.pid_file.read_text().split()
-            pid, started = int(pid_text), float(started_text)
+            pid = int(pid_text)
         except (FileNotFoundError, ValueError):
             return None
-        try:
-            proc = psutil.Process(pid)
-            alive = proc.status() != psutil.STATUS_ZOMBIE and abs(proc.create_time() - started) < 0.01
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            alive = False
-        if not alive:
+        try:  # a file written before the start mark holds the create time
+            mark, created = None, float(started_text)
+        except ValueError:
+            mark, created = started_text, None
+        if live_process(pid, mark, created) is None:
             self.pid_file.unlink(missing_ok=True)
             return None
         return pid
@@ -94,7 +94,7 @@ class ServiceProcess:
                 start_new_session=True,
                 **as_user,
             )
-        self.pid_file.write_text(f"{proc.pid} {psutil.Process(proc.pid).create_time()}\n")
+        self.pid_file.write_text(f"{proc.pid} {start_mark(psutil.Process(proc.pid))}\n")
         return proc.pid
 
     def exited(self) -> bool:

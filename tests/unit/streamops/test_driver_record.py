@@ -9,6 +9,7 @@ import os
 import socket
 
 from streamops.app_runtime import AppRuntime, CodeRecord, DriverRecord, LaunchRecord
+from streamops.process_identity import start_mark
 
 # driver.json as this version's driver leaves it after a graceful stop (streamops.driver.run's DriverRecord, then
 # acquire, update and release), sort_keys and indent as AppRuntime writes it.
@@ -29,6 +30,7 @@ CURRENT = {
     "driver_log": "/ckpt/oplog-router/_runtime/logs/driver-20260102T030405.000000Z-4000.log",
     "pid": 4102,
     "pid_created": 1767322245.25,
+    "pid_start": "0b1e5a4c-7d1f-4c0e-9a55-3f0d8f6c2b11+2217548",
     "host": "worker-a",
     "started_at": "2026-01-02T03:04:06.000Z",
     "lease_epoch": 3,
@@ -63,7 +65,8 @@ def test_a_current_record_is_read_field_by_field(tmp_path):
         launched_by="manual__2026-01-02T03:04:05",
         launch=LaunchRecord(version="1.1.0", spark_conf={"spark.driver.memory": "2g"}, launch_id="0f" * 16),
         process_group=4100, jvm_pid=4101, driver_log="/ckpt/oplog-router/_runtime/logs/driver-20260102T030405.000000Z-4000.log",
-        pid=4102, pid_created=1767322245.25, host="worker-a", started_at="2026-01-02T03:04:06.000Z", lease_epoch=3,
+        pid=4102, pid_created=1767322245.25, pid_start="0b1e5a4c-7d1f-4c0e-9a55-3f0d8f6c2b11+2217548", host="worker-a",
+        started_at="2026-01-02T03:04:06.000Z", lease_epoch=3,
         application_id="local-1767322246000", spark_master="local[2]", spark_ui="http://worker-a:4040", driver_host="worker-a",
         plan_fingerprint={"route": []}, queries_started=["route"], queries_started_at="2026-01-02T03:04:20.000Z",
         last_idle_at="2026-01-02T03:05:00.000Z", failed_batches=[], stopped_at="2026-01-02T04:00:00.000Z", outcome="stopped",
@@ -165,7 +168,8 @@ def test_the_launch_record_goes_through_the_environment_and_driver_json_and_back
     try:
         on_disk = json.loads(runtime.driver_file.read_text())
         # The writer is untouched: the driver's keys, as it gave them, plus acquire's own.
-        assert on_disk == {**info, "pid": os.getpid(), "pid_created": on_disk["pid_created"], "host": socket.gethostname(),
+        assert on_disk == {**info, "pid": os.getpid(), "pid_created": on_disk["pid_created"],
+                           "pid_start": start_mark(), "host": socket.gethostname(),
                            "started_at": on_disk["started_at"], "lease_epoch": 1}
         runtime.update(application_id="local-1", queries_started=["route"])
         record = runtime.driver()

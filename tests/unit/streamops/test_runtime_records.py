@@ -387,7 +387,8 @@ def test_the_lease_files_are_written_and_read_as_their_records(tmp_path):
         holder = lease.live_holder()
         assert holder.record == json.loads((lease.dir / f"epoch-{epoch:010d}.json").read_text())
         assert (holder.epoch, holder.record["app"], holder.pid, holder.record["ttl_s"]) == (1, "demo", os.getpid(), 30.0)
-        assert set(holder.record) == {"epoch", "app", "host", "address", "pid", "pid_created", "ttl_s", "taken_at_s", "taken_at"}
+        assert set(holder.record) == {"epoch", "app", "host", "address", "pid", "pid_created", "pid_start", "ttl_s", "taken_at_s",
+                                      "taken_at"}
     finally:
         lease.end("stopped")
     ended = lease.holder(epoch).ended

@@ -1,0 +1,53 @@
+"""streamops.process_identity: a recorded process is known by its pid and a start mark that a
+stepped wall clock does not move (psutil's create time does)."""
+
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from streamops import process_identity
+from streamops.process_identity import certainly_gone, live_process, start_mark
+
+
+def test_the_start_mark_names_this_process_and_no_other():
+    mark = start_mark()
+    assert mark == start_mark(psutil.Process(os.getpid()))
+    assert live_process(os.getpid(), mark).pid == os.getpid()
+    assert not certainly_gone(os.getpid(), mark)
+    # The same pid with another start: the pid was reused by another process.
+    other = mark.rsplit("+", 1)[0] + "+1"
+    assert live_process(os.getpid(), other) is None and certainly_gone(os.getpid(), other)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the start mark is read from /proc")
+def test_a_stepped_wall_clock_moves_the_create_time_but_not_the_start_mark(monkeypatch):
+    mark, created = start_mark(), psutil.Process().create_time()
+    stepped = psutil._pslinux.boot_time() + 5.0  # what /proc/stat's btime says after `date -s` 5 s ahead
+    monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+    assert abs(psutil.Process().create_time() - created) >= 4.99  # what the records compared before
+    assert start_mark() == mark
+    assert live_process(os.getpid(), mark) is not None and not certainly_gone(os.getpid(), mark)
+
+
+def test_an_ended_process_is_gone_and_a_record_without_a_start_is_never_judged():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    mark = start_mark(psutil.Process(child.pid))
+    child.wait()
+    assert live_process(child.pid, mark) is None and certainly_gone(child.pid, mark)
+    assert not certainly_gone(os.getpid(), None, None)  # nothing to tell it by: never "gone"
+    assert live_process(os.getpid(), None, None) is None  # nor taken for the recorded one
+    assert live_process(-3, "x") is None and live_process("12", "x") is None
+
+
+def test_a_record_from_before_the_mark_is_judged_by_its_create_time():
+    created = psutil.Process().create_time()
+    assert live_process(os.getpid(), None, created) is not None
+    assert live_process(os.getpid(), None, created - 3600) is None and certainly_gone(os.getpid(), None, created - 3600)
+
+
+def test_without_proc_the_mark_is_the_create_time(monkeypatch):
+    monkeypatch.setattr(process_identity, "_BOOT", None)
+    assert start_mark() == f"created:{psutil.Process().create_time():.2f}"
