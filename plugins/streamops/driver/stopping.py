@@ -15,6 +15,7 @@ import time
 from functools import partial
 from types import FrameType
 
+from py4j.protocol import Py4JError, Py4JJavaError
 from pyspark.sql.streaming import StreamingQuery
 
 from streamops.app_runtime import AppRuntime
@@ -154,15 +155,33 @@ class StopSignals:
         return said + (f", then {self.received[1]}: stopped at once" if len(self.received) > 1 else "")
 
 
-def _jvm_gone(jvm_pid: int | None) -> bool:
+# A killed JVM's gateway socket closes while the kernel tears the process down, before it is a
+# zombie (let alone reaped): the lost connection can reach Python first. So a Py4J error that is not
+# a Java exception waits this long for the JVM to be seen gone before calling it the driver's own.
+JVM_EXIT_WAIT_S = 10.0
+
+
+def _jvm_exited(jvm_pid: int) -> bool:
     import psutil
 
-    if jvm_pid is None:
-        return False
     try:
         return bool(psutil.Process(jvm_pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.Error:  # gone (or reaped meanwhile)
         return True
+
+
+def _jvm_gone(jvm_pid: int | None, exc: BaseException) -> bool:
+    if jvm_pid is None:
+        return False
+    if _jvm_exited(jvm_pid):
+        return True
+    if not isinstance(exc, Py4JError) or isinstance(exc, Py4JJavaError):
+        return False  # the JVM answered: a Java exception, or an error of Python's own
+    try:
+        return poll_until(lambda: _jvm_exited(jvm_pid), timeout=JVM_EXIT_WAIT_S, interval=0.1,
+                          what=f"the Spark JVM (pid {jvm_pid}) to end")
+    except DeadlineExceeded:
+        return False
 
 
 def ended_by(exc: BaseException, running: bool, seconds: float, stops: StopSignals, jvm_pid: int | None) -> tuple[str, str]:
@@ -172,7 +191,7 @@ def ended_by(exc: BaseException, running: bool, seconds: float, stops: StopSigna
     if stops.received:
         return "stopped", (f"{stops.describe()} {phase}; the graceful stop did not finish ({gist}): a micro-batch in "
                            "flight re-runs on restart")
-    if _jvm_gone(jvm_pid):
+    if _jvm_gone(jvm_pid, exc):
         return "failed", (f"the driver's Spark JVM (pid {jvm_pid}) went away {phase} (killed, or out of memory: see the "
                           f"driver log); the app stopped with it. Last error: {gist}")
     return "failed", f"the driver failed {phase}: {gist}"
