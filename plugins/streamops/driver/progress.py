@@ -98,10 +98,10 @@ class ProgressPublisher(StreamingQueryListener):
         files_bytes = sum(int((op.customMetrics or {}).get("rocksdbSstFileSize") or 0) for op in p.stateOperators)
         duration_ms = (p.durationMs or {}).get("triggerExecution", 0)
         log.info(
-            "query %s batch %d: %d rows in, %.1f rows/s processed, %d ms, state rows %d, "
+            "query %s batch %d: %d rows in, %.1f rows/s processed, %d ms (%s), state rows %d, "
             "dropped as late %d, metrics %s",
-            p.name, p.batchId, p.numInputRows, p.processedRowsPerSecond or 0.0, duration_ms, state_rows, dropped,
-            json.dumps(observed),
+            p.name, p.batchId, p.numInputRows, p.processedRowsPerSecond or 0.0, duration_ms, batch_phases(p.durationMs),
+            state_rows, dropped, json.dumps(observed),
         )
         offsets = offsets_of(p)
         if self.runtime is not None:
@@ -150,3 +150,11 @@ class ProgressPublisher(StreamingQueryListener):
             log.error("query %s terminated with an error: %s", event.id, event.exception)
         else:
             log.info("query %s stopped", event.id)
+
+
+def batch_phases(duration_ms: dict[str, int] | None) -> str:
+    """Where a batch's time went, longest first, from Spark's durationMs ('addBatch 1840, queryPlanning
+    95, walCommit 12, ...'): the writing (addBatch), the planning, the offset and commit logs."""
+    phases = sorted(((ms, name) for name, ms in (duration_ms or {}).items() if name != "triggerExecution" and ms),
+                    reverse=True)
+    return ", ".join(f"{name} {ms}" for ms, name in phases) or "no phases"
