@@ -4,11 +4,16 @@ Input: logback-style JSON log events with "@timestamp", "logger_name" and "brows
 browser fingerprint). Events of the captcha logger mean the browser passed a captcha; every
 other event is an action.
 
-Query `challenge`: actions per fingerprint, left-joined with the captcha-verified table (both
-in one per-fingerprint state in RocksDB, as Kafka Streams' KTable-KTable join keeps two stores).
-A fingerprint with at least `challenge_threshold` actions that never verified is written to the
-compacted challenges topic, updated as its count grows; a verified fingerprint counts as 0, so a
-challenge it had is retracted with a tombstone. Dead letters are written here too.
+Query `challenge`: actions per fingerprint, left-joined with the captcha-verified table (Kafka
+Streams' KTable-KTable join keeps two stores); here one streaming aggregation per fingerprint, Spark's
+own in the JVM (RocksDB), in update mode: its actions, whether it verified, its latest action. The
+compacted challenges topic is that table's update stream for fingerprints with at least
+`challenge_threshold` actions: in each batch in which such a fingerprint has activity, its
+challenge (count and latest action) while it has not verified, a tombstone once it has (a
+verified fingerprint counts as 0: the challenge it had is retracted, and a reader of the compacted
+topic sees none; Kafka Streams' KTable filter forwards such tombstones too). The state and what
+is written follow from the input alone: a rebuild from the earliest offsets gives them again.
+Dead letters are written here too.
 
 Query `window-count`: actions per fingerprint in `window` windows advancing by `slide`, on
 event time with a `watermark`; records later than the watermark are dropped by Spark and counted
@@ -18,20 +23,15 @@ joined: with 5 s windows every 2 s, a late record counts 2 or 3), not silently.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from streamops import records
 from streamops.catalog import AppSpec, Duration
 from streamops.program_contract import OutputQuery, StreamingProgram, WindowCountOutput
-from streamops.records import iso_ms
 
 
 class BrowserActivitySettings(BaseModel):
@@ -51,61 +51,26 @@ FIELDS = [
     records.Field("browserHash", "string", "fingerprint", min_length=1),
 ]
 
-OUTPUT_SCHEMA = "key string, value string, topic string"
-STATE_SCHEMA = "actions bigint, verified boolean, challenged_at bigint"
 
-
-def challenge_fingerprint(
-    fingerprint: str,
-    rows: list[dict],
-    state: tuple[int, bool, int],
-    *,
-    captcha_logger: str,
-    threshold: int,
-    topic: str,
-) -> tuple[list[tuple[str, str | None, str]], tuple[int, bool, int]]:
-    """One fingerprint's rows of one micro-batch. state: (actions, verified, count last
-    written as a challenge, 0 if none). Returns (outputs, new state)."""
-    actions, verified, challenged_at = state
-    last = None
-    for row in sorted(rows, key=lambda r: (r["time_ms"], r["partition"], r["offset"])):
-        if row["logger_name"] == captcha_logger:
-            verified = True
-        else:
-            actions += 1
-        last = row
-    outputs: list[tuple[str, str | None, str]] = []
-    if verified:
-        if challenged_at:
-            outputs.append((fingerprint, None, topic))  # tombstone: no longer to be challenged
-            challenged_at = 0
-    elif last is not None and actions >= threshold and actions != challenged_at:  # (no rows: nothing new to say)
-        value = {
-            "fingerprint": fingerprint,
-            "actions": actions,
-            "verified": False,
-            "threshold": threshold,
-            "last_event_id": last["event_id"],
-            "last_event_time": iso_ms(last["time_ms"]),
-        }
-        outputs.append((fingerprint, json.dumps(value), topic))
-        challenged_at = actions
-    return outputs, (actions, verified, challenged_at)
-
-
-def _challenge_group(settings: BrowserActivitySettings, topic: str):
-    options: dict[str, Any] = dict(captcha_logger=settings.captcha_logger, threshold=settings.challenge_threshold, topic=topic)
-
-    def apply(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState) -> Iterator[pd.DataFrame]:
-        (fingerprint,) = key
-        current = tuple(state.get) if state.exists else (0, False, 0)
-        current = (int(current[0]), bool(current[1]), int(current[2]))
-        rows = [row for frame in frames for row in frame.to_dict("records")]
-        outputs, new_state = challenge_fingerprint(fingerprint, rows, current, **options)
-        state.update(new_state)
-        yield pd.DataFrame(outputs, columns=["key", "value", "topic"])
-
-    return apply
+def challenges(good: DataFrame, settings: BrowserActivitySettings, topic: str) -> DataFrame:
+    """The challenge records of the good input: in each micro-batch, every fingerprint with activity
+    and at least the threshold's actions, as its challenge (its count and latest action) when it has
+    not verified, as a tombstone when it has."""
+    threshold = settings.challenge_threshold
+    is_captcha = F.col("logger_name") == settings.captcha_logger
+    # The latest action by event time, then Kafka position (a record's place among equal times).
+    action_order = F.when(~is_captcha, F.struct(F.unix_millis("event_time"), "partition", "offset"))
+    per_browser = good.groupBy("fingerprint").agg(
+        F.count_if(~is_captcha).alias("actions"),
+        F.bool_or(is_captcha).alias("verified"),
+        F.max_by(F.struct("event_id", "event_time"), action_order).alias("last"),
+    )
+    challenge = F.to_json(F.struct(
+        "fingerprint", "actions", F.lit(False).alias("verified"), F.lit(threshold).alias("threshold"),
+        F.col("last.event_id").alias("last_event_id"), records.iso_time("last.event_time").alias("last_event_time"),
+    ))
+    return per_browser.where(F.col("actions") >= threshold).select(
+        F.col("fingerprint").alias("key"), F.when(~F.col("verified"), challenge).alias("value"), F.lit(topic).alias("topic"))
 
 
 def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:
@@ -119,23 +84,10 @@ def queries(spec: AppSpec, version: str, source: Callable[[list[str]], DataFrame
         F.sum(F.when(F.col("error").isNotNull(), 1).otherwise(0)).alias("dead_letters"),
         F.sum(F.when(F.col("error").isNull() & is_captcha, 1).otherwise(0)).alias("captcha_verifications"),
     )
-    challenges = (
-        records.good(parsed)
-        .select(
-            "fingerprint", "logger_name", F.unix_millis("event_time").alias("time_ms"), "event_id", "partition", "offset"
-        )
-        .groupBy("fingerprint")
-        .applyInPandasWithState(
-            _challenge_group(settings, spec.outputs["challenges"]),
-            OUTPUT_SCHEMA,
-            STATE_SCHEMA,
-            "append",
-            GroupStateTimeout.NoTimeout,
-        )
-    )
+    challenged = challenges(records.good(parsed), settings, spec.outputs["challenges"])
     dead = records.dead_letters(parsed, spec, version)
     return [
-        OutputQuery("challenge", challenges.unionByName(dead)),
+        OutputQuery("challenge", challenged.unionByName(dead), "update"),
         OutputQuery("window-count", window_counts(spec, source), "update"),
     ]
 
@@ -164,7 +116,7 @@ class BrowserActivity(StreamingProgram):
     input_fields = {"logs": FIELDS}
     query_names = ("challenge", "window-count")
     stateful_operators = {
-        "challenge": ("groupBy(fingerprint).applyInPandasWithState: actions and captcha verification per browser",),
+        "challenge": ("groupBy(fingerprint) aggregation: actions, verified and the latest action per browser",),
         "window-count": ("windowed count per fingerprint with a watermark",),
     }
     window_counts = {"activity_counts": WindowCountOutput("window-count", "fingerprint")}

@@ -59,7 +59,8 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
             log_event("b1", "11:54.000"),
             log_event("b1", "11:55.500"),
             log_event("b1", "11:58.000"),  # offset 4
-            # b2: six actions but verified by the captcha: counts as 0, never challenged.
+            # b2: six actions but verified by the captcha: counts as 0, never challenged (a tombstone:
+            # whatever challenge it had is retracted).
             *[log_event("b2", "12:00.000") for _ in range(6)],  # offsets 5-10
             log_event("b2", "12:00.000", CAPTCHA),  # offset 11
             # b3: four actions: under the threshold.
@@ -77,9 +78,10 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
     first = run_available_now(spark, app_catalog, "browser-activity", broker, checkpoint)
 
     challenges = read_all(broker.client_config, spec.outputs["challenges"])
-    assert [(r.key_text, r.json()) for r in challenges] == [
+    assert sorted(((r.key_text, r.json()) for r in challenges), key=lambda kv: kv[0]) == [
         ("b1", {"fingerprint": "b1", "actions": 5, "verified": False, "threshold": 5,
                 "last_event_id": f"{logs}/0/4", "last_event_time": "2026-01-01T14:11:58.000Z"}),
+        ("b2", None),
     ]
     counts_first = read_all(broker.client_config, spec.outputs["activity_counts"])
     assert by_window(r.json() for r in counts_first) == [
@@ -147,6 +149,31 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
     # Spark counts a late record once per window it would have joined: 14:11:45 falls in the
     # windows starting 14:11:42 and 14:11:44.
     assert dropped == 2
+
+    # Third run: a verified browser with activity is retracted again (the table's update stream);
+    # a challenged one is updated with its new count and latest action; one under the threshold
+    # writes nothing.
+    produce(
+        broker.client_config,
+        logs,
+        [
+            log_event("b1", "12:04.000"),  # offset 25
+            log_event("b2", "12:04.000", CAPTCHA),
+            log_event("b3", "12:03.000"),  # 27: b3's 6th action
+            log_event("b3", "12:01.000"),  # 28: its 7th, earlier in event time: not its latest action
+            log_event("b5", "12:04.000"),  # b5's 3rd action (the late one counts here: no watermark)
+        ],
+        partition=0,
+    )
+    run_available_now(spark, app_catalog, "browser-activity", broker, checkpoint)
+    since = challenges + new_challenges
+    assert sorted(((r.key_text, r.json()) for r in appended(broker, spec.outputs["challenges"], since=since)),
+                  key=lambda kv: kv[0]) == [
+        ("b1", None),
+        ("b2", None),
+        ("b3", {"fingerprint": "b3", "actions": 7, "verified": False, "threshold": 5,
+                "last_event_id": f"{logs}/0/27", "last_event_time": "2026-01-01T14:12:03.000Z"}),
+    ]
 
 
 def _windows_of(events: list[tuple[str, int]], base: str = "2026-01-01T14:20:") -> list[dict]:

@@ -1,10 +1,10 @@
-"""The per-key state logic of the stateful apps, as plain functions (no Spark needed)."""
+"""The presence notifier's per-key state logic, as plain functions (no Spark needed). (Browser
+activity's challenge is Spark's own aggregation: tests/test_browser_activity.py.)"""
 
 from __future__ import annotations
 
 import json
 
-from spark_apps.browser_activity import challenge_fingerprint
 from spark_apps.presence_notifier import notify_user
 
 MIN = 60_000
@@ -37,26 +37,3 @@ def test_history_keeps_the_horizon_plus_the_last_event_before_it():
     history = [(0, "Open", "a"), (1 * MIN, "Close", "b"), (2 * MIN, "Open", "c")]
     _, kept = notify_user("u", [row(0, 5 * MIN, "Close", offset=9)], history, **PRESENCE)
     assert kept == [(2 * MIN, "Open", "c"), (5 * MIN, "Close", "t/0/9")]
-
-
-CHALLENGE = dict(captcha_logger="captcha", threshold=5, topic="c")
-
-
-def action(time_ms, logger="web", offset=0):
-    return {"logger_name": logger, "time_ms": time_ms, "event_id": f"t/0/{offset}", "partition": 0, "offset": offset}
-
-
-def test_challenge_is_written_once_per_new_count_and_not_below_threshold():
-    outputs, state = challenge_fingerprint("b", [action(i, offset=i) for i in range(4)], (0, False, 0), **CHALLENGE)
-    assert outputs == [] and state == (4, False, 0)
-    outputs, state = challenge_fingerprint("b", [action(10, offset=10)], state, **CHALLENGE)
-    assert [json.loads(v)["actions"] for _, v, _ in outputs] == [5] and state == (5, False, 5)
-    outputs, state = challenge_fingerprint("b", [action(11, logger="other.captcha", offset=11)], state, **CHALLENGE)
-    assert [json.loads(v)["actions"] for _, v, _ in outputs] == [6]
-
-
-def test_verification_retracts_a_challenge_with_a_tombstone_once():
-    outputs, state = challenge_fingerprint("b", [action(1, "captcha")], (7, False, 7), **CHALLENGE)
-    assert outputs == [("b", None, "c")] and state == (7, True, 0)
-    outputs, state = challenge_fingerprint("b", [action(2)], state, **CHALLENGE)
-    assert outputs == [] and state == (8, True, 0)

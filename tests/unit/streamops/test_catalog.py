@@ -462,7 +462,7 @@ def test_real_time_is_refused_for_a_stateful_program_with_the_reason(tmp_path):
     assert problems(write(tmp_path, text)) == [
         "apps[0] 'router' (line 35), field 'trigger': real-time mode runs stateless queries only (Spark 4.2 keeps no "
         "state in real-time mode), and program spark_apps.browser_activity keeps state (query challenge: "
-        "groupBy(fingerprint).applyInPandasWithState: actions and captcha verification per browser; query "
+        "groupBy(fingerprint) aggregation: actions, verified and the latest action per browser; query "
         "window-count: windowed count per fingerprint with a watermark); give this app a micro-batch interval such "
         "as '5 seconds'"
     ]
