@@ -60,7 +60,7 @@ from streamops.bench import (
     workspace,
     write_catalog,
 )
-from streamops.bench_stateful import STATEFUL_RATES, stateful_figures
+from streamops.bench_stateful import STATEFUL_APPS, STATEFUL_RATES, stateful_figures
 from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import end_offsets
@@ -386,14 +386,17 @@ GOALS = {
 def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000, 10_000), seconds: float = 30,
                micro_batch: str = "2 seconds", roll_rate: float = 1_000, kafka: KafkaClientConfig | None = None,
                parts: tuple[str, ...] = PARTS, warm_events: int = 1_000_000,
-               stateful_rates: tuple[int, ...] = STATEFUL_RATES) -> dict:
+               stateful_rates: tuple[int, ...] = STATEFUL_RATES,
+               stateful_apps: tuple[str, ...] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     with workspace(kafka) as (kafka, workdir):
         run_id = f"bench{uuid.uuid4().hex[:8]}"
         figures: dict = {"machine": machine(), "settings": {"events": events, "rates": list(rates), "seconds": seconds,
                                                             "micro_batch": micro_batch, "roll_rate": roll_rate,
                                                             "warm_events": warm_events,
-                                                            "stateful_rates": list(stateful_rates)},
+                                                            "stateful_rates": list(stateful_rates),
+                                                            "stateful_apps": list(stateful_apps or
+                                                                                  [a.name for a in STATEFUL_APPS])},
                          "goals": {part: GOALS[part] for part in parts}}
         if "drain" in parts:
             figures["drain"] = drain_figures(kafka, workdir, run_id, events)
@@ -426,7 +429,7 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
                 rolls.append(roll_figure)
             figures["roll"] = [asdict(r) for r in rolls]
         if "stateful" in parts:
-            figures["stateful"] = stateful_figures(kafka, workdir, run_id, stateful_rates, seconds)
+            figures["stateful"] = stateful_figures(kafka, workdir, run_id, stateful_rates, seconds, stateful_apps)
         (out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
         draw(figures, out)
         return figures

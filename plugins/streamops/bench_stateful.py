@@ -278,10 +278,13 @@ def _ms(moment: str) -> int:
 
 
 def stateful_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, rates: tuple[int, ...] = STATEFUL_RATES,
-                     seconds: float = 30) -> list[dict]:
-    """Each stateful app at rising rates (topics of their own per run) until one is not sustained."""
+                     seconds: float = 30, apps: tuple[str, ...] | None = None) -> list[dict]:
+    """Each stateful app (of `apps`; default all) at rising rates (topics of their own per run) until
+    one is not sustained."""
     rows: list[dict] = []
     for bench in STATEFUL_APPS:
+        if apps is not None and bench.name not in apps:
+            continue
         for rate in rates:
             catalog = bench_catalog(kafka, f"{run_id}.st{uuid.uuid4().hex[:4]}", apps=(bench.name,))
             print(f"stateful: {bench.name} at {rate:,} events/s ...", flush=True)

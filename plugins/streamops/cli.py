@@ -36,7 +36,7 @@ from streamops.artifacts import ArtifactError, ArtifactStore, build, ensure_cata
 from streamops.audit import audit_file, audit_table, read_audit
 from streamops.bench import parse_benchmark, router_benchmark, table
 from streamops.bench_report import PARTS, roll_restart, run_report, tables
-from streamops.bench_stateful import STATEFUL_RATES
+from streamops.bench_stateful import STATEFUL_APPS, STATEFUL_RATES
 from streamops.catalog import CatalogError, catalog_path, load_catalog, selected_environment
 from streamops.effective_spec import SpecRefused, bind_app, installed_code, launch_cluster
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, KafkaConfigError, app_conn_id
@@ -753,6 +753,8 @@ def bench_report(
     stateful_rates: Annotated[str, typer.Option(help="Rising loads for the stateful apps, events/s, comma-separated "
                                                      "(each app stops at the first it does not sustain).")]
         = ",".join(str(rate) for rate in STATEFUL_RATES),
+    stateful_apps: Annotated[str, typer.Option(help="Which stateful apps the stateful part measures, comma-separated.")]
+        = ",".join(app.name for app in STATEFUL_APPS),
 ) -> None:
     """Every router figure side by side (drain, latency in micro-batch and real-time mode, roll-restart), printed,
     written as JSON and drawn as PNG into --out. Figures only: nothing is asserted."""
@@ -762,9 +764,15 @@ def bench_report(
     unknown = sorted(set(chosen_parts) - set(PARTS))
     if unknown or not chosen_parts:
         raise typer.BadParameter(f"--parts {parts!r}: {', '.join(unknown) or 'none given'}; choose from {', '.join(PARTS)}")
+    known_apps = [app.name for app in STATEFUL_APPS]
+    chosen_apps = tuple(name.strip() for name in stateful_apps.split(",") if name.strip())
+    if not chosen_apps or set(chosen_apps) - set(known_apps):
+        raise typer.BadParameter(f"--stateful-apps {stateful_apps!r}: "
+                                 f"{', '.join(sorted(set(chosen_apps) - set(known_apps))) or 'none given'}; "
+                                 f"choose from {', '.join(known_apps)}")
     kafka = _kafka(bootstrap_servers, kafka_config) if bootstrap_servers or kafka_config else None
     figures = run_report(out, events, chosen, seconds, micro_batch, roll_rate, kafka, chosen_parts, warm_events,
-                         chosen_stateful)
+                         chosen_stateful, chosen_apps)
     typer.echo(tables(figures))
     typer.echo(f"figures and plots in {out}/")
 

@@ -70,3 +70,14 @@ def test_the_highest_rate_counts_only_sustained_runs_with_every_window_exact():
             {"app": "a", "target_rate": 2_500, "sustained": True, "windows_wrong": 1},
             {"app": "b", "target_rate": 1_000, "sustained": False, "windows_wrong": 0}]
     assert highest_sustained(rows) == {"a": 1_000, "b": None}
+
+
+def test_the_report_refuses_a_stateful_app_it_does_not_measure_and_names_those_it_does():
+    from typer.testing import CliRunner
+
+    from streamops.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "report", "--parts", "stateful", "--stateful-apps", "browser-activity,acme"])
+    assert result.exit_code == 2
+    assert "--stateful-apps 'browser-activity,acme': acme; choose from presence-notifier, browser-activity" in " ".join(
+        result.output.replace("│", " ").split())
