@@ -50,9 +50,9 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 @dataclass
 class ServiceProcess:
-    """One long-running process. The pid file holds the pid and the process's start mark (streamops.process_identity), so a
-    recycled pid that now belongs to something else is never mistaken for the service (the
-    command line is no proof: Airflow rewrites its process titles)."""
+    """One long-running process. The pid file holds the pid and the process's start mark
+    (streamops.process_identity), so a recycled pid that now belongs to something else is never
+    mistaken for the service (the command line is no proof: Airflow rewrites its process titles)."""
 
     name: str
     pid_file: Path

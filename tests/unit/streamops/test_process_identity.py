@@ -51,3 +51,30 @@ def test_a_record_from_before_the_mark_is_judged_by_its_create_time():
 def test_without_proc_the_mark_is_the_create_time(monkeypatch):
     monkeypatch.setattr(process_identity, "_BOOT", None)
     assert start_mark() == f"created:{psutil.Process().create_time():.2f}"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the start mark is read from /proc")
+def test_a_service_started_before_the_clock_was_stepped_is_still_found_and_stopped(tmp_path, monkeypatch):
+    # What CI saw: every service of the cluster profile "not running" at its stop, while its tests had
+    # just used them (the pid files held create times, which a stepped clock moves).
+    from streamops.local_stack.process import ServiceProcess
+
+    service = ServiceProcess("sleeper", tmp_path / "sleeper.pid", tmp_path / "sleeper.log")
+    pid = service.spawn([sys.executable, "-c", "import time; time.sleep(120)"], os.environ, tmp_path)
+    try:
+        stepped = psutil._pslinux.boot_time() - 3.0  # the clock set 3 s back
+        monkeypatch.setattr(psutil._pslinux, "boot_time", lambda: stepped)
+        assert service.pid() == pid
+    finally:
+        stopped = service.stop(timeout=30)
+    assert stopped == f"sleeper stopped (pid {pid})" and not psutil.pid_exists(pid)
+
+
+def test_a_pid_file_from_before_the_mark_is_still_read(tmp_path):
+    from streamops.local_stack.process import ServiceProcess
+
+    service = ServiceProcess("me", tmp_path / "me.pid", tmp_path / "me.log")
+    service.pid_file.write_text(f"{os.getpid()} {psutil.Process().create_time()}\n")
+    assert service.pid() == os.getpid()
+    service.pid_file.write_text(f"{os.getpid()} {start_mark().rsplit('+', 1)[0]}+1\n")  # the pid, another start
+    assert service.pid() is None and not service.pid_file.exists()
