@@ -15,7 +15,7 @@ from __future__ import annotations
 import psutil
 
 _BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
-_LEGACY_TOLERANCE_S = 1.0  # records written before the mark: create times compared, a second apart
+_LEGACY_TOLERANCE_S = 1.0  # create times (records from before the mark, or no /proc) compared a second apart
 
 
 def _boot_id() -> str | None:
@@ -47,12 +47,20 @@ def start_mark(process: psutil.Process | None = None) -> str:
     return f"created:{process.create_time():.2f}"
 
 
-def _same_start(process: psutil.Process, mark: str | None, created: float | None) -> bool:
-    if mark:
-        return start_mark(process) == mark
-    if isinstance(created, (int, float)):  # a record from before the mark
+def _same_start(process: psutil.Process, mark: str | None, created: float | None) -> bool | None:
+    """Whether `process` started when the record says; None when that cannot be told here."""
+    if mark and not mark.startswith("created:"):
+        if _BOOT is None:
+            return None  # a boot's mark read where /proc is not: no way to compare
+        return start_mark(process) == mark  # another boot's id: another process
+    if mark:  # the create time (no /proc where it was written): as clock-bound as it is
+        try:
+            created = float(mark.removeprefix("created:"))
+        except ValueError:
+            return None
+    if isinstance(created, (int, float)):  # that, or a record from before the mark
         return abs(process.create_time() - created) < _LEGACY_TOLERANCE_S
-    return False
+    return None
 
 
 def live_process(pid: object, mark: str | None, created: float | None = None) -> psutil.Process | None:
@@ -62,7 +70,7 @@ def live_process(pid: object, mark: str | None, created: float | None = None) ->
         return None
     try:
         process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE or not _same_start(process, mark, created):
+        if process.status() == psutil.STATUS_ZOMBIE or _same_start(process, mark, created) is not True:
             return None
         return process
     except psutil.Error:
@@ -73,11 +81,11 @@ def certainly_gone(pid: object, mark: str | None, created: float | None = None) 
     """True only when the named process no longer exists (no such pid, a zombie, or the pid now
     another process's); False when that cannot be told (no start recorded, access refused): a lease
     is never taken from a holder that may still run."""
-    if not isinstance(pid, int) or pid <= 0 or (not mark and not isinstance(created, (int, float))):
+    if not isinstance(pid, int) or pid <= 0:
         return False
     try:
         process = psutil.Process(pid)
-        return process.status() == psutil.STATUS_ZOMBIE or not _same_start(process, mark, created)
+        return process.status() == psutil.STATUS_ZOMBIE or _same_start(process, mark, created) is False
     except psutil.NoSuchProcess:
         return True
     except psutil.Error:

@@ -48,9 +48,17 @@ def test_a_record_from_before_the_mark_is_judged_by_its_create_time():
     assert live_process(os.getpid(), None, created - 3600) is None and certainly_gone(os.getpid(), None, created - 3600)
 
 
-def test_without_proc_the_mark_is_the_create_time(monkeypatch):
+def test_without_proc_the_mark_is_the_create_time_judged_a_second_apart(monkeypatch):
+    boot_mark = start_mark()
     monkeypatch.setattr(process_identity, "_BOOT", None)
-    assert start_mark() == f"created:{psutil.Process().create_time():.2f}"
+    created = psutil.Process().create_time()
+    assert start_mark() == f"created:{created:.2f}"
+    # As clock-bound as psutil's create time: a small step is still this process, a large one not.
+    assert live_process(os.getpid(), f"created:{created - 0.4:.2f}") is not None
+    assert certainly_gone(os.getpid(), f"created:{created - 60:.2f}")
+    # A boot's mark read where /proc is not: nothing to compare it with, so never "gone", never signalled.
+    assert not certainly_gone(os.getpid(), boot_mark) and live_process(os.getpid(), boot_mark) is None
+    assert live_process(os.getpid(), "created:garbled") is None and not certainly_gone(os.getpid(), "created:garbled")
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the start mark is read from /proc")
