@@ -182,6 +182,9 @@ def _jvm_gone(jvm_pid: int | None, exc: BaseException) -> bool:
                           what=f"the Spark JVM (pid {jvm_pid}) to end")
     except DeadlineExceeded:
         return False
+    except (Exception, KeyboardInterrupt):  # noqa: BLE001 - a second stop signal's handler, mid-wait
+        # (it stops the queries through the dead gateway, or interrupts): the end record is still written.
+        return _jvm_exited(jvm_pid)
 
 
 def ended_by(exc: BaseException, running: bool, seconds: float, stops: StopSignals, jvm_pid: int | None) -> tuple[str, str]:

@@ -39,3 +39,18 @@ def test_a_lost_gateway_waits_for_the_killed_jvm_to_be_seen_gone(stops):
 def test_an_error_of_the_drivers_own_with_its_jvm_alive_is_told_at_once(stops):
     outcome, reason = ended_by(ValueError("no such column: op"), False, 3.0, stops, os.getpid())
     assert (outcome, reason) == ("failed", "the driver failed during start-up (3 s): ValueError: no such column: op")
+
+
+@pytest.mark.parametrize("interruption", [Py4JError("An error occurred while calling o31.stop"), KeyboardInterrupt()])
+def test_a_stop_signal_s_handler_failing_during_the_wait_does_not_take_the_end_record_with_it(
+    stops, monkeypatch, interruption
+):
+    # A second stop signal in the wait runs the handler's stop of the queries (through the dead
+    # gateway: a Py4J error) or interrupts start-up (KeyboardInterrupt), inside the wait.
+    def interrupted(*_args, **_kwargs):
+        raise interruption
+
+    monkeypatch.setattr("streamops.driver.stopping.poll_until", interrupted)
+    outcome, reason = ended_by(Py4JError("An error occurred while calling o2220.isActive"), True, 9.0, stops, os.getpid())
+    assert (outcome, reason) == ("failed", "the driver failed after 9 s of running: Py4JError: An error occurred while "
+                                           "calling o2220.isActive")
