@@ -11,9 +11,10 @@ compacted challenges topic is that table's update stream for fingerprints with a
 `challenge_threshold` actions: in each batch in which such a fingerprint has activity, its
 challenge (count and latest action) while it has not verified, a tombstone once it has (a
 verified fingerprint counts as 0: the challenge it had is retracted, and a reader of the compacted
-topic sees none; Kafka Streams' KTable filter forwards such tombstones too). The state and what
-is written follow from the input alone: a rebuild from the earliest offsets gives them again.
-Dead letters are written here too.
+topic sees none; Kafka Streams' KTable filter forwards such tombstones too). The state follows
+from the input alone, and so does the compacted table: a rebuild from the earliest offsets gives
+them again (which updates are written on the way depends, as in any micro-batch app, on where the
+batches split). Dead letters are written here too.
 
 Query `window-count`: actions per fingerprint in `window` windows advancing by `slide`, on
 event time with a `watermark`; records later than the watermark are dropped by Spark and counted
