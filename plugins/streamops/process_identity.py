@@ -8,6 +8,8 @@ operator's `date -s`) moves every process's create time at once: each recorded p
 like another one, the local stack's services "not running" while they ran, a live driver's lease
 "gone". The mark is the boot's id and the start in ticks since that boot, both fixed for the life
 of the process. Where /proc is not there (a laptop's macOS running the CLI), the create time.
+Read from /proc here because psutil keeps its clock-free start (ticks since boot) private: its
+public API gives only the create time.
 """
 
 from __future__ import annotations
@@ -79,8 +81,8 @@ def live_process(pid: object, mark: str | None, created: float | None = None) ->
 
 def certainly_gone(pid: object, mark: str | None, created: float | None = None) -> bool:
     """True only when the named process no longer exists (no such pid, a zombie, or the pid now
-    another process's); False when that cannot be told (no start recorded, access refused): a lease
-    is never taken from a holder that may still run."""
+    another process's); False when that cannot be told (a live pid with no start to compare,
+    access refused): a lease is never taken from a holder that may still run."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
