@@ -110,6 +110,10 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
         (19, "field 'browserHash' must not be empty, got '' (0 characters) (input contract length)"),
     ]
     assert observed_totals(first) == {"records_in": 20, "dead_letters": 4, "captcha_verifications": 1}
+    # One read per record in each query: the challenge query's union of challenges and dead
+    # letters shares one parse (the driver's records.shared_parses), read once, not twice.
+    assert {q.name: sum(p.numInputRows for p in q.recentProgress) for q in first} == {
+        "browser-activity.challenge": 20, "browser-activity.window-count": 20}
 
     # Second run from the same checkpoint: the watermark is now 14:12:00 - 10 s = 14:11:50.
     produce(

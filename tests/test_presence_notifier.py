@@ -144,6 +144,8 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
         (ticks_topic, 8, too_far_ahead(ticks_topic, 8)),
     ]
     assert observed_totals(queries) == {"records_in": 18, "dead_letters": 7}
+    # The notify query unions the notices with both inputs' dead letters: each record read once.
+    assert {q.name: sum(p.numInputRows for p in q.recentProgress) for q in queries}["presence-notifier.notify"] == 18
 
 
 def test_presence_state_survives_a_restart_from_the_checkpoint(spark, broker, app_catalog, tmp_path):

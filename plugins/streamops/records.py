@@ -8,9 +8,13 @@ What "good" means is the input contract below, one for every app.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import logging
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal, SupportsInt
@@ -152,10 +156,46 @@ def with_contract(fields: list[Field], contract: InputContract) -> list[Field]:
 
 def parse_input(raw: DataFrame, app: AppSpec, role: str, fields: list[Field]) -> DataFrame:
     """`parse` with everything the catalog says about this input of the app: its size limit, key
-    rule and input contract (field rules, depth, event-time bounds). What every program calls."""
+    rule and input contract (field rules, depth, event-time bounds). What every program calls.
+    Inside `shared_parses()` (the driver's, for a query that uses the result in several branches)
+    the parsed rows are read and parsed once per batch whatever the program builds on them."""
     contract = app.contract(role)
-    return parse(raw, with_contract(fields, contract), app.max_record_bytes, key_field=app.input_keys.get(role),
-                 contract=contract)
+    parsed = parse(raw, with_contract(fields, contract), app.max_record_bytes, key_field=app.input_keys.get(role),
+                   contract=contract)
+    return _shared(parsed, role) if _SHARING.get() else parsed
+
+
+# The driver's switch for `parse_input`, and the names of the barriers it puts in plans.
+_SHARING: ContextVar[bool] = ContextVar("streamops_shared_parses", default=False)
+SHARED_PARSE_PREFIX = "streamops.shared_parse."
+_shared_ids = itertools.count(1)
+_PACKED = "_streamops_parsed"
+
+
+@contextlib.contextmanager
+def shared_parses() -> Iterator[None]:
+    """While open, `parse_input` returns parsed rows that Spark reads and parses once per batch
+    however many branches use them (the dead letters and a stateful operator's outputs, unioned).
+    A union of two branches of one parsed frame is, in Spark's plan, two scans of the source and
+    two parses: Spark shares work between branches only at an exchange that both branches hold
+    whole (ReuseExchange), so the parsed rows go through one, packed as one struct column, with an
+    observation above it (Spark's optimizer moves neither filters nor column pruning through an
+    observation, which would make the two branches' exchanges differ). The cost is a shuffle of
+    the parsed rows; the driver uses it only for a query that reads a source more than once."""
+    token = _SHARING.set(True)
+    try:
+        yield
+    finally:
+        _SHARING.reset(token)
+
+
+def _shared(parsed: DataFrame, role: str) -> DataFrame:
+    packed = parsed.select(F.struct(*[F.col(f"`{c}`") for c in parsed.columns]).alias(_PACKED))
+    # Hashed on the source partition: its records stay in one task and in their order (a dead
+    # letter topic's readers see them as the source had them), deterministic on a retry.
+    spread = packed.repartition(F.col(f"{_PACKED}.topic"), F.col(f"{_PACKED}.partition"))
+    barrier = spread.observe(f"{SHARED_PARSE_PREFIX}{role}.{next(_shared_ids)}", F.count(F.lit(1)).alias("records"))
+    return barrier.select(f"{_PACKED}.*")
 
 
 def with_source_columns(raw: DataFrame) -> DataFrame:

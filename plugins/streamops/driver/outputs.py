@@ -20,7 +20,7 @@ from streamops.driver.kafka_io import read_topics
 from streamops.driver.options import RunOptions
 from streamops.driver.session import apply_app_conf
 from streamops.program_contract import OutputQuery, StreamingProgram
-from streamops.records import OPERATOR_SKIP
+from streamops.records import OPERATOR_SKIP, SHARED_PARSE_PREFIX, shared_parses
 from streamops.runtime_records import SkipEntry
 
 
@@ -35,8 +35,8 @@ def build_outputs(
     # Read once at start: recover_skip_records writes the list while the app is stopped.
     skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
 
-    def source(topics: list[str]) -> DataFrame:
-        if sources_read is not None:
+    def source(topics: list[str], record: bool = True) -> DataFrame:
+        if sources_read is not None and record:
             sources_read.append(list(topics))
         # Real-time mode bounds a batch by time (its checkpoint interval), not by a record count.
         limit = None if options.trigger == REAL_TIME else options.max_offsets_per_trigger or spec.max_offsets_per_trigger
@@ -54,7 +54,22 @@ def build_outputs(
         unbounded = ~F.col("topic").isin(*ends)
         return frame.where(within | unbounded)
 
-    return program.queries(spec, options.version or spec.version, source)
+    version = options.version or spec.version
+    outputs = program.queries(spec, version, source)
+    if options.trigger == REAL_TIME or not any(sources_read_more_than_once(o) for o in outputs):
+        return outputs  # real-time mode runs no exchange; the caller warns of a query that reads twice
+    # Built again, each parse shared: the queries that read a source more than once take that form
+    # when it reads fewer times (a program that parses one source twice gains nothing from it).
+    with shared_parses():
+        rebuilt = {o.name: o for o in program.queries(spec, version, lambda topics: source(topics, record=False))}
+    chosen = []
+    for output in outputs:
+        again = rebuilt.get(output.name)
+        reads_before = sum(sources_read_more_than_once(output).values())
+        if again is not None and reads_before and sum(sources_read_more_than_once(again).values()) < reads_before:
+            output = again
+        chosen.append(output)
+    return chosen
 
 
 def operator_skip(entries: list[SkipEntry], topics: list[str]) -> Column:
@@ -90,14 +105,25 @@ _KAFKA_TOPICS = re.compile(r"\b(?:subscribe|assign|subscribePattern)=([^,\]]+(?:
 def sources_read_more_than_once(output: OutputQuery) -> dict[str, int]:
     """The sources a query reads more than once per batch, with how many times: one source frame
     in two branches of a union (Spark scans, and the program parses, every record once per
-    branch). Keyed by the Kafka topics the source reads (or the plan node, for another source).
-    Found in Spark's analyzed plan, where each read of the source is a leaf of its own."""
-    leaves = output.frame._jdf.queryExecution().analyzed().collectLeaves()  # noqa: SLF001 - no public API for it
+    branch), unless the branches meet below a shared parse (`records.shared_parses`: Spark reuses
+    its exchange, so its source is read once). Keyed by the Kafka topics the source reads (or the
+    plan node, for another source). Found in Spark's analyzed plan, where each read of the source
+    is a leaf of its own."""
     seen: dict[str, int] = {}
-    for index in range(leaves.size()):
-        # Without attribute ids: Spark may renumber a repeated relation's columns in one branch.
-        text = _ATTRIBUTE_IDS.sub("", leaves.apply(index).simpleString(1000))
-        seen[text] = seen.get(text, 0) + 1
+    shared_seen: set[str] = set()
+    pending = [output.frame._jdf.queryExecution().analyzed()]  # noqa: SLF001 - no public API for it
+    while pending:
+        node = pending.pop()
+        if node.nodeName() == "CollectMetrics" and node.name().startswith(SHARED_PARSE_PREFIX):
+            if node.name() in shared_seen:
+                continue  # a second branch over the same shared parse: Spark reuses the first one's read
+            shared_seen.add(node.name())
+        children = node.children()
+        if children.isEmpty():
+            # Without attribute ids: Spark may renumber a repeated relation's columns in one branch.
+            text = _ATTRIBUTE_IDS.sub("", node.simpleString(1000))
+            seen[text] = seen.get(text, 0) + 1
+        pending.extend(children.apply(index) for index in range(children.size()))
     repeated = {}
     for text, times in seen.items():
         if times > 1:

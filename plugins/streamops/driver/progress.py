@@ -21,6 +21,7 @@ from pyspark.sql.streaming.listener import (
 from streamops.app_runtime import AppRuntime
 from streamops.driver.sink import STOPPED_BEFORE_BATCH
 from streamops.kafka_client import KafkaClientConfig
+from streamops.records import SHARED_PARSE_PREFIX
 from streamops.runtime_records import QueryProgress
 from streamops.timestamps import now_iso
 
@@ -88,7 +89,8 @@ class ProgressPublisher(StreamingQueryListener):
     def _publish(self, p: StreamingQueryProgress) -> None:
         if self.runtime is not None and self.runtime.fenced:
             return  # a newer driver owns the progress files and the consumer group now
-        observed = {name: row.asDict() for name, row in (p.observedMetrics or {}).items()}
+        observed = {name: row.asDict() for name, row in (p.observedMetrics or {}).items()
+                    if not name.startswith(SHARED_PARSE_PREFIX)}  # the runtime's barrier, not the program's
         state_rows = sum(op.numRowsTotal for op in p.stateOperators)
         dropped = sum(op.numRowsDroppedByWatermark for op in p.stateOperators)
         # Rows the stateful operators added or changed: a windowed count's updates (its output in

@@ -21,6 +21,7 @@ from streamops.driver.outputs import build_outputs, sources_read_more_than_once
 from streamops.driver.real_time import RealTimeRefused, real_time_problems, task_slot_problem
 from streamops.driver.sink import LeaseLost, fenced_kafka_writer
 from streamops.program_contract import OutputQuery, StreamingProgram
+from streamops.records import SHARED_PARSE_PREFIX
 
 log = logging.getLogger("streamops.app")
 
@@ -50,8 +51,9 @@ def start_app(
     for output in outputs:
         for source, times in sources_read_more_than_once(output).items():
             log.warning("query %s.%s reads %s %d times per batch (one source in %d branches of a union): every record is "
-                        "read and parsed %d times; a stateless program builds its outputs and dead letters in one pass "
-                        "with streamops.records.with_dead_letters (docs/bring-your-own-app.md)",
+                        "read and parsed %d times; parse each source once (one streamops.records.parse_input) and build "
+                        "every branch on its rows: the driver then shares that parse, or, stateless, build the outputs "
+                        "and dead letters in one pass with streamops.records.with_dead_letters (docs/bring-your-own-app.md)",
                         spec.name, output.name, source, times, times, times)
     if options.trigger == REAL_TIME:
         problems = real_time_problems(program, outputs)
@@ -93,7 +95,9 @@ def observed_totals(queries: list[StreamingQuery]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for query in queries:
         for progress in query.recentProgress:
-            for metrics in (progress.observedMetrics or {}).values():
+            for name, metrics in (progress.observedMetrics or {}).items():
+                if name.startswith(SHARED_PARSE_PREFIX):
+                    continue  # the runtime's own barrier (records.shared_parses), not the program's
                 for key, value in metrics.asDict().items():
                     totals[key] = totals.get(key, 0) + int(value or 0)
     return totals
