@@ -114,6 +114,15 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
     # letters shares one parse (the driver's records.shared_parses), read once, not twice.
     assert {q.name: sum(p.numInputRows for p in q.recentProgress) for q in first} == {
         "browser-activity.challenge": 20, "browser-activity.window-count": 20}
+    # A roll's standby rehearses the plans its queries will run with (the shared parse too), as
+    # batch jobs over the latest records: every query's plan runs.
+    from streamops.driver.options import RunOptions
+    from streamops.driver.warm_standby import warm_up
+    from streamops.programs import load_program
+
+    rehearsal = warm_up(spark, spec, load_program(spec),
+                        RunOptions(kafka=broker.client_config, checkpoint=str(checkpoint), trigger="2 seconds"))
+    assert "query challenge, query window-count, the Kafka producer" in rehearsal and "skipped" not in rehearsal, rehearsal
 
     # Second run from the same checkpoint: the watermark is now 14:12:00 - 10 s = 14:11:50.
     produce(

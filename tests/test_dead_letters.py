@@ -163,6 +163,11 @@ def test_outputs_and_dead_letters_come_from_one_read_of_each_record(spark):
     shared_union = records.good(shared).select(one("all").alias("o")).select("o.*").unionByName(
         records.dead_letters(shared, spec, "1.0.0"), allowMissingColumns=True)
     assert sources_read_more_than_once(OutputQuery("tag", shared_union)) == {}
+    # The same columns in the same order; event_json (made above the exchange, read only by a
+    # program that wants it) the same VARIANT.
+    assert shared.columns == parsed.columns
+    assert [r.event_json.toJson() for r in shared.where("offset = 1").collect()] == [
+        r.event_json.toJson() for r in parsed.where("offset = 1").collect()]
 
     def timeless(rows):  # the dead letters' failed_at and the source's Kafka time are the collect's clock
         def value(row):

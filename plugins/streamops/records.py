@@ -189,13 +189,27 @@ def shared_parses() -> Iterator[None]:
         _SHARING.reset(token)
 
 
+def _event_json() -> Column:
+    """The whole value as VARIANT (parse's `event_json`): computed only where a program reads it."""
+    return F.variant_get(_in_brackets(_text()), "$[0]", "variant").alias("event_json")
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _shared(parsed: DataFrame, role: str) -> DataFrame:
-    packed = parsed.select(F.struct(*[F.col(f"`{c}`") for c in parsed.columns]).alias(_PACKED))
+    # event_json stays out of the exchange and is made again above it: packed, it would be computed
+    # (a second parse of every value) whether or not a branch reads it, since Spark prunes no field
+    # of a struct through the barrier.
+    columns = parsed.columns
+    packed = parsed.select(F.struct(*[F.col(_quoted(c)) for c in columns if c != "event_json"]).alias(_PACKED))
     # Hashed on the source partition: its records stay in one task and in their order (a dead
     # letter topic's readers see them as the source had them), deterministic on a retry.
     spread = packed.repartition(F.col(f"{_PACKED}.topic"), F.col(f"{_PACKED}.partition"))
     barrier = spread.observe(f"{SHARED_PARSE_PREFIX}{role}.{next(_shared_ids)}", F.count(F.lit(1)).alias("records"))
-    return barrier.select(f"{_PACKED}.*")
+    unpacked = barrier.select(f"{_PACKED}.*")
+    return unpacked.select(*[_event_json() if c == "event_json" else F.col(_quoted(c)) for c in columns])
 
 
 def with_source_columns(raw: DataFrame) -> DataFrame:
@@ -448,7 +462,7 @@ def parse(
     # The whole value as VARIANT, for a program that reads it (computed only then). Columns in the
     # order parse has always given: the source's, event_json, the other fields, error.
     added = [c for c in dict.fromkeys([f.column for f in fields] + ["error"]) if c not in source]
-    event_json = F.variant_get(_in_brackets(text), "$[0]", "variant").alias("event_json")
+    event_json = _event_json()
     if "event_json" in source:
         return staged.select(*[event_json if c == "event_json" else F.col(c) for c in source], *added)
     return staged.select(*source, event_json, *added)

@@ -9,7 +9,9 @@ the column `streamops.records.OPERATOR_SKIP`, which `records.parse` turns into a
 from __future__ import annotations
 
 import json
+import logging
 import re
+from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -22,6 +24,8 @@ from streamops.driver.session import apply_app_conf
 from streamops.program_contract import OutputQuery, StreamingProgram
 from streamops.records import OPERATOR_SKIP, SHARED_PARSE_PREFIX, shared_parses
 from streamops.runtime_records import SkipEntry
+
+log = logging.getLogger("streamops.app")
 
 
 def build_outputs(
@@ -56,12 +60,27 @@ def build_outputs(
 
     version = options.version or spec.version
     outputs = program.queries(spec, version, source)
-    if options.trigger == REAL_TIME or not any(sources_read_more_than_once(o) for o in outputs):
+    if options.trigger == REAL_TIME:
         return outputs  # real-time mode runs no exchange; the caller warns of a query that reads twice
-    # Built again, each parse shared: the queries that read a source more than once take that form
-    # when it reads fewer times (a program that parses one source twice gains nothing from it).
-    with shared_parses():
-        rebuilt = {o.name: o for o in program.queries(spec, version, lambda topics: source(topics, record=False))}
+    return with_shared_parses(
+        spec, outputs, lambda: program.queries(spec, version, lambda topics: source(topics, record=False)))
+
+
+def with_shared_parses(spec: AppSpec, outputs: list[OutputQuery], rebuild: Callable[[], list[OutputQuery]]
+                       ) -> list[OutputQuery]:
+    """`outputs`, where one reads a source more than once, as `rebuild` gives it under
+    `records.shared_parses` (each parse through one exchange Spark reuses for every branch) when
+    that reads fewer times: a program that parses one source twice gains nothing from it. A
+    rebuild that fails keeps the first build (it ran before the shared parse existed)."""
+    if not any(sources_read_more_than_once(o) for o in outputs):
+        return outputs
+    try:
+        with shared_parses():
+            rebuilt = {o.name: o for o in rebuild()}
+    except Exception as exc:  # noqa: BLE001 - the first build works: start with it, and say why
+        log.warning("%s: the queries with a shared parse could not be built (%s: %s); they read each record once per "
+                    "branch instead", spec.name, type(exc).__name__, exc)
+        return outputs
     chosen = []
     for output in outputs:
         again = rebuilt.get(output.name)

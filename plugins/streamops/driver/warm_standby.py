@@ -17,10 +17,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from streamops.app_runtime import AppRuntime
-from streamops.catalog import AppSpec
+from streamops.catalog import REAL_TIME, AppSpec
 from streamops.driver.kafka_io import BOUNDED_READ_OPTIONS, kafka_sink_options
 from streamops.driver.options import RunOptions
-from streamops.driver.outputs import operator_skip
+from streamops.driver.outputs import operator_skip, with_shared_parses
 from streamops.driver.preparation import Prepared
 from streamops.driver.stopping import StopSignals
 from streamops.failures import error_gist
@@ -117,7 +117,10 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
 
     try:
         try:
-            outputs = program.queries(bound, options.version or spec.version, recent_records)
+            version = options.version or spec.version
+            outputs = program.queries(bound, version, recent_records)
+            if options.trigger != REAL_TIME:  # the plans the queries will run with (driver.outputs)
+                outputs = with_shared_parses(bound, outputs, lambda: program.queries(bound, version, recent_records))
         except Exception as exc:  # noqa: BLE001 - e.g. a plan that runs only on streams
             outputs = []
             skipped_steps.append(f"the queries as batch jobs ({error_gist(f'{type(exc).__name__}: {exc}', limit=200)})")
