@@ -2,8 +2,10 @@
 
 For the presence notifier and browser-activity in turn, at rising input rates (made beforehand
 and paced like the router's latency load, 1% malformed), each app runs live on its catalog
-trigger: 30 s of warm-up once its queries run, then the measured seconds, then until it has
-committed every record. Per rate:
+trigger: once its queries run, a priming load (PRIME_S at the rate, every record committed: the
+first batches run cold), then 30 s of warm-up, the measured seconds, and until it has committed
+every record (an app that cannot commit its priming load is not sustained, and is not measured
+further). Per rate (the dead letters and windows count the priming load too):
 - latency: each measured input record to the commit of the micro-batch of the app's per-record
   query (notify, challenge) that read it (the batch's offsets and commit files of the checkpoint;
   its outputs are written before that commit, so this is what a reader waits at most);
@@ -223,14 +225,16 @@ def stateful_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, benc
                            interval=1, max_interval=3)
             except DeadlineExceeded:
                 done = False
-        made = load(int(rate * (warmup_s + seconds)), seed=rate)
         started = time.time()
-        paced_produce(made, rate, kafka)
-        try:
-            poll_until(caught_up, timeout=catch_up_limit_s, what=f"{bench.name} to commit every record", interval=1,
-                       max_interval=3)
-        except DeadlineExceeded:
-            done = False
+        if done:
+            made = load(int(rate * (warmup_s + seconds)), seed=rate)
+            started = time.time()
+            paced_produce(made, rate, kafka)
+            try:
+                poll_until(caught_up, timeout=catch_up_limit_s, what=f"{bench.name} to commit every record", interval=1,
+                           max_interval=3)
+            except DeadlineExceeded:
+                done = False
         sample_state(runtime, largest)
     finally:
         stop_live(checkpoint)
