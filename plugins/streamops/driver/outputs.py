@@ -21,6 +21,7 @@ from streamops.catalog import REAL_TIME, AppSpec
 from streamops.driver.kafka_io import read_topics
 from streamops.driver.options import RunOptions
 from streamops.driver.session import apply_app_conf
+from streamops.failures import error_gist
 from streamops.program_contract import OutputQuery, StreamingProgram
 from streamops.records import OPERATOR_SKIP, SHARED_PARSE_PREFIX, shared_parses
 from streamops.runtime_records import SkipEntry
@@ -78,8 +79,8 @@ def with_shared_parses(spec: AppSpec, outputs: list[OutputQuery], rebuild: Calla
         with shared_parses():
             rebuilt = {o.name: o for o in rebuild()}
     except Exception as exc:  # noqa: BLE001 - the first build works: start with it, and say why
-        log.warning("%s: the queries with a shared parse could not be built (%s: %s); they read each record once per "
-                    "branch instead", spec.name, type(exc).__name__, exc)
+        log.warning("%s: the queries with a shared parse could not be built (%s); they read each record once per "
+                    "branch instead", spec.name, error_gist(f"{type(exc).__name__}: {exc}", limit=300))
         return outputs
     chosen = []
     for output in outputs:
