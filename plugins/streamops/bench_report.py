@@ -8,7 +8,10 @@ a store of the run's own (bench.workspace). Parts (`--parts`):
   Streams app doing the same routing (build/maven/kafka-streams-router, built with Maven), the plain
   confluent-kafka Python loop and the broker's raw consume rate; each row's ratio to Kafka Streams;
 - warm: a long-running router, warmed up, given 1,000,000 records at once: records/s until routed;
-- cores: the same drain on one and on two task threads, and the speed-up;
+- cores: the router on one and on two task threads, local and on a standalone cluster of the bench's
+  own (an executor on one worker host, then on two): a fresh drain and a warm long-running run each,
+  the speed-up, each warm run's fixed cost per batch and writing rate from Spark's batch durations,
+  and the model of docs/performance.md checked against them;
 - parse: the input contract's parse alone (no Kafka, one warm session) with its JVM pass and with
   Spark's checks alone, the rate before and after that pass, and the same decision on every record;
 - latency: event-to-output p50/p99/max under a steady load (2,000 and 10,000 events/s, made
@@ -27,6 +30,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
+import socket
 import subprocess
 import time
 import uuid
@@ -34,6 +39,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TypedDict
 
 from confluent_kafka import TopicPartition
 
@@ -82,10 +88,106 @@ class DrainFigure:
     seconds: float  # first to last output (the processing itself)
     launch_to_first_s: float | None = None  # start-up: launch to the first output record
     launch_to_last_s: float | None = None
+    # A long-running run's batches with input (from the driver's per-batch log lines), the records/s
+    # inside them, a batch's time outside its writing (F) and the writing's records/s (R): batch_costs.
+    batches: int | None = None
+    inside_batches_rate: float | None = None
+    fixed_cost_s: float | None = None
+    writing_rate: float | None = None
+    mean_batch: float | None = None
+    cpu_s: dict[str, float] | None = None  # CPU seconds per process role over the measured window (cpu_used)
 
     @property
     def rate(self) -> float:
         return self.records_in / self.seconds if self.seconds else 0.0
+
+
+# The driver's line per batch (streamops.driver.progress): "query <app>.<query> batch <n>: <rows> rows in,
+# ... <ms> ms (addBatch <ms>, queryPlanning <ms>, ...)": Spark's durationMs of the batch.
+BATCH_LINE = re.compile(r"query (?P<query>\S+) batch (?P<batch>\d+): (?P<rows>\d+) rows in, [\d.]+ rows/s processed, "
+                        r"(?P<ms>\d+) ms \((?P<phases>[^)]*)\)")
+ADD_BATCH = re.compile(r"\baddBatch (\d+)")
+
+
+def logged_batches(log_text: str, after_batch: int = -1) -> list[tuple[int, int, int, int]]:
+    """(batch id, rows in, milliseconds, of which writing: Spark's addBatch) of every batch after
+    `after_batch` that had input, once each (a restarted query could log one again: the last line wins)."""
+    seen: dict[tuple[str, int], tuple[int, int, int, int]] = {}
+    for match in BATCH_LINE.finditer(log_text):
+        batch, rows = int(match["batch"]), int(match["rows"])
+        if batch > after_batch and rows:
+            add_batch = ADD_BATCH.search(match["phases"])
+            seen[(match["query"], batch)] = (batch, rows, int(match["ms"]), int(add_batch[1]) if add_batch else 0)
+    return [seen[key] for key in sorted(seen, key=lambda k: (k[1], k[0]))]
+
+
+class BatchCosts(TypedDict):
+    batches: int
+    inside_batches_rate: float | None
+    fixed_cost_s: float | None
+    writing_rate: float | None
+    mean_batch: float | None
+
+
+def batch_costs(batches: list[tuple[int, int, int, int]]) -> BatchCosts:
+    """What a run's batches say about the model in docs/performance.md (a batch of B records takes
+    F + B / R), from Spark's own durations: the records/s inside batches; F, the mean time of a batch
+    outside its writing (planning, offsets, the offset and commit logs); R, the records/s of the
+    writing itself (addBatch: reading, parsing, routing, producing). addBatch also holds the job's
+    scheduling and the sink's planning, so F here is a lower bound of the fixed cost."""
+    if not batches:
+        return {"batches": 0, "inside_batches_rate": None, "fixed_cost_s": None, "writing_rate": None, "mean_batch": None}
+    rows = sum(b[1] for b in batches)
+    total_s, writing_s = sum(b[2] for b in batches) / 1000, sum(b[3] for b in batches) / 1000
+    return {"batches": len(batches), "inside_batches_rate": rows / total_s if total_s else None,
+            "fixed_cost_s": (total_s - writing_s) / len(batches), "writing_rate": rows / writing_s if writing_s else None,
+            "mean_batch": rows / len(batches)}
+
+
+# Who the machine's CPU went to during a measured window, by a process's command line (the first match wins).
+CPU_ROLES = (
+    ("Spark executors", "CoarseGrainedExecutorBackend"),
+    ("Spark driver (JVM)", "org.apache.spark.deploy.SparkSubmit"),
+    ("Spark driver (Python)", "entrypoints/driver.py"),
+    ("Spark master and workers", "org.apache.spark.deploy."),
+    ("Kafka broker", "kafka.Kafka"),
+)
+
+
+def cpu_role(cmdline: list[str], own_pid: int, pid: int) -> str:
+    if pid == own_pid:
+        return "bench (producer)"
+    line = " ".join(cmdline)
+    return next((role for role, marker in CPU_ROLES if marker in line), "other")
+
+
+def cpu_seconds() -> dict[int, tuple[str, float]]:
+    """Per process now: (role, user + system CPU seconds so far)."""
+    import psutil
+
+    taken = {}
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            times = process.cpu_times()
+            taken[process.pid] = (cpu_role(process.info["cmdline"] or [], os.getpid(), process.pid),
+                                  times.user + times.system)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return taken
+
+
+def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per role between two cpu_seconds() snapshots (a process started between them counts from 0;
+    one that ended between them is not counted), largest first."""
+    used: dict[str, float] = {}
+    for pid, (role, seconds) in after.items():
+        used[role] = used.get(role, 0.0) + seconds - (before[pid][1] if pid in before and before[pid][0] == role else 0.0)
+    return {role: round(seconds, 1) for role, seconds in sorted(used.items(), key=lambda item: -item[1]) if seconds >= 0.05}
+
+
+def predicted_rate(batch: float, fixed_cost_s: float, rate: float) -> float:
+    """The model's records/s for batches of `batch` records: B / (F + B / R)."""
+    return batch / (fixed_cost_s + batch / rate)
 
 
 @dataclass
@@ -217,15 +319,21 @@ def drain_by_kafka_streams(catalog: Catalog, source_app: AppSpec, kafka: KafkaCl
 
 
 def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: int, warmup: int = 600_000,
-             timeout_s: float = 900) -> DrainFigure:
-    """A long-running router (micro-batch, on the machine's cores, warmed up on `warmup` records
-    first: its JIT needs about that many) given `events` more at once: records/s from the first of
-    them written until the router has committed the last (it runs batches back to back while
-    behind). The records are made before the clock starts and written by a plain producer (about
-    250,000/s), so the load generator's Python does not share the cores with the router meanwhile."""
+             timeout_s: float = 900, master: str = "local[*]") -> DrainFigure:
+    """A long-running router (micro-batch, on `master`: the machine's cores unless given, warmed up on
+    `warmup` records first: its JIT needs about that many) given `events` more at once: records/s
+    from the first of them written until the router has committed the last (it runs batches back to
+    back while behind), and what its batches say (batch_costs). The records are made before the
+    clock starts and written by a plain producer (about 250,000/s), so the load generator's Python
+    does not share the cores with the router meanwhile."""
     app = catalog.app(ROUTER)
     source = app.inputs["operations"]
-    checkpoint = launch_live(catalog, kafka, workdir, app.trigger or "2 seconds", master="local[*]")
+    checkpoint = launch_live(catalog, kafka, workdir, app.trigger or "2 seconds", master=master)
+    runtime = AppRuntime(checkpoint)
+
+    def driver_log_text() -> str:
+        log_path = runtime.driver_log()
+        return log_path.read_text(errors="replace") if log_path and log_path.exists() else ""
 
     def caught_up() -> bool:
         return committed_everything(checkpoint, kafka)
@@ -236,13 +344,18 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
         # max_future (5 minutes) ahead of their Kafka timestamp are dead letters: the run measured
         # mostly the dead-letter path (1,023,102 records out of 1,000,000 in: about 690,000 dead letters).
         spacing = timedelta(microseconds=1)
-        run_load(app, LoadSpec(count=warmup, keys=1000, malformed=0.01, seed=5, event_spacing=spacing), kafka)
+        warm_up = run_load(app, LoadSpec(count=warmup, keys=1000, malformed=0.01, seed=5, event_spacing=spacing), kafka)
         poll_until(caught_up, timeout=timeout_s, what="the router to route its warm-up records", interval=0.5)
+        # The progress listener logs a batch just after its commit: the warm-up's batches end where their rows do.
+        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text())) >= warm_up.produced,
+                   timeout=60, what="the driver to log its warm-up batches", interval=0.2)
+        last_warm_up_batch = logged_batches(driver_log_text())[-1][0]
         batch = [(key, value) for _, key, value, _, _ in
                  load_events(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=6, start_seq=warmup + 1,
                                            event_spacing=spacing))]
         before = _written(kafka, catalog)
         out = producer(kafka, **{"linger.ms": 20, "batch.size": 1_048_576, "compression.type": "lz4"})
+        cpu_before = cpu_seconds()
         began = time.monotonic()
         for key, value in batch:
             produce_waiting(out, source, key, value)
@@ -251,11 +364,15 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
         written_s = time.monotonic() - began
         poll_until(caught_up, timeout=timeout_s, what="the router to route every record", interval=0.2)
         seconds = time.monotonic() - began
+        cpu = cpu_used(cpu_before, cpu_seconds())
+        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text(), last_warm_up_batch)) >= len(batch),
+                   timeout=60, what="the driver to log its last batch", interval=0.2)
+        costs = batch_costs(logged_batches(driver_log_text(), last_warm_up_batch))
     finally:
         stop_live(checkpoint)
     print(f"  (the producer wrote {len(batch):,} records in {written_s:.1f} s)", flush=True)
     return DrainFigure(f"Spark router, long-running, warm ({app.trigger or '2 seconds'} trigger)", len(batch),
-                       _written(kafka, catalog) - before, seconds)
+                       _written(kafka, catalog) - before, seconds, **costs, cpu_s=cpu)
 
 def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: int,
                 seconds: float = 30, warmup_s: float = STEADY_WARMUP_S, catch_up_limit_s: float = 120) -> LatencyFigure:
@@ -406,7 +523,7 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
             print(f"  {warm}", flush=True)
             figures["warm"] = [{**asdict(warm), "rate": round(warm.rate)}]
         if "cores" in parts:
-            figures["cores"] = core_figures(kafka, workdir, run_id, events)
+            figures["cores"] = core_figures(kafka, workdir, run_id, events, warm_events)
         if "parse" in parts:
             print(f"parse: {events:,} records, with the JVM pass and with Spark's checks alone ...", flush=True)
             figures["parse"] = [{**asdict(r), "rate": round(r.rate)} for r in parse_benchmark(events, repeats=6)]
@@ -435,21 +552,123 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
         return figures
 
 
-def core_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, events: int) -> list[dict]:
-    """The same backlog (same seed) drained by spark-submit with one and with two task threads
-    (local[1], local[2]: this machine's cores), each from topics of its own: rates and speed-up."""
-    rows = []
-    for cores in (1, 2):
-        catalog = bench_catalog(kafka, f"{run_id}.cores{cores}")
-        print(f"cores: {cores}, preloading {events} events ...", flush=True)
-        preload = run_load(catalog.app(ROUTER), LoadSpec(count=events, keys=1000, malformed=0.01, seed=43), kafka)
-        figure = drain_by_spark_submit(catalog, kafka, workdir, preload.produced, SparkTarget(f"local[{cores}]"))
-        figure.engine = f"Spark router, {cores} core{'s' if cores > 1 else ''} (local[{cores}])"
-        print(f"  {figure}", flush=True)
-        rows.append({**asdict(figure), "rate": round(figure.rate)})
+def _free_port(addresses: list[str], taken: tuple[int, ...] = ()) -> int:
+    """A port free now on every one of `addresses` (the workers share their port numbers)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((addresses[0], 0))
+            port = probe.getsockname()[1]
+        if port not in taken and all(_port_free(address, port) for address in addresses[1:]):
+            return port
+    raise RuntimeError(f"no port free on all of {', '.join(addresses)} after 50 tries")
+
+
+def _port_free(address: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+        return True
+
+
+def with_router_conf(catalog: Catalog, conf: dict[str, str]) -> Catalog:
+    """The catalog with `conf` merged into the router's spark_conf (a cluster's executor settings)."""
+    apps = [a.model_copy(update={"spark_conf": {**a.spark_conf, **conf}}) if a.name == ROUTER else a for a in catalog.apps]
+    return catalog.model_copy(update={"apps": apps})
+
+
+def bench_cluster(workdir: Path):
+    """A Spark standalone cluster of the bench's own (streamops.local_stack.spark_cluster: a master and
+    two 1-core workers, each on a loopback address of its own), on free ports, so a running
+    cluster profile is neither used nor disturbed."""
+    from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone
+
+    master_port = _free_port([MASTER_ADDRESS])
+    workers = list(WORKER_ADDRESSES.values())
+    worker_port = _free_port(workers)
+    return SparkStandalone(state_dir=workdir / "spark-standalone", master_port=master_port,
+                           master_ui_port=_free_port([MASTER_ADDRESS], (master_port,)), worker_port=worker_port,
+                           worker_ui_port=_free_port(workers, (worker_port,)))
+
+
+CORE_PLACES = ("local", "standalone")
+
+
+def core_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, events: int, warm_events: int,
+                 places: tuple[str, ...] = CORE_PLACES) -> list[dict]:
+    """The router with one and with two task threads, in local mode (local[1], local[2]) and on a
+    Spark standalone cluster of the bench's own (one 1-core executor on one worker host, then one on
+    each of two), each from topics of its own: a fresh driver's drain of `events` (spark-submit,
+    available-now) and a warm long-running router given `warm_events` (warm_run, with its batches'
+    fixed cost and rate); each row's speed-up over one core in the same place and run."""
+    rows: list[dict] = []
+
+    def measure(place: str, cores: int, master: str, conf: dict[str, str], where: str) -> None:
+        for run in ("drain", "warm"):
+            catalog = with_router_conf(bench_catalog(kafka, f"{run_id}.{place}{cores}{run}"), conf)
+            print(f"cores: {where}, {run} ...", flush=True)
+            if run == "drain":
+                preload = run_load(catalog.app(ROUTER), LoadSpec(count=events, keys=1000, malformed=0.01, seed=43), kafka)
+                figure = drain_by_spark_submit(catalog, kafka, workdir, preload.produced, SparkTarget(master))
+            else:
+                figure = warm_run(catalog, kafka, workdir, warm_events, master=master)
+            figure.engine = where
+            print(f"  {figure}", flush=True)
+            rows.append({**asdict(figure), "place": place, "cores": cores, "run": run, "rate": round(figure.rate)})
+
+    if "local" in places:
+        for cores in (1, 2):
+            measure("local", cores, f"local[{cores}]", {}, f"local[{cores}]")
+    if "standalone" in places:
+        cluster = bench_cluster(workdir)
+        print(cluster.start(), flush=True)
+        try:
+            for executors in (1, 2):
+                hosts = "one worker host" if executors == 1 else "two worker hosts"
+                measure("standalone", executors, cluster.master_url, cluster.app_conf(cores=executors),
+                        f"standalone, {executors} executor{'s' if executors > 1 else ''} of 1 core on {hosts}")
+        finally:
+            print(cluster.stop(), flush=True)
     for row in rows:
-        row["speed_up"] = round(row["rate"] / rows[0]["rate"], 2) if rows[0]["rate"] else None
+        one = next(r for r in rows if r["place"] == row["place"] and r["run"] == row["run"] and r["cores"] == 1)
+        row["speed_up"] = round(row["rate"] / one["rate"], 2) if one["rate"] else None
     return rows
+
+
+def model_check(rows: list[dict]) -> list[str]:
+    """The model of docs/performance.md checked against the cores figures: per place, F and R from
+    the warm one-core run's batches (batch_costs), the two-core run predicted with R doubled (k = 2) at its own mean
+    batch size, beside what it did inside its batches, and the k that measured figure implies."""
+    said = []
+    for place in CORE_PLACES:
+        one = next((r for r in rows if r["place"] == place and r["run"] == "warm" and r["cores"] == 1), None)
+        two = next((r for r in rows if r["place"] == place and r["run"] == "warm" and r["cores"] == 2), None)
+        if not one or not two or one.get("writing_rate") is None or not two.get("mean_batch"):
+            continue
+        fixed, rate = max(one["fixed_cost_s"], 0.0), one["writing_rate"]
+        predicted = predicted_rate(two["mean_batch"], fixed, 2 * rate)
+        measured = two["inside_batches_rate"]
+        # k from measured = B / (F + B / (k R))  =>  k = B / (R (B / measured - F))
+        spent = two["mean_batch"] / measured - fixed if measured else 0
+        implied = two["mean_batch"] / (rate * spent) if spent > 0 else None
+        said.append(f"model, {place}: one core F = {fixed:.2f} s per batch, R = {rate:,.0f} records/s; two cores at "
+                    f"{two['mean_batch']:,.0f} records per batch: predicted {predicted:,.0f} records/s (k = 2), measured "
+                    f"{measured:,.0f} inside batches" + (f" (k = {implied:.2f})" if implied else ""))
+    return said
+
+
+def cpu_lines(rows: list[dict]) -> list[str]:
+    """Where each warm run's CPU went: seconds per process role over its measured window and the
+    cores busy on average (CPU seconds / wall seconds)."""
+    said = []
+    for row in rows:
+        if row.get("cpu_s"):
+            busy = sum(row["cpu_s"].values()) / row["seconds"] if row["seconds"] else 0
+            said.append(f"CPU, {row['engine']}, {row['run']} ({row['seconds']:.1f} s, {busy:.2f} cores busy): "
+                        + ", ".join(f"{role} {seconds:.1f} s" for role, seconds in row["cpu_s"].items()))
+    return ["\n".join(said)] if said else []
+
 
 def drain_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, events: int) -> list[dict]:
     """One backlog, drained by each system in turn into topics of its own; each row with its
@@ -500,10 +719,16 @@ def tables(figures: dict) -> str:
                      "x Kafka Streams drain"], disable_numparse=True))
     if "cores" in figures:
         said.append(tabulate(
-            [[c["engine"], c["records_in"], f"{c['seconds']:.1f}", f"{c['rate']:,}", f"{c['speed_up']:.2f}",
-              f"{c['launch_to_first_s']:.1f}"] for c in figures["cores"]],
-            headers=["cores", "records in", "first to last output, s", "records/s", "speed-up", "launch to first, s"],
-            disable_numparse=True))
+            [[c["engine"], c.get("run", "drain"), c["records_in"], f"{c['seconds']:.1f}", f"{c['rate']:,}",
+              "" if c.get("speed_up") is None else f"{c['speed_up']:.2f}", _figure(c.get("batches"), "{:,}"),
+              _figure(c.get("inside_batches_rate"), "{:,.0f}"), _figure(c.get("fixed_cost_s"), "{:.2f}"),
+              _figure(c.get("writing_rate"), "{:,.0f}"), _figure(c.get("launch_to_first_s"), "{:.1f}")]
+             for c in figures["cores"]],
+            headers=["cores", "run", "records in", "seconds", "records/s", "speed-up", "batches",
+                     "records/s inside batches", "outside writing per batch, s", "writing records/s",
+                     "launch to first, s"], disable_numparse=True))
+        said.extend(model_check(figures["cores"]))
+        said.extend(cpu_lines(figures["cores"]))
     if "parse" in figures:
         said.append(tabulate(
             [[p["engine"], p["records_in"], p["records_out"], f"{p['seconds']:.2f}", f"{p['rate']:,}", p["note"]]
@@ -542,6 +767,10 @@ def tables(figures: dict) -> str:
                         + (f"{best:,} events/s" if best else "none of those tried"))
     said.append("goals:\n" + "\n".join(f"  {part}: {goal}" for part, goal in figures.get("goals", {}).items()))
     return "\n\n".join(said)
+
+
+def _figure(value, form: str) -> str:
+    return "" if value is None else form.format(value)
 
 
 def _mib(count: int) -> str:
@@ -620,8 +849,11 @@ def _draw_drain(plt, figures: dict, out: Path) -> Path:
 def _draw_cores(plt, figures: dict, out: Path) -> Path:
     rows = figures["cores"]
     fig = _annotated_bars(
-        plt, [c["engine"] for c in rows], [c["rate"] for c in rows], [f"x{c['speed_up']:.2f}" for c in rows], "#d62728",
-        (8, 2.4), "records/s draining one backlog (x: speed-up over 1 core)", "Router on 1 and 2 cores, broker on the same 2")
+        plt, [f"{c['engine']}, {'warm' if c.get('run') == 'warm' else 'fresh drain'}" for c in rows],
+        [c["rate"] for c in rows], [f"x{c['speed_up']:.2f}" if c.get("speed_up") else "" for c in rows],
+        ["#d62728" if c.get("run") == "warm" else "#ff9896" for c in rows], (10, 1.2 + 0.4 * len(rows)),
+        "records/s (x: speed-up over 1 core, same place and run)",
+        "Router on 1 and 2 cores, local and on a standalone cluster; the broker on the same 2 cores")
     return _saved(plt, fig, out, "cores.png")
 
 
