@@ -860,7 +860,7 @@ def _draw_cores(plt, figures: dict, out: Path) -> Path:
         [c["rate"] for c in rows], [f"x{c['speed_up']:.2f}" if c.get("speed_up") else "" for c in rows],
         ["#d62728" if c.get("run") == "warm" else "#ff9896" for c in rows], (10, 1.2 + 0.4 * len(rows)),
         "records/s (x: speed-up over 1 core, same place and run)",
-        "Router on 1 and 2 cores, local and standalone (broker on the same 2)")
+        "Router on 1 and 2 cores (broker on the same 2)")
     return _saved(plt, fig, out, "cores.png")
 
 
