@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import socket
 import subprocess
 import time
@@ -39,7 +38,6 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TypedDict
 
 from confluent_kafka import TopicPartition
 
@@ -66,6 +64,7 @@ from streamops.bench import (
     workspace,
     write_catalog,
 )
+from streamops.bench_probes import batch_costs, cpu_seconds, cpu_used, driver_log_text, logged_batches, predicted_rate
 from streamops.bench_stateful import STATEFUL_APPS, STATEFUL_RATES, stateful_figures
 from streamops.catalog import DEFAULT_REAL_TIME_CHECKPOINT_INTERVAL, AppSpec, Catalog
 from streamops.kafka_client import KafkaClientConfig
@@ -100,94 +99,6 @@ class DrainFigure:
     @property
     def rate(self) -> float:
         return self.records_in / self.seconds if self.seconds else 0.0
-
-
-# The driver's line per batch (streamops.driver.progress): "query <app>.<query> batch <n>: <rows> rows in,
-# ... <ms> ms (addBatch <ms>, queryPlanning <ms>, ...)": Spark's durationMs of the batch.
-BATCH_LINE = re.compile(r"query (?P<query>\S+) batch (?P<batch>\d+): (?P<rows>\d+) rows in, [\d.]+ rows/s processed, "
-                        r"(?P<ms>\d+) ms \((?P<phases>[^)]*)\)")
-ADD_BATCH = re.compile(r"\baddBatch (\d+)")
-
-
-def logged_batches(log_text: str, after_batch: int = -1) -> list[tuple[int, int, int, int]]:
-    """(batch id, rows in, milliseconds, of which writing: Spark's addBatch) of every batch after
-    `after_batch` that had input, once each (a restarted query could log one again: the last line wins)."""
-    seen: dict[tuple[str, int], tuple[int, int, int, int]] = {}
-    for match in BATCH_LINE.finditer(log_text):
-        batch, rows = int(match["batch"]), int(match["rows"])
-        if batch > after_batch and rows:
-            add_batch = ADD_BATCH.search(match["phases"])
-            seen[(match["query"], batch)] = (batch, rows, int(match["ms"]), int(add_batch[1]) if add_batch else 0)
-    return [seen[key] for key in sorted(seen, key=lambda k: (k[1], k[0]))]
-
-
-class BatchCosts(TypedDict):
-    batches: int
-    inside_batches_rate: float | None
-    fixed_cost_s: float | None
-    writing_rate: float | None
-    mean_batch: float | None
-
-
-def batch_costs(batches: list[tuple[int, int, int, int]]) -> BatchCosts:
-    """What a run's batches say about the model in docs/performance.md (a batch of B records takes
-    F + B / R), from Spark's own durations: the records/s inside batches; F, the mean time of a batch
-    outside its writing (planning, offsets, the offset and commit logs); R, the records/s of the
-    writing itself (addBatch: reading, parsing, routing, producing). addBatch also holds the job's
-    scheduling and the sink's planning, so F here is a lower bound of the fixed cost."""
-    if not batches:
-        return {"batches": 0, "inside_batches_rate": None, "fixed_cost_s": None, "writing_rate": None, "mean_batch": None}
-    rows = sum(b[1] for b in batches)
-    total_s, writing_s = sum(b[2] for b in batches) / 1000, sum(b[3] for b in batches) / 1000
-    return {"batches": len(batches), "inside_batches_rate": rows / total_s if total_s else None,
-            "fixed_cost_s": (total_s - writing_s) / len(batches), "writing_rate": rows / writing_s if writing_s else None,
-            "mean_batch": rows / len(batches)}
-
-
-# Who the machine's CPU went to during a measured window, by a process's command line (the first match wins).
-CPU_ROLES = (
-    ("Spark executors", "CoarseGrainedExecutorBackend"),
-    ("Spark driver (JVM)", "org.apache.spark.deploy.SparkSubmit"),
-    ("Spark driver (Python)", "entrypoints/driver.py"),
-    ("Spark master and workers", "org.apache.spark.deploy."),
-    ("Kafka broker", "kafka.Kafka"),
-)
-
-
-def cpu_role(cmdline: list[str], own_pid: int, pid: int) -> str:
-    if pid == own_pid:
-        return "bench (producer)"
-    line = " ".join(cmdline)
-    return next((role for role, marker in CPU_ROLES if marker in line), "other")
-
-
-def cpu_seconds() -> dict[int, tuple[str, float]]:
-    """Per process now: (role, user + system CPU seconds so far)."""
-    import psutil
-
-    taken = {}
-    for process in psutil.process_iter(["cmdline"]):
-        try:
-            times = process.cpu_times()
-            taken[process.pid] = (cpu_role(process.info["cmdline"] or [], os.getpid(), process.pid),
-                                  times.user + times.system)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return taken
-
-
-def cpu_used(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
-    """CPU seconds per role between two cpu_seconds() snapshots (a process started between them counts from 0;
-    one that ended between them is not counted), largest first."""
-    used: dict[str, float] = {}
-    for pid, (role, seconds) in after.items():
-        used[role] = used.get(role, 0.0) + seconds - (before[pid][1] if pid in before and before[pid][0] == role else 0.0)
-    return {role: round(seconds, 1) for role, seconds in sorted(used.items(), key=lambda item: -item[1]) if seconds >= 0.05}
-
-
-def predicted_rate(batch: float, fixed_cost_s: float, rate: float) -> float:
-    """The model's records/s for batches of `batch` records: B / (F + B / R)."""
-    return batch / (fixed_cost_s + batch / rate)
 
 
 @dataclass
@@ -335,10 +246,6 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
     checkpoint = launch_live(catalog, kafka, workdir, app.trigger or "2 seconds", master=master)
     runtime = AppRuntime(checkpoint)
 
-    def driver_log_text() -> str:
-        log_path = runtime.driver_log()
-        return log_path.read_text(errors="replace") if log_path and log_path.exists() else ""
-
     def caught_up() -> bool:
         return committed_everything(checkpoint, kafka)
 
@@ -351,9 +258,9 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
         warm_up = run_load(app, LoadSpec(count=warmup, keys=1000, malformed=0.01, seed=5, event_spacing=spacing), kafka)
         poll_until(caught_up, timeout=timeout_s, what="the router to route its warm-up records", interval=0.5)
         # The progress listener logs a batch just after its commit: the warm-up's batches end where their rows do.
-        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text())) >= warm_up.produced,
+        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text(runtime))) >= warm_up.produced,
                    timeout=60, what="the driver to log its warm-up batches", interval=0.2)
-        last_warm_up_batch = logged_batches(driver_log_text())[-1][0]
+        last_warm_up_batch = logged_batches(driver_log_text(runtime))[-1][0]
         batch = [(key, value) for _, key, value, _, _ in
                  load_events(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=6, start_seq=warmup + 1,
                                            event_spacing=spacing))]
@@ -369,9 +276,9 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
         poll_until(caught_up, timeout=timeout_s, what="the router to route every record", interval=0.2)
         seconds = time.monotonic() - began
         cpu = cpu_used(cpu_before, cpu_seconds())
-        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text(), last_warm_up_batch)) >= len(batch),
+        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text(runtime), last_warm_up_batch)) >= len(batch),
                    timeout=60, what="the driver to log its last batch", interval=0.2)
-        costs = batch_costs(logged_batches(driver_log_text(), last_warm_up_batch))
+        costs = batch_costs(logged_batches(driver_log_text(runtime), last_warm_up_batch))
     finally:
         stop_live(checkpoint)
     print(f"  (the producer wrote {len(batch):,} records in {written_s:.1f} s)", flush=True)
@@ -677,6 +584,22 @@ def cpu_lines(rows: list[dict]) -> list[str]:
     return ["\n".join(said)] if said else []
 
 
+def stateful_profile_lines(rows: list[dict]) -> list[str]:
+    """Per stateful run, where its paced load's time went: CPU seconds per process role, and per
+    query its batches with input, mean rows, mean ms and mean ms outside the writing."""
+    said = []
+    for row in rows:
+        parts = []
+        if row.get("cpu_s"):
+            parts.append("CPU " + ", ".join(f"{role} {seconds:.1f} s" for role, seconds in row["cpu_s"].items()))
+        for query, b in (row.get("batches") or {}).items():
+            parts.append(f"{query}: {b['batches']} batches of {b['mean_rows']:,} rows, {b['mean_ms']:,} ms "
+                         f"({b['mean_outside_writing_ms']:,} outside the writing)")
+        if parts:
+            said.append(f"{row['app']} at {row['target_rate']:,} events/s: " + "; ".join(parts))
+    return ["\n".join(said)] if said else []
+
+
 def drain_figures(kafka: KafkaClientConfig, workdir: Path, run_id: str, events: int) -> list[dict]:
     """One backlog, drained by each system in turn into topics of its own; each row with its
     ratio to the Kafka Streams reference."""
@@ -769,6 +692,7 @@ def tables(figures: dict) -> str:
                      "sustained (largest lag, 1st -> 2nd half)",
                      "exact windows", "dropped late", "state rows", "state memory MiB", "state files MiB",
                      "dead letters"], disable_numparse=True))
+        said.extend(stateful_profile_lines(figures["stateful"]))
         for app, best in highest_sustained(figures["stateful"]).items():
             said.append(f"{app}: highest rate sustained with exact windows: "
                         + (f"{best:,} events/s" if best else "none of those tried"))

@@ -43,6 +43,7 @@ from streamops.bench import (
     stop_live,
     wait_until_started,
 )
+from streamops.bench_probes import batches_by_query, cpu_seconds, cpu_used, driver_log_text
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import batch_offsets, committed_batches, query_dir
 from streamops.kafka_client import KafkaClientConfig
@@ -97,6 +98,10 @@ class StatefulFigure:
     state_files_bytes: int
     dead_letters: int  # of the whole run (about 1% of the records are made malformed)
     trigger: str
+    # Over the paced load (warm-up and measured window): CPU seconds per process role, and per query
+    # its batches with input, mean rows, mean ms and mean ms outside the writing (bench_probes).
+    cpu_s: dict[str, float] | None = None
+    batches: dict[str, dict[str, float]] | None = None
 
 
 def window_counts_of(events: Iterable[tuple[str, int]], window_ms: int, slide_ms: int) -> Counter:
@@ -226,10 +231,15 @@ def stateful_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, benc
             except DeadlineExceeded:
                 done = False
         started = time.time()
+        cpu_s = batches = None
         if done:
             made = load(int(rate * (warmup_s + seconds)), seed=rate)
+            log_from = len(driver_log_text(runtime))
+            cpu_before = cpu_seconds()
             started = time.time()
             paced_produce(made, rate, kafka)
+            cpu_s = cpu_used(cpu_before, cpu_seconds())
+            batches = batches_by_query(driver_log_text(runtime)[log_from:])
             try:
                 poll_until(caught_up, timeout=catch_up_limit_s, what=f"{bench.name} to commit every record", interval=1,
                            max_interval=3)
@@ -269,7 +279,7 @@ def stateful_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, benc
         state_memory_bytes=sum(memory for _, memory, _ in largest.values()),
         state_files_bytes=sum(files for _, _, files in largest.values()),
         dead_letters=sum(high - low for _, (low, high) in end_offsets(kafka, app.dead_letter_topic).items()),
-        trigger=trigger,
+        trigger=trigger, cpu_s=cpu_s, batches=batches,
     )
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamops.bench_report import batch_costs, cpu_role, cpu_used, logged_batches, model_check, predicted_rate
+from streamops.bench_probes import batch_costs, batches_by_query, cpu_role, cpu_used, logged_batches, predicted_rate
+from streamops.bench_report import model_check
 
 LOG = """\
 2026-12-02 12:00:01 INFO streamops.driver.progress: query oplog-router.route batch 0: 0 rows in, 0.0 rows/s processed, 310 ms (queryPlanning 100, walCommit 20), state rows 0, dropped as late 0, metrics {}
@@ -75,6 +76,7 @@ def test_cpu_is_told_apart_by_what_each_process_runs():
     assert role("java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "--master", "spark://h:1") == "Spark driver (JVM)"
     assert role("python", "/work/plugins/streamops/entrypoints/driver.py", "--app", "r") == "Spark driver (Python)"
     assert role("java", "org.apache.spark.deploy.worker.Worker", "spark://h:1") == "Spark master and workers"
+    assert role("/work/.venv/bin/python3", "-m", "pyspark.daemon") == "Python workers (pyspark)"
     assert role("java", "-Xmx1g", "kafka.Kafka", "server.properties") == "Kafka broker"
     assert role("bash") == "other"
     assert role("python", "-m", "streamops", pid=1) == "bench (producer)"
@@ -87,3 +89,14 @@ def test_cpu_used_counts_what_each_role_spent_between_two_snapshots():
     assert cpu_used(before, after) == {"Spark executors": 35.0, "Kafka broker": 12.5}
     assert list(cpu_used(before, after)) == ["Spark executors", "Kafka broker"]
     assert cpu_used({7: ("other", 1.0)}, {7: ("Kafka broker", 3.0)}) == {"Kafka broker": 3.0}
+
+
+def test_a_stateful_runs_batches_are_summed_up_query_by_query():
+    log = ("query presence-notifier.notify batch 7: 20000 rows in, 1.0 rows/s processed, 3000 ms (addBatch 2500, queryPlanning 300), x\n"
+           "query presence-notifier.count batch 3: 0 rows in, 0.0 rows/s processed, 100 ms (queryPlanning 50), x\n"
+           "query presence-notifier.notify batch 8: 10000 rows in, 1.0 rows/s processed, 2000 ms (addBatch 1700), x\n"
+           "query presence-notifier.count batch 4: 900 rows in, 1.0 rows/s processed, 800 ms (addBatch 500), x\n")
+    assert batches_by_query(log) == {
+        "presence-notifier.count": {"batches": 1, "mean_rows": 900, "mean_ms": 800, "mean_outside_writing_ms": 300},
+        "presence-notifier.notify": {"batches": 2, "mean_rows": 15000, "mean_ms": 2500, "mean_outside_writing_ms": 400},
+    }
