@@ -70,7 +70,9 @@ def cpu_role(cmdline: list[str], own_pid: int, pid: int) -> str:
 
 
 def cpu_seconds() -> dict[int, tuple[str, float]]:
-    """Per process now: (role, user + system CPU seconds so far)."""
+    """Per process on the machine now: (role, user + system CPU seconds so far). Every process counts,
+    the bench's or not (a running cluster profile's executors among the bench's roles, a test suite
+    in "other"): run a bench on an otherwise idle machine."""
     import psutil
 
     taken = {}

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import socket
 import subprocess
 import time
 import uuid
@@ -258,9 +257,8 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
         warm_up = run_load(app, LoadSpec(count=warmup, keys=1000, malformed=0.01, seed=5, event_spacing=spacing), kafka)
         poll_until(caught_up, timeout=timeout_s, what="the router to route its warm-up records", interval=0.5)
         # The progress listener logs a batch just after its commit: the warm-up's batches end where their rows do.
-        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text(runtime))) >= warm_up.produced,
-                   timeout=60, what="the driver to log its warm-up batches", interval=0.2)
-        last_warm_up_batch = logged_batches(driver_log_text(runtime))[-1][0]
+        logged_warm_up = _logged_within(runtime, warm_up.produced, -1, "its warm-up batches")
+        last_warm_up_batch = logged_warm_up[-1][0] if logged_warm_up else -1
         batch = [(key, value) for _, key, value, _, _ in
                  load_events(app, LoadSpec(count=events, keys=1000, malformed=0.01, seed=6, start_seq=warmup + 1,
                                            event_spacing=spacing))]
@@ -276,14 +274,25 @@ def warm_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, events: 
         poll_until(caught_up, timeout=timeout_s, what="the router to route every record", interval=0.2)
         seconds = time.monotonic() - began
         cpu = cpu_used(cpu_before, cpu_seconds())
-        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text(runtime), last_warm_up_batch)) >= len(batch),
-                   timeout=60, what="the driver to log its last batch", interval=0.2)
-        costs = batch_costs(logged_batches(driver_log_text(runtime), last_warm_up_batch))
+        logged = _logged_within(runtime, len(batch), last_warm_up_batch, "its batches of the measured records")
+        costs = batch_costs(logged if sum(b[1] for b in logged) >= len(batch) else [])
     finally:
         stop_live(checkpoint)
     print(f"  (the producer wrote {len(batch):,} records in {written_s:.1f} s)", flush=True)
     return DrainFigure(f"Spark router, long-running, warm ({app.trigger or '2 seconds'} trigger)", len(batch),
                        _written(kafka, catalog) - before, seconds, **costs, cpu_s=cpu)
+
+def _logged_within(runtime: AppRuntime, rows: int, after_batch: int, what: str,
+                   timeout_s: float = 60) -> list[tuple[int, int, int, int]]:
+    """The driver's logged batches after `after_batch`, once they hold `rows` rows (or as they are
+    when `timeout_s` passes: the run's figure stays, its batch figures are left out, with a warning)."""
+    try:
+        poll_until(lambda: sum(b[1] for b in logged_batches(driver_log_text(runtime), after_batch)) >= rows,
+                   timeout=timeout_s, what=f"the driver to log {what}", interval=0.2)
+    except DeadlineExceeded as exc:
+        print(f"  warning: {exc}; this run's batch figures are left out", flush=True)
+    return logged_batches(driver_log_text(runtime), after_batch)
+
 
 def latency_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, trigger: str, rate: int,
                 seconds: float = 30, warmup_s: float = STEADY_WARMUP_S, catch_up_limit_s: float = 120) -> LatencyFigure:
@@ -463,26 +472,6 @@ def run_report(out: Path, events: int = 200_000, rates: tuple[int, ...] = (2_000
         return figures
 
 
-def _free_port(addresses: list[str], taken: tuple[int, ...] = ()) -> int:
-    """A port free now on every one of `addresses` (the workers share their port numbers)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((addresses[0], 0))
-            port = probe.getsockname()[1]
-        if port not in taken and all(_port_free(address, port) for address in addresses[1:]):
-            return port
-    raise RuntimeError(f"no port free on all of {', '.join(addresses)} after 50 tries")
-
-
-def _port_free(address: str, port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((address, port))
-        except OSError:
-            return False
-        return True
-
-
 def with_router_conf(catalog: Catalog, conf: dict[str, str]) -> Catalog:
     """The catalog with `conf` merged into the router's spark_conf (a cluster's executor settings)."""
     apps = [a.model_copy(update={"spark_conf": {**a.spark_conf, **conf}}) if a.name == ROUTER else a for a in catalog.apps]
@@ -491,16 +480,14 @@ def with_router_conf(catalog: Catalog, conf: dict[str, str]) -> Catalog:
 
 def bench_cluster(workdir: Path):
     """A Spark standalone cluster of the bench's own (streamops.local_stack.spark_cluster: a master and
-    two 1-core workers, each on a loopback address of its own), on free ports, so a running
-    cluster profile is neither used nor disturbed."""
-    from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone
+    two 1-core workers, each on a loopback address of its own), on ports free now, so a running
+    cluster profile's ports are not taken (its processes' CPU is counted, though: cpu_seconds)."""
+    from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
 
-    master_port = _free_port([MASTER_ADDRESS])
-    workers = list(WORKER_ADDRESSES.values())
-    worker_port = _free_port(workers)
-    return SparkStandalone(state_dir=workdir / "spark-standalone", master_port=master_port,
-                           master_ui_port=_free_port([MASTER_ADDRESS], (master_port,)), worker_port=worker_port,
-                           worker_ui_port=_free_port(workers, (worker_port,)))
+    ports = free_spark_ports()
+    return SparkStandalone(state_dir=workdir / "spark-standalone", master_port=ports["master_port"],
+                           master_ui_port=ports["master_ui_port"], worker_port=ports["worker_port"],
+                           worker_ui_port=ports["worker_ui_port"])
 
 
 CORE_PLACES = ("local", "standalone")
@@ -556,9 +543,10 @@ def model_check(rows: list[dict]) -> list[str]:
     batch size, beside what it did inside its batches, and the k that measured figure implies."""
     said = []
     for place in CORE_PLACES:
-        one = next((r for r in rows if r["place"] == place and r["run"] == "warm" and r["cores"] == 1), None)
-        two = next((r for r in rows if r["place"] == place and r["run"] == "warm" and r["cores"] == 2), None)
-        if not one or not two or one.get("writing_rate") is None or not two.get("mean_batch"):
+        one = next((r for r in rows if r.get("place") == place and r.get("run") == "warm" and r.get("cores") == 1), None)
+        two = next((r for r in rows if r.get("place") == place and r.get("run") == "warm" and r.get("cores") == 2), None)
+        if (not one or not two or one.get("writing_rate") is None or one.get("fixed_cost_s") is None
+                or not two.get("mean_batch") or not two.get("inside_batches_rate")):
             continue
         fixed, rate = max(one["fixed_cost_s"], 0.0), one["writing_rate"]
         predicted = predicted_rate(two["mean_batch"], fixed, 2 * rate)
@@ -579,7 +567,7 @@ def cpu_lines(rows: list[dict]) -> list[str]:
     for row in rows:
         if row.get("cpu_s"):
             busy = sum(row["cpu_s"].values()) / row["seconds"] if row["seconds"] else 0
-            said.append(f"CPU, {row['engine']}, {row['run']} ({row['seconds']:.1f} s, {busy:.2f} cores busy): "
+            said.append(f"CPU of the machine, {row['engine']}, {row['run']} ({row['seconds']:.1f} s, {busy:.2f} cores busy): "
                         + ", ".join(f"{role} {seconds:.1f} s" for role, seconds in row["cpu_s"].items()))
     return ["\n".join(said)] if said else []
 
@@ -596,7 +584,8 @@ def stateful_profile_lines(rows: list[dict]) -> list[str]:
             parts.append(f"{query}: {b['batches']} batches of {b['mean_rows']:,} rows, {b['mean_ms']:,} ms "
                          f"({b['mean_outside_writing_ms']:,} outside the writing)")
         if parts:
-            said.append(f"{row['app']} at {row['target_rate']:,} events/s: " + "; ".join(parts))
+            said.append(f"{row['app']} at {row['target_rate']:,} events/s, over the paced load (warm-up and measured): "
+                        + "; ".join(parts))
     return ["\n".join(said)] if said else []
 
 

@@ -234,12 +234,14 @@ def stateful_run(catalog: Catalog, kafka: KafkaClientConfig, workdir: Path, benc
         cpu_s = batches = None
         if done:
             made = load(int(rate * (warmup_s + seconds)), seed=rate)
-            log_from = len(driver_log_text(runtime))
+            log_at, log_from = runtime.driver_log(), len(driver_log_text(runtime))
             cpu_before = cpu_seconds()
             started = time.time()
             paced_produce(made, rate, kafka)
             cpu_s = cpu_used(cpu_before, cpu_seconds())
-            batches = batches_by_query(driver_log_text(runtime)[log_from:])
+            # Batches logged while the load ran (a restarted driver's log is read whole).
+            logged = driver_log_text(runtime)
+            batches = batches_by_query(logged[log_from:] if runtime.driver_log() == log_at else logged)
             try:
                 poll_until(caught_up, timeout=catch_up_limit_s, what=f"{bench.name} to commit every record", interval=1,
                            max_interval=3)

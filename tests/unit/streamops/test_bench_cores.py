@@ -65,6 +65,10 @@ def test_the_model_predicts_two_cores_from_one_and_says_what_k_the_measurement_i
 
 def test_no_model_line_for_a_place_without_a_fit():
     assert model_check([_warm("standalone", 1, writing_rate=None), _warm("standalone", 2, mean_batch=1.0)]) == []
+    # A two-core run whose batches were not logged, and rows of an older figures.json (no place or run).
+    one = _warm("local", 1, fixed_cost_s=0.5, writing_rate=40_000, mean_batch=200_000, inside_batches_rate=36_000)
+    assert model_check([one, _warm("local", 2, mean_batch=200_000, inside_batches_rate=None)]) == []
+    assert model_check([{"engine": "Spark router, 1 core (local[1])", "rate": 13662}]) == []
 
 
 def test_cpu_is_told_apart_by_what_each_process_runs():
