@@ -72,6 +72,7 @@ from streamops.kafka_records import producer, read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import events as load_events
 from streamops.loadgen import run as run_load
+from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
 from streamops.paths import CACHE_DIR, PROJECT_ROOT
 from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.timestamps import iso_seconds_utc, utc_now
@@ -482,8 +483,6 @@ def bench_cluster(workdir: Path):
     """A Spark standalone cluster of the bench's own (streamops.local_stack.spark_cluster: a master and
     two 1-core workers, each on a loopback address of its own), on ports free now, so a running
     cluster profile's ports are not taken (its processes' CPU is counted, though: cpu_seconds)."""
-    from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
-
     ports = free_spark_ports()
     return SparkStandalone(state_dir=workdir / "spark-standalone", master_port=ports["master_port"],
                            master_ui_port=ports["master_ui_port"], worker_port=ports["worker_port"],
