@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
 
+from spark_apps.presence_notifier import notify_user
 from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
 from tests.support.apps import run_available_now
@@ -167,3 +169,43 @@ def test_presence_state_survives_a_restart_from_the_checkpoint(spark, broker, ap
         notification("u9", "close", "00:10:00", events0, events0),
         notification("u9", "tick", "00:11:00", f"{spec.inputs['ticks']}/0/0", events0),
     ]
+
+
+def test_the_jvm_step_follows_the_python_reference_on_generated_input(spark):
+    """streamops.apps.PresenceNotify (what the notify query runs) against notify_user, its reference
+    rule for rule: per generated user, several batches with the history carried over; equal event
+    times, ticks before any presence, late presence events, pruning by the horizon, text to escape."""
+    jvm_step = spark._jvm.streamops.apps.PresenceNotify.stepJson
+    rng = random.Random(38)
+    settings = dict(message="Ne regardez pas \"Facebook\"\n\u00e9\u2603 \U0001F600", notifications_topic="n",
+                    latest_state_topic="s")
+    steps = notifications = pruned = 0
+    for user_number in range(80):
+        user = rng.choice(["u", "\u00fc\u0161er", "a\"b\\c", "tab\tuser"]) + str(user_number)
+        horizon_ms = rng.choice([0, 30_000, 60_000, 180_000])
+        history: list[tuple[int, str, str]] = []
+        offset = 0
+        for _batch in range(rng.randint(1, 5)):
+            rows = []
+            for _ in range(rng.randint(0, 9)):
+                kind = rng.randint(0, 1)
+                partition = rng.randint(0, 1)
+                offset += 1
+                rows.append({"kind": kind, "time_ms": rng.randrange(0, 600_000, 15_000),
+                             "action": rng.choice(["Open", "Close"]) if kind == 0 else None,
+                             "event_id": f"{'events' if kind == 0 else 'ticks'}/{partition}/{offset}",
+                             "partition": partition, "offset": offset})
+            want_out, want_history = notify_user(user, rows, history, horizon_ms=horizon_ms, **settings)
+            rows_json = json.dumps([[r["kind"], r["time_ms"], r["action"], r["event_id"], r["partition"], r["offset"]]
+                                    for r in rows])
+            got = json.loads(jvm_step(user, rows_json, json.dumps(history), settings["message"], horizon_ms,
+                                      settings["notifications_topic"], settings["latest_state_topic"]))
+            assert [(k, json.loads(v), t) for k, v, t in got["outputs"]] == [
+                (k, json.loads(v), t) for k, v, t in want_out], (user, rows, history)
+            assert [tuple(e) for e in got["history"]] == want_history, (user, rows, history)
+            steps += 1
+            notifications += sum(t == "n" for _, _, t in want_out)
+            pruned += len(history) + sum(r["kind"] == 0 for r in rows) > len(want_history)
+            history = want_history
+    # The generated input reached every rule, not only the easy ones.
+    assert steps > 150 and notifications > 100 and pruned > 20, (steps, notifications, pruned)

@@ -85,8 +85,8 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     with background_load(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.client_config) as load:
         poll_until(lambda: (p := runtime.progress().get("notify")) is not None and p.input_rows > 0,
                    timeout=180, what="notify to see load")
-        same_code_as(spec, "1.1.0")
-        rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="1.1.0", gate_deadline_s=180)
+        same_code_as(spec, "2.1.0")
+        rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="2.1.0", gate_deadline_s=180)
         under_load = load.is_alive()
     assert rolled.state == "success", rolled.task_states
     assert under_load
@@ -114,8 +114,8 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     next(a for a in changed["apps"] if a["name"] == "presence-notifier")["settings"]["count_window"] = "11 minutes"
     catalog_file.write_text(yaml.safe_dump(changed, sort_keys=False))
     capfd.readouterr()
-    same_code_as(spec, "2.0.0")
-    refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="2.0.0")
+    same_code_as(spec, "3.0.0")
+    refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="3.0.0")
     assert refused.state == "failed"
     out = capfd.readouterr().out
     assert ("presence-notifier: the new version cannot restart from the running version's checkpoint, so nothing was stopped"
@@ -124,11 +124,11 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     assert runtime.state() == "running" and runtime.driver().pid == running.pid
     assert list_backups(spec.checkpoint_location()) == backups_before
     (standby_log,) = [log for log in runtime.logs_dir.glob("driver-*.log")
-                      if " --standby " in (text := log.read_text()) and " --version 2.0.0 " in text]
+                      if " --standby " in (text := log.read_text()) and " --version 3.0.0 " in text]
     said = standby_log.read_text()
     assert "not needed, exiting without starting: the rollout stopped: presence-notifier: the new version cannot" in said
     assert list((runtime.dir / "standby").iterdir()) == []
-    # (The running driver started as the first roll's standby: only 2.0.0's would be left over.)
+    # (The running driver started as the first roll's standby: only 3.0.0's would be left over.)
     assert not [p.pid for p in psutil.process_iter(["cmdline"])
-                if {"--standby", "presence-notifier", "2.0.0"} <= set(p.info["cmdline"] or [])]
+                if {"--standby", "presence-notifier", "3.0.0"} <= set(p.info["cmdline"] or [])]
     assert run_dag("stop_apps", catalog_file, apps=["presence-notifier"]).state == "success"

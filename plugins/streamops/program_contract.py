@@ -23,7 +23,7 @@ Declarations (class attributes), checked when the catalog loads:
   entry repeats them under `reads_outputs` so Terraform, which cannot import Python, sees them.
 - `query_names`: its streaming queries in start order; each has a checkpoint folder of its name.
 - `stateful_operators`: per query, the stateful operators it keeps in its checkpoint, in words
-  ("groupBy(user_id).applyInPandasWithState: presence history"). A rolling restart refuses a
+  ("groupBy(user_id).flatMapGroupsWithState: presence history"). A rolling restart refuses a
   version whose declared operators (or whose stateful plan) differ: Spark could not restore them.
 - `window_counts`: output roles holding windowed counts (`records.windowed_counts`), so the
   quality reconciliation and the nightly reconciliation can recompute them.

@@ -12,23 +12,33 @@ from streamops.program_contract import OutputQuery, StreamingProgram
 _STATEFUL = ("FlatMapGroups", "Aggregate", "Deduplicate", "Join", "TransformWithState")
 
 
-# Expression ids, query ids and watermark delays (a changed watermark is restart-safe).
-_VOLATILE = re.compile(r"#\d+L?|-T\d+ms|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# Expression ids, query ids and watermark delays (a changed watermark is restart-safe), and what
+# names one JVM's objects: a lambda's class ("$$Lambda$2398/0x00007fbc64d1d498" on Java 17,
+# "$$Lambda/0x..." later) and an identity hash ("...@1dfa9af8"), which a JVM function's operator
+# (flatMapGroupsWithState from Java) prints and every driver numbers its own way.
+_VOLATILE = re.compile(
+    r"#\d+L?|-T\d+ms|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    r"|(?<=\$\$Lambda)(\$\d+)?/0x[0-9a-f]+|(?<=[\w$])@[0-9a-f]{1,8}\b"
+)
+
+
+def plan_lines(plan: str) -> list[str]:
+    """The analyzed plan's stateful operators and window definitions, without what varies from one
+    driver to the next."""
+    return [
+        _VOLATILE.sub("", line.strip().lstrip(":+- ~"))
+        for line in plan.splitlines()
+        if any(node in line for node in _STATEFUL) or ("window" in line and "Expand" in line)
+    ]
 
 
 def plan_fingerprint(outputs: list[OutputQuery]) -> dict[str, list[str]]:
     """Per query, its stateful operators and window definitions as plan text with expression
     ids removed: what must stay the same for a restart from the existing checkpoint."""
-    fingerprint = {}
-    for output in outputs:
-        plan = output.frame._jdf.queryExecution().analyzed().toString()  # noqa: SLF001 - no public API for it
-        lines = [
-            _VOLATILE.sub("", line.strip().lstrip(":+- ~"))
-            for line in plan.splitlines()
-            if any(node in line for node in _STATEFUL) or ("window" in line and "Expand" in line)
-        ]
-        fingerprint[output.name] = lines
-    return fingerprint
+    return {
+        output.name: plan_lines(output.frame._jdf.queryExecution().analyzed().toString())  # noqa: SLF001 - no public API
+        for output in outputs
+    }
 
 
 def stateful_fingerprint(program: StreamingProgram, outputs: list[OutputQuery]) -> dict[str, list[str]]:

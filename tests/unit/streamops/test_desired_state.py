@@ -105,7 +105,7 @@ def test_what_a_roll_cannot_carry_is_refused_with_the_way_forward(catalog):
     asked = []
     (stateful,) = plan(wider, [NOTIFIER],
                        fingerprint=lambda *args: asked.append(args) or {"notify": ["declared: window 11 minutes"]}).values()
-    assert asked == [(NOTIFIER, "1.0.0", {})]
+    assert asked == [(NOTIFIER, catalog.app(NOTIFIER).version, {})]
     assert stateful.action == "refuse"
     assert stateful.reason.startswith("a state-incompatible change (query 'notify' changes its stateful")
     assert "reprocess it" in stateful.reason and "rebuild its state (recover_rebuild_state)" in stateful.reason
