@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile the input contract's JVM side (src/main/java) into one jar, against a folder of jars.
+# Compile the suite's JVM side (src/main/java: the input contract, the presence notifier) into one jar, against a folder of jars.
 #   build/maven/streamops-contract/build-jar.sh CLASSPATH_DIR OUT_JAR
 # bin/setup passes pyspark's own jars/ folder: the very jars it runs with, so no Maven download and
 # no second copy of Spark. (The Docker images build the same source with this folder's pom.xml.)
