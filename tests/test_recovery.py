@@ -379,7 +379,7 @@ def test_rebuild_into_versioned_topics_reproduces_the_output_and_hands_over(spar
     assert applied["new_topics"] == [f"{t}.v2" for t in [*spec.outputs.values(), spec.dead_letter_topic]]
     assert backup_info(Path(applied["backup"]))["label"] == "before-cutover"
     runtime = AppRuntime(spec.checkpoint_location())
-    assert runtime.state() == "running" and runtime.driver().version == "1.0.0+v2"
+    assert runtime.state() == "running" and runtime.driver().version == f"{spec.version}+v2"
     for live in spec.outputs.values():
         rebuilt = Counter((r.key, r.value) for r in read_all(broker.client_config, f"{live}.v2"))
         assert rebuilt == Counter((r.key, r.value) for r in read_all(broker.client_config, live)), live
