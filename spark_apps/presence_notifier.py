@@ -197,8 +197,8 @@ class PresenceNotifier(StreamingProgram):
     reads_outputs = ("notifications",)
     query_names = ("notify", "count")
     stateful_operators = {
-        "notify": ("groupBy(user_id).flatMapGroupsWithState (JVM, streamops.apps.PresenceNotify): each user's "
-                   "presence history",),
+        "notify": (f"groupBy(user_id).flatMapGroupsWithState ({NOTIFY_CLASS} rules {NOTIFY_LOGIC_VERSION}): each "
+                   "user's presence history",),
         "count": ("windowed count per user_id with a watermark",),
     }
     window_counts = {"notification_counts": WindowCountOutput("count", "user_id")}

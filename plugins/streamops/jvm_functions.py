@@ -35,9 +35,10 @@ def _java_class(session: SparkSession, class_name: str) -> Any:
     for part in class_name.split("."):
         found = getattr(found, part)
     if not isinstance(found, JavaClass):
+        jars = session.conf.get("spark.jars", "") or "none"
         raise JvmFunctionUnavailable(
-            f"{class_name} is not on this driver's classpath: the suite's jar (.cache/jars/streamops-contract) is "
-            "missing or older than this code; run bin/setup, which compiles it")
+            f"{class_name} is not on this driver's classpath (spark.jars: {jars}): the suite's jar "
+            "(streamops-contract.jar) is older than this code; rebuild it (bin/setup here, the images' build in docker/)")
     return found
 
 

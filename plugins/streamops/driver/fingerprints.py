@@ -12,13 +12,13 @@ from streamops.program_contract import OutputQuery, StreamingProgram
 _STATEFUL = ("FlatMapGroups", "Aggregate", "Deduplicate", "Join", "TransformWithState")
 
 
-# Expression ids, query ids and watermark delays (a changed watermark is restart-safe), and what
-# names one JVM's objects: a lambda's class ("$$Lambda$2398/0x00007fbc64d1d498" on Java 17,
-# "$$Lambda/0x..." later) and an identity hash ("...@1dfa9af8"), which a JVM function's operator
-# (flatMapGroupsWithState from Java) prints and every driver numbers its own way.
+# Expression ids, query ids and watermark delays (a changed watermark is restart-safe), and the
+# name one JVM gives a lambda object ("$$Lambda$2398/0x00007fbc64d1d498@1dfa9af8" on Java 17,
+# "$$Lambda/0x...@..." later), which a JVM function's operator (flatMapGroupsWithState from Java)
+# prints and every driver numbers its own way. (Which function it is, the program declares.)
 _VOLATILE = re.compile(
     r"#\d+L?|-T\d+ms|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-    r"|(?<=\$\$Lambda)(\$\d+)?/0x[0-9a-f]+|(?<=[\w$])@[0-9a-f]{1,8}\b"
+    r"|(?<=\$\$Lambda)(\$\d+)?/0x[0-9a-f]+(@[0-9a-f]+)?"
 )
 
 

@@ -26,3 +26,8 @@ def test_a_jvm_function_operator_reads_the_same_from_every_driver():
 def test_a_changed_operator_still_reads_as_changed():
     assert plan_lines(FIRST) != plan_lines(FIRST.replace("Append", "Update"))
     assert plan_lines(FIRST) != plan_lines(FIRST.replace("user_id#12 as string", "device_id#12 as string"))
+
+
+def test_text_beside_an_at_sign_is_kept_outside_a_lambda_name():
+    aggregate = "Aggregate [team#3], [team#3, count(if ((owner#2 = ops@cafe)) 1 else null) AS n#9L]\n"
+    assert plan_lines(aggregate) != plan_lines(aggregate.replace("ops@cafe", "ops@beef"))

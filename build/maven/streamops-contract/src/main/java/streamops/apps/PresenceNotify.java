@@ -34,13 +34,14 @@ import scala.jdk.javaapi.CollectionConverters;
  * this follows rule for rule; tests/test_presence_notifier.py compares the two on generated input.
  *
  * <p>Why Java: with applyInPandasWithState every row crosses to a Python worker and back through
- * Arrow, and the history through JSON text (Spark cannot hand array-typed state to Python); at
+ * Arrow, and the history through JSON text (PySpark 4.0 could not hand array-typed state to Python); at
  * 10,000 events/s on two cores that round trip is where the notify query falls behind.
  *
  * <p>Input rows: user_id string, kind int (0 presence, 1 tick), time_ms bigint, action string (a
  * presence's Open or Close, null for a tick), event_id string, partition int, offset bigint.
  * Output rows: key string, value string (JSON), topic string. State: history, an array of
- * (time_ms, action, event_id) sorted by time.
+ * (time_ms, action, event_id) sorted by time, none of them null: the input contract lets through
+ * presence events with an action of Open or Close only, and every record has its event id.
  */
 public final class PresenceNotify implements FlatMapGroupsWithStateFunction<String, Row, Row, Row> {
   private static final long serialVersionUID = 1L;
