@@ -88,8 +88,20 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(local_stack
     assert "provision_topics finished: success" in first.stdout
     for name in names:
         assert re.search(rf"^  {re.escape(name)}\s+create$", first.stdout, re.M), (name, first.stdout)
-    login = re.search(rf"Airflow UI: http://127.0.0.1:{airflow_port}  \(user 'admin', password '(\S+)'\)", first.stdout)
-    assert login, first.stdout
+    # How to log in as each role, never a password: `streamops airflow password <user>` prints it
+    # from a file only its owner reads.
+    assert f"Airflow UI: http://127.0.0.1:{airflow_port}  one user per role, each password printed by " \
+           "`streamops airflow password <user>`" in first.stdout, first.stdout
+    for user, duty in (("viewer", "Sees the apps page"), ("operator", "Deploys, stops, rolls and recovers apps"),
+                       ("approver", "Approves or rejects the plans others triggered"), ("admin", "Everything")):
+        assert re.search(rf"^  {user}\s+{duty}", first.stdout, re.M), (user, first.stdout)
+    users_file = local_stack.run_dir / "airflow" / "users.json"
+    assert oct(users_file.stat().st_mode & 0o777) == "0o600"
+    password = local_stack.password("admin")
+    assert len(password) >= 16 and password not in first.stdout + first.stderr
+    unknown = streamops("airflow", "password", "root")
+    assert unknown.returncode == 1 and "no user 'root' in" in unknown.stderr
+    assert "(its users: viewer, operator, approver, admin)" in unknown.stderr
 
     topics = AdminClient({"bootstrap.servers": f"127.0.0.1:{kafka_port}"}).list_topics(timeout=10).topics
     assert {name: len(topics[name].partitions) for name in names} == {
@@ -103,7 +115,7 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(local_stack
 
     # validate_topic_quality's Data Docs are served by the API server (the plugin in plugins/),
     # behind the UI's login, with GX's CDN addresses pointing at the suite's copies.
-    jwt = httpx.post(f"http://127.0.0.1:{airflow_port}/auth/token", json={"username": "admin", "password": login[1]},
+    jwt = httpx.post(f"http://127.0.0.1:{airflow_port}/auth/token", json={"username": "admin", "password": password},
                      timeout=30).json()["access_token"]
     site = local_stack.run_dir / "quality" / "gx" / "uncommitted" / "data_docs" / "local_site"
     (site / "validations").mkdir(parents=True, exist_ok=True)
@@ -139,7 +151,7 @@ def test_streamops_up_brings_the_suite_up_and_provisions_the_catalog(local_stack
     # return value dumped at its end (the tasks log their own summaries).
     from streamops.local_stack.airflow_api import AirflowApi
 
-    api = AirflowApi(f"http://127.0.0.1:{airflow_port}", "admin", login[1])
+    api = AirflowApi(f"http://127.0.0.1:{airflow_port}", "admin", password)
     dry = api.trigger("provision_topics", {"dry_run": True})
     assert api.wait_for_run("provision_topics", dry, timeout=300) == "success"
     plan_log = api.task_log("provision_topics", dry, "plan")

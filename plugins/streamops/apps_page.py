@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from streamops.access import APPS_PAGE, DRIVER_LOGS
 from streamops.app_runtime import AppRuntime
 from streamops.app_status import is_spark_ui_address
 from streamops.audit import read_audit
@@ -275,7 +276,8 @@ def add_apps_page(app: Any) -> None:
     from fastapi import Depends, HTTPException
     from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
-    login = page_login("the apps page")
+    login = page_login("the apps page", APPS_PAGE)
+    log_login = page_login("a driver's log", DRIVER_LOGS)
 
     @app.get(PAGE_PATH, response_class=HTMLResponse)
     def apps_page(_user: str = Depends(login)) -> HTMLResponse:
@@ -290,7 +292,7 @@ def add_apps_page(app: Any) -> None:
         return JSONResponse(rows_as_json(rows))
 
     @app.get(f"{PAGE_PATH}/{{name}}/driver-log", response_class=PlainTextResponse)
-    def driver_log(name: str, _user: str = Depends(login)) -> PlainTextResponse:
+    def driver_log(name: str, _user: str = Depends(log_login)) -> PlainTextResponse:
         try:
             spec = load_catalog(check_programs=False).app(name)
         except (CatalogError, KeyError):

@@ -30,6 +30,7 @@ import typer
 from confluent_kafka import KafkaException
 
 from streamops import settings
+from streamops.access import ROLES
 from streamops.acls import app_acls, apply_acls
 from streamops.app_runtime import AppRuntime, DriverRecord, LaunchRecord
 from streamops.artifacts import ArtifactError, ArtifactStore, build, ensure_catalog_artifacts
@@ -44,7 +45,13 @@ from streamops.launch_overrides import LaunchOverrideRefused, checked_version
 from streamops.loadgen import LoadSpec
 from streamops.loadgen import run as run_load
 from streamops.local_stack.airflow_api import AirflowApi, AirflowApiError
-from streamops.local_stack.airflow_stack import ADMIN_USER, CELERY_WORKER_ADDRESSES, DEFAULT_CELERY_LOG_PORTS, LocalAirflow
+from streamops.local_stack.airflow_stack import (
+    ADMIN_USER,
+    CELERY_WORKER_ADDRESSES,
+    DEFAULT_CELERY_LOG_PORTS,
+    STACK_USERS,
+    LocalAirflow,
+)
 from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ports_from_env
@@ -169,6 +176,17 @@ def airflow_cli(ctx: typer.Context, port: PortOpt = None) -> None:
     os.execve(binary, [binary, *ctx.args], airflow.env())
 
 
+@airflow_app.command("password")
+def airflow_password(user: Annotated[str, typer.Argument(help="One of the stack's users: " + ", ".join(STACK_USERS))]) -> None:
+    """The password of one of the stack's users (one per role), for the UI's login or /auth/token."""
+    airflow = LocalAirflow.from_env()
+    password = airflow.password_of(user)
+    if password is None:
+        known = ", ".join(airflow.users()) if airflow.users_file.exists() else "none yet: run `streamops up`"
+        raise _fail(f"no user {user!r} in {airflow.users_file} (its users: {known})")
+    typer.echo(password)
+
+
 @airflow_app.command("status")
 def airflow_status(port: PortOpt = None) -> None:
     """Running components and their health."""
@@ -179,8 +197,12 @@ def airflow_status(port: PortOpt = None) -> None:
 
 
 def _print_login(airflow: LocalAirflow) -> None:
-    password = airflow.admin_password()
-    typer.echo(f"Airflow UI: {airflow.url}  (user {ADMIN_USER!r}, password {password!r})")
+    """How to log in as each role; the passwords stay in their file (a terminal's scrollback and
+    CI logs keep what is printed)."""
+    typer.echo(f"Airflow UI: {airflow.url}  one user per role, each password printed by `streamops airflow password "
+               f"<user>` (kept in {airflow.users_file}, readable by you only):")
+    for name, entry in airflow.users().items():
+        typer.echo(f"  {name:<9} {ROLES[entry['role']].description}")
     typer.echo(f"Metrics: {airflow.url}/streamops/metrics  (Prometheus bearer token in {airflow.metrics_token_file()})")
 
 

@@ -35,11 +35,12 @@ import time
 from pathlib import Path
 
 from streamops import settings
+from streamops.access import METRICS
 from streamops.catalog import Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig, airflow_connection, app_principal
 from streamops.supervision import NEEDS_SOMEONE, STATE_NUMBERS, observe, unreadable
 from streamops.timestamps import parse_recorded_time
-from streamops.ui_auth import LoginRequired, bearer_token, logged_in_user
+from streamops.ui_auth import LoginRequired, bearer_token, forbidden, logged_in_user, may_read
 
 log = logging.getLogger(__name__)
 URL_PREFIX = "/streamops"
@@ -173,11 +174,14 @@ def metrics_app():
         if bearer and token and hmac.compare_digest(bearer.encode(), token.encode()):
             return "scrape token"
         try:
-            return f"user {await logged_in_user(request)}"
+            user = await logged_in_user(request)
         except LoginRequired:
             raise HTTPException(status_code=401, detail="Not authenticated: send the scrape token or an Airflow login token "
                                                         "as 'Authorization: Bearer <token>'",
                                 headers={"WWW-Authenticate": "Bearer"}) from None
+        if not may_read(user, METRICS):
+            raise forbidden(user, "the metrics", METRICS)
+        return f"user {user.get_name()}"
 
     @app.get("/metrics")
     def metrics(_who: str = Depends(authorised)) -> Response:

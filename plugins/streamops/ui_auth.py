@@ -1,13 +1,18 @@
-"""The Airflow UI's login for the suite's own pages (apps page, Data Docs, metrics).
+"""The Airflow UI's login and roles for the suite's own pages (apps page, driver logs, Data Docs,
+metrics).
 
 Airflow mounts a plugin's FastAPI app but does not authenticate it: each app asks for a login
 itself through these helpers. A request carries the login as the UI's cookie (a browser) or as
 `Authorization: Bearer <JWT>` (a script with a token from /auth/token). A browser without a login
-is sent to the login page and back; anything else gets a 401 naming what to send.
+is sent to the login page and back; anything else gets a 401 naming what to send. A login whose
+role may not read the page (streamops.access.PAGES, asked of the auth manager as a custom view)
+gets a 403 naming the roles that may.
 """
 
 
 from typing import Any
+
+from streamops.access import roles_allowed
 
 
 class LoginRequired(Exception):
@@ -19,17 +24,31 @@ def bearer_token(request: Any) -> str | None:
     return header[7:].strip() or None if header[:7].lower() == "bearer " else None
 
 
-async def logged_in_user(request: Any, credential: str | None = None) -> str:
-    """The name of the logged-in user, from `credential` or the request's bearer token or UI
-    cookie. A missing login raises LoginRequired; a forged or expired one Airflow's own 401/403."""
+async def logged_in_user(request: Any, credential: str | None = None) -> Any:
+    """The logged-in user (the auth manager's), from `credential` or the request's bearer token or
+    UI cookie. A missing login raises LoginRequired; a forged or expired one Airflow's own 401/403."""
     from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
     from airflow.api_fastapi.core_api.security import resolve_user_from_token
 
     credential = credential or bearer_token(request) or request.cookies.get(COOKIE_NAME_JWT_TOKEN)
     if not credential:
         raise LoginRequired
-    user = await resolve_user_from_token(credential)
-    return user.get_name()
+    return await resolve_user_from_token(credential)
+
+
+def may_read(user: Any, page: str) -> bool:
+    """May `user` read the suite's `page` (a streamops.access page), as its role says?"""
+    from airflow.api_fastapi.app import get_auth_manager
+
+    return bool(get_auth_manager().is_authorized_custom_view(method="GET", resource_name=page, user=user))
+
+
+def forbidden(user: Any, what: str, page: str) -> Exception:
+    """The 403 of a login whose role may not read `page`."""
+    from fastapi import HTTPException
+
+    return HTTPException(status_code=403, detail=f"Forbidden: {what} is open to the roles {', '.join(roles_allowed(page))}; "
+                                                 f"{user.get_name()} has none of them (an admin can change a user's roles)")
 
 
 def wants_html(request: Any) -> bool:
@@ -43,14 +62,18 @@ def login_url(request: Any) -> str:
     return get_auth_manager().get_url_login(next_url=str(request.url))
 
 
-def page_login(what: str):
-    """A FastAPI dependency for a page: the user's name, a redirect to the login for a browser,
-    or a 401 for anything else. `what` names the page in the 401."""
+def page_login(what: str, page: str):
+    """A FastAPI dependency for one of the suite's pages (`page`, a streamops.access page): the
+    user's name; a redirect to the login for a browser, or a 401 for anything else; a 403 for a
+    role that may not read it. `what` names the page in the answers."""
     from fastapi import HTTPException, Request
 
     async def dependency(request: Request) -> str:
         try:
-            return await logged_in_user(request)
+            user = await logged_in_user(request)
+            if not may_read(user, page):
+                raise forbidden(user, what, page)
+            return user.get_name()
         except LoginRequired:
             if wants_html(request):
                 raise HTTPException(status_code=307, headers={"Location": login_url(request)},
@@ -60,7 +83,7 @@ def page_login(what: str):
                                        "'Authorization: Bearer <token>' from POST /auth/token)") from None
         except HTTPException as exc:
             # An expired or forged cookie: a browser logs in again instead of reading a JSON error.
-            if wants_html(request) and exc.status_code in (401, 403):
+            if wants_html(request) and exc.status_code in (401, 403) and not exc.detail.startswith("Forbidden: "):
                 raise HTTPException(status_code=307, headers={"Location": login_url(request)},
                                     detail="Log in to Airflow again") from None
             raise

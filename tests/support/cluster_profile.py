@@ -8,7 +8,6 @@ Spark standalone cluster; stopped after the last of them (conftest: `stop_after_
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -45,6 +44,10 @@ class ClusterProfile:
     spark: SparkStandalone
     metadata: MetadataServices
     kafka: KafkaClientConfig  # the suite's admin on the secured cluster (load, reads)
+
+    def api_as(self, user: str) -> AirflowApi:
+        """The REST API as one of the stack's users (one per role of streamops.access)."""
+        return AirflowApi(self.airflow.url, user, self.airflow.password_of(user) or "")
 
     def streamops(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return subprocess.run([STREAMOPS, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -107,7 +110,6 @@ def start_cluster_profile(secure_cluster, work: Path, prefix: str) -> ClusterPro
 
 def _connected(env, run_dir, catalog, catalog_file, up, metadata, spark, secure_cluster) -> ClusterProfile:
     """The profile `up` started, as this process reaches it, once its DAGs are parsed."""
-    password = re.search(r"\(user 'admin', password '(\S+)'\)", up.stdout)
     home = run_dir / "airflow"
     record = read_stack_record(home) or {}
     airflow = LocalAirflow(
@@ -117,7 +119,7 @@ def _connected(env, run_dir, catalog, catalog_file, up, metadata, spark, secure_
         # A worker this process starts again gets what `up` gave it (catalog, checkpoints, run dir).
         extra_env={k: v for k, v in env.items() if k.startswith("STREAMOPS_")},
     )
-    api = AirflowApi(airflow.url, AIRFLOW_ADMIN, password[1] if password else "")
+    api = AirflowApi(airflow.url, AIRFLOW_ADMIN, airflow.admin_password() or "")
     for dag_id in DAGS:
         api.wait_for_dag(dag_id, timeout=300)
     # Every deploy and roll starts a validation of the app's outputs (an asset event), and the

@@ -28,7 +28,12 @@ class LocalStack:
     catalog: Catalog
     up: subprocess.CompletedProcess  # the first `streamops up`, as it printed
     base: str  # the Airflow UI's address
-    password: str  # the admin's, as `up` printed it
+
+    def password(self, user: str = "admin") -> str:
+        """A user's password, as `streamops airflow password` prints it (one user per role)."""
+        printed = self.streamops("airflow", "password", user, timeout=60)
+        assert printed.returncode == 0, printed.stderr
+        return printed.stdout.strip()
 
     @property
     def kafka_port(self) -> int:
@@ -44,10 +49,10 @@ class LocalStack:
     def runtime(self, app: str) -> AppRuntime:
         return AppRuntime(self.run_dir / "checkpoints" / app)
 
-    def api(self):
+    def api(self, user: str = "admin"):
         from streamops.local_stack.airflow_api import AirflowApi
 
-        return AirflowApi(self.base, "admin", self.password)
+        return AirflowApi(self.base, user, self.password(user))
 
 
 def start_local_stack(work: Path, prefix: str) -> LocalStack:
@@ -68,10 +73,8 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
     except BaseException:
         subprocess.run([STREAMOPS, "down"], env=env, capture_output=True, text=True, timeout=300)
         raise
-    login = re.search(rf"Airflow UI: http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}  \(user 'admin', password '(\S+)'\)",
-                      up.stdout)
-    stack = LocalStack(env, run_dir, catalog, up, f"http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}",
-                       login[1] if login else "")
+    login = re.search(rf"Airflow UI: http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}  one user per role", up.stdout)
+    stack = LocalStack(env, run_dir, catalog, up, f"http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}")
     if up.returncode != 0 or login is None:
         stop_local_stack(stack, check=False)
         raise AssertionError(f"`streamops up` failed (exit {up.returncode}):\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")

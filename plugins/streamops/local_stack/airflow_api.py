@@ -33,6 +33,11 @@ class AirflowApi:
         token = response.json()["access_token"]
         self.client = httpx.Client(base_url=f"{self.url}/api/v2", headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
+    def answer_approval(self, dag_id: str, run_id: str, option: str = "Approve", task_id: str = "approve") -> httpx.Response:
+        """Answer a run's approval (Airflow's human-in-the-loop request) as this user."""
+        return self.client.patch(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails",
+                                 json={"chosen_options": [option], "params_input": {}})
+
     def _get(self, path: str, **params) -> httpx.Response:
         return self.client.get(path, params=params)
 

@@ -20,6 +20,7 @@ import httpx
 import psutil
 
 from streamops import settings
+from streamops.access import ROLES
 from streamops.catalog import CATALOG_ENV_VAR, ENVIRONMENT_ENV_VAR, selected_environment
 from streamops.local_stack.broker import LocalBroker
 from streamops.local_stack.metadata_services import MetadataServices
@@ -29,6 +30,10 @@ from streamops.waiting import DeadlineExceeded, poll_until
 
 DEFAULT_PORT = 8080
 ADMIN_USER = "admin"
+# One user per role of streamops.access, named as the role.
+STACK_USERS = tuple(ROLES)
+USERS_FILE = "users.json"
+FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # Airflow's LocalExecutor with a guard against a race that fails an approval as it is approved
 # (streamops.airflow_executor; the plugins folder is on every Airflow process's path).
@@ -135,12 +140,15 @@ class LocalAirflow:
                 # this, that warning tops every task log.
                 "PYTHONWARNINGS": "ignore:GitWildMatchPattern:DeprecationWarning",
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
+                # Users and roles (streamops.access) in FAB's tables of the metadata DB.
+                "AIRFLOW__CORE__AUTH_MANAGER": FAB_AUTH_MANAGER,
+                # FAB's Flask session (the login form) signed with one key for every API worker.
+                "AIRFLOW__API__SECRET_KEY": self._secret("api_secret_key"),
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__HOST": "127.0.0.1",
                 "AIRFLOW__API__BASE_URL": self.url,
                 # One secret shared by the API server and the task runners that call it.
-                "AIRFLOW__API_AUTH__JWT_SECRET": self._jwt_secret(),
+                "AIRFLOW__API_AUTH__JWT_SECRET": self._secret("jwt_secret"),
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 # A small stack on a small machine: tasks run one after another, and every step of a
                 # run waits for the scheduler's next loop. It sleeps 0.25 s when idle (Airflow: 1 s),
@@ -228,13 +236,35 @@ class LocalAirflow:
                 out.write(secrets.token_urlsafe(32))
         return path
 
-    def _jwt_secret(self) -> str:
-        path = self.home / "jwt_secret"
+    def _secret(self, name: str) -> str:
+        """A secret of this stack, generated on first use into <home>/<name> (mode 600)."""
+        path = self.home / name
         if not path.exists():
-            self.home.mkdir(parents=True, exist_ok=True)
-            path.write_text(secrets.token_urlsafe(32))
-            path.chmod(0o600)
+            _write_once(path, secrets.token_urlsafe(32))
         return path.read_text().strip()
+
+    @property
+    def users_file(self) -> Path:
+        """One user per role (streamops.access), each with a password generated once (mode 600)."""
+        return self.home / USERS_FILE
+
+    def users(self) -> dict[str, dict[str, str]]:
+        """The stack's users: name -> {"role", "password"}; generated the first time."""
+        if not self.users_file.exists():
+            generated = {name: {"role": name, "password": secrets.token_urlsafe(12)} for name in STACK_USERS}
+            _write_once(self.users_file, json.dumps(generated, indent=2) + "\n")
+        return json.loads(self.users_file.read_text())
+
+    def sync_users(self) -> str:
+        """The suite's roles and the stack's users in FAB's tables, as declared (after `db migrate`)."""
+        self.users()
+        result = subprocess.run(  # noqa: S603
+            [sys.executable, "-m", "streamops.local_stack.fab_roles", str(self.users_file)],
+            env=self.env(), capture_output=True, text=True, check=False, timeout=300,
+        )
+        if result.returncode != 0:
+            raise ServiceError(f"creating the roles and users failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+        return f"roles {', '.join(STACK_USERS)} and one user each (passwords in {self.users_file})"
 
     def airflow(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         """Run one `airflow` CLI command in this stack's environment; raise with its output on failure."""
@@ -265,7 +295,7 @@ class LocalAirflow:
         self.airflow("db", "migrate")
         if not self.database_url:
             (self.home / "airflow.db").chmod(0o600)
-        return f"Airflow metadata DB ready in {self.home}; {self.write_connections()}"
+        return f"Airflow metadata DB ready in {self.home}; {self.sync_users()}; {self.write_connections()}"
 
     def write_connections(self) -> str:
         """kafka_default (and kafka_app_<app> on the cluster) for this stack's Kafka target, and
@@ -466,10 +496,12 @@ class LocalAirflow:
         return f"CeleryExecutor on PostgreSQL, workers {workers}"
 
     def admin_password(self) -> str | None:
-        """The password SimpleAuthManager generated for the admin user, once the API server ran."""
-        path = self.home / "simple_auth_manager_passwords.json.generated"
+        """The admin user's password (None before `init` made the users)."""
+        return self.password_of(ADMIN_USER)
+
+    def password_of(self, user: str) -> str | None:
         try:
-            return json.loads(path.read_text())[ADMIN_USER]
+            return json.loads(self.users_file.read_text())[user]["password"]
         except (FileNotFoundError, KeyError, ValueError):
             return None
 
@@ -483,6 +515,21 @@ class LocalAirflow:
             f"--- last lines of {self.processes[name].log_file} ---\n{log_tail(self.processes[name].log_file, 25)}"
             for name in (names or self.components)
         )
+
+
+def _write_once(path: Path, text: str) -> None:
+    """`text` into a new file of mode 600; the first writer wins (two commands starting at once)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
 
 
 def _end_processes(processes: list[psutil.Process], grace_s: float) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
 from streamops import settings
+from streamops.access import DATA_DOCS
 from streamops.quality.docs_assets import ASSETS_DIR, localise
 from streamops.quality.results import quality_root
 from streamops.ui_auth import page_login
@@ -79,7 +80,7 @@ def data_docs_app():
     from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
     app = FastAPI(title="streamops Data Docs", docs_url=None, redoc_url=None, openapi_url=None)
-    login = page_login("Data Docs")
+    login = page_login("Data Docs", DATA_DOCS)
 
     def inside(base: Path, relative: str) -> Path | None:
         candidate = (base / relative).resolve()
