@@ -13,7 +13,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import audited_step, one_run_at_a_time, runbook
 from streamops.dag_tasks import reprocess as steps
-from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
+from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param, check_approved
 from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master, spark_target
 from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
@@ -86,6 +86,7 @@ def reprocess():
         def cutover() -> dict:
             if context["params"].get("cutover") is not True:
                 raise AirflowSkipException("No cutover asked for: the live app was not touched.")
+            check_approved(context)  # a cutover needs a second person's approval (streamops.access)
             return steps.cutover(planned, ran, context["run_id"], kafka_connection())
 
         return audited_step(context, "cutover", cutover, app=context["params"].get("app"),

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -350,7 +351,8 @@ class DagRunResult:
 def run_dag(airflow_db, monkeypatch):
     """Parse `dag_id` from dags/ with the given catalog and run it once with `conf` (`dag.test`)."""
 
-    def run(dag_id: str, catalog: Path, **conf) -> DagRunResult:
+    def run(dag_id: str, catalog: Path, approved_by: str | None = None, **conf) -> DagRunResult:
+        """`approved_by`: the run waits for an approval, which that user gives (as the UI would)."""
         from airflow.dag_processing.dagbag import DagBag
 
         from streamops.dag_tasks.approval import APPROVE_PARAM
@@ -365,14 +367,53 @@ def run_dag(airflow_db, monkeypatch):
         # In-process runs are unattended, like the API's: no waiting for a UI approval (the
         # browser test approves plans in the real UI).
         if APPROVE_PARAM in dag.params and APPROVE_PARAM not in conf:
-            conf[APPROVE_PARAM] = False
+            conf[APPROVE_PARAM] = approved_by is not None
         install_task_failure_recorder()
-        result = DagRunResult(dag.test(run_conf=conf))
+        answering = _answer_approvals(dag_id, approved_by) if approved_by else None
+        try:
+            result = DagRunResult(dag.test(run_conf=conf))
+        finally:
+            if answering:
+                answering.set()
         if set(result.task_states.values()) != {"success"}:  # a task raised (failed, retried or skipped)
             _release_failed_tasks_frames()  # a full heap scan: about 1-2 s in this process
         return result
 
     return run
+
+
+def _answer_approvals(dag_id: str, user: str) -> threading.Event:
+    """Approve, as `user`, the approval requests of `dag_id` made from now on: the API's own answer
+    (its route function, on the metadata DB the in-process run shares; the auth manager's check of
+    who may answer is the browser test's), as when that user presses Approve. Set the event
+    returned to stop."""
+    from types import SimpleNamespace
+
+    from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
+    from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
+    from airflow.models.hitl import HITLDetail
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils import timezone
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    stop, since = threading.Event(), timezone.utcnow()
+    answerer = SimpleNamespace(get_id=lambda: user, get_name=lambda: user)
+
+    def answer() -> None:
+        while not stop.wait(0.5):
+            with create_session() as session:
+                waiting = session.execute(
+                    select(TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index)
+                    .join(HITLDetail, TaskInstance.id == HITLDetail.ti_id)
+                    .where(TaskInstance.dag_id == dag_id, HITLDetail.responded_at.is_(None),
+                           HITLDetail.created_at >= since)).all()
+                for run_id, task_id, map_index in waiting:
+                    update_hitl_detail(dag_id, run_id, task_id, UpdateHITLDetailPayload(
+                        chosen_options=["Approve"], params_input={}), answerer, session, map_index)
+
+    threading.Thread(target=answer, name=f"approve-{dag_id}-as-{user}", daemon=True).start()
+    return stop
 
 
 def _release_failed_tasks_frames() -> None:

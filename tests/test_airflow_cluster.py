@@ -175,11 +175,20 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
 
     # A backfill from earliest and a cutover, on a Celery worker: the backfill's Spark session on
     # the standalone master, then the live router stopped and started again on the new topics.
-    backfill = api.trigger("reprocess", {"app": "oplog-router", "start": "earliest", "end": "now", "target": "versioned",
-                                         "version": "v2", "dry_run": False, "approve_in_ui": False, "cutover": True})
+    # A cutover repeats records for the new topics' readers: the operator's plan waits for an
+    # approver (four eyes: streamops.access), who approves it through the API.
+    operator, approver = profile.api_as("operator"), profile.api_as("approver")
+    backfill = operator.trigger("reprocess", {"app": "oplog-router", "start": "earliest", "end": "now", "target": "versioned",
+                                              "version": "v2", "dry_run": False, "cutover": True})
+    poll_until(lambda: api.task_states("reprocess", backfill).get("approve") == "awaiting_input", timeout=600,
+               what="the reprocessing plan to wait for approval")
+    assert operator.answer_approval("reprocess", backfill).status_code == 403
+    answered = approver.answer_approval("reprocess", backfill)
+    assert answered.status_code == 200, answered.text
     assert api.wait_for_run("reprocess", backfill, timeout=900) == "success", api.task_log("reprocess", backfill, "run")
     assert {ti["task_id"]: ti["state"] for ti in api.task_instances("reprocess", backfill)} == {
-        "plan": "success", "approve": "skipped", "run": "success", "validate": "success", "cut_over": "success"}
+        "plan": "success", "approve": "success", "run": "success", "validate": "success", "cut_over": "success"}
+    assert api.xcom("reprocess", backfill, "approve")["responded_by_user"]["name"] == "approver"
     inputs = sum(high - low for low, high in end_offsets(kafka, router.inputs["operations"]).values())
     assert api.xcom("reprocess", backfill, "run")["records_in"] == inputs
     cut = runtime.driver()

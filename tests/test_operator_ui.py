@@ -1,14 +1,19 @@
 """The operator's path in a real browser: Debian's Chromium, headless, driven by Playwright (no
 browser download), against the suite as `streamops up` brings it up (the session's one local
-stack). Logs in; sees every app on the apps page; deploys the router from its form; kills its driver and sees it
-running again within 30 seconds, restarted by the supervisor's run that the driver's exit started; approves a
-provision_topics plan and a recover_replay_dead_letters plan in the UI, both triggered with the forms' defaults; checks that
-the apps page, Data Docs, the metrics and the REST API refuse a request without login.
+stack), with its users of different roles (streamops.access). The operator logs in; sees every app
+on the apps page; deploys the router from its form; kills its driver and sees it running again
+within 30 seconds, restarted by the supervisor's run that the driver's exit started; triggers a
+provision_topics plan and a recover_replay_dead_letters plan with the forms' defaults, which the
+approver approves in the UI. Then four eyes on a reset: the operator cannot approve it, the
+approver does and the apply runs, a plan approved by its own requester is refused by the apply;
+the viewer sees the apps page and Data Docs but no Trigger; each page refuses a role that may
+not see it (403) and a request without login (401).
 Screenshots of each step: test-artifacts/operator-ui/ (kept after the run).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -50,27 +55,29 @@ def browser():
         chromium.close()
 
 
-class Operator:
-    """One logged-in browser page, with the steps an operator takes."""
+class UiUser:
+    """One user's browser page (a context of its own: its own login), with the steps they take."""
 
-    def __init__(self, browser, stack: LocalStack):
+    shots = 0  # numbered across users: the screenshots read as the story
+
+    def __init__(self, browser, stack: LocalStack, user: str):
         self.stack = stack
+        self.user = user
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
         self.page.set_default_timeout(60_000)
-        self.shots = 0
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
     def shot(self, name: str) -> None:
-        self.shots += 1
-        self.page.screenshot(path=str(ARTIFACTS / f"{self.shots:02d}-{name}.png"), full_page=True)
+        UiUser.shots += 1
+        self.page.screenshot(path=str(ARTIFACTS / f"{UiUser.shots:02d}-{self.user}-{name}.png"), full_page=True)
 
     def log_in(self, path: str) -> None:
         self.page.goto(self.stack.base + path)
         assert "/auth/login" in self.page.url  # sent to the login page, and back after it
         self.shot("login")
-        self.page.locator("input[name=username]").fill("admin")
-        self.page.locator("input[name=password]").fill(self.stack.password)
-        self.page.get_by_role("button", name="Sign in").click()
+        self.page.locator("input[name=username]").fill(self.user)
+        self.page.locator("input[name=password]").fill(self.stack.password(self.user))
+        self.page.get_by_role("button", name="Sign In").click()
         self.page.wait_for_url(re.compile(re.escape(path) + "$"))
 
     def app_state(self, app: str) -> tuple[str, bool]:
@@ -94,21 +101,32 @@ class Operator:
         self.page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/"))
         return unquote(self.page.url.split("/runs/", 1)[1].split("/")[0])
 
-    def approve(self, dag_id: str, run_id: str, expect_in_plan: str) -> None:
+    def open_approval(self, dag_id: str, run_id: str, expect_in_plan: str) -> None:
+        """The run's approval page, once the plan waits for it."""
         api = self.stack.api()
         poll_until(lambda: api.task_states(dag_id, run_id).get("approve") == "awaiting_input", timeout=600,
                    what=f"{dag_id}'s plan to wait for approval")
         self.page.goto(f"{self.stack.base}/dags/{dag_id}/runs/{run_id}/tasks/approve/required_actions")
         self.page.get_by_text(expect_in_plan).first.wait_for()
         self.shot(f"{dag_id}-plan-to-approve")
+
+    def approve(self, dag_id: str, run_id: str, expect_in_plan: str, outcome: str = "success") -> None:
+        self.open_approval(dag_id, run_id, expect_in_plan)
         self.page.get_by_role("button", name="Approve", exact=True).click()
-        assert api.wait_for_run(dag_id, run_id, timeout=600) == "success", api.run_report(dag_id, run_id)
+        api = self.stack.api()
+        assert api.wait_for_run(dag_id, run_id, timeout=600) == outcome, api.run_report(dag_id, run_id)
         self.page.goto(f"{self.stack.base}/dags/{dag_id}/runs/{run_id}")
-        self.shot(f"{dag_id}-applied")
+        self.shot(f"{dag_id}-{'applied' if outcome == 'success' else outcome}")
+
+
+def audit_of(stack: LocalStack, *run_ids: str) -> list[dict]:
+    path = stack.run_dir / "checkpoints" / "_audit" / "audit.jsonl"
+    return [entry for line in path.read_text().splitlines() if (entry := json.loads(line))["run_id"] in run_ids]
 
 
 def test_the_operator_path_in_a_real_browser(stack, browser):
-    operator = Operator(browser, stack)
+    operator = UiUser(browser, stack, "operator")
+    approver = UiUser(browser, stack, "approver")
     api = stack.api()
 
     # Every catalog app on the apps page (inside the UI's login).
@@ -160,24 +178,87 @@ def test_the_operator_path_in_a_real_browser(stack, browser):
     assert operator.page.locator(f'tr[data-app="{APP}"]').get_attribute("data-restarts") == "1"
     operator.shot("router-restarted")
 
-    # Plans approved in the UI, both runs triggered with the forms' defaults.
+    # Plans the operator triggers with the forms' defaults and the approver approves in the UI.
+    approver.log_in("/streamops/apps")
     provision = operator.trigger("provision_topics")
-    operator.approve("provision_topics", provision, "no change")
+    approver.approve("provision_topics", provision, "no change")
     replay = operator.trigger("recover_replay_dead_letters")
-    operator.approve("recover_replay_dead_letters", replay, "Approve applies exactly this plan")
-    import json
-
-    audit = [json.loads(line) for line in (stack.run_dir / "checkpoints" / "_audit" / "audit.jsonl").read_text().splitlines()]
-    approvals = [(e["dag_id"], e["outcome"], e["approved_by"]) for e in audit
-                 if e["step"] == "approve" and e["run_id"] in (provision, replay)]
-    assert approvals == [("provision_topics", "approved", "admin"), ("recover_replay_dead_letters", "approved", "admin")]
+    approver.approve("recover_replay_dead_letters", replay, "Approve applies exactly this plan")
+    approvals = [(e["dag_id"], e["outcome"], e["user"], e["approved_by"]) for e in audit_of(stack, provision, replay)
+                 if e["step"] == "approve"]
+    assert approvals == [("provision_topics", "approved", "operator", "approver"),
+                         ("recover_replay_dead_letters", "approved", "operator", "approver")]
 
     # Data Docs behind the login, styled by the suite's own assets (no validation yet: it says so).
     operator.page.goto(stack.base + "/streamops/data-docs/index.html")
     assert operator.page.locator("h1").inner_text() == "No validation has run yet"
     operator.shot("data-docs")
 
-    # Without a login: the browser is sent to the login page; a script gets a 401.
+
+def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
+    """A reset can lose or repeat records: the operator who triggers it cannot approve it, an
+    approver does; a plan approved by its own requester is refused by the apply itself."""
+    api = stack.api()
+    runtime = stack.runtime(APP)
+    if not runtime.is_running():  # the test above deploys it; alone, this one does
+        deployed = api.trigger("deploy_apps", {"apps": [APP]})
+        assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success", api.run_report("deploy_apps", deployed)
+    operator, approver, admin = (UiUser(browser, stack, user) for user in ("operator", "approver", "admin"))
+    for user in (operator, approver, admin):
+        user.log_in("/streamops/apps")
+
+    # Self-approval: the admin may approve plans, but not one they triggered; nothing changes.
+    driver_before = runtime.driver().pid
+    own = admin.trigger("recover_reset_offsets")
+    admin.approve("recover_reset_offsets", own, "Needs an approver other than admin", outcome="failed")
+    assert api.task_states("recover_reset_offsets", own) == {"plan": "success", "approve": "success", "apply": "failed",
+                                                             "verify": "upstream_failed"}
+    refusal = ("Apply refused: admin approved a plan they triggered themselves, and this one needs a second person "
+               "(moving an app's input position skips or repeats records). Nothing was changed.")
+    assert refusal in api.task_log("recover_reset_offsets", own, "apply")
+    assert [(e["step"], e["outcome"], e["user"]) for e in audit_of(stack, own)] == [
+        ("plan", "done", "admin"),
+        ("approve", "approved by its own requester (the apply refuses it: this plan needs a second person)", "admin"),
+        ("apply", "refused", "admin")]
+    assert runtime.driver().pid == driver_before  # not stopped, not reset
+
+    # The operator triggers a reset and cannot approve it (the UI's answer is refused by the API).
+    reset = operator.trigger("recover_reset_offsets")
+    operator.open_approval("recover_reset_offsets", reset, "Needs an approver other than operator")
+    answer = stack.api("operator").client.patch(
+        f"/dags/recover_reset_offsets/dagRuns/{reset}/taskInstances/approve/-1/hitlDetails",
+        json={"chosen_options": ["Approve"], "params_input": {}})
+    assert answer.status_code == 403, answer.text
+    assert api.task_states("recover_reset_offsets", reset)["approve"] == "awaiting_input"
+    # The approver approves; the apply restarts the router from the earliest offsets.
+    approver.approve("recover_reset_offsets", reset, "Needs an approver other than operator")
+    assert runtime.driver().pid != driver_before
+    assert [(e["step"], e["outcome"], e["user"], e.get("approved_by")) for e in audit_of(stack, reset)] == [
+        ("plan", "done", "operator", None), ("approve", "approved", "operator", "approver"),
+        ("apply", "done", "operator", None), ("verify", "done", "operator", None)]
+
+    # The viewer sees the apps page and Data Docs, and no Trigger.
+    viewer = UiUser(browser, stack, "viewer")
+    viewer.log_in("/streamops/apps")
+    rows = viewer.page.locator("tr[data-app]")
+    assert rows.count() == len(stack.catalog.app_names())
+    viewer.page.goto(stack.base + "/streamops/data-docs/index.html")
+    assert viewer.page.locator("h1").inner_text() == "No validation has run yet"
+    viewer.page.goto(f"{stack.base}/dags/recover_reset_offsets")
+    viewer.page.get_by_text("recover_reset_offsets").first.wait_for()
+    assert viewer.page.get_by_role("button", name="Trigger").count() == 0
+    viewer.shot("no-trigger")
+
+    # Each page answers 403 to a role that may not see it, 401 without a login.
+    tokens = {user: stack.api(user).client.headers["Authorization"] for user in ("viewer", "operator", "approver")}
+    forbidden_to_viewer = ("/streamops/metrics", f"/streamops/apps/{APP}/driver-log")
+    for path in ("/streamops/apps", "/streamops/apps.json", "/streamops/data-docs/index.html", *forbidden_to_viewer):
+        for user, token in tokens.items():
+            answer = httpx.get(stack.base + path, headers={"Authorization": token}, timeout=60)
+            expected = 403 if user == "viewer" and path in forbidden_to_viewer else 200
+            assert answer.status_code == expected, (path, user, answer.status_code, answer.text[:300])
+            if expected == 403:
+                assert answer.json()["detail"].startswith("Forbidden: ") and "viewer has none of them" in answer.json()["detail"]
     anonymous = browser.new_page()
     anonymous.goto(stack.base + "/streamops/apps")
     assert "/auth/login" in anonymous.url

@@ -189,3 +189,29 @@ def test_unknown_topic_in_the_form_is_refused_before_any_work(run_dag, admin, pr
     with pytest.raises(ParamValidationError, match=f"'{prefix}.typo' is not one of \\['{prefix}.orders'\\]"):
         run_dag("provision_topics", catalog, dry_run=False, topics=[f"{prefix}.typo"])
     assert f"{prefix}.orders" not in admin.list_topics(timeout=10).topics
+
+
+def test_a_retention_cut_needs_an_approver_other_than_its_requester(run_dag, admin, prefix, tmp_path):
+    """Four eyes (streamops.access): a plan that makes the broker delete records sooner is applied
+    only after an Approve by someone who did not trigger the run, checked by the apply itself."""
+    name = f"{prefix}.orders"
+    assert run_dag("provision_topics", write_catalog(tmp_path, [topic_entry(name, 1, configs={"retention.ms": 3600000})]),
+                   dry_run=False).state == "success"
+    cut = write_catalog(tmp_path, [topic_entry(name, 1, configs={"retention.ms": 60000})])
+
+    # In-process runs are requested by "dag_test": approved by that same user, the apply refuses.
+    own = run_dag("provision_topics", cut, dry_run=False, approved_by="dag_test")
+    assert own.task_states == {"plan": "success", "approve": "success", "apply": "failed", "verify": "upstream_failed"}
+    assert own.xcoms["plan"]["data_loss_risks"] == [f"{name}: retention.ms '3600000' -> '60000'"]
+    assert [(e["step"], e["outcome"]) for e in read_audit(run_id=own.run_id)][1:] == [
+        ("approve", "approved by its own requester (the apply refuses it: this plan needs a second person)"),
+        ("apply", "refused")]
+    assert ("Apply refused: dag_test approved a plan they triggered themselves, and this one needs a second person (it "
+            f"can delete records sooner: {name}: retention.ms '3600000' -> '60000')") in read_audit(run_id=own.run_id)[2]["error"]
+    assert broker_state(admin, [name])[name][2] == {"retention.ms": "3600000"}
+
+    applied = run_dag("provision_topics", cut, dry_run=False, approved_by="approver")
+    assert applied.state == "success", applied.task_states
+    assert broker_state(admin, [name])[name][2] == {"retention.ms": "60000"}
+    approve = next(e for e in read_audit(run_id=applied.run_id) if e["step"] == "approve")
+    assert (approve["user"], approve["approved_by"], approve["outcome"]) == ("dag_test", "approver", "approved")

@@ -139,9 +139,11 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     after_cut = {f"{r.topic}/{r.partition}/{r.offset}" for r in records if r.timestamp_ms >= cut_ms}
     before_reset = Counter(routed(admin_kafka, router))
     cut = datetime.fromtimestamp(cut_ms // 1000, tz=UTC) + timedelta(milliseconds=cut_ms % 1000)
+    # Four eyes on the cluster: the reset waits for an approver, not the run's requester.
     reset = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", mode="datetime",
-                    to_datetime=cut.isoformat(), dry_run=False)
+                    to_datetime=cut.isoformat(), dry_run=False, approved_by="approver")
     assert reset.state == "success", reset.task_states
+    assert reset.task_states["approve"] == "success"
     assert reset.xcoms["plan"]["replayed"] == len(after_cut)
     assert "every query (route) started exactly at the planned offsets" in reset.xcoms["verify"]["summary"]
     assert " as oplog-router (SCRAM-SHA-512)" in runtime.driver().kafka

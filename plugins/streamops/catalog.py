@@ -522,6 +522,28 @@ class EnvironmentSpec(_Strict):
     apps: dict[str, AppSettingsOverride] = Field(default_factory=dict)
 
 
+# The only environment that may apply a plan that can lose or repeat data with no approval.
+UNATTENDED_ENVIRONMENT = "local"
+
+
+class ApprovalPolicy(_Strict):
+    """Who may apply a plan that can lose or repeat data (streamops.access.four_eyes_reason): an
+    approver who did not trigger the run, always. `unattended_in` may name the local environment,
+    where such a plan may also be applied with no approval ('Wait for approval' off: one person on
+    a laptop, the test runs); a self-approval is refused there too."""
+
+    unattended_in: list[str] = Field(default_factory=list)
+
+    @field_validator("unattended_in")
+    @classmethod
+    def _local_only(cls, names: list[str]) -> list[str]:
+        others = [name for name in names if name != UNATTENDED_ENVIRONMENT]
+        if others:
+            raise ValueError(f"only {UNATTENDED_ENVIRONMENT!r} may apply such plans unattended, not "
+                             f"{', '.join(map(repr, others))}: everywhere else a second person approves them")
+        return names
+
+
 def selected_environment(environment: str | None = None) -> str:
     """The environment to work in: the argument, else $STREAMOPS_ENVIRONMENT, else local."""
     return environment or settings.ENVIRONMENT.get() or DEFAULT_ENVIRONMENT
@@ -533,6 +555,7 @@ class Catalog(_Strict):
     version: Literal[1]
     topics: list[TopicSpec] = Field(min_length=1)
     apps: list[AppSpec] = Field(default_factory=list)
+    approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     # Kept so the file can be read again for another environment; a catalog written back
     # (to_yaml) is already resolved and standalone, so it leaves them out.
     environments: dict[str, EnvironmentSpec] = Field(default_factory=dict, exclude=True)
@@ -552,6 +575,10 @@ class Catalog(_Strict):
 
     def app_names(self) -> list[str]:
         return [spec.name for spec in self.apps]
+
+    def unattended_allowed(self) -> bool:
+        """May this environment apply a plan that can lose or repeat data with no approval?"""
+        return self.environment in self.approvals.unattended_in
 
     def to_yaml(self) -> str:
         """The catalog as YAML that `load_catalog` reads back to an equal catalog."""

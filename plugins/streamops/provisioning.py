@@ -189,6 +189,13 @@ class ProvisioningPlan(BaseModel):
             parts.append(f"{len(self.unmanaged_topics)} not in catalog")
         return ", ".join(parts) or "nothing to do"
 
+    def data_loss_risks(self) -> list[str]:
+        """Each change of this plan that can make the broker delete records sooner (a shorter or
+        removed retention, compaction turned on): such a plan needs a second person's approval
+        (streamops.access.four_eyes_reason)."""
+        return [f"{plan.topic}: {risk}" for plan in self.to_change for change in plan.config_changes
+                if (risk := _deletes_sooner(change))]
+
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
@@ -278,6 +285,34 @@ def _plan_one(spec: TopicSpec, broker: BrokerSnapshot) -> TopicPlan:
         refusals=refusals,
         **common,
     )
+
+
+# Size and time limits after which the broker deletes a partition's oldest records (-1: never).
+_RETENTION_LIMITS = ("retention.ms", "retention.bytes", "local.retention.ms", "local.retention.bytes")
+
+
+def _deletes_sooner(change: ConfigChange) -> str | None:
+    """Why `change` can delete records sooner than the topic does now, else None."""
+    if change.key == "cleanup.policy":
+        turned_on = "compact" in (change.desired or "") and "compact" not in (change.current or "")
+        return f"cleanup.policy {change.current!r} -> {change.desired!r} compacts away older values of a key" \
+            if turned_on else None
+    if change.key not in _RETENTION_LIMITS:
+        return None
+    if change.desired is None:
+        return f"{change.key} override {change.current!r} removed (the broker default may be shorter)"
+
+    def limit(value: str | None) -> float | None:
+        try:
+            number = int(value) if value is not None else None
+        except ValueError:
+            return None
+        return None if number is None else float("inf") if number < 0 else float(number)
+
+    now, then = limit(change.current), limit(change.desired)
+    if now is None or then is None or then < now:
+        return f"{change.key} {change.current!r} -> {change.desired!r}"
+    return None
 
 
 def _same_config(key: str, current: str | None, desired: str) -> bool:

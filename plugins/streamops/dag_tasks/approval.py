@@ -23,7 +23,10 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
+from streamops.access import four_eyes_reason
+from streamops.catalog import load_catalog
 from streamops.dag_tasks import is_dry_run, trail
+from streamops.refusals import OneLineRefused
 
 log = logging.getLogger(__name__)
 
@@ -137,21 +140,31 @@ class PlanApproval(ApprovalOperator):
         if reason:
             raise AirflowSkipException(reason)
         self.body = plan_body(planned, dict(context["params"]))
-        log.info("Waiting for an operator to approve the %s (the run's 'Required actions' in the UI).", self.what)
+        second_person = four_eyes_reason(context["dag_run"].dag_id, context["params"], planned)
+        requester = trail(context).user
+        if second_person:
+            self.body = (f"**Needs an approver other than {_plain(requester)}**, who triggered this run "
+                         f"({_plain(second_person)}); the apply refuses an approval by its requester.\n\n{self.body}")
+        log.info("Waiting for %s to approve the %s (the run's 'Required actions' in the UI).",
+                 f"an approver other than {requester}" if second_person else "an approver", self.what)
         return super().execute(context)
 
     def execute_complete(self, context, event):
         # Audited before the provider's handling: on Reject it skips the apply by raising.
         chosen = (event.get("chosen_options") or ["?"])[0] if "error" not in event else None
-        by = event.get("responded_by_user")
-        who = (by.get("name") or by.get("id") or "?") if isinstance(by, dict) else str(by or "nobody")
-        if chosen == self.APPROVE:
+        who = responder_name(event)
+        requester = trail(context).user
+        if chosen == self.APPROVE and who == requester and four_eyes_reason(
+                context["dag_run"].dag_id, context["params"], context["ti"].xcom_pull(task_ids=self.plan_task_id)):
+            outcome = "approved by its own requester (the apply refuses it: this plan needs a second person)"
+        elif chosen == self.APPROVE:
             outcome = "approved"
         elif event.get("timedout") or event.get("error_type") == "timeout":
             outcome = f"rejected: no answer within {APPROVAL_TIMEOUT} (nothing changed)"
         else:
             outcome = "rejected (nothing changed)"
-        trail(context).write("approve", outcome, summary=f"{self.what} {outcome} by {who}", approved_by=who)
+        trail(context).write("approve", outcome, summary=f"{self.what} {outcome} by {who}", approved_by=who,
+                             requested_by=requester)
         log.info("The %s was %s by %s.", self.what, outcome, who)
         return super().execute_complete(context, event)
 
@@ -173,13 +186,24 @@ DRY_RUN_SKIP = ("Dry run: nothing was changed. The plan is in the 'plan' task's 
 
 def check_approved(context) -> None:
     """The apply's own check: this run needs no approval (dry run, approval off), or its approve
-    task recorded an Approve. An approve task marked success or skipped by hand has no answer."""
+    task recorded an Approve. An approve task marked success or skipped by hand has no answer.
+    A plan that can lose or repeat data (four eyes, streamops.access) needs an Approve by someone
+    other than the run's requester; with approval off it is applied only where the catalog lets
+    the environment do so unattended (`approvals.unattended_in`)."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    if (
-        approval_skip_reason(context["params"])
-        or approval_skip_reason(context["params"], context["ti"].xcom_pull(task_ids="plan"))
-    ):
+    params = context["params"]
+    # The plan says whether it needs no approval, and whether it can delete records (provisioning).
+    planned = context["ti"].xcom_pull(task_ids="plan") if "ti" in context else None
+    second_person = four_eyes_reason(context["dag_run"].dag_id, params, planned)
+    requester = trail(context).user
+    if approval_skip_reason(params) or approval_skip_reason(params, planned):
+        if second_person and not is_dry_run(params) and not load_catalog(check_programs=False).unattended_allowed():
+            raise SecondPersonRequired(
+                f"Apply refused: this plan needs a second person's approval ({second_person}), and it ran with 'Wait "
+                f"for approval' off, which the catalog allows only in the environments of its approvals.unattended_in "
+                f"(this run's: {load_catalog(check_programs=False).environment}). Nothing was changed. Trigger it "
+                "again with 'Wait for approval' on, and have an approver approve the plan.")
         return
     answer = context["ti"].xcom_pull(task_ids="approve")
     chosen = answer.get("chosen_options") if isinstance(answer, dict) else None
@@ -188,3 +212,19 @@ def check_approved(context) -> None:
             "Not applied: this run waits for an approval of its plan and the 'approve' task has no Approve answer "
             f"(found {chosen!r}; a task marked success or skipped by hand is not an approval). Nothing was changed. "
             "Trigger a new run and approve its plan, or turn 'Wait for approval' off.")
+    approver = responder_name(answer)
+    if second_person and approver == requester:
+        raise SecondPersonRequired(
+            f"Apply refused: {approver} approved a plan they triggered themselves, and this one needs a second person "
+            f"({second_person}). Nothing was changed. Trigger it again and have an approver other than {requester} "
+            "approve it.")
+
+
+class SecondPersonRequired(OneLineRefused):
+    """A plan that can lose or repeat data, approved by nobody or by its own requester."""
+
+
+def responder_name(answer: Any) -> str:
+    """Who answered an approval (its XCom or its trigger event): the auth manager's user name."""
+    by = answer.get("responded_by_user") if isinstance(answer, dict) else None
+    return str((by.get("name") or by.get("id") or "?") if isinstance(by, dict) else by or "nobody")

@@ -31,7 +31,10 @@ def plan(admin: AdminClient, topics: Sequence[str] | None) -> dict:
     log.info("Provisioning plan for %s (%s):\n%s", scope, result.summary(), result.table())
     for refused in result.refused:
         log.warning("REFUSED %s: %s", refused.topic, "; ".join(refused.refusals))
-    return {"summary": result.summary(), "table": result.table(), **result.to_json()}
+    risks = result.data_loss_risks()
+    for risk in risks:
+        log.warning("Can delete records sooner (an approver other than the requester must approve): %s", risk)
+    return {"summary": result.summary(), "table": result.table(), "data_loss_risks": risks, **result.to_json()}
 
 
 def apply(admin: AdminClient, plan_xcom: dict) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from streamops.catalog import CatalogError, load_catalog
+from streamops.paths import PROJECT_ROOT
 
 GOOD_TOPIC = """\
   - name: orders.placed
@@ -570,3 +571,15 @@ def test_a_windowed_apps_event_time_bound_stays_below_its_watermark(tmp_path):
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     app = load_catalog(path).app("presence-notifier")
     assert (app.contract("events").max_future, app.contract("ticks").max_future) == ("20 seconds", "30 seconds")
+
+
+def test_only_the_local_environment_may_apply_destructive_plans_unattended(tmp_path):
+    text = (PROJECT_ROOT / "catalog" / "pipelines.yaml").read_text()
+    assert load_catalog(environment="local", check_programs=False).unattended_allowed()
+    assert not load_catalog(environment="cluster", check_programs=False).unattended_allowed()
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(text.replace("unattended_in: [local]", "unattended_in: [local, cluster]"))
+    with pytest.raises(CatalogError) as refused:
+        load_catalog(bad, check_programs=False)
+    assert "only 'local' may apply such plans unattended, not 'cluster': everywhere else a second person approves " \
+           "them" in str(refused.value)

@@ -101,3 +101,26 @@ def test_topics_not_in_catalog_are_reported_only_on_full_runs():
     assert plan_topics([spec()], snapshot, report_unmanaged=False).unmanaged_topics == []
     table = plan_topics([spec()], snapshot, report_unmanaged=True).table()
     assert "legacy.orders  not in catalog  left alone (never deleted)" in table
+
+
+def test_only_changes_that_delete_records_sooner_are_data_loss_risks():
+    topics = [
+        on_broker("t.shorter", configs={"retention.ms": "604800000"}, overridden={"retention.ms"}),
+        on_broker("t.longer", configs={"retention.ms": "1000"}, overridden={"retention.ms"}),
+        on_broker("t.forever", configs={"retention.bytes": "-1"}, overridden={"retention.bytes"}),
+        on_broker("t.removed", configs={"retention.ms": "604800000"}, overridden={"retention.ms"}),
+        on_broker("t.compacted"),
+        on_broker("t.segment", configs={"segment.ms": "100"}, overridden={"segment.ms"}),
+        on_broker("t.unlimited", configs={"retention.ms": "1000"}, overridden={"retention.ms"}),
+    ]
+    specs = [spec("t.shorter", retention_ms=3600000), spec("t.longer", retention_ms=604800000),
+             spec("t.forever", retention_bytes=1000000), spec("t.removed"), spec("t.compacted", cleanup_policy="compact,delete"),
+             spec("t.segment", segment_ms=200), spec("t.unlimited", retention_ms=-1)]
+    plan = plan_topics(specs, broker(*topics), report_unmanaged=False)
+    assert plan.data_loss_risks() == [
+        "t.shorter: retention.ms '604800000' -> '3600000'",
+        "t.forever: retention.bytes '-1' -> '1000000'",
+        "t.removed: retention.ms override '604800000' removed (the broker default may be shorter)",
+        "t.compacted: cleanup.policy 'delete' -> 'compact,delete' compacts away older values of a key",
+    ]
+    assert plan_topics([spec("t.new", retention_ms=1)], broker(), report_unmanaged=False).data_loss_risks() == []
