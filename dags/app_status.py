@@ -38,7 +38,7 @@ def app_status():
 
     @task(multiple_outputs=False)
     def check_health(statuses: dict) -> str:
-        return steps.check_health(statuses)
+        return steps.check_health(statuses, get_current_context()["run_id"])
 
     check_health(status())
 

@@ -15,6 +15,7 @@ from streamops.dag_tasks import apps as steps
 from streamops.dag_tasks import apps_param, desired_state, one_run_at_a_time, runbook
 from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_param
 from streamops.dag_tasks.recovery_params import dry_run_param
+from streamops.notifications import OnCallNotifier
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
 
@@ -23,6 +24,9 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
     dag_id="reconcile_desired_state",
     description="Drift: plan the rolls that bring every app in line with the catalog; roll per the app's reconcile policy.",
     doc_md=runbook(__file__),
+    # On-call hears of the outcome (streamops.notifications).
+    on_success_callback=OnCallNotifier("result"),
+    on_failure_callback=OnCallNotifier("result"),
     schedule=timedelta(minutes=30),
     tags=["spark", "apps", "drift", "reconcile"],
     **one_run_at_a_time(),

@@ -17,6 +17,7 @@ from streamops.dag_tasks.approval import APPROVE_PARAM, PlanApproval, approval_p
 from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_master, spark_target
 from streamops.dag_tasks.recovery_params import range_end_param, range_start_param
 from streamops.launch_overrides import VERSION_MAX_LENGTH, VERSION_PATTERN
+from streamops.notifications import OnCallNotifier
 from streamops.reprocess import TAG_PATTERN, VERSION_SUFFIX_PATTERN
 
 APP_NAMES = load_catalog(check_programs=False).app_names()
@@ -28,6 +29,9 @@ APP_CHOICES: dict[str, Any] = {"enum": APP_NAMES} if APP_NAMES else {}
     dag_id="reprocess",
     description="Backfill: recompute an app's outputs from its retained input into new topics.",
     doc_md=runbook(__file__),
+    # On-call hears of the outcome (streamops.notifications).
+    on_success_callback=OnCallNotifier("result"),
+    on_failure_callback=OnCallNotifier("result"),
     schedule=None,
     tags=["spark", "apps", "reprocessing", "backfill"],
     **one_run_at_a_time(),

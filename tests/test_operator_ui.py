@@ -19,7 +19,7 @@ import re
 import shutil
 import signal
 import time
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
@@ -230,6 +230,13 @@ def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
         json={"chosen_options": ["Approve"], "params_input": {}})
     assert answer.status_code == 403, answer.text
     assert api.task_states("recover_reset_offsets", reset)["approve"] == "awaiting_input"
+    # On-call heard of the request: which DAG, app and requester, what it does, where to answer.
+    asked = stack.webhook.wait_for("the reset's approval request", kind="approval requested", run_id=reset)
+    assert (asked["dag_id"], asked["app"], asked["requested_by"], asked["state"]) == (
+        "recover_reset_offsets", APP, "operator", "waiting for approval")
+    assert asked["link"] == f"{stack.base}/dags/recover_reset_offsets/runs/{quote(reset, safe='')}/tasks/approve/required_actions"
+    assert asked["evidence"] == api.xcom("recover_reset_offsets", reset, "plan")["summary"]
+    assert "waits for an approver other than operator (moving an app's input position skips or repeats records)" in asked["text"]
     # The approver approves; the apply restarts the router from the earliest offsets.
     approver.approve("recover_reset_offsets", reset, "Needs an approver other than operator")
     assert runtime.driver().pid != driver_before

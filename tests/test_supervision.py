@@ -22,6 +22,7 @@ from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce
 from streamops.waiting import poll_until
 from tests.support.artifacts import same_code_as
+from tests.support.webhook import WebhookReceiver
 
 
 def _with_policy(catalog, catalog_file: Path, **policy):
@@ -60,6 +61,10 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     source, contacts = spec.inputs["operations"], spec.outputs["contacts"]
+    # On-call's webhook (streamops.notifications): what it hears of the story, once per state.
+    webhook = WebhookReceiver()
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMOPS_NOTIFY", webhook.connection_json())
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://127.0.0.1:8080")
     # The broker refuses any contacts record over 20000 bytes: a valid input whose routed output
     # is bigger fails the Kafka sink (RecordTooLargeException), and with it the query.
     catalog = with_small_output_topic(app_catalog, admin, catalog_file, contacts, 20000)
@@ -184,10 +189,17 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     assert "it stays down until an operator acts" in said and "recover_skip_records" in said and "recover_reset_offsets" in said
     assert [r.get("attempt") for r in runtime.restarts()] == [1, 2, None]  # and the guard's "gave up"
     assert [(e["step"], e["outcome"]) for e in read_audit(run_id=looped.run_id)] == [("crash-loop guard", "gave up")]
+    notice = webhook.wait_for("the crash-loop notice", state="crash-loop", run_id=looped.run_id)
+    assert (notice["kind"], notice["app"], notice["link"]) == ("app needs attention", "oplog-router",
+                                                              "http://127.0.0.1:8080/streamops/apps")
+    told = f"{notice['evidence']} {notice['action'] or ''}"  # what the health says, and what the supervisor did
+    assert f"query route failed on batch {failed['batch']}" in told and "crash loop: restarted 2 time(s) within 1 hour" in told
+    assert notice["text"].startswith("oplog-router is CRASH-LOOP: ")
     # It stays down: even with a roomier policy, nothing restarts it until an operator acts.
     _with_policy(catalog, catalog_file, backoff_initial="1 second", max_restarts=5, max_dead_letter_rate=1)
     still = run_dag("app_status", catalog_file, apps=["oplog-router"])
     assert _health(still)["state"] == "crash-loop" and runtime.state() == "failed" and len(runtime.restarts()) == 3
+    assert [m["run_id"] for m in webhook.messages if m["state"] == "crash-loop"] == [looped.run_id]  # paged once
     text = render(load_catalog(catalog_file), kafka).decode()
     assert 'streamops_app_state{app="oplog-router"} 8.0' in text
     assert 'streamops_app_restarts_total{app="oplog-router"} 2.0' in text

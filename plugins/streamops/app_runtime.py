@@ -60,6 +60,7 @@ from streamops.runtime_files import read_json, read_json_object, write_json_atom
 from streamops.runtime_records import CodeRecord as CodeRecord
 from streamops.runtime_records import (
     DesiredState,
+    OnCallNotice,
     OperationRecord,
     QueryProgress,
     RateLine,
@@ -125,6 +126,7 @@ class AppRuntime:
         self.desired_file = self.dir / "desired.json"
         self.operation_file = self.dir / "operation.json"
         self.restarts_file = self.dir / "restarts.jsonl"
+        self.notice_file = self.dir / "notified.json"
         # driver.json is read and rewritten whole: the driver's threads (the query listener and
         # the main one) take turns.
         self._record_lock = threading.Lock()
@@ -404,6 +406,19 @@ class AppRuntime:
             recorded = self._recorded_operation()
             if recorded is not None and recorded.failed:
                 self.operation_file.unlink(missing_ok=True)
+
+    def last_notice(self) -> OnCallNotice | None:
+        """The state on-call was last told about (None: none since the app was last fine)."""
+        value = read_json_object(self.notice_file)
+        return OnCallNotice.from_file_value(value, str(self.notice_file)) if value else None
+
+    def record_notice(self, notice: OnCallNotice | None) -> None:
+        """Remember what on-call was told (None: the app is fine again, forget it)."""
+        if notice is None:
+            self.notice_file.unlink(missing_ok=True)
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.notice_file, notice.to_json(), indent=1)
 
     def _recorded_operation(self) -> OperationRecord | None:
         """operation.json as recorded (None: none, or torn). One that is not an OperationRecord

@@ -403,6 +403,15 @@ class DesiredState(_Record):
     inferred: bool = False
 
 
+class OnCallNotice(_Record):
+    """notified.json: the state on-call was last told the app is in (streamops.notifications), so
+    one crash loop pages once."""
+
+    state: str
+    at: str
+    run_id: str | None = None
+
+
 class OperationRecord(_Record):
     """operation.json: the run changing the app now (a DAG run's step, the supervisor's restart),
     or the one that failed while changing it (`failed_at` set: the app is held until an

@@ -88,6 +88,9 @@ METADATA_DIR = Setting("STREAMOPS_METADATA_DIR", "<run dir>/cluster-metadata", "
                        LOCAL_STACK)
 METADATA_PORTS = Setting("STREAMOPS_METADATA_PORTS", "15432,16379", "their postgres,redis ports", LOCAL_STACK)
 CELERY_LOG_PORTS = Setting("STREAMOPS_CELERY_LOG_PORTS", "18793,18794", "the Celery workers' log server ports", LOCAL_STACK)
+NOTIFY_WEBHOOK_FILE = Setting("STREAMOPS_NOTIFY_WEBHOOK_FILE", "unset (no on-call messages)",
+                              "a file holding on-call's webhook URL (Slack, chat, pager): `streamops up` makes it the "
+                              "Airflow connection streamops_notify (streamops.notifications)", LOCAL_STACK)
 POSTGRES_BIN = Setting("STREAMOPS_POSTGRES_BIN", "/usr/lib/postgresql/15/bin", "where PostgreSQL's programs are", LOCAL_STACK)
 
 ALL: tuple[Setting, ...] = tuple(value for value in globals().values() if isinstance(value, Setting))

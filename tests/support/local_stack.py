@@ -17,6 +17,7 @@ from pathlib import Path
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import Catalog, load_catalog
 from tests.support.ports import free_port, free_port_pair
+from tests.support.webhook import WebhookReceiver
 
 STREAMOPS = str(Path(sys.executable).parent / "streamops")
 
@@ -28,6 +29,7 @@ class LocalStack:
     catalog: Catalog
     up: subprocess.CompletedProcess  # the first `streamops up`, as it printed
     base: str  # the Airflow UI's address
+    webhook: WebhookReceiver  # on-call's webhook, as `up` was told it (STREAMOPS_NOTIFY_WEBHOOK_FILE)
 
     def password(self, user: str = "admin") -> str:
         """A user's password, as `streamops airflow password` prints it (one user per role)."""
@@ -60,11 +62,15 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
     catalog_file = work / "catalog.yaml"
     catalog_file.write_text(catalog.to_yaml())
     run_dir = work / "run"
+    webhook = WebhookReceiver()
+    webhook_file = work / "on-call-webhook"
+    webhook_file.write_text(webhook.url + "\n")
+    webhook_file.chmod(0o600)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
     env.update(STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_KAFKA_PORT=str(free_port_pair()),
                STREAMOPS_AIRFLOW_PORT=str(free_port()), STREAMOPS_CATALOG=str(catalog_file),
-               STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),
+               STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"), STREAMOPS_NOTIFY_WEBHOOK_FILE=str(webhook_file),
                # The supervisor runs when a driver ends (its event-driven restart is under test), never
                # on a timer in between (a timed run must not race a test's own steps).
                STREAMOPS_SUPERVISOR="events")
@@ -74,7 +80,7 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
         subprocess.run([STREAMOPS, "down"], env=env, capture_output=True, text=True, timeout=300)
         raise
     login = re.search(rf"Airflow UI: http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}  one user per role", up.stdout)
-    stack = LocalStack(env, run_dir, catalog, up, f"http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}")
+    stack = LocalStack(env, run_dir, catalog, up, f"http://127.0.0.1:{env['STREAMOPS_AIRFLOW_PORT']}", webhook)
     if up.returncode != 0 or login is None:
         stop_local_stack(stack, check=False)
         raise AssertionError(f"`streamops up` failed (exit {up.returncode}):\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}")
@@ -88,6 +94,7 @@ def stop_local_stack(stack: LocalStack, check: bool = True) -> None:
     try:
         down = stack.streamops("down", timeout=300)
     finally:
+        stack.webhook.close()
         for name in stack.catalog.app_names():  # never leave a driver behind
             runtime = stack.runtime(name)
             if runtime.is_running():

@@ -26,6 +26,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from streamops.access import four_eyes_reason
 from streamops.catalog import load_catalog
 from streamops.dag_tasks import is_dry_run, trail
+from streamops.notifications import OnCallNotifier
 from streamops.refusals import OneLineRefused
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,8 @@ class PlanApproval(ApprovalOperator):
 
     def __init__(self, *, plan_task_id: str = "plan", what: str = "plan", **kwargs) -> None:
         kwargs.setdefault("task_id", "approve")
+        # On-call hears of the request (streamops.notifications) as the task parks.
+        kwargs.setdefault("notifiers", [OnCallNotifier("approval")])
         super().__init__(subject=f"Apply this {what}?", body="(the plan is shown when the run reaches this step)",
                          defaults="Reject", response_timeout=APPROVAL_TIMEOUT, retries=0, **kwargs)
         self.plan_task_id = plan_task_id

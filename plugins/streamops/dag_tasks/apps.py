@@ -17,6 +17,7 @@ from streamops.dag_tasks.connections import kafka_connection
 from streamops.dag_tasks.launching import AppLauncher
 from streamops.kafka_client import app_principal
 from streamops.launch_overrides import checked_spark_conf, checked_version
+from streamops.notifications import notify_attention
 from streamops.programs import DriverProtocolRefused, ProgramError
 from streamops.refusals import OneLineRefused
 from streamops.rollout import RolloutFailed, roll_restart
@@ -189,12 +190,16 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
             for item, health in zip(statuses, healths, strict=True)}
 
 
-def check_health(statuses: dict) -> str:
+def check_health(statuses: dict, run_id: str) -> str:
     """Fail (no retries) naming every app whose health needs someone (supervision.NEEDS_SOMEONE),
-    with its evidence: Airflow's failure callbacks and notifiers then page someone."""
+    with its evidence; on-call hears of each such app once per state (streamops.notifications)."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    message = attention_message([s["health"] for s in statuses.values()])
+    healths = [s["health"] for s in statuses.values()]
+    catalog = load_catalog(check_programs=False)
+    notify_attention(healths, run_id, {h["app"]: catalog.app(h["app"]).checkpoint_location() for h in healths
+                                       if h["app"] in catalog.app_names()})
+    message = attention_message(healths)
     if message:
         raise AirflowFailException(message)
     summary = ", ".join(f"{app} {s['health']['state']}" for app, s in statuses.items()) or "no apps"

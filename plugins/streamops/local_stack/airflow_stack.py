@@ -308,8 +308,10 @@ class LocalAirflow:
         else:
             kafka, described = [self.kafka_bootstrap], f"kafka_default ({self.kafka_bootstrap})"
         spark = ["--spark-master", self.spark_master] if self.spark_master else []
+        webhook_file = settings.NOTIFY_WEBHOOK_FILE.get()
+        notify = ["--notify-webhook-file", webhook_file] if webhook_file else []
         result = subprocess.run(  # noqa: S603
-            [sys.executable, "-m", "streamops.local_stack.connections", *kafka, *spark],
+            [sys.executable, "-m", "streamops.local_stack.connections", *kafka, *spark, *notify],
             env=self.env(), capture_output=True, text=True, check=False,
         )
         if result.returncode != 0:
@@ -321,7 +323,8 @@ class LocalAirflow:
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, self.home / STACK_RECORD)
         return (f"catalog environment {self.environment}, Kafka: {self.target}; "
-                f"connections {described} and spark_default ({self.spark_master or 'local[*]'})")
+                f"connections {described} and spark_default ({self.spark_master or 'local[*]'})"
+                + (f"; on-call's webhook streamops_notify (from {webhook_file})" if webhook_file else ""))
 
     def _profile_record(self) -> dict | None:
         """Where the cluster profile's pieces are (never a password: those stay in their 600 files)."""

@@ -14,8 +14,10 @@ import argparse
 import json
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig
+from streamops.notifications import NOTIFY_CONN_ID
 
 # Per-app connections this code wrote carry this description, so switching the stack back to the
 # single broker removes them (an app must not keep connecting to the cluster) and nothing else.
@@ -23,9 +25,10 @@ APP_CONNECTION_MARK = "Kafka principal of one app, written by streamops up"
 
 
 def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaClientConfig] | None = None,
-                     spark_master: str | None = None) -> list[dict]:
+                     spark_master: str | None = None, notify_webhook: str | None = None) -> list[dict]:
     """kafka_default (the suite's own tasks), one kafka_app_<app> per given app, spark_default
-    (local mode, or the standalone master `spark://host:port` in client mode)."""
+    (local mode, or the standalone master `spark://host:port` in client mode), and on-call's
+    webhook (streamops.notifications) when one is given."""
     local = not kafka_default.secured
     default_extra = {**kafka_default.settings, "socket.timeout.ms": 10000} if local else dict(kafka_default.settings)
     specs = [
@@ -46,6 +49,10 @@ def connection_specs(kafka_default: KafkaClientConfig, apps: Mapping[str, KafkaC
             "extra": json.dumps({"deploy-mode": "client", "spark-binary": "spark-submit"}),
         },
     ]
+    if notify_webhook:
+        specs.append({"conn_id": NOTIFY_CONN_ID, "conn_type": "http", "host": notify_webhook,
+                      "description": "On-call's webhook (Slack, chat, pager): plans waiting for approval, apps that "
+                                     "need someone, reconcile and reprocess results."})
     for conn_id, config in (apps or {}).items():
         specs.append({"conn_id": conn_id, "conn_type": "kafka", "description": f"{APP_CONNECTION_MARK} (as {_who(config)}).",
                       "extra": json.dumps(dict(config.settings))})
@@ -92,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="a Kafka connection's settings from a file (mode 600): kafka_default and kafka_app_<app>")
     parser.add_argument("--spark-master", default=None, metavar="spark://HOST:PORT",
                         help="spark_default on a Spark standalone master instead of local mode")
+    parser.add_argument("--notify-webhook-file", default=None, metavar="FILE",
+                        help="on-call's webhook URL from a file (mode 600): the connection streamops_notify")
     args = parser.parse_args(argv)
     if args.spark_master is not None and not re.fullmatch(r"spark://[A-Za-z0-9.-]+:\d{1,5}", args.spark_master):
         parser.error(f"--spark-master {args.spark_master!r}: expected spark://<host>:<port>")
@@ -110,7 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     else:
         default = KafkaClientConfig.read_file(files.pop(DEFAULT_CONN_ID), private=True)
     apps = {conn_id: KafkaClientConfig.read_file(path, private=True) for conn_id, path in files.items()}
-    print("[setup] Airflow connections: " + ", ".join(upsert(connection_specs(default, apps, args.spark_master))))
+    webhook = None
+    if args.notify_webhook_file:
+        webhook = Path(args.notify_webhook_file).read_text().strip()
+        if not re.fullmatch(r"https?://\S+", webhook):
+            parser.error(f"--notify-webhook-file {args.notify_webhook_file}: expected one http(s):// URL in the file")
+    print("[setup] Airflow connections: " + ", ".join(upsert(connection_specs(default, apps, args.spark_master, webhook))))
 
 
 if __name__ == "__main__":
