@@ -4,6 +4,7 @@ JSON schema), it describes the promised cluster, and the images' versions are th
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -82,7 +83,51 @@ def test_the_compose_cluster_has_every_component_with_health_checks():
     assert services["postgres"]["image"].startswith("postgres:")
     long_running = [name for name, s in services.items() if s.get("restart") != "no"]
     assert [name for name in long_running if "healthcheck" not in services[name]] == []
-    assert "postgresql" in services["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    assert services["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD"] == \
+        "cat /opt/airflow/auth/sql_alchemy_conn"
+
+
+def test_the_compose_stack_fixes_no_secret_and_publishes_nothing_beyond_this_host(tmp_path):
+    """Secure defaults: every secret generated on first start (secrets-init, streamops.stack_secrets)
+    and read from the airflow-auth volume, the FAB auth manager with the suite's roles, and every
+    published port on 127.0.0.1 only (the compose cluster is a laptop's)."""
+    text = (DOCKER / "compose.yaml").read_text()
+    services = yaml.safe_load(text)["services"]
+    for literal in ("change-me", "admin:admin", "SIMPLE_AUTH_MANAGER", "POSTGRES_PASSWORD:"):
+        assert literal not in text, literal
+    for name, service in services.items():
+        for key, value in (service.get("environment") or {}).items():
+            secretish = re.search(r"(PASSWORD|SECRET|SECRET_KEY|FERNET_KEY|TOKEN|SQL_ALCHEMY_CONN)$", key)
+            assert not secretish, f"{name}: {key} is set in the file ({value!r}); read it from a generated file"
+        for port in service.get("ports") or []:
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+    env = services["airflow-apiserver"]["environment"]
+    assert env["AIRFLOW__CORE__AUTH_MANAGER"] == "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+    assert {k: v for k, v in env.items() if k.endswith("_CMD")} == {
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD": "cat /opt/airflow/auth/sql_alchemy_conn",
+        "AIRFLOW__API_AUTH__JWT_SECRET_CMD": "cat /opt/airflow/auth/jwt_secret",
+        "AIRFLOW__API__SECRET_KEY_CMD": "cat /opt/airflow/auth/api_secret_key",
+        "AIRFLOW__CORE__FERNET_KEY_CMD": "cat /opt/airflow/auth/fernet_key"}
+    assert services["secrets-init"]["command"][:2] == ["streamops", "stack-secrets"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/opt/airflow/auth/postgres-password"
+    assert services["postgres"]["depends_on"]["secrets-init"]["condition"] == "service_completed_successfully"
+    init = " ".join(services["airflow-init"]["command"])
+    assert "python -m streamops.local_stack.fab_roles /opt/airflow/auth/users.json" in init
+
+    # What secrets-init writes, Airflow reads through those options (here, with this checkout's Airflow).
+    auth = tmp_path / "auth"
+    made = subprocess.run([str(BIN / "streamops"), "stack-secrets", str(auth), "--database-host", "postgres"],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    airflow_env = {k: v.replace("/opt/airflow/auth", str(auth)) for k, v in env.items() if k.endswith("_CMD")}
+    read = subprocess.run([sys.executable, "-c", "from airflow.configuration import conf; "
+                           "print(conf.get('api_auth', 'jwt_secret')); print(conf.get('core', 'fernet_key')); "
+                           "print(conf.get('database', 'sql_alchemy_conn'))"], capture_output=True, text=True, timeout=120,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+                               "AIRFLOW_HOME": str(tmp_path / "home"), **airflow_env})
+    expected = [(auth / name).read_text().strip() for name in ("jwt_secret", "fernet_key", "sql_alchemy_conn")]
+    assert read.stdout.split() == expected, read.stderr[-1000:]
+    assert (auth / "postgres-password").read_text().strip() in (auth / "sql_alchemy_conn").read_text()
 
 
 def test_image_versions_are_the_project_pins():

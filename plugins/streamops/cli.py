@@ -29,7 +29,7 @@ from typing import Annotated
 import typer
 from confluent_kafka import KafkaException
 
-from streamops import settings
+from streamops import settings, stack_secrets
 from streamops.access import ROLES
 from streamops.acls import app_acls, apply_acls
 from streamops.app_runtime import AppRuntime, DriverRecord, LaunchRecord
@@ -177,14 +177,32 @@ def airflow_cli(ctx: typer.Context, port: PortOpt = None) -> None:
 
 
 @airflow_app.command("password")
-def airflow_password(user: Annotated[str, typer.Argument(help="One of the stack's users: " + ", ".join(STACK_USERS))]) -> None:
+def airflow_password(
+    user: Annotated[str, typer.Argument(help="One of the stack's users: " + ", ".join(STACK_USERS))],
+    users_file: Annotated[Path | None, typer.Option(
+        help="The users file of another stack (docker/: /opt/airflow/auth/users.json in its containers)")] = None,
+) -> None:
     """The password of one of the stack's users (one per role), for the UI's login or /auth/token."""
-    airflow = LocalAirflow.from_env()
-    password = airflow.password_of(user)
-    if password is None:
-        known = ", ".join(airflow.users()) if airflow.users_file.exists() else "none yet: run `streamops up`"
-        raise _fail(f"no user {user!r} in {airflow.users_file} (its users: {known})")
-    typer.echo(password)
+    path = users_file or LocalAirflow.from_env().users_file
+    try:
+        known = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _fail(f"no users file {path} (none yet: run `streamops up`)") from None
+    if user not in known:
+        raise _fail(f"no user {user!r} in {path} (its users: {', '.join(known)})")
+    typer.echo(known[user]["password"])
+
+
+@app.command("stack-secrets")
+def stack_secrets_command(
+    directory: Annotated[Path, typer.Argument(help="Where the stack keeps its secrets (docker/: the airflow-auth volume)")],
+    database_host: Annotated[str, typer.Option(help="The metadata database's host, for Airflow's database URL")] = "postgres",
+    owner: Annotated[int | None, typer.Option(help="The uid the Airflow containers run as (the files' owner)")] = None,
+) -> None:
+    """Generate a stack's secrets once (docker/compose.yaml's secrets-init): keys, tokens, the database
+    password and one user per role, each in a file; existing ones are kept, none is printed."""
+    for line in stack_secrets.compose_secrets(directory, database_host, owner=owner):
+        typer.echo(line)
 
 
 @airflow_app.command("status")

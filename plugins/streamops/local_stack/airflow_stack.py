@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from streamops import settings
+from streamops import settings, stack_secrets
 from streamops.access import ROLES
 from streamops.catalog import CATALOG_ENV_VAR, ENVIRONMENT_ENV_VAR, selected_environment
 from streamops.local_stack.broker import LocalBroker
@@ -32,7 +32,6 @@ DEFAULT_PORT = 8080
 ADMIN_USER = "admin"
 # One user per role of streamops.access, named as the role.
 STACK_USERS = tuple(ROLES)
-USERS_FILE = "users.json"
 FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 # Airflow's LocalExecutor with a guard against a race that fails an approval as it is approved
@@ -204,25 +203,13 @@ class LocalAirflow:
     def _fernet_key(self) -> str:
         from cryptography.fernet import Fernet
 
-        path = self.home / "fernet_key"
-        if not path.exists():
-            self.home.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".fernet_key.{secrets.token_hex(8)}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(Fernet.generate_key().decode())
-            try:  # the first writer wins; everyone uses the same key
-                os.link(tmp, path)
-            except FileExistsError:
-                pass
-            finally:
-                tmp.unlink()
-        key = path.read_text().strip()
+        key = stack_secrets.fernet_key(self.home)
         try:
             Fernet(key)
         except ValueError:
-            raise ServiceError(f"{path} does not hold a Fernet key: connection extras cannot be encrypted. It must be "
-                               "the key the metadata DB was written with; restore it, or re-create the DB") from None
+            raise ServiceError(f"{self.home / 'fernet_key'} does not hold a Fernet key: connection extras cannot be "
+                               "encrypted. It must be the key the metadata DB was written with; restore it, or re-create "
+                               "the DB") from None
         return key
 
     def metrics_token_file(self) -> Path:
@@ -238,22 +225,16 @@ class LocalAirflow:
 
     def _secret(self, name: str) -> str:
         """A secret of this stack, generated on first use into <home>/<name> (mode 600)."""
-        path = self.home / name
-        if not path.exists():
-            _write_once(path, secrets.token_urlsafe(32))
-        return path.read_text().strip()
+        return stack_secrets.secret(self.home, name)
 
     @property
     def users_file(self) -> Path:
         """One user per role (streamops.access), each with a password generated once (mode 600)."""
-        return self.home / USERS_FILE
+        return self.home / stack_secrets.USERS_FILE
 
     def users(self) -> dict[str, dict[str, str]]:
         """The stack's users: name -> {"role", "password"}; generated the first time."""
-        if not self.users_file.exists():
-            generated = {name: {"role": name, "password": secrets.token_urlsafe(12)} for name in STACK_USERS}
-            _write_once(self.users_file, json.dumps(generated, indent=2) + "\n")
-        return json.loads(self.users_file.read_text())
+        return stack_secrets.users(self.home)
 
     def sync_users(self) -> str:
         """The suite's roles and the stack's users in FAB's tables, as declared (after `db migrate`)."""
@@ -518,21 +499,6 @@ class LocalAirflow:
             f"--- last lines of {self.processes[name].log_file} ---\n{log_tail(self.processes[name].log_file, 25)}"
             for name in (names or self.components)
         )
-
-
-def _write_once(path: Path, text: str) -> None:
-    """`text` into a new file of mode 600; the first writer wins (two commands starting at once)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
 
 
 def _end_processes(processes: list[psutil.Process], grace_s: float) -> str:
