@@ -104,8 +104,10 @@ class UiUser:
     def open_approval(self, dag_id: str, run_id: str, expect_in_plan: str) -> None:
         """The run's approval page, once the plan waits for it."""
         api = self.stack.api()
-        poll_until(lambda: api.task_states(dag_id, run_id).get("approve") == "awaiting_input", timeout=600,
+        poll_until(lambda: api.task_states(dag_id, run_id).get("approve") == "awaiting_input"
+                   or api.run_state(dag_id, run_id) in ("success", "failed"), timeout=600,
                    what=f"{dag_id}'s plan to wait for approval")
+        assert api.task_states(dag_id, run_id).get("approve") == "awaiting_input", api.run_report(dag_id, run_id)
         self.page.goto(f"{self.stack.base}/dags/{dag_id}/runs/{run_id}/tasks/approve/required_actions")
         self.page.get_by_text(expect_in_plan).first.wait_for()
         self.shot(f"{dag_id}-plan-to-approve")
@@ -200,15 +202,15 @@ def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
     approver does; a plan approved by its own requester is refused by the apply itself."""
     api = stack.api()
     runtime = stack.runtime(APP)
-    if not runtime.is_running():  # the test above deploys it; alone, this one does
-        deployed = api.trigger("deploy_apps", {"apps": [APP]})
-        assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success", api.run_report("deploy_apps", deployed)
+    if runtime.is_running():  # a reset moves a stopped app's input position, then starts it
+        stopped = stack.api("operator").trigger("stop_apps", {"apps": [APP]})
+        assert api.wait_for_run("stop_apps", stopped, timeout=600) == "success", api.run_report("stop_apps", stopped)
     operator, approver, admin = (UiUser(browser, stack, user) for user in ("operator", "approver", "admin"))
     for user in (operator, approver, admin):
         user.log_in("/streamops/apps")
 
     # Self-approval: the admin may approve plans, but not one they triggered; nothing changes.
-    driver_before = runtime.driver().pid
+    offsets_before = sorted(p.name for p in (runtime.checkpoint / "offsets").iterdir())
     own = admin.trigger("recover_reset_offsets")
     admin.approve("recover_reset_offsets", own, "Needs an approver other than admin", outcome="failed")
     assert api.task_states("recover_reset_offsets", own) == {"plan": "success", "approve": "success", "apply": "failed",
@@ -220,7 +222,8 @@ def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
         ("plan", "done", "admin"),
         ("approve", "approved by its own requester (the apply refuses it: this plan needs a second person)", "admin"),
         ("apply", "refused", "admin")]
-    assert runtime.driver().pid == driver_before  # not stopped, not reset
+    assert not runtime.is_running()  # not started, not reset
+    assert sorted(p.name for p in (runtime.checkpoint / "offsets").iterdir()) == offsets_before
 
     # The operator triggers a reset and cannot approve it (the UI's answer is refused by the API).
     reset = operator.trigger("recover_reset_offsets")
@@ -239,7 +242,7 @@ def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
     assert "waits for an approver other than operator (moving an app's input position skips or repeats records)" in asked["text"]
     # The approver approves; the apply restarts the router from the earliest offsets.
     approver.approve("recover_reset_offsets", reset, "Needs an approver other than operator")
-    assert runtime.driver().pid != driver_before
+    assert runtime.is_running()
     assert [(e["step"], e["outcome"], e["user"], e.get("approved_by")) for e in audit_of(stack, reset)] == [
         ("plan", "done", "operator", None), ("approve", "approved", "operator", "approver"),
         ("apply", "done", "operator", None), ("verify", "done", "operator", None)]

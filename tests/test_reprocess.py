@@ -8,6 +8,7 @@ import json
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
 
 import pytest
 
@@ -15,6 +16,7 @@ from streamops import loadgen
 from streamops.audit import read_audit
 from streamops.kafka_records import read_all
 from tests.support.apps import run_available_now
+from tests.support.webhook import WebhookReceiver
 
 SPARK_LOCAL = '{"conn_type": "spark", "host": "local[2]"}'
 
@@ -41,9 +43,12 @@ def comparable(records, dead_letters: bool = False) -> Counter:
 
 
 def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
-    spark, broker, app_catalog, reprocess_env, run_dag, tmp_path
+    spark, broker, app_catalog, reprocess_env, run_dag, tmp_path, monkeypatch
 ):
     router = app_catalog.app("oplog-router")
+    webhook = WebhookReceiver()  # on-call hears of the run's outcome (streamops.notifications)
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMOPS_NOTIFY", webhook.connection_json())
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://127.0.0.1:8080")
     loadgen.run(router, loadgen.LoadSpec(count=1200, keys=30, malformed=0.02, seed=3), broker.client_config)
     run_available_now(spark, app_catalog, "oplog-router", broker, tmp_path / "live")
 
@@ -65,6 +70,11 @@ def test_backfill_from_earliest_through_the_dag_reproduces_the_live_output(
     assert ran["dead_letters"] > 0
     assert {o["topic"]: o["success"] for o in result.xcoms["validate"]} == {
         f"{t}.v2": True for t in [*router.outputs.values(), dead]}
+    told = webhook.wait_for("the reprocess run's outcome", kind="run finished", run_id=result.run_id)
+    webhook.close()
+    assert (told["dag_id"], told["state"], told["link"]) == (
+        "reprocess", "succeeded", f"http://127.0.0.1:8080/dags/reprocess/runs/{quote(result.run_id, safe='')}")
+    assert told["text"].startswith("reprocess") and result.run_id in told["text"]
 
 
 def test_backfill_from_a_timestamp_processes_only_records_written_from_then_on(spark, broker, admin, app_catalog, tmp_path):

@@ -170,14 +170,17 @@ class OnCallNotifier(BaseNotifier):
         send(message, context)
 
     def message(self, context: Any) -> dict[str, Any]:
-        dag_run, params = context["dag_run"], context.get("params") or {}
+        # A DAG callback without a last task has only the DAG and the run id in its context.
+        dag_run, params = context.get("dag_run"), context.get("params") or {}
+        dag_id = dag_run.dag_id if dag_run is not None else context["dag"].dag_id
+        run_id = dag_run.run_id if dag_run is not None else context["run_id"]
         requester = getattr(dag_run, "triggering_user_name", None) or "unknown"
         app = params.get("app") if isinstance(params.get("app"), str) else None
         planned = _xcom(context, "plan")
         summary = planned.get("summary") if isinstance(planned, Mapping) else None
         if self.kind == "approval":
-            return approval_request(dag_run.dag_id, dag_run.run_id, requester, app, str(summary or "see the plan"),
-                                    four_eyes_reason(dag_run.dag_id, params, planned), ui_base_url())
+            return approval_request(dag_id, run_id, requester, app, str(summary or "see the plan"),
+                                    four_eyes_reason(dag_id, params, planned), ui_base_url())
         reason = str(context.get("reason") or "")
         state = "failed" if "fail" in reason else "succeeded"
         last = context.get("ti")
@@ -185,11 +188,13 @@ class OnCallNotifier(BaseNotifier):
         said = outcome.get("summary") if isinstance(outcome, Mapping) else None
         evidence = "; ".join(str(part) for part in (summary and f"plan: {summary}", said, reason and f"Airflow: {reason}",
                                                     last is not None and f"last step {last.task_id}") if part)
-        return run_result(dag_run.dag_id, dag_run.run_id, state, requester, app, evidence or state, ui_base_url())
+        return run_result(dag_id, run_id, state, requester, app, evidence or state, ui_base_url())
 
 
 def _xcom(context: Any, task_id: str) -> Any:
     """A task's XCom from a callback's context, None when it cannot be read there."""
+    if "ti" not in context:
+        return None
     try:
         return context["ti"].xcom_pull(task_ids=task_id)
     except Exception:  # noqa: BLE001 (a DAG callback's context may not reach XComs)

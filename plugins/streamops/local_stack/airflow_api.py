@@ -77,9 +77,12 @@ class AirflowApi:
             time.sleep(attempt)  # back off before retrying a server error
         raise AssertionError("unreachable")
 
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        return self._get(f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
         def finished():
-            state = self._get(f"/dags/{dag_id}/dagRuns/{run_id}").json().get("state")
+            state = self.run_state(dag_id, run_id)
             return state if state in _FINISHED else None
 
         return poll_until(finished, timeout=timeout, what=f"{dag_id} run {run_id} to finish", max_interval=1)
