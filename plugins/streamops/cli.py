@@ -280,8 +280,9 @@ def up(
             except AlreadyRunning as exc:
                 typer.echo(str(exc))
         if any(airflow.running().values()):
-            # The connections, always: a catalog app added since, a cluster user re-created.
-            typer.echo(f"Airflow connections: {airflow.write_connections()}")
+            # The connections and the roles, always: a catalog app added since, a cluster user
+            # re-created, a role's permissions changed in streamops.access.
+            typer.echo(f"Airflow connections: {airflow.write_connections()}; {airflow.sync_users()}")
         else:
             # Migrates the DB and points the Kafka connections at this broker or cluster.
             typer.echo(airflow.init())

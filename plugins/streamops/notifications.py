@@ -158,6 +158,10 @@ class OnCallNotifier(BaseNotifier):
             raise ValueError(f"kind must be approval or result, not {kind!r}")
         self.kind = kind
 
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Nothing of this notifier is templated; and `dag.test`'s callbacks hand a serialized DAG,
+        which has no template environment."""
+
     def notify(self, context: Any) -> None:
         if self.kind == "result" and "fail" not in str(context.get("reason") or "") and \
                 getattr(context.get("dag_run"), "run_type", None) == "scheduled":
