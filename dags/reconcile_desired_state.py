@@ -26,7 +26,7 @@ APP_NAMES = load_catalog(check_programs=False).app_names()
     doc_md=runbook(__file__),
     # On-call hears of the outcome (streamops.notifications).
     on_success_callback=OnCallNotifier("result"),
-    on_failure_callback=OnCallNotifier("result"),
+    on_failure_callback=OnCallNotifier("result", failed=True),
     schedule=timedelta(minutes=30),
     tags=["spark", "apps", "drift", "reconcile"],
     **one_run_at_a_time(),

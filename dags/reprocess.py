@@ -31,7 +31,7 @@ APP_CHOICES: dict[str, Any] = {"enum": APP_NAMES} if APP_NAMES else {}
     doc_md=runbook(__file__),
     # On-call hears of the outcome (streamops.notifications).
     on_success_callback=OnCallNotifier("result"),
-    on_failure_callback=OnCallNotifier("result"),
+    on_failure_callback=OnCallNotifier("result", failed=True),
     schedule=None,
     tags=["spark", "apps", "reprocessing", "backfill"],
     **one_run_at_a_time(),

@@ -109,10 +109,15 @@ def test_the_compose_stack_fixes_no_secret_and_publishes_nothing_beyond_this_hos
         "AIRFLOW__API__SECRET_KEY_CMD": "cat /opt/airflow/auth/api_secret_key",
         "AIRFLOW__CORE__FERNET_KEY_CMD": "cat /opt/airflow/auth/fernet_key"}
     assert services["secrets-init"]["command"][:2] == ["streamops", "stack-secrets"]
+    # The users' passwords only where the roles are made: never where task code runs.
+    assert env["STREAMOPS_ENVIRONMENT"] == "cluster"  # no unattended destructive plan on the compose cluster
+    with_users = sorted(name for name, service in services.items()
+                        if any(str(v).startswith("airflow-users:") for v in service.get("volumes") or []))
+    assert with_users == ["airflow-init", "secrets-init"]
     assert services["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/opt/airflow/auth/postgres-password"
     assert services["postgres"]["depends_on"]["secrets-init"]["condition"] == "service_completed_successfully"
     init = " ".join(services["airflow-init"]["command"])
-    assert "python -m streamops.local_stack.fab_roles /opt/airflow/auth/users.json" in init
+    assert "python -m streamops.local_stack.fab_roles /opt/airflow/users/users.json" in init
 
     # What secrets-init writes, Airflow reads through those options (here, with this checkout's Airflow).
     auth = tmp_path / "auth"

@@ -25,6 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streamops.plans import PlanMismatch
+from streamops.provisioning import ProvisioningPlan
+
 # The suite's pages (streamops.ui_auth checks them): FAB resource names, each with can_read.
 APPS_PAGE = "StreamOps Apps"  # the apps page and its JSON
 DRIVER_LOGS = "StreamOps Driver Logs"  # a driver's log, which quotes records and configs
@@ -105,6 +108,16 @@ def four_eyes_reason(dag_id: str, params: Mapping[str, Any], plan: Any = None) -
         return FOUR_EYES_DAGS[dag_id]
     if dag_id == "reprocess" and params.get("cutover") is True:
         return "a cutover moves the live app to new topics: their readers see the reprocessed records again"
-    if dag_id == "provision_topics" and isinstance(plan, Mapping) and plan.get("data_loss_risks"):
-        return "it can delete records sooner: " + "; ".join(map(str, plan["data_loss_risks"]))
+    if dag_id == "provision_topics" and isinstance(plan, Mapping):
+        risks = provisioning_risks(plan)
+        return "it can delete records sooner: " + "; ".join(risks) if risks else None
     return None
+
+
+def provisioning_risks(plan: Mapping[str, Any]) -> list[str]:
+    """A provisioning plan's data-loss risks, worked out again from its changes (not taken from the
+    XCom's own list); a plan that cannot be read counts as risky."""
+    try:
+        return ProvisioningPlan.from_json(plan).data_loss_risks()
+    except PlanMismatch as exc:
+        return [f"the plan cannot be read ({exc})"]

@@ -198,10 +198,12 @@ def stack_secrets_command(
     directory: Annotated[Path, typer.Argument(help="Where the stack keeps its secrets (docker/: the airflow-auth volume)")],
     database_host: Annotated[str, typer.Option(help="The metadata database's host, for Airflow's database URL")] = "postgres",
     owner: Annotated[int | None, typer.Option(help="The uid the Airflow containers run as (the files' owner)")] = None,
+    users_dir: Annotated[Path | None, typer.Option(
+        help="Where the users file goes (a volume only the init container mounts); default: DIRECTORY")] = None,
 ) -> None:
     """Generate a stack's secrets once (docker/compose.yaml's secrets-init): keys, tokens, the database
     password and one user per role, each in a file; existing ones are kept, none is printed."""
-    for line in stack_secrets.compose_secrets(directory, database_host, owner=owner):
+    for line in stack_secrets.compose_secrets(directory, database_host, owner=owner, users_directory=users_dir):
         typer.echo(line)
 
 

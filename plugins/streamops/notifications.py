@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 NOTIFY_CONN_ID = "streamops_notify"
 APPS_PAGE_PATH = "/streamops/apps"
 EVIDENCE_CHARS = 1500
+WEBHOOK_TIMEOUT_S = 10
 
 
 def ui_base_url() -> str:
@@ -95,12 +96,18 @@ def send(message: dict[str, Any], context: Any = None) -> bool:
     except AirflowNotFoundException:
         log.info("No on-call webhook (Airflow connection %r): not sent: %s", NOTIFY_CONN_ID, message["text"])
         return False
+    except Exception as exc:  # noqa: BLE001 (a secrets backend down must not fail the task either)
+        log.warning("The on-call webhook's connection %r could not be read (%s); not sent: %s", NOTIFY_CONN_ID,
+                    type(exc).__name__, message["text"])
+        return False
     # A webhook's URL is its secret (Slack's, a pager's: the token is its path): Airflow's masker
     # keeps it out of every log line, the HTTP hook's own warnings included.
     for secret in _url_secrets(connection.host or ""):
         mask_secret(secret)
     try:
-        HttpNotifier(http_conn_id=NOTIFY_CONN_ID, json=message).notify(context or {})  # type: ignore[arg-type]
+        # A bounded wait: a webhook that never answers must not hold an approval or the supervisor.
+        HttpNotifier(http_conn_id=NOTIFY_CONN_ID, json=message,
+                     extra_options={"timeout": WEBHOOK_TIMEOUT_S}).notify(context or {})  # type: ignore[arg-type]
     except Exception as exc:  # noqa: BLE001 (the chat tool down must not fail an approval or a supervisor run)
         said = _without_url(str(exc), connection.host or "")  # in this line, for handlers without the masker
         log.warning("The on-call webhook (connection %r) refused or failed: %s: %s; the message was: %s",
@@ -111,10 +118,13 @@ def send(message: dict[str, Any], context: Any = None) -> bool:
 
 
 def _url_secrets(url: str) -> list[str]:
-    """The webhook's URL and its path (where Slack's and pagers' tokens are), longest first."""
-    from urllib.parse import urlparse
+    """The webhook's URL, its path and its query and each query value (where Slack's, chat tools'
+    and pagers' tokens are), longest first."""
+    from urllib.parse import parse_qsl, urlparse
 
-    return sorted({url, urlparse(url).path} - {"", "/"}, key=len, reverse=True)
+    parsed = urlparse(url)
+    values = {value for _, value in parse_qsl(parsed.query)}
+    return sorted({url, parsed.path, parsed.query, *values} - {"", "/"}, key=len, reverse=True)
 
 
 def _without_url(text: str, url: str) -> str:
@@ -152,19 +162,19 @@ class OnCallNotifier(BaseNotifier):
     failure, and the successes of runs someone triggered (a timed reconcile every 30 minutes that
     went well is in the audit log, not in on-call's chat)."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, *, failed: bool = False):
         super().__init__()
         if kind not in ("approval", "result"):
             raise ValueError(f"kind must be approval or result, not {kind!r}")
         self.kind = kind
+        self.failed = failed  # the result notifier of on_failure_callback (Airflow's reasons vary)
 
     def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
         """Nothing of this notifier is templated; and `dag.test`'s callbacks hand a serialized DAG,
         which has no template environment."""
 
     def notify(self, context: Any) -> None:
-        if self.kind == "result" and "fail" not in str(context.get("reason") or "") and \
-                getattr(context.get("dag_run"), "run_type", None) == "scheduled":
+        if self.kind == "result" and not self.failed and getattr(context.get("dag_run"), "run_type", None) == "scheduled":
             return  # a timed run that went well is in the audit log; on-call hears of failures and asked-for runs
         try:
             message = self.message(context)
@@ -186,7 +196,7 @@ class OnCallNotifier(BaseNotifier):
             return approval_request(dag_id, run_id, requester, app, str(summary or "see the plan"),
                                     four_eyes_reason(dag_id, params, planned), ui_base_url())
         reason = str(context.get("reason") or "")
-        state = "failed" if "fail" in reason else "succeeded"
+        state = "failed" if self.failed else "succeeded"
         last = context.get("ti")
         outcome = _xcom(context, last.task_id) if last is not None else None
         said = outcome.get("summary") if isinstance(outcome, Mapping) else None

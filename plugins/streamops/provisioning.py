@@ -287,16 +287,22 @@ def _plan_one(spec: TopicSpec, broker: BrokerSnapshot) -> TopicPlan:
     )
 
 
-# Size and time limits after which the broker deletes a partition's oldest records (-1: never).
-_RETENTION_LIMITS = ("retention.ms", "retention.bytes", "local.retention.ms", "local.retention.bytes")
+# Limits after which the broker deletes records (-1: never): a partition's oldest records, a
+# compacted topic's tombstones, the youngest records compaction may remove.
+_RETENTION_LIMITS = ("retention.ms", "retention.bytes", "local.retention.ms", "local.retention.bytes",
+                     "delete.retention.ms", "min.compaction.lag.ms")
 
 
 def _deletes_sooner(change: ConfigChange) -> str | None:
     """Why `change` can delete records sooner than the topic does now, else None."""
     if change.key == "cleanup.policy":
-        turned_on = "compact" in (change.desired or "") and "compact" not in (change.current or "")
-        return f"cleanup.policy {change.current!r} -> {change.desired!r} compacts away older values of a key" \
-            if turned_on else None
+        # Either way records go: compaction removes a key's older values, retention deletes what
+        # compaction kept (a removed override is the broker's default, delete).
+        if change.desired is None:
+            return f"cleanup.policy override {change.current!r} removed (the broker default, delete, may apply)"
+        kept, wanted = (set((v or "").replace(" ", "").split(",")) - {""} for v in (change.current, change.desired))
+        return f"cleanup.policy {change.current!r} -> {change.desired!r} deletes records the topic keeps now" \
+            if wanted - kept else None
     if change.key not in _RETENTION_LIMITS:
         return None
     if change.desired is None:

@@ -62,26 +62,30 @@ def users(directory: Path) -> dict[str, dict[str, str]]:
     return json.loads(path.read_text())
 
 
-def compose_secrets(directory: Path, database_host: str, database: str = "airflow", owner: int | None = None) -> list[str]:
+def compose_secrets(directory: Path, database_host: str, database: str = "airflow", owner: int | None = None,
+                    users_directory: Path | None = None) -> list[str]:
     """Every secret of the compose stack in `directory` (its `airflow-auth` volume), made once: the
     files and what each is for. The database password goes to `postgres-password`, readable by the
     database's container (mode 644 in a volume only the stack's own containers mount); the URL
-    Airflow connects with, to `sql_alchemy_conn`. `owner`: the uid the Airflow containers run as."""
+    Airflow connects with, to `sql_alchemy_conn`. `owner`: the uid the Airflow containers run as.
+    `users_directory`: where the users file goes instead (a volume only the init container mounts:
+    task code must not read the approver's password)."""
     directory = Path(directory)
+    users_directory = Path(users_directory) if users_directory is not None else directory
     made = {"jwt_secret": "the API's JWT signing key", "api_secret_key": "the UI's session key"}
     for name in made:
         secret(directory, name)
     secret(directory, "metrics-token", mode=0o644)  # Prometheus' container reads it as its own user
     fernet_key(directory)
-    users(directory)
+    users(users_directory)
     password = secret(directory, "postgres-password", mode=0o644)
     if not (directory / "sql_alchemy_conn").exists():
         write_once(directory / "sql_alchemy_conn",
                    f"postgresql+psycopg2://airflow:{password}@{database_host}:5432/{database}\n")
     if owner is not None:
-        for path in directory.iterdir():
+        for path in [*directory.iterdir(), users_directory / USERS_FILE]:
             os.chown(path, owner, -1)
     said = {**made, "metrics-token": "Prometheus' scrape token", "fernet_key": "connection extras' encryption key",
             USERS_FILE: "one user per role, generated passwords", "postgres-password": "the metadata database's password",
             "sql_alchemy_conn": "Airflow's database URL"}
-    return [f"{directory / name}: {what}" for name, what in said.items()]
+    return [f"{(users_directory if name == USERS_FILE else directory) / name}: {what}" for name, what in said.items()]

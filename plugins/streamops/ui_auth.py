@@ -83,7 +83,7 @@ def page_login(what: str, page: str):
                                        "'Authorization: Bearer <token>' from POST /auth/token)") from None
         except HTTPException as exc:
             # An expired or forged cookie: a browser logs in again instead of reading a JSON error.
-            if wants_html(request) and exc.status_code in (401, 403) and not exc.detail.startswith("Forbidden: "):
+            if wants_html(request) and exc.status_code in (401, 403) and not str(exc.detail).startswith("Forbidden: "):
                 raise HTTPException(status_code=307, headers={"Location": login_url(request)},
                                     detail="Log in to Airflow again") from None
             raise

@@ -143,6 +143,9 @@ class PlanApproval(ApprovalOperator):
         if reason:
             raise AirflowSkipException(reason)
         self.body = plan_body(planned, dict(context["params"]))
+        # The plan shown, by its digest: the apply refuses a plan made again after this (a cleared
+        # plan task), which nobody approved.
+        context["ti"].xcom_push(key=PLAN_DIGEST_KEY, value={"task": self.plan_task_id, "digest": plan_digest(planned)})
         second_person = four_eyes_reason(context["dag_run"].dag_id, context["params"], planned)
         requester = trail(context).user
         if second_person:
@@ -155,7 +158,7 @@ class PlanApproval(ApprovalOperator):
     def execute_complete(self, context, event):
         # Audited before the provider's handling: on Reject it skips the apply by raising.
         chosen = (event.get("chosen_options") or ["?"])[0] if "error" not in event else None
-        who = responder_name(event)
+        who = responder_name(event) if event.get("responded_by_user") else "nobody"
         requester = trail(context).user
         if chosen == self.APPROVE and who == requester and four_eyes_reason(
                 context["dag_run"].dag_id, context["params"], context["ti"].xcom_pull(task_ids=self.plan_task_id)):
@@ -215,19 +218,42 @@ def check_approved(context) -> None:
             "Not applied: this run waits for an approval of its plan and the 'approve' task has no Approve answer "
             f"(found {chosen!r}; a task marked success or skipped by hand is not an approval). Nothing was changed. "
             "Trigger a new run and approve its plan, or turn 'Wait for approval' off.")
-    approver = responder_name(answer)
-    if second_person and approver == requester:
+    shown = context["ti"].xcom_pull(task_ids="approve", key=PLAN_DIGEST_KEY)
+    shown_task = shown.get("task") if isinstance(shown, dict) else None
+    if not isinstance(shown_task, str) or shown.get("digest") != plan_digest(
+            planned if shown_task == "plan" else context["ti"].xcom_pull(task_ids=shown_task)):
         raise SecondPersonRequired(
-            f"Apply refused: {approver} approved a plan they triggered themselves, and this one needs a second person "
-            f"({second_person}). Nothing was changed. Trigger it again and have an approver other than {requester} "
-            "approve it.")
+            "Apply refused: the plan is not the one that was approved (the plan task ran again after the approval "
+            "request, or the approval has no record of its plan). Nothing was changed. Trigger a new run and approve "
+            "its plan.")
+    approver = responder_name(answer)
+    if second_person and (approver == requester or UNKNOWN in (approver, requester)):
+        raise SecondPersonRequired(
+            f"Apply refused: {approver} approved a plan "
+            + ("they triggered themselves" if approver == requester else f"whose requester or approver is unknown "
+               f"(requested by {requester})")
+            + f", and this one needs a second person ({second_person}). Nothing was changed. Trigger it again and "
+            f"have an approver other than {requester} approve it.")
 
 
 class SecondPersonRequired(OneLineRefused):
     """A plan that can lose or repeat data, approved by nobody or by its own requester."""
 
 
+UNKNOWN = "unknown"  # a requester or responder without a name: never a second person
+PLAN_DIGEST_KEY = "plan_digest"
+
+
+def plan_digest(plan: Any) -> str:
+    """The plan task's XCom as a digest (its canonical JSON)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def responder_name(answer: Any) -> str:
-    """Who answered an approval (its XCom or its trigger event): the auth manager's user name."""
+    """Who answered an approval (its XCom or its trigger event): the auth manager's user name
+    (UNKNOWN without one: an id alone never counts as a second person)."""
     by = answer.get("responded_by_user") if isinstance(answer, dict) else None
-    return str((by.get("name") or by.get("id") or "?") if isinstance(by, dict) else by or "nobody")
+    name = by.get("name") if isinstance(by, dict) else by
+    return str(name) if isinstance(name, str) and name.strip() else UNKNOWN

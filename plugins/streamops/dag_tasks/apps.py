@@ -196,10 +196,13 @@ def check_health(statuses: dict, run_id: str) -> str:
     from airflow.sdk.exceptions import AirflowFailException
 
     healths = [s["health"] for s in statuses.values()]
-    catalog = load_catalog(check_programs=False)
-    notify_attention(healths, run_id, {h["app"]: catalog.app(h["app"]).checkpoint_location() for h in healths
-                                       if h["app"] in catalog.app_names()})
     message = attention_message(healths)
+    try:
+        catalog = load_catalog(check_programs=False)
+        notify_attention(healths, run_id, {h["app"]: catalog.app(h["app"]).checkpoint_location() for h in healths
+                                           if h["app"] in catalog.app_names()})
+    except Exception as exc:  # noqa: BLE001 (telling on-call must never hide what this run reports)
+        log.warning("On-call was not told (%s: %s); the health above is what it would have heard", type(exc).__name__, exc)
     if message:
         raise AirflowFailException(message)
     summary = ", ".join(f"{app} {s['health']['state']}" for app, s in statuses.items()) or "no apps"

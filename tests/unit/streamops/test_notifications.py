@@ -81,3 +81,17 @@ def test_without_a_webhook_connection_nothing_is_sent_and_the_log_says_so(monkey
     caplog.set_level(logging.INFO, logger="streamops.notifications")
     assert send({"text": "x"}) is False
     assert "No on-call webhook (Airflow connection 'streamops_notify'): not sent: x" in caplog.text
+
+
+def test_a_token_in_the_webhooks_query_is_masked_too():
+    from airflow.sdk._shared.secrets_masker.secrets_masker import redact
+    from airflow.sdk.log import mask_secret
+
+    from streamops.notifications import _url_secrets
+
+    url = "https://chat.example/v1/spaces/AAA/messages?key=k3y-0f-the-space&token=t0ken-0f-the-hook"
+    for secret in _url_secrets(url):
+        mask_secret(secret)
+    said = redact("Max retries exceeded with url: /v1/spaces/AAA/messages?key=k3y-0f-the-space&token=t0ken-0f-the-hook")
+    assert said.startswith("Max retries exceeded with url: ***") and "k3y" not in said and "t0ken" not in said
+    assert "t0ken-0f-the-hook" not in redact("POST ...&token=t0ken-0f-the-hook failed")

@@ -121,6 +121,18 @@ def test_only_changes_that_delete_records_sooner_are_data_loss_risks():
         "t.shorter: retention.ms '604800000' -> '3600000'",
         "t.forever: retention.bytes '-1' -> '1000000'",
         "t.removed: retention.ms override '604800000' removed (the broker default may be shorter)",
-        "t.compacted: cleanup.policy 'delete' -> 'compact,delete' compacts away older values of a key",
+        "t.compacted: cleanup.policy 'delete' -> 'compact,delete' deletes records the topic keeps now",
     ]
+    # Compaction's records under retention, a removed policy (the broker's default is delete),
+    # tombstones kept for less time: each deletes what the topic keeps now.
+    compacted = [on_broker("t.c1", configs={"cleanup.policy": "compact"}, overridden={"cleanup.policy"}),
+                 on_broker("t.c2", configs={"cleanup.policy": "compact", "delete.retention.ms": "86400000"},
+                           overridden={"cleanup.policy", "delete.retention.ms"})]
+    plan = plan_topics([spec("t.c1", cleanup_policy="delete"), spec("t.c2", cleanup_policy="compact", delete_retention_ms=1000)],
+                       broker(*compacted), report_unmanaged=False)
+    assert plan.data_loss_risks() == ["t.c1: cleanup.policy 'compact' -> 'delete' deletes records the topic keeps now",
+                                      "t.c2: delete.retention.ms '86400000' -> '1000'"]
+    removed = plan_topics([spec("t.c1")], broker(compacted[0]), report_unmanaged=False)
+    assert removed.data_loss_risks() == [
+        "t.c1: cleanup.policy override 'compact' removed (the broker default, delete, may apply)"]
     assert plan_topics([spec("t.new", retention_ms=1)], broker(), report_unmanaged=False).data_loss_risks() == []

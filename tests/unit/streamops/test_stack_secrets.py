@@ -35,3 +35,9 @@ def test_the_compose_secrets_are_made_once_and_kept(tmp_path):
     other = tmp_path / "other"
     compose_secrets(other, "postgres")
     assert (other / "jwt_secret").read_text() != files["jwt_secret"]  # generated, never fixed
+
+
+def test_the_users_file_can_live_apart_from_the_other_secrets(tmp_path):
+    said = compose_secrets(tmp_path / "auth", "postgres", users_directory=tmp_path / "users")
+    assert not (tmp_path / "auth" / "users.json").exists() and (tmp_path / "users" / "users.json").exists()
+    assert f"{tmp_path / 'users' / 'users.json'}: one user per role, generated passwords" in said

@@ -8,25 +8,30 @@ from types import SimpleNamespace
 
 import pytest
 
-from streamops.dag_tasks.approval import SecondPersonRequired, check_approved
+from streamops.catalog import TopicSpec
+from streamops.dag_tasks.approval import SecondPersonRequired, check_approved, plan_digest
+from streamops.provisioning import BrokerSnapshot, BrokerTopic, plan_topics
 from streamops.refusals import Refused
 from tests.support import PROJECT_ROOT
 
 
 class TaskInstance:
-    """The XComs a task pulls: the plan task's and the approve task's."""
+    """The XComs a task pulls: the plan task's, the approve task's answer and the digest of the plan
+    it showed (`shown`: that plan, by default the plan itself)."""
 
-    def __init__(self, plan=None, answer=None):
-        self.xcoms = {"plan": plan if plan is not None else {"app": "oplog-router"}, "approve": answer}
+    def __init__(self, plan=None, answer=None, shown=None):
+        plan = plan if plan is not None else {"app": "oplog-router"}
+        self.xcoms = {("plan", "return_value"): plan, ("approve", "return_value"): answer,
+                      ("approve", "plan_digest"): {"task": "plan", "digest": plan_digest(shown if shown is not None else plan)}}
 
-    def xcom_pull(self, task_ids: str):
-        return self.xcoms[task_ids]
+    def xcom_pull(self, task_ids: str, key: str = "return_value"):
+        return self.xcoms[(task_ids, key)]
 
 
-def context(dag_id: str, requester: str, *, answer=None, plan=None, **params) -> dict:
+def context(dag_id: str, requester: str | None, *, answer=None, plan=None, shown=None, **params) -> dict:
     params = {"app": "oplog-router", "dry_run": False, "approve_in_ui": True, **params}
     return {"dag_run": SimpleNamespace(dag_id=dag_id, run_id="manual__1", triggering_user_name=requester),
-            "params": params, "ti": TaskInstance(plan, answer), "run_id": "manual__1"}
+            "params": params, "ti": TaskInstance(plan, answer, shown), "run_id": "manual__1"}
 
 
 def approved_by(name: str) -> dict:
@@ -53,20 +58,33 @@ def test_a_reset_approved_by_its_own_requester_is_refused_with_who_and_why():
         "other than olga approve it.")
 
 
-@pytest.mark.parametrize("dag_id, params", [
-    ("recover_restart_app", {}), ("recover_replay_dead_letters", {}), ("reprocess", {"cutover": False}),
-    ("provision_topics", {}),
+def provisioning_plan(retention_ms: int) -> dict:
+    """A real provisioning plan's XCom: topic t.a, now at 7 days of retention, to `retention_ms`."""
+    current = BrokerTopic(name="t.a", partitions=1, replication_factor=1, configs={"retention.ms": "604800000"},
+                          overridden=frozenset({"retention.ms"}))
+    spec = TopicSpec(name="t.a", partitions=1, replication_factor=1, owner="o", description="d",
+                     configs={"retention.ms": retention_ms})
+    planned = plan_topics([spec], BrokerSnapshot(broker_count=1, topics={"t.a": current}, all_topic_names=frozenset({"t.a"})),
+                          report_unmanaged=False)
+    # The XCom's own list says nothing: the apply works the risks out again from the changes.
+    return {**planned.to_json(), "data_loss_risks": []}
+
+
+@pytest.mark.parametrize("dag_id, params, plan", [
+    ("recover_restart_app", {}, None), ("recover_replay_dead_letters", {}, None), ("reprocess", {"cutover": False}, None),
+    ("provision_topics", {}, provisioning_plan(1_209_600_000)),  # a longer retention
 ])
-def test_a_plan_that_loses_and_repeats_nothing_may_be_approved_by_its_requester(dag_id, params):
-    check_approved(context(dag_id, "olga", answer=approved_by("olga"), **params))
+def test_a_plan_that_loses_and_repeats_nothing_may_be_approved_by_its_requester(dag_id, params, plan):
+    check_approved(context(dag_id, "olga", answer=approved_by("olga"), plan=plan, **params))
 
 
 def test_a_cutover_and_a_retention_cut_need_a_second_person():
     with pytest.raises(SecondPersonRequired, match="a cutover moves the live app to new topics"):
         check_approved(context("reprocess", "olga", answer=approved_by("olga"), cutover=True))
-    risky = {"data_loss_risks": ["t.a: retention.ms '604800000' -> '3600000'"]}
     with pytest.raises(SecondPersonRequired, match=r"it can delete records sooner: t.a: retention.ms '604800000' -> '3600000'"):
-        check_approved(context("provision_topics", "olga", answer=approved_by("olga"), plan=risky))
+        check_approved(context("provision_topics", "olga", answer=approved_by("olga"), plan=provisioning_plan(3_600_000)))
+    with pytest.raises(SecondPersonRequired, match=r"it can delete records sooner: the plan cannot be read"):
+        check_approved(context("provision_topics", "olga", answer=approved_by("olga"), plan={"topics": "?"}))
 
 
 def test_approval_off_applies_a_reset_only_where_the_catalog_allows_it_unattended(monkeypatch):
@@ -85,3 +103,32 @@ def test_no_approve_answer_is_no_approval_for_anyone():
 
     with pytest.raises(AirflowFailException, match="has no Approve answer"):
         check_approved(context("recover_reset_offsets", "olga", answer={"chosen_options": ["Reject"]}))
+
+
+def test_a_plan_made_again_after_its_approval_is_not_the_approved_one():
+    """An operator who clears the plan task after the approval gets a new plan nobody approved."""
+    shown, replanned = {"app": "oplog-router", "replayed": 10}, {"app": "oplog-router", "replayed": 99_000}
+    with pytest.raises(SecondPersonRequired, match="the plan is not the one that was approved"):
+        check_approved(context("recover_restart_app", "olga", answer=approved_by("anna"), plan=replanned, shown=shown))
+    check_approved(context("recover_restart_app", "olga", answer=approved_by("anna"), plan=shown, shown=shown))
+
+
+@pytest.mark.parametrize("requester, answer", [
+    (None, approved_by("anna")),  # a run without a requester (a schedule): nobody can be its second person
+    ("olga", {"chosen_options": ["Approve"], "responded_by_user": {"id": "7", "name": ""}}),  # an id is not a name
+])
+def test_an_unknown_requester_or_approver_is_no_second_person(requester, answer):
+    with pytest.raises(SecondPersonRequired, match="whose requester or approver is unknown"):
+        check_approved(context("recover_skip_records", requester, answer=answer))
+
+
+def test_the_approved_plan_is_read_from_the_task_the_approval_showed():
+    """roll_restart_apps approves its `ordered_apps` task's plan, not a `plan` task's."""
+    ordered = {"apps": ["oplog-router"], "summary": "roll 1 app"}
+    ctx = context("roll_restart_apps", "olga", answer=approved_by("anna"))
+    ctx["ti"].xcoms[("ordered_apps", "return_value")] = ordered
+    ctx["ti"].xcoms[("approve", "plan_digest")] = {"task": "ordered_apps", "digest": plan_digest(ordered)}
+    check_approved(ctx)
+    ctx["ti"].xcoms[("ordered_apps", "return_value")] = {**ordered, "apps": ["oplog-router", "presence-notifier"]}
+    with pytest.raises(SecondPersonRequired, match="the plan is not the one that was approved"):
+        check_approved(ctx)
