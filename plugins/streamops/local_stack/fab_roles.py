@@ -4,8 +4,9 @@
 (LocalAirflow.sync_users) after `airflow db migrate`: FAB's own roles are synced first, then each
 of the suite's roles gets exactly the permissions streamops.access declares (missing ones added,
 others removed: the declaration is the truth), and every user of the users file exists with its
-role and its password. The file (mode 600) is written by LocalAirflow: one user per role, each
-with a generated password; a user added later in the UI is left alone.
+role (created with the file's password; a password changed in the UI later is kept). The file
+(mode 600) is written by streamops.stack_secrets: one user per role, each with a generated
+password; a user added in the UI is left alone.
 
 FAB has no API for "these permissions and no others" (its bulk_sync_roles only adds): the
 removal is written here.
@@ -68,9 +69,7 @@ def sync(users_file: Path) -> list[str]:
                 user.roles = [fab_role]
                 sm.update_user(user)
                 said.append(f"user {name}: role {entry['role']}")
-            if not sm.check_password(name, entry["password"]):
-                sm.reset_password(user.id, entry["password"])
-                said.append(f"user {name}: password from {users_file}")
+            # A password changed in the UI (an admin rotating it) is kept: the file only seeds it.
     return said
 
 
