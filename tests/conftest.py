@@ -385,32 +385,44 @@ def run_dag(airflow_db, monkeypatch):
 def _answer_approvals(dag_id: str, user: str) -> threading.Event:
     """Approve, as `user`, the approval requests of `dag_id` made from now on: the API's own answer
     (its route function, on the metadata DB the in-process run shares; the auth manager's check of
-    who may answer is the browser test's), as when that user presses Approve. Set the event
-    returned to stop."""
+    who may answer is the browser test's), as when that user presses Approve. `dag.test` rewrites
+    the run's task rows while it waits: a parked task whose answer is recorded is resumed again
+    (as the API resumes it) until it leaves its parked state. Set the event returned to stop."""
     from types import SimpleNamespace
 
     from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
     from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
     from airflow.models.hitl import HITLDetail
     from airflow.models.taskinstance import TaskInstance
+    from airflow.models.trigger import handle_event_submit
+    from airflow.triggers.base import TriggerEvent
     from airflow.utils import timezone
     from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
     from sqlalchemy import select
 
     stop, since = threading.Event(), timezone.utcnow()
     answerer = SimpleNamespace(get_id=lambda: user, get_name=lambda: user)
 
+    def answer_once() -> None:
+        with create_session() as session:
+            parked = session.execute(
+                select(TaskInstance, HITLDetail).join(HITLDetail, TaskInstance.id == HITLDetail.ti_id)
+                .where(TaskInstance.dag_id == dag_id, TaskInstance.state == TaskInstanceState.AWAITING_INPUT,
+                       HITLDetail.created_at >= since)).all()
+            for ti, detail in parked:
+                if detail.responded_at is None:
+                    update_hitl_detail(dag_id, ti.run_id, ti.task_id, UpdateHITLDetailPayload(
+                        chosen_options=["Approve"], params_input={}), answerer, session, ti.map_index)
+                else:  # answered, and parked again by the run's own writes: resume it as the API did
+                    handle_event_submit(TriggerEvent(detail.as_resume_event_payload()), task_instance=ti, session=session)
+
     def answer() -> None:
         while not stop.wait(0.5):
-            with create_session() as session:
-                waiting = session.execute(
-                    select(TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index)
-                    .join(HITLDetail, TaskInstance.id == HITLDetail.ti_id)
-                    .where(TaskInstance.dag_id == dag_id, HITLDetail.responded_at.is_(None),
-                           HITLDetail.created_at >= since)).all()
-                for run_id, task_id, map_index in waiting:
-                    update_hitl_detail(dag_id, run_id, task_id, UpdateHITLDetailPayload(
-                        chosen_options=["Approve"], params_input={}), answerer, session, map_index)
+            try:
+                answer_once()
+            except Exception as exc:
+                logging.getLogger(__name__).info("answering %s's approval as %s: %s; again", dag_id, user, exc)
 
     threading.Thread(target=answer, name=f"approve-{dag_id}-as-{user}", daemon=True).start()
     return stop
