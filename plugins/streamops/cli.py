@@ -180,12 +180,12 @@ def airflow_cli(ctx: typer.Context, port: PortOpt = None) -> None:
 def airflow_password(
     user: Annotated[str, typer.Argument(help="One of the stack's users: " + ", ".join(STACK_USERS))],
     users_file: Annotated[Path | None, typer.Option(
-        help="The users file of another stack (docker/: /opt/airflow/auth/users.json in its containers)")] = None,
+        help="The users file of another stack (docker/: /opt/airflow/users/users.json in airflow-init)")] = None,
 ) -> None:
     """The password of one of the stack's users (one per role), for the UI's login or /auth/token."""
     path = users_file or LocalAirflow.from_env().users_file
     try:
-        known = json.loads(path.read_text())
+        known = stack_secrets.read_users(path)
     except FileNotFoundError:
         raise _fail(f"no users file {path} (none yet: run `streamops up`)") from None
     if user not in known:

@@ -59,7 +59,12 @@ def users(directory: Path) -> dict[str, dict[str, str]]:
     if not path.exists():
         generated = {name: {"role": name, "password": secrets.token_urlsafe(12)} for name in ROLES}
         write_once(path, json.dumps(generated, indent=2) + "\n")
-    return json.loads(path.read_text())
+    return read_users(path)
+
+
+def read_users(path: Path) -> dict[str, dict[str, str]]:
+    """A users file as `users` writes it (FileNotFoundError when there is none yet)."""
+    return json.loads(Path(path).read_text())
 
 
 def compose_secrets(directory: Path, database_host: str, database: str = "airflow", owner: int | None = None,

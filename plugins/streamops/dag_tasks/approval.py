@@ -204,11 +204,12 @@ def check_approved(context) -> None:
     second_person = four_eyes_reason(context["dag_run"].dag_id, params, planned)
     requester = trail(context).user
     if approval_skip_reason(params) or approval_skip_reason(params, planned):
-        if second_person and not is_dry_run(params) and not load_catalog(check_programs=False).unattended_allowed():
+        catalog = load_catalog(check_programs=False) if second_person and not is_dry_run(params) else None
+        if catalog is not None and not catalog.unattended_allowed():
             raise SecondPersonRequired(
                 f"Apply refused: this plan needs a second person's approval ({second_person}), and it ran with 'Wait "
                 f"for approval' off, which the catalog allows only in the environments of its approvals.unattended_in "
-                f"(this run's: {load_catalog(check_programs=False).environment}). Nothing was changed. Trigger it "
+                f"(this run's: {catalog.environment}). Nothing was changed. Trigger it "
                 "again with 'Wait for approval' on, and have an approver approve the plan.")
         return
     answer = context["ti"].xcom_pull(task_ids="approve")

@@ -215,13 +215,8 @@ class LocalAirflow:
     def metrics_token_file(self) -> Path:
         """The scrape token of /streamops/metrics, made once (mode 600): Prometheus reads the file
         (`authorization: {credentials_file: ...}`), so the token is never on a command line."""
-        path = self.home / "metrics_token"
-        if not path.exists():
-            self.home.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_urlsafe(32))
-        return path
+        stack_secrets.secret(self.home, "metrics_token")
+        return self.home / "metrics_token"
 
     def _secret(self, name: str) -> str:
         """A secret of this stack, generated on first use into <home>/<name> (mode 600)."""
@@ -485,7 +480,7 @@ class LocalAirflow:
 
     def password_of(self, user: str) -> str | None:
         try:
-            return json.loads(self.users_file.read_text())[user]["password"]
+            return stack_secrets.read_users(self.users_file)[user]["password"]
         except (FileNotFoundError, KeyError, ValueError):
             return None
 
