@@ -125,35 +125,6 @@ def test_the_approval_shows_the_plan_and_is_skipped_when_nothing_is_applied():
     assert "(cut at 600 characters; the whole field is in the 'plan' task's XCom)" in hostile
 
 
-class _Ti:
-    def __init__(self, answer, plan=None):
-        self.answer, self.plan = answer, plan
-
-    def xcom_pull(self, task_ids):
-        assert task_ids in ("approve", "plan")
-        return self.answer if task_ids == "approve" else self.plan
-
-
-def test_the_apply_refuses_to_run_without_an_approve_answer():
-    """An approve task marked success or skipped by hand in the UI releases the apply (its
-    trigger rule is none_failed): the apply checks for the answer itself."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from streamops.dag_tasks.approval import check_approved
-
-    waiting = {"dry_run": False, "approve_in_ui": True}
-    check_approved({"params": waiting, "ti": _Ti({"chosen_options": ["Approve"], "responded_by_user": {"name": "ops"}})})
-    check_approved({"params": {**waiting, "approve_in_ui": False}, "ti": _Ti(None)})  # no approval asked for
-    for answer in (None, {"chosen_options": ["Reject"]}, {}):
-        with pytest.raises(AirflowFailException, match="Not applied: this run waits for an approval of its plan"):
-            check_approved({"params": waiting, "ti": _Ti(answer)})
-    # A plan in which nothing waits for an approval (reconcile's auto rolls) needs no answer; a
-    # plan's other fields never stand in for one.
-    check_approved({"params": waiting, "ti": _Ti(None, {"approval_not_needed": "Nothing in this plan needs an approval."})})
-    with pytest.raises(AirflowFailException, match="Not applied"):
-        check_approved({"params": waiting, "ti": _Ti(None, {"approval_not_needed": None, "summary": "x"})})
-
-
 def test_a_rejection_and_a_timeout_are_audited_before_the_apply_is_skipped(dag_bag, monkeypatch, tmp_path):
     """The provider skips the apply on Reject by raising: the decision is written first."""
     from types import SimpleNamespace

@@ -98,11 +98,24 @@ def test_approval_off_applies_a_reset_only_where_the_catalog_allows_it_unattende
     check_approved(context("recover_reset_offsets", "olga", approve_in_ui=False, dry_run=True))  # changes nothing
 
 
-def test_no_approve_answer_is_no_approval_for_anyone():
+@pytest.mark.parametrize("answer", [None, {}, {"chosen_options": ["Reject"]}])
+def test_no_approve_answer_is_no_approval_for_anyone(answer):
+    """An approve task marked success or skipped by hand in the UI releases the apply (its trigger
+    rule is none_failed): the apply checks for the answer itself."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    with pytest.raises(AirflowFailException, match="has no Approve answer"):
-        check_approved(context("recover_reset_offsets", "olga", answer={"chosen_options": ["Reject"]}))
+    with pytest.raises(AirflowFailException, match="Not applied: this run waits for an approval of its plan and the "
+                                                   "'approve' task has no Approve answer"):
+        check_approved(context("recover_restart_app", "olga", answer=answer))
+
+
+def test_a_plan_in_which_nothing_waits_for_an_approval_needs_no_answer():
+    """reconcile's auto rolls say so in the plan; a plan's other fields never stand in for an answer."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    check_approved(context("reconcile", "olga", plan={"approval_not_needed": "Nothing in this plan needs an approval."}))
+    with pytest.raises(AirflowFailException, match="Not applied"):
+        check_approved(context("reconcile", "olga", plan={"approval_not_needed": None, "summary": "x"}))
 
 
 def test_a_plan_made_again_after_its_approval_is_not_the_approved_one():
