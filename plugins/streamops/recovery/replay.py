@@ -7,8 +7,8 @@ catalog's `max_record_bytes`, through `records.parse` on Spark, the code the app
 chosen range; records that pass are produced to the input topic's original partition with
 headers naming where they came from; the rest stay where they are.
 
-A dead letter is read as a streamops.runtime_records.DeadLetterEnvelope (the model the driver's
-writer builds its struct from); one that is not is "not an envelope" and stays where it is.
+A dead letter is read as streamops.dead_letters decodes it (the envelope the driver writes); one
+that is not an envelope stays where it is.
 
 The replay ledger (`<checkpoint>/_runtime/replay-ledger.jsonl`, beside the driver's lease on the
 shared filesystem) lists every replayed source record (topic/partition/offset of the original),
@@ -20,11 +20,8 @@ a crash between the two can replay it once more on the next run (at-least-once, 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +33,7 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec, Catalog
+from streamops.dead_letters import DeadLetter, fetch_originals, read_dead_letters
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import (
     BACK,
@@ -43,19 +41,18 @@ from streamops.kafka_offsets import (
     NOW,
     TIME,
     OffsetSpan,
-    end_offsets,
     parse_moment,
     spans_from_json,
     spans_to_json,
     time_range_spans,
     topic_partitions,
 )
-from streamops.kafka_records import held_offsets, producer, read_spans
+from streamops.kafka_records import producer, read_spans
 from streamops.plans import JsonPlan
 from streamops.programs import program_info, running_version
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.recovery.skip import SKIP_REASON
-from streamops.runtime_records import DeadLetterEnvelope, ReplayLedgerEntry, checked_lines
+from streamops.runtime_records import ReplayLedgerEntry, checked_lines
 from streamops.timestamps import now_iso
 
 HEADER_SOURCE = "streamops.replay.source"
@@ -69,21 +66,6 @@ class ReplayRequest:
     start: str = "earliest"  # earliest, ISO-8601 time with timezone, or a duration back ("6 hours")
     end: str = "now"  # now, or ISO-8601 time with timezone
     reason_contains: str = ""  # case-insensitive part of the dead letter's reason; empty: every reason
-
-
-@dataclass
-class DeadLetter:
-    at: str  # dead-letter topic/partition/offset
-    reason: str
-    source: str | None  # original topic/partition/offset (None: not an envelope)
-    source_topic: str | None = None
-    source_partition: int | None = None
-    key: bytes | None = None
-    value: bytes | None = None
-    verdict: str = ""  # replay | still fails: <reason> | filtered out | already replayed | ...
-    source_offset: int | None = None
-    # An original too large for the dead letter is kept by reference: read back from the source.
-    by_reference: dict[str, str] = field(default_factory=dict)  # "key"/"value" -> sha256 of the original
 
 
 @dataclass
@@ -163,62 +145,6 @@ def resolve_spans(
     return app, time_range_spans(admin, topic, parts, start, end)
 
 
-def _read(kafka: KafkaClientConfig, topic: str, spans: Mapping[int, OffsetSpan]) -> list[DeadLetter]:
-    letters = []
-    for record in read_spans(kafka, topic, spans):
-        at = f"{topic}/{record.partition}/{record.offset}"
-        try:
-            # A null value is not an envelope either; nor is one whose base64 does not decode.
-            envelope = DeadLetterEnvelope.model_validate_json(record.value or b"")
-            source = envelope.source
-            stored = {"key": (envelope.original_key_stored, envelope.original_key_sha256),
-                      "value": (envelope.original_value_stored, envelope.original_value_sha256)}
-            letters.append(DeadLetter(
-                at=at, reason=envelope.reason, source=f"{source.topic}/{source.partition}/{source.offset}",
-                source_topic=source.topic, source_partition=source.partition, source_offset=source.offset,
-                key=_b64(envelope.original_key_base64), value=_b64(envelope.original_value_base64),
-                by_reference={part: str(digest) for part, (how, digest) in stored.items() if how == "reference"},
-            ))
-        except ValueError:  # pydantic's ValidationError and base64's binascii.Error too
-            letters.append(DeadLetter(at=at, reason="(not a dead-letter envelope)", source=None, verdict="not an envelope"))
-    return letters
-
-
-def _b64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
-
-
-def _fetch_references(kafka: KafkaClientConfig, letters: list[DeadLetter]) -> None:
-    """Read originals kept by reference from their source records, checking each against its
-    sha256; a record retention deleted (or a digest that differs) cannot be replayed."""
-    by_partition: dict[tuple[str, int], list[tuple[DeadLetter, int]]] = {}
-    for letter in letters:
-        # Only an envelope keeps an original by reference, and an envelope names its source.
-        if letter.by_reference and letter.source_topic is not None and letter.source_partition is not None \
-                and letter.source_offset is not None:
-            by_partition.setdefault((letter.source_topic, letter.source_partition), []).append((letter, letter.source_offset))
-    for (topic, partition), group in by_partition.items():
-        low, high = end_offsets(kafka, topic).get(partition, (0, 0))
-        found = {}
-        for _letter, offset in group:
-            if low <= offset < high:
-                records = read_spans(kafka, topic, {partition: OffsetSpan(offset, offset + 1)})
-                found.update({r.offset: r for r in records})
-        for letter, offset in group:
-            record = found.get(offset)
-            if record is None:
-                letter.verdict = (f"not replayable: its original is kept by reference and {letter.source} is no longer on the "
-                                  f"broker (retention; {topic} partition {partition}: {held_offsets(low, high)})")
-                continue
-            for part, digest in letter.by_reference.items():
-                data = record.key if part == "key" else record.value
-                if data is None or hashlib.sha256(data).hexdigest() != digest:
-                    letter.verdict = (f"not replayable: {letter.source} no longer holds the original {part} the dead letter "
-                                      "references (its sha256 differs)")
-                    break
-                setattr(letter, part, data)
-
-
 def _reparse(spark, app: AppSpec, letters: list[DeadLetter]) -> dict[int, str | None]:
     """index -> the reason the app's parsing gives now (None: it passes)."""
     from pyspark.sql import functions as F
@@ -246,7 +172,7 @@ def evaluate(
     spark, kafka: KafkaClientConfig, app: AppSpec, spans: dict[str, list[int]], reason_contains: str
 ) -> list[DeadLetter]:
     """Every dead letter of the spans (as a plan records them, `ReplayPlan.spans`) with its verdict."""
-    letters = _read(kafka, app.dead_letter_topic, spans_from_json(spans, "the replay's spans"))
+    letters = read_dead_letters(kafka, app.dead_letter_topic, spans_from_json(spans, "the replay's spans"))
     done = replayed_sources(app)
     inputs = set(app.inputs.values())
     wanted = (reason_contains or "").lower()
@@ -266,7 +192,7 @@ def evaluate(
             letter.verdict = f"skipped by an operator: replayed only with reason_contains '{SKIP_REASON}'"
         else:
             candidates.append(letter)
-    _fetch_references(kafka, candidates)
+    fetch_originals(kafka, candidates)
     candidates = [d for d in candidates if not d.verdict]
     verdicts = _reparse(spark, app, candidates)
     seen: set[str | None] = set()

@@ -346,17 +346,14 @@ def test_a_struct_that_does_not_match_its_model_is_refused_before_spark_sees_it(
         records.struct_of(DeadLetterSource, {"topic": _Column(), "partition": _Column(), "position": _Column()})
 
 
-def test_replay_reads_each_dead_letter_as_an_envelope_and_the_rest_as_not_one(monkeypatch):
-    from types import SimpleNamespace
-
-    from streamops.recovery import replay
+def test_a_dead_letter_is_read_as_an_envelope_and_anything_else_as_not_one():
+    from streamops.dead_letters import decode_dead_letter
+    from streamops.kafka_records import Record
 
     values = [json.dumps(SPARK_ENVELOPE).encode(), json.dumps(BENCH_ENVELOPE).encode(), None, b"not json",
               json.dumps({**BENCH_ENVELOPE, "source": {"topic": "ops"}}).encode(),
               json.dumps({**BENCH_ENVELOPE, "original_key_base64": "abc"}).encode()]
-    monkeypatch.setattr(replay, "read_spans", lambda kafka, topic, spans: [
-        SimpleNamespace(partition=0, offset=offset, value=value) for offset, value in enumerate(values)])
-    spark, bench, *others = replay._read(None, "dlq", {"0": [0, len(values)]})
+    spark, bench, *others = [decode_dead_letter(Record("dlq", 0, offset, None, value, 0)) for offset, value in enumerate(values)]
     assert (spark.at, spark.reason, spark.source, spark.source_topic, spark.source_partition, spark.source_offset) == (
         "dlq/0/0", "value is not JSON", "ops/3/1207", "ops", 3, 1207)
     assert (spark.key, spark.value, spark.by_reference, spark.verdict) == (b"u3", None, {"value": "b" * 64}, "")

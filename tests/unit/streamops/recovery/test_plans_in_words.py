@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 import pytest
 
 from streamops.catalog import load_catalog
+from streamops.dead_letters import DeadLetter
 from streamops.recovery.common import RecoveryRefused
 from streamops.recovery.rebuild import RebuildPlan, plan_rebuild
-from streamops.recovery.replay import DeadLetter, ReplayRequest, _summarise, resolve_spans
+from streamops.recovery.replay import ReplayRequest, _summarise, resolve_spans
 from streamops.recovery.restart import RestartPlan, _same_as_previous_failure
 from streamops.recovery.restore import RestorePlan, Snapshot
 
