@@ -2,12 +2,13 @@
 
     /streamops/apps          every streaming app on one screen (Browse -> Streaming apps)
     /streamops/apps.json     the same for scripts
+    /streamops/messages      the message browser: a topic's records (Browse -> Messages)
     /streamops/data-docs/    validate_topic_quality's Data Docs (Browse -> Data Docs)
     /streamops/metrics       Prometheus figures (scrape token or login)
 
 Airflow loads every .py file directly under plugins/ as a plugin module; this one only mounts
-streamops.apps_page, streamops.quality.docs and streamops.metrics (what is served, and the login
-they ask for). One app under one prefix: two plugin apps on nested prefixes shadow each other.
+streamops.apps_page, streamops.messages_page, streamops.quality.docs and streamops.metrics (what
+is served, and the login they ask for). One app under one prefix: two plugin apps on nested prefixes shadow each other.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from streamops.apps_page import PAGE_PATH, add_apps_page
+from streamops.messages_page import PAGE_PATH as MESSAGES_PATH
+from streamops.messages_page import add_messages_page
 from streamops.metrics import URL_PREFIX, metrics_app
 from streamops.quality import docs
 
 operator_pages = metrics_app()
 add_apps_page(operator_pages)
+add_messages_page(operator_pages)
 # url_route: a page opens inside the Airflow UI (its navigation stays around it).
 views = [{"name": "Streaming apps", "href": f"{URL_PREFIX}{PAGE_PATH}", "url_route": "streaming-apps",
+          "destination": "nav", "category": "browse"},
+         {"name": "Messages", "href": f"{URL_PREFIX}{MESSAGES_PATH}", "url_route": "messages",
           "destination": "nav", "category": "browse"}]
 if docs.serving_enabled():
     operator_pages.mount(docs.URL_PREFIX.removeprefix(URL_PREFIX), docs.data_docs_app())

@@ -33,7 +33,11 @@ APPS_PAGE = "StreamOps Apps"  # the apps page and its JSON
 DRIVER_LOGS = "StreamOps Driver Logs"  # a driver's log, which quotes records and configs
 DATA_DOCS = "StreamOps Data Docs"  # GX's site: sample keys and values of failed expectations
 METRICS = "StreamOps Metrics"  # /streamops/metrics (Prometheus reads it with its own token)
-PAGES = (APPS_PAGE, DRIVER_LOGS, DATA_DOCS, METRICS)
+MESSAGES = "StreamOps Messages"  # the message browser: records of the catalog's topics
+# Not a page: who sees what the catalog marks sensitive (topics[].sensitive_fields, sensitive_key)
+# unmasked in the message browser.
+SENSITIVE_DATA = "StreamOps Sensitive Data"
+PAGES = (APPS_PAGE, DRIVER_LOGS, DATA_DOCS, METRICS, MESSAGES, SENSITIVE_DATA)
 
 # What a role may do with the suite's DAGs.
 READ, TRIGGER, APPROVE = "read", "trigger", "approve"
@@ -49,8 +53,8 @@ class Role:
     fab_builtin: str | None = None
 
 
-VIEWER = Role("viewer", "Sees the apps page, Data Docs, DAG runs and their logs; triggers nothing.",
-              frozenset({APPS_PAGE, DATA_DOCS}), frozenset({READ}))
+VIEWER = Role("viewer", "Sees the apps page, Data Docs, the topics' records (sensitive fields masked), DAG runs and "
+              "their logs; triggers nothing.", frozenset({APPS_PAGE, DATA_DOCS, MESSAGES}), frozenset({READ}))
 OPERATOR = Role("operator", "Deploys, stops, rolls and recovers apps, runs validations and reprocessing; "
                 "cannot approve a plan.", frozenset(PAGES), frozenset({READ, TRIGGER}))
 APPROVER = Role("approver", "Approves or rejects the plans others triggered; triggers nothing.",

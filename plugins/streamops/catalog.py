@@ -110,6 +110,7 @@ class _Strict(BaseModel):
 
 
 ConfigValue = StrictInt | bool | str
+_FIELD_PATH = re.compile(r"[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}")
 # Types a value field may have: "json" keeps a nested object as JSON text.
 ValueType = Literal["string", "bigint", "double", "boolean", "timestamp", "json"]
 
@@ -128,6 +129,23 @@ class TopicSpec(_Strict):
     value_schema: dict[str, ValueType] | None = None
     # The Great Expectations suite for this topic: a JSON file, relative to the catalog file.
     expectation_suite: str | None = None
+    # What only roles allowed sensitive data see (streamops.access.SENSITIVE_DATA) in the message
+    # browser: value fields as dotted JSON paths ("user_id", "event.user_id"), and the key.
+    sensitive_fields: list[str] = Field(default_factory=list)
+    sensitive_key: bool = False
+
+    @field_validator("sensitive_fields")
+    @classmethod
+    def _field_paths(cls, paths: list[str]) -> list[str]:
+        bad = [p for p in paths if not _FIELD_PATH.fullmatch(p)]
+        if bad:
+            raise ValueError(f"{', '.join(repr(p) for p in bad)}: a sensitive field is a JSON field's dotted path "
+                             "(letters, digits, '_' and '-' between dots, e.g. event.user_id)")
+        return paths
+
+    @property
+    def has_sensitive_data(self) -> bool:
+        return self.sensitive_key or bool(self.sensitive_fields)
 
     @field_validator("name")
     @classmethod

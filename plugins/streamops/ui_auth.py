@@ -10,7 +10,7 @@ gets a 403 naming the roles that may.
 """
 
 
-from typing import Any
+from typing import Annotated, Any
 
 from streamops.access import roles_allowed
 
@@ -62,18 +62,39 @@ def login_url(request: Any) -> str:
     return get_auth_manager().get_url_login(next_url=str(request.url))
 
 
+def may_trigger(user: Any, dag_id: str) -> bool:
+    """May `user` trigger `dag_id`, as its role says (what Airflow's REST API checks)?"""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return bool(get_auth_manager().is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+                                                     details=DagDetails(id=dag_id), user=user))
+
+
 def page_login(what: str, page: str):
     """A FastAPI dependency for one of the suite's pages (`page`, a streamops.access page): the
     user's name; a redirect to the login for a browser, or a 401 for anything else; a 403 for a
     role that may not read it. `what` names the page in the answers."""
+    from fastapi import Depends
+
+    user_of = page_user(what, page)
+
+    async def dependency(user: Annotated[Any, Depends(user_of)]) -> str:
+        return str(user.get_name())
+
+    return dependency
+
+
+def page_user(what: str, page: str):
+    """As page_login, the logged-in user itself (the auth manager's: for further role checks)."""
     from fastapi import HTTPException, Request
 
-    async def dependency(request: Request) -> str:
+    async def dependency(request: Request) -> Any:
         try:
             user = await logged_in_user(request)
             if not may_read(user, page):
                 raise forbidden(user, what, page)
-            return user.get_name()
+            return user
         except LoginRequired:
             if wants_html(request):
                 raise HTTPException(status_code=307, headers={"Location": login_url(request)},
