@@ -24,6 +24,7 @@ from streamops.app_status import is_spark_ui_address
 from streamops.audit import read_audit
 from streamops.catalog import Catalog, CatalogError, load_catalog
 from streamops.kafka_client import KafkaClientConfig, airflow_connection, app_principal
+from streamops.messages_page import PAGE_PATH as MESSAGES_PATH
 from streamops.metrics import URL_PREFIX
 from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX
 from streamops.quality.docs import serving_enabled
@@ -66,6 +67,8 @@ class AppRow:
     drift: dict[str, Any] | None = None
     # The code it runs: its artifact's digest, or "installed" (code: installed, development only).
     code: str | None = None
+    # Its topics, linked to the message browser: inputs first, then the dead letters.
+    topics: list[str] = field(default_factory=list)
 
 
 def minute_rates(rates: list[RateLine], now: datetime, minutes: int = CHART_MINUTES) -> list[float]:
@@ -94,6 +97,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
     for name in catalog.app_names():
         spec = catalog.app(name)
         runs = _recent_runs([e for e in audit if e.get("app") == name])
+        topics = [*spec.inputs.values(), spec.dead_letter_topic]
         try:
             seen = observe(spec, kafka, catalog, app_principal(name))
             current, health = seen.status, seen.health
@@ -102,7 +106,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
         except Exception as exc:  # noqa: BLE001 - one unreadable app must not blank the page
             log.warning("apps page: %s could not be read: %s", name, exc)
             health = unreadable(name, exc)
-            rows.append(AppRow(name, health.state, True, health.evidence, recent_runs=runs))
+            rows.append(AppRow(name, health.state, True, health.evidence, recent_runs=runs, topics=topics))
             continue
         started = parse_recorded_time(current.started_at) if current.state == "running" else None
         time_lags = [p.time_lag_s for p in current.lags if p.time_lag_s is not None]
@@ -119,7 +123,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             input_rate_per_minute=minute_rates(rates, now),
             dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
             recent_runs=runs, has_driver_log=has_log, drift=seen.drift.to_dict() if seen.drift else None,
-            code=current.code,
+            code=current.code, topics=topics,
         ))
     return rows
 
@@ -230,6 +234,9 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             links.append(f'<a href="{base}{PAGE_PATH}/{quote(row.app)}/driver-log" target="_blank">driver log</a>')
         if data_docs_url:
             links.append(f'<a href="{e(data_docs_url)}" target="_top">Data Docs</a>')
+        links += [f'<a class="messages" href="{base}{MESSAGES_PATH}?topic={quote(topic)}">'
+                  f'{"dead letters" if i == len(row.topics) - 1 else "input " + e(topic)}</a>'
+                  for i, topic in enumerate(row.topics)]
         runs = "".join(
             f'<li><a href="/dags/{quote(r["dag_id"])}/runs/{quote(r["run_id"], safe="")}" target="_top">'
             f'{e(r["dag_id"])}</a> {e(r["step"] or "")} {e(r["outcome"] or "")} '

@@ -50,6 +50,12 @@ def e(value: Any) -> str:
     return html.escape("" if value is None else str(value))
 
 
+def script_json(value: Any) -> str:
+    """`value` as a JavaScript literal inside a <script>: JSON with '<', '>' and '&' escaped, so no
+    text of a record (a dead letter's reason) can close the script."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def record_specs(topic: str, partition: int, offsets: Iterable[int]) -> list[str]:
     """recover_skip_records' records for `offsets` of one partition: runs of consecutive offsets as
     topic:partition:first-last."""
@@ -220,7 +226,7 @@ def render_plan_form(dag_id: str, conf: dict[str, Any], may_trigger: bool, user:
     button = ("<button type='submit' id='plan'>Trigger: plan it and wait for an approver</button>" if may_trigger else
               f"<p class='error'>Your role ({e(user)}) may not trigger {e(dag_id)}: ask an operator.</p>")
     script = ("<script>document.getElementById('plan-form').addEventListener('submit',async function(ev){"
-              "ev.preventDefault();var f=new FormData(this);var conf=" + json.dumps(conf) + ";"
+              "ev.preventDefault();var f=new FormData(this);var conf=" + script_json(conf) + ";"
               "if(f.has('records')){conf.records=f.get('records').split(/\\n/).map(function(s){return s.trim()})"
               ".filter(Boolean)}"
               "['note','reason_contains','start','end'].forEach(function(k){if(f.has(k)){var v=f.get(k).trim();"
