@@ -265,7 +265,8 @@ def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
     # Each page answers 403 to a role that may not see it, 401 without a login.
     tokens = {user: stack.api(user).client.headers["Authorization"] for user in ("viewer", "operator", "approver")}
     forbidden_to_viewer = ("/streamops/metrics", f"/streamops/apps/{APP}/driver-log")
-    for path in ("/streamops/apps", "/streamops/apps.json", "/streamops/data-docs/index.html", *forbidden_to_viewer):
+    for path in ("/streamops/apps", "/streamops/apps.json", "/streamops/data-docs/index.html", "/streamops/messages",
+                 *forbidden_to_viewer):
         for user, token in tokens.items():
             answer = httpx.get(stack.base + path, headers={"Authorization": token}, timeout=60)
             expected = 403 if user == "viewer" and path in forbidden_to_viewer else 200
@@ -277,6 +278,74 @@ def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
     assert "/auth/login" in anonymous.url
     anonymous.close()
     for path in ("/streamops/apps", "/streamops/apps.json", "/streamops/data-docs/index.html",
-                 "/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js", "/streamops/metrics", "/api/v2/dags"):
+                 "/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js", "/streamops/metrics", "/api/v2/dags",
+                 "/streamops/messages", "/streamops/messages.json?topic=x", "/streamops/messages/plan/recover_skip_records"):
         refused = httpx.get(stack.base + path, timeout=30)
         assert refused.status_code == 401, (path, refused.status_code, refused.text[:200])
+
+
+def test_on_call_finds_a_poison_record_and_its_dead_letter_in_the_message_browser(stack, browser):
+    """The router refuses a record that is not JSON: on-call finds it by its offset and its dead
+    letter by reason in the message browser, and opens recover_skip_records from the selection with
+    the record filled in; its run plans as the operator (and refuses: the router dead-lettered that
+    record already). A viewer sees the same records with the user ids masked."""
+    from streamops.kafka_offsets import end_offsets
+    from streamops.kafka_records import produce, read_all
+
+    api = stack.api()
+    router = stack.catalog.app(APP)
+    operations, dead_letters = router.inputs["operations"], router.dead_letter_topic
+    if not stack.runtime(APP).is_running():
+        deployed = stack.api("operator").trigger("deploy_apps", {"apps": [APP]})
+        assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success", api.run_report("deploy_apps", deployed)
+    kafka = KafkaClientConfig({"bootstrap.servers": f"127.0.0.1:{stack.kafka_port}"}, source="the local stack's broker")
+    first = end_offsets(kafka, operations)[0][1]
+    poison = f"poison-{time.time_ns()}"
+    good = json.dumps({"seq": 1, "user_id": "u-browse", "op_type": "SEND_MESSAGE", "event_time": "2026-12-03T03:00:00Z"})
+    produce(kafka, operations, [("u-browse", good), ("u-browse", f"not json: {poison}")], partition=0)
+    letter = poll_until(lambda: next((r for r in read_all(kafka, dead_letters) if poison.encode() in (r.value or b"")),
+                                     None), timeout=300, what="the router's dead letter of the poison record")
+
+    operator = UiUser(browser, stack, "operator")
+    operator.log_in(f"/streamops/messages?topic={operations}&partition=0&offset={first}")
+    rows = operator.page.locator("tr[data-offset]")
+    assert [rows.nth(i).get_attribute("data-offset") for i in range(rows.count())][:2] == [str(first), str(first + 1)]
+    poison_row = operator.page.locator(f'tr[data-offset="{first + 1}"]')
+    assert f"not json: {poison}" in poison_row.inner_text()
+    assert '"user_id": "u-browse"' in operator.page.locator(f'tr[data-offset="{first}"]').inner_text()  # may see it
+    operator.shot("messages-poison-record")
+    # The dead letter, found by its reason: decoded, with the original and where it came from.
+    operator.page.goto(f"{stack.base}/streamops/messages?topic={dead_letters}&partition={letter.partition}"
+                       f"&offset={letter.offset}&reason=not+JSON&limit=1")
+    decoded = operator.page.locator(".dl").first
+    assert decoded.get_attribute("data-source") == f"{operations}/0/{first + 1}"
+    assert "value is not JSON" in decoded.locator(".reason").inner_text() and poison in decoded.inner_text()
+    operator.shot("messages-dead-letter")
+    # From the selection, the skip form filled in; its Trigger plans and waits for an approver.
+    operator.page.goto(f"{stack.base}/streamops/messages?topic={operations}&partition=0&offset={first + 1}&limit=1")
+    operator.page.locator("input.pick").first.check()
+    operator.page.get_by_role("button", name="Plan a skip…").click()
+    records = operator.page.locator("textarea[name=records]")
+    assert records.input_value() == f"{operations}:0:{first + 1}"
+    operator.page.locator("input[name=note]").fill("poison record found in the browser")
+    operator.shot("messages-skip-form")
+    operator.page.get_by_role("button", name="Trigger: plan it and wait for an approver").click()
+    operator.page.wait_for_url(re.compile(r"/dags/recover_skip_records/runs/"))
+    skip = unquote(operator.page.url.split("/runs/", 1)[1].split("/")[0])
+    run = stack.api("operator").client.get(f"/dags/recover_skip_records/dagRuns/{quote(skip, safe='')}").json()
+    assert run["conf"]["records"] == [f"{operations}:0:{first + 1}"] and run["conf"]["approve_in_ui"] is True
+    assert run["triggering_user_name"] == "operator"
+    # The router has dead-lettered it already: the plan says so and nothing is applied.
+    assert api.wait_for_run("recover_skip_records", skip, timeout=600) == "failed"
+    assert api.task_states("recover_skip_records", skip)["plan"] == "failed"
+    assert f"record '{operations}:0:{first + 1}' was already processed" in api.task_log("recover_skip_records", skip, "plan")
+
+    # The viewer: the same records, user ids and keys masked; no filter by the masked key.
+    viewer = UiUser(browser, stack, "viewer")
+    viewer.log_in(f"/streamops/messages?topic={operations}&partition=0&offset={first}&limit=1")
+    masked = viewer.page.locator(f'tr[data-offset="{first}"]').inner_text()
+    assert '"user_id": "•••"' in masked and "u-browse" not in masked
+    assert viewer.page.locator("#masked-note").is_visible()
+    viewer.page.goto(f"{stack.base}/streamops/messages?topic={operations}&partition=0&key=u-browse")
+    assert "the keys of" in viewer.page.locator("#error").inner_text()
+    viewer.shot("messages-masked")
