@@ -10,13 +10,12 @@ logged-in user (Airflow checks that user's permission and records them as the re
 'Wait for approval' on, so the run plans and waits for an approver as any other.
 """
 
-from __future__ import annotations
 
 import html
 import json
 import re
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from streamops.access import MESSAGES, SENSITIVE_DATA
@@ -271,20 +270,20 @@ def add_messages_page(app: Any) -> None:
             return catalog, form, None, str(exc)
 
     @app.get(PAGE_PATH, response_class=HTMLResponse)
-    def messages(request: Request, user: Annotated[Any, Depends(user_of)]) -> HTMLResponse:
+    def messages(request: Request, user: Any = Depends(user_of)) -> HTMLResponse:  # noqa: B008
         catalog, form, result, error = read(request, user)
         return HTMLResponse(render_browser(catalog, form, result, error), status_code=400 if error else 200,
                             headers={"Cache-Control": "no-store"})
 
     @app.get(f"{PAGE_PATH}.json")
-    def messages_json(request: Request, user: Annotated[Any, Depends(user_of)]) -> JSONResponse:
+    def messages_json(request: Request, user: Any = Depends(user_of)) -> JSONResponse:  # noqa: B008
         _catalog, form, result, error = read(request, user)
         if error or result is None:
             raise HTTPException(status_code=400, detail=error or "topic: give a catalog topic to read")
         return JSONResponse(result.to_json(), headers={"Cache-Control": "no-store"})
 
     @app.get(f"{PAGE_PATH}/plan/{{dag_id}}", response_class=HTMLResponse)
-    def plan_form(dag_id: str, request: Request, user: Annotated[Any, Depends(user_of)]) -> HTMLResponse:
+    def plan_form(dag_id: str, request: Request, user: Any = Depends(user_of)) -> HTMLResponse:  # noqa: B008
         form = dict(request.query_params)
         if "offsets" in form and "records" not in form:
             topic, partition, offsets = form.get("topic", ""), form.get("partition", ""), form.get("offsets", "")

@@ -10,7 +10,7 @@ gets a 403 naming the roles that may.
 """
 
 
-from typing import Annotated, Any
+from typing import Any
 
 from streamops.access import roles_allowed
 
@@ -79,7 +79,7 @@ def page_login(what: str, page: str):
 
     user_of = page_user(what, page)
 
-    async def dependency(user: Annotated[Any, Depends(user_of)]) -> str:
+    async def dependency(user: Any = Depends(user_of)) -> str:  # noqa: B008
         return str(user.get_name())
 
     return dependency

@@ -85,3 +85,22 @@ def test_a_query_string_is_read_with_empty_fields_absent():
         "topic": "t", "partition": 2}
     with pytest.raises(BrowseError, match=r"^partition: Input should be a valid integer"):
         BrowseQuery.from_form({"topic": "t", "partition": "x"})
+
+
+def test_every_route_of_the_operator_pages_asks_for_a_login():
+    """A route whose login dependency FastAPI cannot resolve (a postponed annotation naming a local
+    import) would serve its page to anyone, reading `user` as a query parameter instead."""
+    from fastapi.routing import APIRoute
+
+    from streamops.apps_page import add_apps_page
+    from streamops.messages_page import add_messages_page
+    from streamops.metrics import metrics_app
+
+    app = metrics_app()
+    add_apps_page(app)
+    add_messages_page(app)
+    routes = [r for r in app.routes if isinstance(r, APIRoute)]
+    assert {r.path for r in routes} >= {"/apps", "/messages", "/messages.json", "/messages/plan/{dag_id}"}
+    for route in routes:
+        assert route.dependant.dependencies, f"{route.path} has no login dependency"
+        assert not {"user", "request", "_user"} & {q.name for q in route.dependant.query_params}, route.path
