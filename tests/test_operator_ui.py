@@ -316,10 +316,10 @@ def test_on_call_finds_a_poison_record_and_its_dead_letter_in_the_message_browse
     operator.shot("messages-poison-record")
     # The dead letter, found by its reason: decoded, with the original and where it came from.
     operator.page.goto(f"{stack.base}/streamops/messages?topic={dead_letters}&partition={letter.partition}"
-                       f"&offset={letter.offset}&reason=not+JSON&limit=1")
+                       f"&offset={letter.offset}&reason=not+valid+JSON&limit=1")
     decoded = operator.page.locator(".dl").first
     assert decoded.get_attribute("data-source") == f"{operations}/0/{first + 1}"
-    assert "value is not JSON" in decoded.locator(".reason").inner_text() and poison in decoded.inner_text()
+    assert "value is not valid JSON" in decoded.locator(".reason").inner_text() and poison in decoded.inner_text()
     operator.shot("messages-dead-letter")
     # From the selection, the skip form filled in; its Trigger plans and waits for an approver.
     operator.page.goto(f"{stack.base}/streamops/messages?topic={operations}&partition=0&offset={first + 1}&limit=1")

@@ -262,7 +262,9 @@ def browse(catalog: Catalog, kafka: KafkaClientConfig, query: BrowseQuery, *, ma
     # The reason a reader matches is the one it is shown (masked values cannot be probed).
     reason_seen = (lambda record: _seen_reason(catalog, decode_dead_letter(record), seeing)) if query.reason else None
     records, scanned, next_offset = _scan(kafka, spec.name, query, start, high, reason_seen, notes)
-    shown = [_show(record, spec, seeing) for record in records]
+    # A dead letter is keyed by its original's key: masked as the source's keys are.
+    key_spec = _source_spec(catalog, dead_letter_app) if dead_letter_app is not None else spec
+    shown = [_show(record, spec, seeing, key_spec) for record in records]
     if dead_letter_app is not None:
         _show_dead_letters(catalog, kafka, records, shown, seeing)
     return BrowseResult(
@@ -370,11 +372,11 @@ def _matches(record: Record, query: BrowseQuery, header_name: str, header_value:
     return True
 
 
-def _show(record: Record, spec: TopicSpec, seeing: _Visibility) -> ShownRecord:
+def _show(record: Record, spec: TopicSpec, seeing: _Visibility, key_spec: TopicSpec | None) -> ShownRecord:
     return ShownRecord(
         partition=record.partition, offset=record.offset,
         timestamp=iso_ms(record.timestamp_ms) if record.timestamp_ms >= 0 else "",
-        key=show_bytes(record.key, mask_all=seeing.key_masked(spec)),
+        key=show_bytes(record.key, mask_all=seeing.key_masked(key_spec)),
         headers=[(name, show_bytes(value, max_chars=500)) for name, value in record.headers],
         value=show_bytes(record.value, seeing.fields_masked(spec)))
 

@@ -8,6 +8,9 @@ login and the role check (streamops.access.MESSAGES; sensitive fields per SENSIT
 A plan form never applies anything: its button triggers the DAG through Airflow's own REST API as the
 logged-in user (Airflow checks that user's permission and records them as the requester), with
 'Wait for approval' on, so the run plans and waits for an approver as any other.
+
+No `from __future__ import annotations` here: FastAPI reads the routes' annotations (Request, the
+login dependency) at run time, and a postponed one naming a local import would not resolve.
 """
 
 
