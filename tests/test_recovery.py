@@ -26,7 +26,7 @@ from streamops.loadgen import run as run_load
 from streamops.waiting import poll_until
 from tests.support.apps import run_available_now
 from tests.support.artifacts import same_code_as
-from tests.support.operations import checkpoint_state, steps_of, stop_driver
+from tests.support.operations import checkpoint_state, commit_offsets, steps_of, stop_driver
 from tests.support.routes import routed, wait_until_all_routed
 
 
@@ -83,7 +83,8 @@ def _group(pid: int) -> int | None:
         return None
 
 
-def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(spark, run_dag, app_env, app_catalog, broker):
+def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(spark, run_dag, app_env, app_catalog, broker,
+                                                                              admin):
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     source = spec.inputs["operations"]
@@ -98,6 +99,15 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
                  for r in read_all(broker.client_config, source) if r.timestamp_ms >= cut.timestamp() * 1000}
     assert len(after_cut) == 250
     files_before = checkpoint_state(Path(spec.checkpoint_location()))
+    # A team outside the suite reads the contacts output and has read half of each partition; the
+    # suite's own reader groups never count.
+    contacts = spec.outputs["contacts"]
+    written = read_all(broker.client_config, contacts)
+    half = {p: hi // 2 for p, (_, hi) in end_offsets(broker.client_config, contacts).items()}
+    commit_offsets(admin, "billing-readers", {(contacts, p): o for p, o in half.items()})
+    commit_offsets(admin, "streamops-reader", {(contacts, p): 0 for p in half})
+    again = [r for r in written if r.json()["event_id"] in after_cut]
+    read_again = sum(1 for r in again if r.offset < half[r.partition])
 
     result = run_dag("recover_reset_offsets", catalog_file, app="oplog-router", mode="datetime",
                      to_datetime=cut.isoformat(), dry_run=False)
@@ -105,6 +115,16 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     assert result.state == "success", result.task_states
     plan = result.xcoms["plan"]
     assert plan["replayed"] == 250 and plan["skipped"] == 0
+    # What that team will see, exactly, in the plan (and so in the approval text and the audit).
+    assert plan["downstream"]["groups"] == [{
+        "group": "billing-readers", "topic": contacts, "again_read": read_again, "again_unread": len(again) - read_again,
+        "never": 0, "note": ""}]
+    assert 0 < read_again < len(again)
+    assert plan["downstream"]["lines"][0] == (
+        f"group billing-readers on {contacts}: receives again {read_again:,} record(s) it has read, and "
+        f"{len(again) - read_again:,} it has not read yet twice")
+    assert plan["summary"].endswith("; downstream: 1 consumer group(s) affected")
+    assert [e["result"]["downstream"] for e in read_audit(run_id=result.run_id) if e["step"] == "plan"] == [plan["downstream"]]
     ends = end_offsets(broker.client_config, source)
     assert {(r["partition"], r["current"]) for r in plan["rows"]} == {(p, hi) for p, (_, hi) in ends.items()}
     assert "every query (route) started exactly at the planned offsets" in result.xcoms["verify"]["summary"]

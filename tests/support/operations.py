@@ -23,3 +23,11 @@ def steps_of(run_id: str) -> list[tuple[str, str]]:
 def stop_driver(runtime: AppRuntime) -> None:
     runtime.request_stop(by="test")
     poll_until(lambda: not runtime.is_running(), timeout=120, what="the driver to stop")
+
+
+def commit_offsets(admin, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commit `offsets` for `group` as a team's consumer would (a downstream reader of a topic)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])]
+    admin.alter_consumer_group_offsets(request)[group].result(30)

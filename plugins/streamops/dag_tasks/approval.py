@@ -111,10 +111,16 @@ def plan_body(plan: Any, request: dict | None = None) -> str:
     summary = plan.get("summary") if isinstance(plan, dict) else None
     table = plan.get("table") if isinstance(plan, dict) else None
     detail = (markdown_table(table) if isinstance(table, str) else None) or markdown_fields(
-        {k: v for k, v in plan.items() if k not in ("summary", "table")} if isinstance(plan, dict) else plan)
+        {k: v for k, v in plan.items() if k not in ("summary", "table", "downstream")} if isinstance(plan, dict) else plan)
     if len(detail) > BODY_MAX_CHARS:
         detail = detail[:BODY_MAX_CHARS] + "\n\n... (cut; the whole plan is in the 'plan' task's log and XCom)"
     head = f"**{_plain(summary)}**\n\n" if summary else ""
+    # What the teams reading the app's outputs will see (streamops.downstream), before the details.
+    downstream = plan.get("downstream") if isinstance(plan, dict) else None
+    lines = downstream.get("lines") if isinstance(downstream, dict) else None
+    if isinstance(lines, list) and lines:
+        head += ("**What the readers of the outputs see** (consumer groups outside the suite):\n\n"
+                 + "".join(f"- {_plain(line)}\n" for line in lines[:50]) + "\n")
     asked = {k: v for k, v in (request or {}).items() if k not in ("dry_run", APPROVE_PARAM)}
     asked_text = f"\n\nRequested with:\n\n{markdown_fields(asked)}" if asked else ""
     return (f"{head}Approve applies exactly this plan (as planned by this run; nothing is planned again). "

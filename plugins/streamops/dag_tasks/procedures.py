@@ -22,12 +22,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import audited_step, trail
 from streamops.dag_tasks.approval import PlanApproval
 from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_session, spark_target
 from streamops.dag_tasks.launching import AppLauncher
 from streamops.dag_tasks.recovery_params import shared_param_problems
+from streamops.downstream import DownstreamImpact, InputRange, downstream_impact
 from streamops.kafka_client import KafkaClientConfig
 from streamops.plans import AppPlan
 from streamops.recovery.common import RecoveryRefused
@@ -95,6 +98,21 @@ class Procedure:
     verify: Callable[[Step, Any, Result], Result]  # (step, plan, what the apply returned) -> outcome, with a "summary"
     # More the plan task hands on beside the plan (e.g. a rebuild's reprocessing plan).
     handed_on: Callable[[Step, Any], Result] | None = None
+    # The input records the plan processes again and never (streamops.downstream): what the readers
+    # of the app's outputs see is worked out from them and shown with the plan.
+    input_ranges: Callable[[Any], tuple[list[InputRange], list[InputRange]]] | None = None
+
+
+def downstream_of(step: Step, app: str, again: list[InputRange], never: list[InputRange]) -> DownstreamImpact:
+    """The plan's impact on the consumer groups reading the app's outputs. A cluster that cannot
+    say (a group listing refused, a broker away) is said in the impact, never a failed plan: the
+    recovery still has to happen."""
+    try:
+        return downstream_impact(step.kafka, step.admin, step.catalog, step.catalog.app(app), again=again, never=never)
+    except KafkaException as exc:
+        log.warning("The downstream impact of the plan could not be worked out: %s", exc)
+        return DownstreamImpact(notes=[f"the readers of the outputs could not be found on the cluster ({exc}): "
+                                       "check the consumer groups by hand before approving"])
 
 
 def plan_step(procedure: Procedure, context: Mapping[str, Any]) -> Result:
@@ -106,7 +124,14 @@ def plan_step(procedure: Procedure, context: Mapping[str, Any]) -> Result:
             raise RecoveryRefused(problems)
         plan = procedure.plan(step)
         log.info("%s for %s:\n%s", procedure.name[0].upper() + procedure.name[1:], plan.app, plan.table())
-        return {**plan.to_json(), "summary": plan.summary(), **(procedure.handed_on(step, plan) if procedure.handed_on else {})}
+        result = {**plan.to_json(), "summary": plan.summary(),
+                  **(procedure.handed_on(step, plan) if procedure.handed_on else {})}
+        if procedure.input_ranges is not None:
+            impact = downstream_of(step, plan.app, *procedure.input_ranges(plan))
+            log.info("What the readers of %s's outputs see:\n%s", plan.app, "\n".join(impact.lines()))
+            result["downstream"] = impact.to_json()
+            result["summary"] += f"; {impact.summary()}"
+        return result
 
     # The recovery DAGs have always audited a plan that was made as "done".
     return audited_step(context, "plan", make_plan, plan_outcome="done")

@@ -13,6 +13,7 @@ from typing import Any
 
 from streamops.dag_tasks import reprocess as reprocessing
 from streamops.dag_tasks.procedures import Procedure, Result, Step
+from streamops.downstream import InputRange
 from streamops.recovery.common import RecoveryRefused
 from streamops.recovery.lifecycle import await_resumed
 from streamops.recovery.rebuild import RebuildPlan, apply_rebuild_live, plan_rebuild
@@ -80,7 +81,16 @@ def _reset_verify(step: Step, plan: ResetPlan, _applied: Result) -> Result:
     return {**started, "progress": progress, "summary": f"{started['summary']}; lag now {progress['lag_after']}"}
 
 
-RESET = Procedure(name="offset reset plan", plan_type=ResetPlan, plan=_reset_plan, apply=_reset_apply, verify=_reset_verify)
+def _reset_ranges(plan: ResetPlan) -> tuple[list[InputRange], list[InputRange]]:
+    """Back: [new, now) is processed again; forward: [now, new) never is (an app that never read
+    has written nothing yet)."""
+    rows = [r for r in plan.rows if r.selected and r.current is not None]
+    return ([InputRange(r.topic, r.partition, r.new, r.current) for r in rows if r.current is not None and r.new < r.current],
+            [InputRange(r.topic, r.partition, r.current, r.new) for r in rows if r.current is not None and r.new > r.current])
+
+
+RESET = Procedure(name="offset reset plan", plan_type=ResetPlan, plan=_reset_plan, apply=_reset_apply, verify=_reset_verify,
+                  input_ranges=_reset_ranges)
 
 
 # --- dead-letter replay ---------------------------------------------------------------------------------
@@ -170,7 +180,14 @@ def _restore_verify(step: Step, plan: RestorePlan, _applied: Result) -> Result:
     return {**continued, "progress": progress, "summary": f"{continued['summary']}; lag now {progress['lag_after']}"}
 
 
+def _restore_ranges(plan: RestorePlan) -> tuple[list[InputRange], list[InputRange]]:
+    """The snapshot's positions are behind the current ones: what lies between is processed again."""
+    return [InputRange(m["topic"], m["partition"], m["restored"], m["now"]) for m in plan.moves
+            if m["now"] is not None and m["restored"] is not None and m["restored"] < m["now"]], []
+
+
 RESTORE = Procedure(name="checkpoint restore plan", plan_type=RestorePlan, plan=_restore_plan, apply=_restore_apply,
+                    input_ranges=_restore_ranges,
                     verify=_restore_verify)
 
 
@@ -194,7 +211,12 @@ def _skip_verify(step: Step, plan: SkipPlan, applied: Result) -> Result:
     return verify_skip(step.catalog.app(plan.app), plan, applied, step.kafka, step.verify_deadline_s)
 
 
-SKIP = Procedure(name="skip-records plan", plan_type=SkipPlan, plan=_skip_plan, apply=_skip_apply, verify=_skip_verify)
+def _skip_ranges(plan: SkipPlan) -> tuple[list[InputRange], list[InputRange]]:
+    return [], [InputRange(e["topic"], e["partition"], e["first"], e["last"] + 1) for e in plan.entries]
+
+
+SKIP = Procedure(name="skip-records plan", plan_type=SkipPlan, plan=_skip_plan, apply=_skip_apply, verify=_skip_verify,
+                 input_ranges=_skip_ranges)
 
 
 # The table: one recovery DAG a row.
