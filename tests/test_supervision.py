@@ -54,7 +54,7 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     from streamops.app_status import app_status
     from streamops.checkpoints import backup_info
     from streamops.kafka_records import read_all
-    from tests.support.operations import steps_of
+    from tests.support.operations import commit_offsets, steps_of
     from tests.support.oplog_events import NOT_CONTACTS, POISON_PARTITION, event, produce_to_partitions, with_small_output_topic
     from tests.support.routes import routed_except
 
@@ -224,11 +224,16 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     poll_until(lambda: runtime.state() == "failed" and runtime.driver().launched_by == tried.run_id, timeout=120,
                what="the router restarted by the operator to fail again")
 
-    # The documented way out: skip exactly that record (a dry run first: what and where it is).
+    # The documented way out: skip exactly that record (a dry run first: what and where it is, and
+    # what a team reading the contacts output will never receive).
+    commit_offsets(admin, "analytics-team", {(contacts, p): 0 for p in end_offsets(kafka, contacts)})
     record = f"{source}:{POISON_PARTITION}:{poison_offset}"
     dry = run_dag("recover_skip_records", catalog_file, dry_run=True, app="oplog-router", records=[record],
                   note="OPS-7 too big for contacts")
     assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
+    assert dry.xcoms["plan"]["downstream"]["lines"] == [
+        f"group analytics-team on {contacts}: never receives the outputs of 1 input record(s)",
+        f"no consumer group outside the suite reads {', '.join(sorted(set(spec.outputs.values()) - {contacts}))}"]
     (shown,) = dry.xcoms["plan"]["shown"]
     assert (shown["partition"], shown["offset"], shown["key"]) == (POISON_PARTITION, poison_offset, "u1")
     assert shown["size"] > 48000 and shown["preview"].startswith('{"seq": 106, "user_id": "u1", "op_type": "BLOCK_CONTACT"')

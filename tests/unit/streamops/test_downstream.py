@@ -1,0 +1,54 @@
+"""What a plan does to the readers of an app's outputs, in words, and in the approval's text (the
+counting on a real broker: tests/test_recovery.py, tests/test_supervision.py)."""
+
+from __future__ import annotations
+
+from streamops.dag_tasks.approval import plan_body
+from streamops.dag_tasks.recovery import _reset_ranges, _restore_ranges, _skip_ranges
+from streamops.downstream import DownstreamImpact, GroupImpact, InputRange, is_suite_group
+
+
+def test_each_group_is_told_what_it_receives_again_and_never():
+    impact = DownstreamImpact(groups=[
+        GroupImpact("billing", "out.a", 120, 30, 0), GroupImpact("audit", "out.a", 0, 0, 5),
+        GroupImpact("bi", "out.counts", None, None, 0, ""), GroupImpact("idle", "out.a", 0, 0, 0)],
+        unread_outputs=["out.b"])
+    assert impact.lines() == [
+        "group billing on out.a: receives again 120 record(s) it has read, and 30 it has not read yet twice",
+        "group audit on out.a: never receives the outputs of 5 input record(s)",
+        "group bi on out.counts: receives again the outputs recomputed from the records processed again (how many is "
+        "known only once the app has run: this output names no source record)",
+        "group idle on out.a: sees no difference",
+        "no consumer group outside the suite reads out.b"]
+    assert impact.summary() == "downstream: 3 consumer group(s) affected"
+    assert DownstreamImpact.from_json(impact.to_json()) == impact
+    assert DownstreamImpact(unread_outputs=["out.a"]).summary() == "downstream: no consumer group outside the suite is affected"
+
+
+def test_the_suite_and_spark_are_no_downstream_readers():
+    assert [g for g in ("streamops-reader", "spark-kafka-source-1a2b-driver-0", "billing", "streamops")
+            if not is_suite_group(g)] == ["billing", "streamops"]
+
+
+def test_the_approval_shows_the_impact_first_and_a_group_name_stays_text():
+    plan = {"summary": "250 replayed, 0 skipped; downstream: 1 consumer group(s) affected", "app": "r",
+            "downstream": DownstreamImpact(groups=[GroupImpact("**evil** [x](http://e)", "out.a", 2, 0, 0)]).to_json()}
+    body = plan_body(plan)
+    assert ("**What the readers of the outputs see** (consumer groups outside the suite):\n\n- group \\*\\*evil\\*\\* "
+            "\\[x\\]\\(http://e\\) on out.a: receives again 2 record\\(s\\) it has read\n") in body
+    assert "downstream" not in body.split("Approve applies exactly this plan", 1)[1]  # not again as a raw field
+
+
+def test_each_plan_names_the_input_ranges_it_processes_again_or_never():
+    from types import SimpleNamespace
+
+    rows = [SimpleNamespace(topic="in", partition=0, current=100, new=40, selected=True),
+            SimpleNamespace(topic="in", partition=1, current=100, new=130, selected=True),
+            SimpleNamespace(topic="in", partition=2, current=None, new=0, selected=True),  # never read: nothing written
+            SimpleNamespace(topic="in", partition=3, current=100, new=0, selected=False)]
+    assert _reset_ranges(SimpleNamespace(rows=rows)) == ([InputRange("in", 0, 40, 100)], [InputRange("in", 1, 100, 130)])
+    assert _skip_ranges(SimpleNamespace(entries=[{"topic": "in", "partition": 3, "first": 7, "last": 9}])) == (
+        [], [InputRange("in", 3, 7, 10)])
+    moves = [{"topic": "in", "partition": 0, "now": 90, "restored": 60}, {"topic": "in", "partition": 1, "now": None,
+                                                                          "restored": 5}]
+    assert _restore_ranges(SimpleNamespace(moves=moves)) == ([InputRange("in", 0, 60, 90)], [])
