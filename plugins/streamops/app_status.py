@@ -7,6 +7,7 @@ against the topics' end offsets. Time lag is the age of the oldest unprocessed r
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,8 +21,11 @@ from streamops.checkpoints import cluster_problem, positions
 from streamops.failures import describe_failed_batches
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import duration_ms, end_offsets
+from streamops.retention import Runway, TopicRetention, topic_retentions
 from streamops.runtime_records import RateLine
 from streamops.timestamps import parse_recorded_time
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,6 +37,8 @@ class PartitionLag:
     end: int
     lag: int
     time_lag_s: float | None  # age of the oldest unprocessed record; None when caught up
+    earliest: int = 0  # the partition's first offset on the broker (retention moves it)
+    in_checkpoint: bool = True  # False: the checkpoint has no position for it (a new partition)
 
 
 @dataclass
@@ -66,6 +72,20 @@ def query_windows(rates: list[RateLine], window_s: float) -> dict[str, QueryWind
         window.per_batch.append((rows, updated, dropped))
         window.watermark = entry.watermark or window.watermark
     return windows
+
+
+def minute_rates(rates: list[RateLine], now: datetime, minutes: int = 60) -> list[float]:
+    """Input rows/s per minute over the last `minutes` (every query of the app summed), from
+    the per-batch lines of AppRuntime.rates(); the last entry is the current minute so far."""
+    rows = [0] * minutes
+    for entry in rates:
+        moment = parse_recorded_time(entry.at)
+        if moment is None:
+            continue
+        age_minutes = int((now - moment).total_seconds() // 60)
+        if 0 <= age_minutes < minutes:
+            rows[minutes - 1 - age_minutes] += entry.input_rows
+    return [count / 60 for count in rows]
 
 
 @dataclass
@@ -104,6 +124,8 @@ class AppStatus:
     # run there (written against another cluster: streamops.checkpoints.cluster_problem).
     kafka_cluster: str | None = None
     cluster_problem: str | None = None
+    # Per input partition: how long until retention deletes what the app has not read (streamops.retention).
+    runways: list[Runway] = field(default_factory=list)
 
     @property
     def total_lag(self) -> int:
@@ -217,10 +239,11 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig | None, checkpoint: str |
         for topic, partitions in position.offsets.items():
             if topic not in ends_cache:
                 ends_cache[topic] = end_offsets(kafka, topic)
-            for partition, (_, high) in ends_cache[topic].items():
+            for partition, (low, high) in ends_cache[topic].items():
                 done = partitions.get(partition, 0)
                 lag = max(high - done, 0)
-                status.lags.append(PartitionLag(query, topic, partition, done, high, lag, None))
+                status.lags.append(PartitionLag(query, topic, partition, done, high, lag, None, low,
+                                                partition in partitions))
                 if lag:
                     behind.append(TopicPartition(topic, partition, done))
     stamps = _record_timestamps(kafka, behind)
@@ -228,7 +251,27 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig | None, checkpoint: str |
     for behind_by in status.lags:
         stamp = stamps.get((behind_by.topic, behind_by.partition)) if behind_by.lag else None
         behind_by.time_lag_s = round((now_ms - stamp) / 1000, 1) if stamp else None
+    status.runways = _runways(kafka, spec, status.lags)
     return status
+
+
+def _runways(kafka: KafkaClientConfig, spec: AppSpec, lags: list[PartitionLag]) -> list[Runway]:
+    """The app's input partitions' runways; the inputs' retention as the broker has it."""
+    inputs = set(spec.inputs.values())
+    mine = [p for p in lags if p.topic in inputs and p.in_checkpoint]
+    if not mine:
+        return []
+    try:
+        retentions = topic_retentions(kafka.admin(), {p.topic for p in mine})
+    except KafkaException as exc:  # a principal without DescribeConfigs: no runway, the status still reads
+        log.warning("%s: the inputs' retention cannot be read (%s): no retention runway", spec.name, exc)
+        retentions = {}
+    runways = []
+    for p in mine:
+        kept = retentions.get(p.topic, TopicRetention(None, None))
+        runways.append(Runway(p.topic, p.partition, p.processed_to, p.earliest, p.time_lag_s if p.lag else None,
+                              kept.retention_ms, kept.retention_bytes))
+    return runways
 
 
 _SPARK_UI = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+:\d{1,5}")

@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 from streamops.access import APPS_PAGE, DRIVER_LOGS
 from streamops.app_runtime import AppRuntime
-from streamops.app_status import is_spark_ui_address
+from streamops.app_status import is_spark_ui_address, minute_rates
 from streamops.audit import read_audit
 from streamops.catalog import Catalog, CatalogError, load_catalog
 from streamops.kafka_client import KafkaClientConfig, airflow_connection, app_principal
@@ -28,7 +28,6 @@ from streamops.messages_page import PAGE_PATH as MESSAGES_PATH
 from streamops.metrics import URL_PREFIX
 from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX
 from streamops.quality.docs import serving_enabled
-from streamops.runtime_records import RateLine
 from streamops.supervision import observe, unreadable
 from streamops.timestamps import page_time, parse_recorded_time
 from streamops.ui_auth import page_login
@@ -71,20 +70,6 @@ class AppRow:
     topics: list[str] = field(default_factory=list)
 
 
-def minute_rates(rates: list[RateLine], now: datetime, minutes: int = CHART_MINUTES) -> list[float]:
-    """Input rows/s per minute over the last `minutes` (every query of the app summed), from
-    the per-batch lines of AppRuntime.rates(); the last entry is the current minute so far."""
-    rows = [0] * minutes
-    for entry in rates:
-        moment = parse_recorded_time(entry.at)
-        if moment is None:
-            continue
-        age_minutes = int((now - moment).total_seconds() // 60)
-        if 0 <= age_minutes < minutes:
-            rows[minutes - 1 - age_minutes] += entry.input_rows
-    return [count / 60 for count in rows]
-
-
 def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = None) -> list[AppRow]:
     """One row per catalog app; an app whose figures cannot be read says so (the others still show)."""
     now = now or datetime.now(UTC)
@@ -120,7 +105,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             last_batch_age_s=current.progress_age_s,
             lag=sum(p.lag for p in current.lags) if current.lags else None,
             time_lag_s=max(time_lags) if time_lags else (0.0 if current.lags else None),
-            input_rate_per_minute=minute_rates(rates, now),
+            input_rate_per_minute=minute_rates(rates, now, CHART_MINUTES),
             dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
             recent_runs=runs, has_driver_log=has_log, drift=seen.drift.to_dict() if seen.drift else None,
             code=current.code, topics=topics,

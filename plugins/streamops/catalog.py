@@ -328,6 +328,10 @@ class SupervisionSpec(_Strict):
     stall_min: Duration = "1 minute"
     # Lagging: the oldest unprocessed record is older than this.
     max_time_lag: Duration = "5 minutes"
+    # Retention risk: retention would delete an input record the app has not processed within this
+    # much time. Unset: 3x the time the app needs to read its backlog at its best rate of the last
+    # hour, at least 30 minutes (streamops.retention).
+    min_retention_runway: Duration | None = None
     # Degraded: more than this share of the input of the last health_window went to the dead-letter
     # topic, judged once that window holds at least dead_letter_min_records input records (two
     # records with one bad is no evidence of a degraded app).

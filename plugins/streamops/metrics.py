@@ -11,6 +11,9 @@ prometheus_client (the reference client): names, types and escaping follow its c
     streamops_app_health_info{app,state,version}              1, the state in words
     streamops_app_offset_lag{app,query,topic,partition}       records waiting
     streamops_app_time_lag_seconds{app,query,topic,partition} age of the oldest waiting record (absent: not readable)
+    streamops_app_retention_runway_seconds{app,topic,partition} until retention may delete the oldest unread input
+                                                              record (absent: nothing waits, or no time retention)
+    streamops_app_input_lost_records{app,topic,partition}     input records retention deleted before the app read them
     streamops_app_input_rows_per_second{app,query}            of the last batch
     streamops_app_processed_rows_per_second{app,query}
     streamops_app_batch_duration_seconds{app,query}
@@ -63,6 +66,11 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
                 ["app", "query", "topic", "partition"])
     time_lag = gauge("streamops_app_time_lag_seconds", "Age of the oldest record the query has not processed (0: none waits)",
                      ["app", "query", "topic", "partition"])
+    runway = gauge("streamops_app_retention_runway_seconds",
+                   "Seconds until retention may delete the oldest input record the app has not read (streamops.retention)",
+                   ["app", "topic", "partition"])
+    lost = gauge("streamops_app_input_lost_records", "Input records retention deleted before the app read them",
+                 ["app", "topic", "partition"])
     input_rate = gauge("streamops_app_input_rows_per_second", "Input rate of the query's last batch", ["app", "query"])
     processed_rate = gauge("streamops_app_processed_rows_per_second", "Processing rate of the query's last batch",
                            ["app", "query"])
@@ -109,6 +117,11 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
             lag.add_metric(labels, partition.lag)
             if partition.lag == 0 or partition.time_lag_s is not None:  # nothing waits: 0; waiting, unread: absent
                 time_lag.add_metric(labels, partition.time_lag_s or 0.0)
+        for partition_runway in current.runways:
+            labels = [name, partition_runway.topic, str(partition_runway.partition)]
+            lost.add_metric(labels, partition_runway.lost)
+            if partition_runway.runway_s is not None:
+                runway.add_metric(labels, partition_runway.runway_s)
         for query, figures in sorted(current.queries.items()):
             input_rate.add_metric([name, query], figures["input_rows_per_second"])
             processed_rate.add_metric([name, query], figures["processed_rows_per_second"])
@@ -132,7 +145,7 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
         if seen.drift is not None and seen.drift.state in ("in sync", "drifted"):
             drifted.add_metric([name], len(seen.drift.fields))
 
-    families = [state, attention, info, up, lag, time_lag, input_rate, processed_rate, duration, state_rows, letters,
+    families = [state, attention, info, up, lag, time_lag, runway, lost, input_rate, processed_rate, duration, state_rows, letters,
                 window_input, window_letters, window_late, window_updated, ahead, letters_total, batch_age, restarts,
                 drifted, failures]
 

@@ -44,23 +44,26 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from streamops.app_runtime import AppRuntime, DriverRecord, OperationInProgress
-from streamops.app_status import AppStatus, app_status
+from streamops.app_status import AppStatus, app_status, minute_rates
 from streamops.catalog import AppSpec, Catalog, SupervisionSpec
 from streamops.effective_spec import Drift, drift
 from streamops.kafka_offsets import duration_ms, end_offsets
 from streamops.programs import protocol_problem
 from streamops.recovery.restart import restart_from_checkpoint
+from streamops.retention import lost_evidence, risk_evidence, threshold_s
 from streamops.runtime_records import DesiredState, RestartAttempt, RestartEntry
 from streamops.timestamps import iso_ms, now_iso
 from streamops.timestamps import parse_recorded_time as _parse
 
 log = logging.getLogger("streamops.supervision")
 
-NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "output stopped", "lagging", "degraded")
+NEEDS_SOMEONE = ("unreadable", "held", "crash-loop", "crashed", "stalled", "output stopped", "lagging", "degraded",
+                 "retention risk", "input lost")
 # The state as a number for Prometheus (streamops_app_state): higher is worse, except that numbers
 # once given never change (alert rules match them): "output stopped", added later, is 11.
 STATE_NUMBERS = {"healthy": 0, "stopped": 1, "not deployed": 2, "in operation": 3, "degraded": 4, "lagging": 5,
-                 "stalled": 6, "crashed": 7, "crash-loop": 8, "held": 9, "unreadable": 10, "output stopped": 11}
+                 "stalled": 6, "crashed": 7, "crash-loop": 8, "held": 9, "unreadable": 10, "output stopped": 11,
+                 "retention risk": 12, "input lost": 13}
 # Batches with input, each dropping records as late and none updating state, before a query's
 # output counts as stopped (one such batch can be a burst of stragglers).
 OUTPUT_STOPPED_BATCHES = 2
@@ -257,11 +260,18 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
     if desired is None:
         health.state, health.evidence = "not deployed", "never started here"
         return health
+    # Input deleted before it was read: every start would fail on it (failOnDataLoss), so no restart;
+    # and input about to be: whether the app runs, crashed or was stopped on purpose.
+    lost = lost_evidence(spec.name, status.runways)
+    if lost:
+        health.state, health.evidence = "input lost", lost
+        return health
+    risk = _retention_risk(spec, status, runtime, now)
     if status.state != "running":
         if desired.state == "stopped":
-            health.state = "stopped"
+            health.state = "retention risk" if risk else "stopped"
             health.evidence = f"stopped on purpose by {_who(desired)}" + (
-                f"; NOTE: {status.cluster_problem}" if status.cluster_problem else "")
+                f"; NOTE: {status.cluster_problem}" if status.cluster_problem else "") + (f"; {risk}" if risk else "")
             return health
         if status.cluster_problem:
             # A restart would fail the same way every time (or, worse, skip data): an operator decides.
@@ -296,8 +306,10 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
         else:
             health.state = "crashed"
             health.evidence = f"{evidence} {decision.reason}."
+        if risk:
+            health.evidence += f" ALSO: {risk}"
         return health
-    problems = _running_problems(spec, status, now)
+    problems = ([("retention risk", risk)] if risk else []) + _running_problems(spec, status, now)
     rates = [w.dead_letters / w.input_rows for w in status.recent.values() if w.input_rows]
     if rates:
         health.dead_letter_rate = round(max(rates), 4)
@@ -310,6 +322,16 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
         if desired.state == "stopped":
             health.evidence += f"; NOTE: running although stopped was asked for by {_who(desired)}"
     return health
+
+
+def _retention_risk(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetime) -> str | None:
+    """The retention-risk evidence when an input partition's runway is below the app's threshold."""
+    if not any(r.runway_s is not None for r in status.runways):
+        return None
+    configured = spec.supervision.min_retention_runway
+    best = max(minute_rates(runtime.rates(), now), default=0.0) or None
+    limit, how = threshold_s(duration_ms(configured) / 1000 if configured else None, status.total_lag, best)
+    return risk_evidence(spec.name, status.runways, limit, how)
 
 
 def _running_problems(spec: AppSpec, status: AppStatus, now: datetime) -> list[tuple[str, str]]:

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 from streamops import app_runtime, timestamps
 from streamops.app_runtime import AppRuntime
-from streamops.apps_page import AppRow, minute_rates, render_page, sparkline
+from streamops.app_status import minute_rates
+from streamops.apps_page import AppRow, render_page, sparkline
 from streamops.quality import docs_assets
 from streamops.reprocess import progress_line
 from streamops.runtime_records import QueryProgress, RateLine

@@ -1,0 +1,144 @@
+"""Retention runway: per app and input partition, the time until Kafka's retention deletes the
+oldest record the app has not processed yet, and what is lost once it has.
+
+Kafka deletes a log segment once its newest record is older than `retention.ms` (or once the
+partition is over `retention.bytes`), so the oldest unprocessed record lives at least until its
+own timestamp plus `retention.ms`: the runway below is that lower bound (time-based retention; a
+size limit is named in the evidence as not estimated). An app that is stopped, crashed or slow
+loses input it has not read when the runway reaches zero, and with failOnDataLoss Spark then
+fails every start: the supervisor pages before (`retention risk`) and says it after (`input lost`),
+instead of restarting it into a crash loop.
+
+The page's threshold is the catalog's `supervision.min_retention_runway`, or by default
+CATCH_UP_MULTIPLE times the time the app needs to read its backlog at the best rate it showed in
+the last hour (at least RUNWAY_FLOOR_S): enough to act and to catch up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CATCH_UP_MULTIPLE = 3
+RUNWAY_FLOOR_S = 30 * 60.0
+ADMIN_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class TopicRetention:
+    retention_ms: int | None  # None: unlimited (-1), or not a deleting topic
+    retention_bytes: int | None  # per partition; None: unlimited
+
+
+@dataclass(frozen=True)
+class Runway:
+    """One input partition of one query."""
+
+    topic: str
+    partition: int
+    position: int  # the next offset the app reads
+    earliest: int  # the partition's first offset on the broker
+    oldest_age_s: float | None  # age of the oldest unprocessed record (None: caught up)
+    retention_ms: int | None
+    retention_bytes: int | None = None
+
+    @property
+    def lost(self) -> int:
+        """Records retention deleted before the app read them."""
+        return max(self.earliest - self.position, 0)
+
+    @property
+    def runway_s(self) -> float | None:
+        """Seconds until the oldest unprocessed record may be deleted (None: no limit or nothing waits)."""
+        if self.retention_ms is None or self.oldest_age_s is None:
+            return None
+        return round(self.retention_ms / 1000 - self.oldest_age_s, 1)
+
+
+def topic_retentions(admin: Any, topics: Iterable[str]) -> dict[str, TopicRetention]:
+    """The broker's retention configs of `topics` (what the broker does, not what the catalog says:
+    an extension or an override counts)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
+                                     request_timeout=ADMIN_TIMEOUT_S)
+    found = {}
+    for resource, future in futures.items():
+        entries = future.result(ADMIN_TIMEOUT_S)
+        policy = (entries["cleanup.policy"].value or "") if "cleanup.policy" in entries else "delete"
+        deletes = "delete" in policy
+        found[resource.name] = TopicRetention(
+            _limit(entries.get("retention.ms")) if deletes else None,
+            _limit(entries.get("retention.bytes")) if deletes else None)
+    return found
+
+
+def _limit(entry: Any) -> int | None:
+    try:
+        value = int(entry.value)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def catch_up_s(lag: int, best_rate: float | None) -> float | None:
+    """Seconds to read `lag` records at `best_rate` records/s (None: no rate measured)."""
+    if not lag:
+        return 0.0
+    return lag / best_rate if best_rate else None
+
+
+def threshold_s(configured_s: float | None, lag: int, best_rate: float | None) -> tuple[float, str]:
+    """The runway below which the app needs someone, and how it was chosen (for the evidence)."""
+    if configured_s is not None:
+        return configured_s, "the catalog's supervision.min_retention_runway"
+    needed = catch_up_s(lag, best_rate)
+    if needed is None:
+        return RUNWAY_FLOOR_S, f"no rate measured in the last hour: the floor of {_words(RUNWAY_FLOOR_S)}"
+    chosen = max(RUNWAY_FLOOR_S, CATCH_UP_MULTIPLE * needed)
+    return chosen, (f"{CATCH_UP_MULTIPLE}x the {_words(needed)} it needs to read its {lag:,} waiting records at "
+                    f"{best_rate:,.0f}/s (its best rate of the last hour), at least {_words(RUNWAY_FLOOR_S)}")
+
+
+def lost_evidence(app: str, runways: Sequence[Runway]) -> str | None:
+    lost = [r for r in runways if r.lost]
+    if not lost:
+        return None
+    parts = "; ".join(f"{r.topic} partition {r.partition} offsets {r.position}-{r.earliest - 1} ({r.lost:,} records)"
+                      for r in lost)
+    return (f"retention deleted input {app} had not processed: {parts}. Spark (failOnDataLoss) fails every start on it, "
+            "so the supervisor does not restart it. Choices: accept the loss and go on from the earliest records still "
+            "there (recover_reset_offsets, mode earliest: the outputs miss those records); or, if a copy of the lost "
+            "records exists, produce them again into the input first; then start it (recover_restart_app or "
+            "deploy_apps). If it will not catch up in time, raise the inputs' retention.ms in the catalog and apply it with "
+            "provision_topics first.")
+
+
+def risk_evidence(app: str, runways: Sequence[Runway], limit_s: float, how: str) -> str | None:
+    """The partitions whose runway is below `limit_s`, the shortest first, or None."""
+    short = sorted((r for r in runways if r.runway_s is not None and r.runway_s < limit_s), key=lambda r: r.runway_s or 0)
+    if not short:
+        return None
+    first = short[0]
+    runway = first.runway_s or 0.0
+    when = f"in about {_words(runway)}" if runway > 0 else "from now on (it may already be gone at the next segment check)"
+    more = f" and {len(short) - 1} more partition(s)" if len(short) > 1 else ""
+    return (f"retention deletes input {app} has not processed {when}: {first.topic} partition {first.partition}, offset "
+            f"{first.position} (written {_words(first.oldest_age_s or 0)} ago, retention.ms {first.retention_ms:,}){more}; "
+            f"it pages below {_words(limit_s)} ({how}). Start or speed up the app, or raise the inputs' retention.ms in the "
+            "catalog and apply it with provision_topics (approval required) until it has caught up.")
+
+
+def _words(seconds: float) -> str:
+    seconds = max(round(seconds), 0)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172_800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
