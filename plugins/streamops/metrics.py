@@ -145,7 +145,8 @@ def render(catalog: Catalog, kafka: KafkaClientConfig) -> bytes:
         if seen.drift is not None and seen.drift.state in ("in sync", "drifted"):
             drifted.add_metric([name], len(seen.drift.fields))
 
-    families = [state, attention, info, up, lag, time_lag, runway, lost, input_rate, processed_rate, duration, state_rows, letters,
+    families = [state, attention, info, up, lag, time_lag, runway, lost, input_rate, processed_rate, duration, state_rows,
+                letters,
                 window_input, window_letters, window_late, window_updated, ahead, letters_total, batch_age, restarts,
                 drifted, failures]
 
