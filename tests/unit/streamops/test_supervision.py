@@ -317,3 +317,42 @@ def test_an_app_whose_version_predates_the_platforms_driver_is_held_not_restarte
     assert "It is not restarted: oplog-router: artifact oplog-router 0.9.0 (sha256:" in health.evidence
     assert "roll_restart_apps to a rebuilt version (there is no rollback from this one), or stop_apps." in health.evidence
     assert runtime.restarts() == [] and said == ["oplog-router: held: its version cannot run on this platform's driver"]
+
+
+def test_retention_risk_pages_before_unread_input_is_deleted_and_input_lost_holds_the_app(router):
+    """A stopped app whose oldest unread input record has less runway than the catalog allows needs
+    someone; input retention already deleted is 'input lost' (never restarted into failOnDataLoss)."""
+    from streamops.retention import Runway
+
+    spec, runtime = router
+    spec = spec.model_copy(update={"supervision": spec.supervision.model_copy(update={"min_retention_runway": "10 minutes"})})
+    runtime.set_desired("stopped", run_id="manual__2", by="bob")
+    source = spec.inputs["operations"]
+    plenty = Runway(source, 0, 40, 0, 60.0, 3_600_000)  # written a minute ago, an hour kept: 59 min left
+    short = Runway(source, 3, 12, 0, 3_100.0, 3_600_000)  # 500 s left
+    assert (plenty.runway_s, short.runway_s, short.lost) == (3540.0, 500.0, 0)
+    assert evaluate(spec, _status(state="stopped", runways=[plenty]), runtime, T0).state == "stopped"
+    risk = evaluate(spec, _status(state="stopped", runways=[plenty, short]), runtime, T0)
+    assert risk.state == "retention risk" and risk.needs_someone
+    assert (f"retention deletes input oplog-router has not processed in about 8 min: {source} partition 3, offset 12 "
+            "(written 51 min ago, retention.ms 3,600,000); it pages below 10 min (the catalog's "
+            "supervision.min_retention_runway)") in risk.evidence
+    assert risk.evidence.startswith("stopped on purpose by bob")
+    # A running app: the risk comes before its lag.
+    running = evaluate(spec, _status(runways=[short]), runtime, T0)
+    assert running.state == "retention risk"
+    gone = Runway(source, 1, 100, 130, None, 3_600_000)
+    lost = evaluate(spec, _status(state="crashed", runways=[plenty, gone]), runtime, T0)
+    assert lost.state == "input lost" and lost.decision is None  # no restart decision: nothing restarts it
+    assert lost.evidence.startswith(f"retention deleted input oplog-router had not processed: {source} partition 1 "
+                                    "offsets 100-129 (30 records). Spark (failOnDataLoss) fails every start on it")
+
+
+def test_the_default_runway_threshold_is_three_times_the_catch_up_at_the_best_rate():
+    from streamops.retention import RUNWAY_FLOOR_S, threshold_s
+
+    assert threshold_s(None, 1_800_000, 1000.0) == (5400.0, "3x the 30 min it needs to read its 1,800,000 waiting records "
+                                                            "at 1,000/s (its best rate of the last hour), at least 30 min")
+    assert threshold_s(None, 10, 1000.0)[0] == RUNWAY_FLOOR_S
+    assert threshold_s(None, 10, None) == (RUNWAY_FLOOR_S, "no rate measured in the last hour: the floor of 30 min")
+    assert threshold_s(120.0, 10, None) == (120.0, "the catalog's supervision.min_retention_runway")
