@@ -135,7 +135,7 @@ def risk_evidence(app: str, runways: Sequence[Runway], limit_s: float, how: str)
 
 def _words(seconds: float) -> str:
     seconds = max(round(seconds), 0)
-    if seconds < 120:
+    if seconds < 600:
         return f"{seconds} s"
     if seconds < 7200:
         return f"{seconds // 60} min"

@@ -334,7 +334,7 @@ def test_retention_risk_pages_before_unread_input_is_deleted_and_input_lost_hold
     assert evaluate(spec, _status(state="stopped", runways=[plenty]), runtime, T0).state == "stopped"
     risk = evaluate(spec, _status(state="stopped", runways=[plenty, short]), runtime, T0)
     assert risk.state == "retention risk" and risk.needs_someone
-    assert (f"retention deletes input oplog-router has not processed in about 8 min: {source} partition 3, offset 12 "
+    assert (f"retention deletes input oplog-router has not processed in about 500 s: {source} partition 3, offset 12 "
             "(written 51 min ago, retention.ms 3,600,000); it pages below 10 min (the catalog's "
             "supervision.min_retention_runway)") in risk.evidence
     assert risk.evidence.startswith("stopped on purpose by bob")

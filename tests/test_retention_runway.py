@@ -1,0 +1,72 @@
+"""Retention runway on a real broker, real Spark and a real app_status run (streamops.retention):
+a stopped router with unread input on a topic with a short retention pages before retention can
+delete the first unread record, its runway falling; once records it never read are gone (deleted
+as retention deletes them: the log start offset moves), its state is 'input lost' with the
+partition and offsets, and nothing restarts it into Spark's failOnDataLoss crash."""
+
+from __future__ import annotations
+
+import re
+
+from confluent_kafka import TopicPartition
+
+from streamops.app_status import app_status
+from streamops.catalog import load_catalog
+from streamops.kafka_offsets import end_offsets
+from streamops.provisioning import ensure_topics
+from streamops.supervision import evaluate
+from streamops.waiting import poll_until
+from tests.support.apps import run_available_now
+from tests.support.oplog_events import produce_to_partitions
+
+RETENTION_MS = 600_000  # 10 minutes
+PAGE_BELOW = "590 seconds"  # the catalog's min_retention_runway: pages once the oldest unread record is 10 s old
+
+
+def test_a_stopped_app_pages_before_retention_deletes_its_unread_input_and_then_says_what_was_lost(
+        spark, run_dag, app_env, app_catalog, broker, admin):
+    catalog_file, runtime = app_env
+    source = app_catalog.app("oplog-router").inputs["operations"]
+    catalog = app_catalog.model_copy(update={
+        "topics": [t.model_copy(update={"configs": {**t.configs, "retention.ms": RETENTION_MS}}) if t.name == source else t
+                   for t in app_catalog.topics],
+        "apps": [a.model_copy(update={"supervision": a.supervision.model_copy(update={"min_retention_runway": PAGE_BELOW})})
+                 if a.name == "oplog-router" else a for a in app_catalog.apps]})
+    ensure_topics(admin, [catalog.topic(source)])  # the broker keeps 10 minutes, as provision_topics would set it
+    catalog_file.write_text(catalog.to_yaml())
+    spec = load_catalog(catalog_file).app("oplog-router")
+    produce_to_partitions(broker.client_config, source, range(0, 40))
+    run_available_now(spark, catalog, "oplog-router", broker, spec.checkpoint_location())
+    runtime.set_desired("stopped", run_id="manual__ops", by="ops")
+    produce_to_partitions(broker.client_config, source, range(40, 48))  # two unread records in partitions 0-3
+
+    def runways() -> dict[int, float | None]:
+        return {r.partition: r.runway_s for r in app_status(spec, broker.client_config).runways}
+
+    first = runways()
+    assert set(first) == set(range(6)) and first[4] is None and first[5] is None  # nothing waits there
+    assert all(0 < first[p] <= RETENTION_MS / 1000 for p in range(4)), first
+    poll_until(lambda: evaluate(spec, app_status(spec, broker.client_config), runtime).state == "retention risk",
+               timeout=120, what="the runway to fall below the catalog's 590 seconds")
+    later = runways()
+    assert all(later[p] < first[p] for p in range(4)), (first, later)
+    assert all(low == 0 for low, _ in end_offsets(broker.client_config, source).values())  # paged before any loss
+    paged = run_dag("app_status", catalog_file, apps=["oplog-router"])
+    health = paged.xcoms["status"]["oplog-router"]["health"]
+    assert paged.state == "failed" and health["state"] == "retention risk"
+    assert health["evidence"].startswith("stopped on purpose by ops (run manual__ops) at ")
+    assert re.search(rf"retention deletes input oplog-router has not processed in about (\d+) s: {re.escape(source)} "
+                     r"partition [0-3], offset 10 \(written (\d+) s ago, retention.ms 600,000\) and 3 more partition\(s\); "
+                     r"it pages below 590 s \(the catalog's supervision.min_retention_runway\)", health["evidence"]), \
+        health["evidence"]
+
+    # Retention deletes partition 0's records up to and including its first unread one.
+    position = next(r.position for r in app_status(spec, broker.client_config).runways if r.partition == 0)
+    admin.delete_records([TopicPartition(source, 0, position + 1)])[TopicPartition(source, 0, position + 1)].result(30)
+    lost = run_dag("app_status", catalog_file, apps=["oplog-router"])
+    health = lost.xcoms["status"]["oplog-router"]["health"]
+    assert lost.state == "failed" and health["state"] == "input lost"
+    assert health["evidence"].startswith(f"retention deleted input oplog-router had not processed: {source} partition 0 "
+                                         f"offsets {position}-{position} (1 records). Spark (failOnDataLoss) fails every "
+                                         "start on it, so the supervisor does not restart it.")
+    assert runtime.restarts() == [] and not runtime.is_running()
