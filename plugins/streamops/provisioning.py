@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -29,6 +30,7 @@ from tabulate import tabulate
 
 from streamops.catalog import Catalog, TopicSpec
 from streamops.plans import from_plan_json
+from streamops.retention import held_configs, read_holds
 from streamops.waiting import DeadlineExceeded, poll_until
 
 log = logging.getLogger(__name__)
@@ -205,18 +207,22 @@ class ProvisioningPlan(BaseModel):
         return from_plan_json(cls, data)
 
 
-def select_topics(catalog: Catalog, names: Sequence[str] | None) -> list[TopicSpec]:
-    """The catalog topics to provision: all of them, or the named subset (each must exist)."""
-    if not names:
-        return list(catalog.topics)
-    known = set(catalog.topic_names())
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(
-            f"topics not in the catalog: {', '.join(sorted(unknown))}; "
-            f"choose from: {', '.join(catalog.topic_names())}"
-        )
-    return [spec for spec in catalog.topics if spec.name in set(names)]
+def select_topics(catalog: Catalog, names: Sequence[str] | None, now: datetime | None = None) -> list[TopicSpec]:
+    """The catalog topics to provision: all of them, or the named subset (each must exist). A
+    topic whose retention is held (streamops.retention: recover_extend_retention, for a stated time)
+    keeps the held retention.ms until the hold ends."""
+    if names:
+        known = set(catalog.topic_names())
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise ValueError(
+                f"topics not in the catalog: {', '.join(sorted(unknown))}; "
+                f"choose from: {', '.join(catalog.topic_names())}"
+            )
+    chosen = [spec for spec in catalog.topics if not names or spec.name in set(names)]
+    holds, moment = read_holds(), now or datetime.now(UTC)
+    return [spec.model_copy(update={"configs": held_configs(spec.name, spec.configs, holds, moment)}) if spec.name in holds
+            else spec for spec in chosen]
 
 
 def plan_topics(specs: Sequence[TopicSpec], broker: BrokerSnapshot, *, report_unmanaged: bool) -> ProvisioningPlan:

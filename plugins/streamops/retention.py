@@ -17,8 +17,14 @@ the last hour (at least RUNWAY_FLOOR_S): enough to act and to catch up.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+from streamops.catalog import checkpoint_root
+from streamops.runtime_files import read_json_object, write_json_atomic
+from streamops.timestamps import parse_recorded_time
 
 CATCH_UP_MULTIPLE = 3
 RUNWAY_FLOOR_S = 30 * 60.0
@@ -142,3 +148,44 @@ def _words(seconds: float) -> str:
     if seconds < 172_800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
+
+
+# ---------------------------------------------------------------------------------------------
+# Holds: a retention extended for a stated time (recover_extend_retention), then reverted
+
+
+@dataclass(frozen=True)
+class RetentionHold:
+    """One input topic's retention.ms held above the catalog's until `until` (ISO-8601 UTC)."""
+
+    topic: str
+    retention_ms: int  # what the broker keeps meanwhile
+    declared_ms: int | None  # what the catalog declared when the hold began (None: the broker default)
+    until: str
+    run_id: str
+    by: str
+
+    def active(self, now: datetime) -> bool:
+        ends = parse_recorded_time(self.until)
+        return ends is not None and now < ends
+
+
+def holds_file() -> Path:
+    return checkpoint_root() / "_retention" / "holds.json"
+
+
+def read_holds() -> dict[str, RetentionHold]:
+    """Every hold on record, active or ended (not yet reverted): topic -> hold."""
+    data = read_json_object(holds_file()) or {}
+    return {topic: RetentionHold(**entry) for topic, entry in data.items() if isinstance(entry, dict)}
+
+
+def write_holds(holds: dict[str, RetentionHold]) -> None:
+    write_json_atomic(holds_file(), {topic: asdict(hold) for topic, hold in sorted(holds.items())}, indent=2)
+
+
+def held_configs(topic: str, configs: dict[str, Any], holds: dict[str, RetentionHold], now: datetime) -> dict[str, Any]:
+    """A topic's declared configs with an active hold's retention.ms in place of the catalog's: what
+    provisioning keeps the broker at (so provision_topics neither reverts nor reports a hold)."""
+    hold = holds.get(topic)
+    return {**configs, "retention.ms": hold.retention_ms} if hold is not None and hold.active(now) else configs
