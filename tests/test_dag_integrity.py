@@ -73,14 +73,15 @@ def test_starting_stopping_or_rolling_apps_needs_an_explicit_choice(dag_bag):
     assert roll.description.startswith("Suggested: the next patch after the catalog's newest version.")
     # The recovery forms put the dry-run switch right after the app, above the mode's fields.
     for dag_id in ("recover_reset_offsets", "recover_replay_dead_letters", "recover_rebuild_state", "recover_skip_records",
-                   "recover_restore_checkpoint", "recover_restart_app"):
+                   "recover_restore_checkpoint", "recover_restart_app", "recover_extend_retention"):
         assert list(dag_bag.get_dag(dag_id).params)[:3] == ["app", "dry_run", "approve_in_ui"], dag_id
 
 
 MUTATING = {"provision_topics": ("plan", "apply"), "roll_restart_apps": ("ordered_apps", "roll"), "reprocess": ("plan", "run"),
             "reconcile_desired_state": ("plan", "roll_approved"),
             **{f"recover_{name}": ("plan", "apply") for name in
-               ("reset_offsets", "replay_dead_letters", "rebuild_state", "skip_records", "restore_checkpoint", "restart_app")}}
+               ("reset_offsets", "replay_dead_letters", "rebuild_state", "skip_records", "restore_checkpoint", "restart_app",
+                "extend_retention")}}
 
 
 def test_every_mutating_dag_waits_for_approval_of_its_plan_before_it_applies(dag_bag):

@@ -13,12 +13,13 @@ from streamops.app_status import AppStatus, app_status, lag_table, status_table
 from streamops.audit import AuditTrail, acting_user
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import checked_number, refusals_fail
-from streamops.dag_tasks.connections import kafka_connection
+from streamops.dag_tasks.connections import admin_client, kafka_connection
 from streamops.dag_tasks.launching import AppLauncher
 from streamops.kafka_client import app_principal
 from streamops.launch_overrides import checked_spark_conf, checked_version
 from streamops.notifications import notify_attention
 from streamops.programs import DriverProtocolRefused, ProgramError
+from streamops.recovery.extend import end_holds
 from streamops.refusals import OneLineRefused
 from streamops.rollout import RolloutFailed, roll_restart
 from streamops.supervision import Health, act, app_drift, attention_message, evaluate, health_table, unreadable
@@ -177,6 +178,8 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
         if drifted.catalog_edit:
             log.warning("%s runs approved changes the catalog does not say yet; this edit of the catalog makes it agree:\n%s",
                         drifted.app, drifted.catalog_edit)
+    if restart_crashed:  # as the supervisor: retention holds whose time is up end (streamops.recovery.extend)
+        _end_retention_holds(catalog, kafka, run_id)
     log.info("Health (catalog thresholds per app, docs/operating.md \"Supervision\"):\n%s", health_table(healths))
     for item in statuses:
         if item.lags:
@@ -188,6 +191,18 @@ def status(names: Sequence[str] | None, run_id: str = "manual", restart_crashed:
     return {item.app: json.loads(json.dumps({**item.to_dict(), "health": health.to_dict(), "drift": drift_of.get(item.app)},
                                             default=str))
             for item, health in zip(statuses, healths, strict=True)}
+
+
+def _end_retention_holds(catalog: Catalog, kafka, run_id: str) -> None:
+    try:
+        ended = end_holds(admin_client(), kafka, catalog)
+    except Exception:  # the apps' status is this run's job: a hold is looked at again next run
+        log.exception("The retention holds could not be looked at")
+        return
+    for line in ended:
+        log.warning("Retention hold: %s", line)
+        AuditTrail("app_status", run_id, "supervisor", {}).write("retention hold", "kept" if "kept held" in line else "ended",
+                                                                  summary=line)
 
 
 def check_health(statuses: dict, run_id: str) -> str:

@@ -15,6 +15,7 @@ from streamops.dag_tasks import reprocess as reprocessing
 from streamops.dag_tasks.procedures import Procedure, Result, Step
 from streamops.downstream import InputRange
 from streamops.recovery.common import RecoveryRefused
+from streamops.recovery.extend import ExtendPlan, ExtendRequest, apply_extend, plan_extend, verify_extend
 from streamops.recovery.lifecycle import await_resumed
 from streamops.recovery.rebuild import RebuildPlan, apply_rebuild_live, plan_rebuild
 from streamops.recovery.replay import ReplayPlan, ReplayRequest, apply_replay, plan_replay, verify_replay
@@ -219,6 +220,21 @@ SKIP = Procedure(name="skip-records plan", plan_type=SkipPlan, plan=_skip_plan, 
                  input_ranges=_skip_ranges)
 
 
+# --- extend retention ------------------------------------------------------------------------------
+
+
+def _extend_plan(step: Step) -> ExtendPlan:
+    p = step.params
+    return plan_extend(step.admin, step.kafka, step.catalog, ExtendRequest(p["app"], p["extend_by"], p["hold_for"]))
+
+
+EXTEND = Procedure(
+    name="retention extension plan", plan_type=ExtendPlan, plan=_extend_plan,
+    apply=lambda step, plan: apply_extend(step.admin, step.catalog, plan, run_id=step.run_id, by=step.user),
+    verify=lambda step, plan, _applied: verify_extend(step.admin, plan),
+)
+
+
 # The table: one recovery DAG a row.
 PROCEDURES: dict[str, Procedure] = {
     "recover_restart_app": RESTART,
@@ -227,4 +243,5 @@ PROCEDURES: dict[str, Procedure] = {
     "recover_rebuild_state": REBUILD,
     "recover_restore_checkpoint": RESTORE,
     "recover_skip_records": SKIP,
+    "recover_extend_retention": EXTEND,
 }
