@@ -70,3 +70,66 @@ def test_a_stopped_app_pages_before_retention_deletes_its_unread_input_and_then_
                                          f"offsets {position}-{position} (1 records). Spark (failOnDataLoss) fails every "
                                          "start on it, so the supervisor does not restart it.")
     assert runtime.restarts() == [] and not runtime.is_running()
+
+
+def test_an_approved_extension_keeps_every_unread_record_and_the_catalogs_retention_comes_back(
+        spark, run_dag, app_env, app_catalog, broker, admin):
+    """The router is stopped with unread input on a topic that keeps records 20 s. An approved
+    recover_extend_retention holds it 10 minutes longer: its unread records stay while the same
+    records on a topic without the extension are deleted by retention. provision_topics keeps the
+    hold; when the hold ends the supervisor puts the catalog's 20 s back."""
+    from datetime import UTC, datetime, timedelta
+
+    from streamops.kafka_records import produce, read_all
+    from streamops.provisioning import describe_broker, plan_topics, select_topics
+    from streamops.recovery.extend import end_holds
+    from streamops.retention import read_holds, topic_retentions
+
+    catalog_file, runtime = app_env
+    source = app_catalog.app("oplog-router").inputs["operations"]
+    control = app_catalog.app("presence-notifier").inputs["events"]  # a topic nobody extends
+    short = {"retention.ms": 20_000, "segment.ms": 1_000}
+    catalog = app_catalog.model_copy(update={"topics": [
+        t.model_copy(update={"configs": {**t.configs, **short}}) if t.name in (source, control) else t
+        for t in app_catalog.topics]})
+    ensure_topics(admin, [catalog.topic(source), catalog.topic(control)])
+    catalog_file.write_text(catalog.to_yaml())
+    produce_to_partitions(broker.client_config, source, range(0, 8))
+    run_available_now(spark, catalog, "oplog-router", broker, app_catalog.app("oplog-router").checkpoint_location())
+    runtime.set_desired("stopped", run_id="manual__ops", by="ops")
+    unread = [(f"u{n}", f'{{"seq": {n}, "user_id": "u{n}", "op_type": "SEND_MESSAGE", "event_time": "2026-12-03T03:00:00Z"}}')
+              for n in range(20)]
+    for topic in (source, control):
+        produce(broker.client_config, topic, unread, partition=0)
+
+    extended = run_dag("recover_extend_retention", catalog_file, app="oplog-router", extend_by="10 minutes",
+                       hold_for="1 hour", dry_run=False, approved_by="approver")
+    assert extended.state == "success", extended.task_states
+    (planned,) = extended.xcoms["plan"]["topics"]
+    assert (planned["topic"], planned["retention_ms_now"], planned["retention_ms_new"]) == (source, 20_000, 620_000)
+    assert topic_retentions(admin, [source])[source].retention_ms == 620_000
+    assert read_holds()[source].retention_ms == 620_000 and read_holds()[source].run_id == extended.run_id
+    # Another segment on both topics, so the one holding the unread records is closed and can go.
+    for topic in (source, control):
+        produce(broker.client_config, topic, [("u-late", '{"seq": 99}')], partition=0)
+    poll_until(lambda: end_offsets(broker.client_config, control)[0][0] > 0, timeout=120,
+               what="retention to delete the control topic's records (20 s, checked every 5 s)")
+    # Every record the router has not read stays (what it had read may go: its segment was already due).
+    kept = [r.offset for r in read_all(broker.client_config, source) if r.partition == 0 and r.offset >= 2]
+    assert end_offsets(broker.client_config, source)[0][0] <= 2 and kept == list(range(2, 2 + 20 + 1))
+    # provision_topics keeps the hold: no change planned for the topic.
+    held = plan_topics(select_topics(catalog, [source]), describe_broker(admin, [source]), report_unmanaged=False)
+    assert held.to_change == [], held.table()
+
+    # The hold's time is up. The router's oldest unread record is older than the catalog's 20 s, so
+    # reverting would delete it: the hold is kept, saying why. Once it has read everything, it ends.
+    later = datetime.now(UTC) + timedelta(hours=2)
+    (kept_line,) = end_holds(admin, broker.client_config, catalog, later)
+    assert kept_line.startswith(f"{source}: the retention hold of run {extended.run_id} ended at ") and \
+        "kept held (reverting would delete it)" in kept_line
+    assert topic_retentions(admin, [source])[source].retention_ms == 620_000
+    runtime.set_desired("stopped", run_id="manual__ops2", by="ops")
+    run_available_now(spark, catalog, "oplog-router", broker, app_catalog.app("oplog-router").checkpoint_location())
+    (ended_line,) = end_holds(admin, broker.client_config, catalog, later)
+    assert ended_line.endswith("the catalog's retention.ms 20000 is back")
+    assert topic_retentions(admin, [source])[source].retention_ms == 20_000 and source not in read_holds()

@@ -181,6 +181,7 @@ def read_holds() -> dict[str, RetentionHold]:
 
 
 def write_holds(holds: dict[str, RetentionHold]) -> None:
+    holds_file().parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(holds_file(), {topic: asdict(hold) for topic, hold in sorted(holds.items())}, indent=2)
 
 

@@ -111,6 +111,9 @@ class LocalBroker:
             # The controller writes a no-op record to the metadata log when nothing else happened
             # for this long (Kafka: 500 ms); a dev broker mostly idles, so less often.
             "metadata.max.idle.interval.ms": "5000",
+            # Retention is enforced within seconds, not Kafka's 5 minutes: on a laptop a topic with a
+            # short retention (a retention-runway drill, its test) shows what production does.
+            "log.retention.check.interval.ms": "5000",
         }
 
     # -----------------------------------------------------------------------------------------
