@@ -80,6 +80,8 @@ class GroupImpact:
                          + (f", and {self.again_unread:,} it has not read yet twice" if self.again_unread else ""))
         if self.never:
             parts.append(f"never receives the outputs of {self.never:,} input record(s)")
+        if not parts and self.note:
+            return f"group {self.group} on {self.topic}: {self.note}"
         said = "; ".join(parts) or "sees no difference"
         return f"group {self.group} on {self.topic}: {said}" + (f" ({self.note})" if self.note else "")
 
@@ -97,7 +99,7 @@ class DownstreamImpact:
         return lines + self.notes
 
     def summary(self) -> str:
-        touched = [g for g in self.groups if g.again_read is None or g.again_read or g.again_unread or g.never]
+        touched = [g for g in self.groups if g.again_read is None or g.again_read or g.again_unread or g.never or g.note]
         return (f"downstream: {len(touched)} consumer group(s) affected" if touched
                 else "downstream: no consumer group outside the suite is affected")
 
@@ -142,14 +144,25 @@ def has_lineage(catalog: Catalog, topic: str) -> bool:
 
 
 def downstream_impact(kafka: KafkaClientConfig, admin: Any, catalog: Catalog, app: AppSpec, *,
-                      again: Iterable[InputRange] = (), never: Iterable[InputRange] = ()) -> DownstreamImpact:
+                      again: Iterable[InputRange] = (), never: Iterable[InputRange] = (),
+                      moved_to: str | None = None) -> DownstreamImpact:
     """The impact on the readers of `app`'s outputs of processing `again` once more and never
-    processing `never`."""
+    processing `never`; with `moved_to` (a cutover to new topics, in words), that the app's output
+    leaves the topics they read."""
     again = [r for r in again if r.records]
     never = [r for r in never if r.records]
     outputs = sorted(set(app.outputs.values()))
     impact = DownstreamImpact()
     groups = reading_groups(admin, outputs)
+    if moved_to is not None:
+        for topic in outputs:
+            moved = sorted(g for g, offsets in groups.items() if any(t == topic for t, _p in offsets))
+            impact.groups += [GroupImpact(group, topic, 0, 0, 0, f"after the cutover {app.name} writes to {moved_to}: "
+                                          f"this group receives nothing more on {topic} until it reads those")
+                              for group in moved]
+            if not moved:
+                impact.unread_outputs.append(topic)
+        return impact
     never_records = sum(r.records for r in never)
     for topic in outputs:
         readers = {g: {p: o for (t, p), o in offsets.items() if t == topic} for g, offsets in groups.items()

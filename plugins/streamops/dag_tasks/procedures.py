@@ -100,15 +100,18 @@ class Procedure:
     handed_on: Callable[[Step, Any], Result] | None = None
     # The input records the plan processes again and never (streamops.downstream): what the readers
     # of the app's outputs see is worked out from them and shown with the plan.
-    input_ranges: Callable[[Any], tuple[list[InputRange], list[InputRange]]] | None = None
+    # (again, never, the new topics a cutover moves the outputs to, in words, or None)
+    input_ranges: Callable[[Any], tuple[list[InputRange], list[InputRange], str | None]] | None = None
 
 
-def downstream_of(step: Step, app: str, again: list[InputRange], never: list[InputRange]) -> DownstreamImpact:
+def downstream_of(step: Step, app: str, again: list[InputRange], never: list[InputRange],
+                  moved_to: str | None = None) -> DownstreamImpact:
     """The plan's impact on the consumer groups reading the app's outputs. A cluster that cannot
     say (a group listing refused, a broker away) is said in the impact, never a failed plan: the
     recovery still has to happen."""
     try:
-        return downstream_impact(step.kafka, step.admin, step.catalog, step.catalog.app(app), again=again, never=never)
+        return downstream_impact(step.kafka, step.admin, step.catalog, step.catalog.app(app), again=again, never=never,
+                                 moved_to=moved_to)
     except KafkaException as exc:
         log.warning("The downstream impact of the plan could not be worked out: %s", exc)
         return DownstreamImpact(notes=[f"the readers of the outputs could not be found on the cluster ({exc}): "

@@ -82,12 +82,13 @@ def _reset_verify(step: Step, plan: ResetPlan, _applied: Result) -> Result:
     return {**started, "progress": progress, "summary": f"{started['summary']}; lag now {progress['lag_after']}"}
 
 
-def _reset_ranges(plan: ResetPlan) -> tuple[list[InputRange], list[InputRange]]:
+def _reset_ranges(plan: ResetPlan) -> tuple[list[InputRange], list[InputRange], None]:
     """Back: [new, now) is processed again; forward: [now, new) never is (an app that never read
     has written nothing yet)."""
     rows = [r for r in plan.rows if r.selected and r.current is not None]
     return ([InputRange(r.topic, r.partition, r.new, r.current) for r in rows if r.current is not None and r.new < r.current],
-            [InputRange(r.topic, r.partition, r.current, r.new) for r in rows if r.current is not None and r.new > r.current])
+            [InputRange(r.topic, r.partition, r.current, r.new) for r in rows if r.current is not None and r.new > r.current],
+            None)
 
 
 RESET = Procedure(name="offset reset plan", plan_type=ResetPlan, plan=_reset_plan, apply=_reset_apply, verify=_reset_verify,
@@ -151,10 +152,18 @@ def _rebuild_apply(step: Step, plan: RebuildPlan) -> Result:
                        f"kept at {handed['backup']}"}
 
 
+def _rebuild_ranges(plan: RebuildPlan) -> tuple[list[InputRange], list[InputRange], str | None]:
+    """Live: every retained input record is processed again into the live topics; versioned: the
+    outputs move to new topics at the cutover."""
+    if plan.target == "live":
+        return [InputRange(i["topic"], i["partition"], i["earliest"], i["latest"]) for i in plan.inputs], [], None
+    return [], [], f"the versioned topics ({plan.target})"
+
+
 REBUILD = Procedure(
     name="state rebuild plan", plan_type=RebuildPlan, plan=_rebuild_plan, apply=_rebuild_apply,
     verify=lambda step, plan, _applied: await_progress(step, plan.app, None, caught_up=plan.target == "live"),
-    handed_on=_rebuild_reprocess_plan,
+    handed_on=_rebuild_reprocess_plan, input_ranges=_rebuild_ranges,
 )
 
 
@@ -181,10 +190,10 @@ def _restore_verify(step: Step, plan: RestorePlan, _applied: Result) -> Result:
     return {**continued, "progress": progress, "summary": f"{continued['summary']}; lag now {progress['lag_after']}"}
 
 
-def _restore_ranges(plan: RestorePlan) -> tuple[list[InputRange], list[InputRange]]:
+def _restore_ranges(plan: RestorePlan) -> tuple[list[InputRange], list[InputRange], None]:
     """The snapshot's positions are behind the current ones: what lies between is processed again."""
     return [InputRange(m["topic"], m["partition"], m["restored"], m["now"]) for m in plan.moves
-            if m["now"] is not None and m["restored"] is not None and m["restored"] < m["now"]], []
+            if m["now"] is not None and m["restored"] is not None and m["restored"] < m["now"]], [], None
 
 
 RESTORE = Procedure(name="checkpoint restore plan", plan_type=RestorePlan, plan=_restore_plan, apply=_restore_apply,
@@ -212,8 +221,8 @@ def _skip_verify(step: Step, plan: SkipPlan, applied: Result) -> Result:
     return verify_skip(step.catalog.app(plan.app), plan, applied, step.kafka, step.verify_deadline_s)
 
 
-def _skip_ranges(plan: SkipPlan) -> tuple[list[InputRange], list[InputRange]]:
-    return [], [InputRange(e["topic"], e["partition"], e["first"], e["last"] + 1) for e in plan.entries]
+def _skip_ranges(plan: SkipPlan) -> tuple[list[InputRange], list[InputRange], None]:
+    return [], [InputRange(e["topic"], e["partition"], e["first"], e["last"] + 1) for e in plan.entries], None
 
 
 SKIP = Procedure(name="skip-records plan", plan_type=SkipPlan, plan=_skip_plan, apply=_skip_apply, verify=_skip_verify,

@@ -4,7 +4,7 @@ counting on a real broker: tests/test_recovery.py, tests/test_supervision.py).""
 from __future__ import annotations
 
 from streamops.dag_tasks.approval import plan_body
-from streamops.dag_tasks.recovery import _reset_ranges, _restore_ranges, _skip_ranges
+from streamops.dag_tasks.recovery import _rebuild_ranges, _reset_ranges, _restore_ranges, _skip_ranges
 from streamops.downstream import DownstreamImpact, GroupImpact, InputRange, is_suite_group
 
 
@@ -46,9 +46,20 @@ def test_each_plan_names_the_input_ranges_it_processes_again_or_never():
             SimpleNamespace(topic="in", partition=1, current=100, new=130, selected=True),
             SimpleNamespace(topic="in", partition=2, current=None, new=0, selected=True),  # never read: nothing written
             SimpleNamespace(topic="in", partition=3, current=100, new=0, selected=False)]
-    assert _reset_ranges(SimpleNamespace(rows=rows)) == ([InputRange("in", 0, 40, 100)], [InputRange("in", 1, 100, 130)])
+    assert _reset_ranges(SimpleNamespace(rows=rows)) == ([InputRange("in", 0, 40, 100)], [InputRange("in", 1, 100, 130)], None)
     assert _skip_ranges(SimpleNamespace(entries=[{"topic": "in", "partition": 3, "first": 7, "last": 9}])) == (
-        [], [InputRange("in", 3, 7, 10)])
+        [], [InputRange("in", 3, 7, 10)], None)
     moves = [{"topic": "in", "partition": 0, "now": 90, "restored": 60}, {"topic": "in", "partition": 1, "now": None,
                                                                           "restored": 5}]
-    assert _restore_ranges(SimpleNamespace(moves=moves)) == ([InputRange("in", 0, 60, 90)], [])
+    assert _restore_ranges(SimpleNamespace(moves=moves)) == ([InputRange("in", 0, 60, 90)], [], None)
+    inputs = [{"topic": "in", "partition": 0, "earliest": 5, "latest": 50}]
+    assert _rebuild_ranges(SimpleNamespace(target="live", inputs=inputs)) == ([InputRange("in", 0, 5, 50)], [], None)
+    assert _rebuild_ranges(SimpleNamespace(target="v2", inputs=inputs)) == ([], [], "the versioned topics (v2)")
+
+
+def test_a_cutover_tells_each_group_its_topic_goes_quiet():
+    moved = GroupImpact("billing", "out.a", 0, 0, 0, "after the cutover r writes to the versioned topics (v2): this group "
+                                                   "receives nothing more on out.a until it reads those")
+    assert moved.words() == ("group billing on out.a: after the cutover r writes to the versioned topics (v2): this group "
+                             "receives nothing more on out.a until it reads those")
+    assert DownstreamImpact(groups=[moved]).summary() == "downstream: 1 consumer group(s) affected"
