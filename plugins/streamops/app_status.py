@@ -263,8 +263,9 @@ def _runways(kafka: KafkaClientConfig, spec: AppSpec, lags: list[PartitionLag]) 
         return []
     try:
         retentions = topic_retentions(kafka.admin(), {p.topic for p in mine})
-    except KafkaException as exc:  # a principal without DescribeConfigs: no runway, the status still reads
-        log.warning("%s: the inputs' retention cannot be read (%s): no retention runway", spec.name, exc)
+    except Exception as exc:  # noqa: BLE001 - no DescribeConfigs, a slow broker: no runway, the status still reads
+        log.warning("%s: the inputs' retention cannot be read (%s: %s): no retention runway", spec.name,
+                    type(exc).__name__, exc)
         retentions = {}
     runways = []
     for p in mine:

@@ -36,7 +36,7 @@ from streamops.kafka_records import read_spans
 # Groups that are the suite itself or Spark: never a downstream reader.
 SUITE_GROUP_PREFIXES = ("streamops-", "spark-kafka-source-", "spark-kafka-relation-")
 LINEAGE_FIELD = "event_id"
-SCAN_RECORDS = 500_000  # output records read per plan to count what it re-emits
+SCAN_RECORDS = 100_000  # output records read per plan to count what it re-emits (held in memory while read)
 SCAN_SECONDS = 60.0
 # An output record is written after its input record: read outputs from the input's timestamp on,
 # less this much for clocks that differ between hosts.

@@ -168,7 +168,7 @@ def show_bytes(data: bytes | None, masked_fields: list[str] | None = None, *, ma
         kind, text = "text", decoded
         try:
             parsed = json.loads(decoded)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's parser goes
             parsed = None
         else:
             kind = "json"
@@ -202,13 +202,21 @@ def _mask_paths(parsed: Any, paths: list[str]) -> list[str]:
     return masked
 
 
-_QUOTED = re.compile(r"'([^']*)'")
+_QUOTED = re.compile(r"'([^'\s]*)'")
+_RULE = re.compile(r"\s*\((input contract[^()]*)\)")
+_VALUE_LIKE = re.compile(r"['\"0-9]")
 
 
 def mask_reason(reason: str, field_names: set[str]) -> str:
-    """A dead letter's reason quotes values of the record ('u3'); those of a sensitive source are
-    masked, the field names it quotes are kept."""
-    return _QUOTED.sub(lambda m: m.group(0) if m.group(1) in field_names else f"'{MASK}'", reason)
+    """A dead letter's reason quotes values of the record ('u3', a number, a key); for a reader who
+    may not see a sensitive source, anything that may be a value goes: the field names it quotes and
+    the rule it names stay, the rest of a sentence that still quotes or counts anything is masked."""
+    rules = _RULE.findall(reason)
+    sentence = _RULE.sub("", reason)
+    kept = _QUOTED.sub(lambda m: f"\0{m.group(1)}\0" if m.group(1) in field_names else MASK, sentence)
+    if _VALUE_LIKE.search(kept):  # a quote or a number left over: a value the pattern did not take
+        kept = f"{MASK} (the reason quotes the record)"
+    return kept.replace("\0", "'") + "".join(f" ({rule})" for rule in rules)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,9 +285,13 @@ def browse(catalog: Catalog, kafka: KafkaClientConfig, query: BrowseQuery, *, ma
 
 
 def _source_spec(catalog: Catalog, app: AppSpec) -> TopicSpec | None:
-    """The input of `app` with sensitive data (its dead letters carry its records), if any."""
-    specs = [catalog.topic(t) for t in app.inputs.values() if t in catalog.topic_names()]
-    return next((s for s in specs if s.has_sensitive_data), specs[0] if specs else None)
+    """What a dead letter of `app` may carry: its inputs' sensitive parts together (the strictest),
+    for its key and for any dead letter whose source topic the catalog does not name."""
+    specs = [catalog.topic(t) for t in sorted(set(app.inputs.values())) if t in catalog.topic_names()]
+    if not specs:
+        return None
+    fields = sorted({f for s in specs for f in s.sensitive_fields})
+    return specs[0].model_copy(update={"sensitive_fields": fields, "sensitive_key": any(s.sensitive_key for s in specs)})
 
 
 def _start_offset(kafka: KafkaClientConfig, topic: str, query: BrowseQuery, low: int, high: int, now: datetime,
@@ -321,7 +333,7 @@ def _scan(kafka: KafkaClientConfig, topic: str, query: BrowseQuery, start: int, 
     position = start
     header_name, _, header_value = (query.header or "").partition("=")
     consumer = kafka.consumer(READER_GROUP, **{
-        "isolation.level": "read_committed", "enable.auto.offset.store": False,
+        "isolation.level": "read_committed", "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
         "fetch.max.bytes": 8 * 1024 * 1024, "max.partition.fetch.bytes": 4 * 1024 * 1024})
     deadline = time.monotonic() + SCAN_SECONDS
     try:
@@ -377,14 +389,21 @@ def _show(record: Record, spec: TopicSpec, seeing: _Visibility, key_spec: TopicS
         partition=record.partition, offset=record.offset,
         timestamp=iso_ms(record.timestamp_ms) if record.timestamp_ms >= 0 else "",
         key=show_bytes(record.key, mask_all=seeing.key_masked(key_spec)),
-        headers=[(name, show_bytes(value, max_chars=500)) for name, value in record.headers],
+        # Headers may carry what the value does (a user id for routing): masked as the key is.
+        headers=[(name, show_bytes(value, max_chars=500, mask_all=seeing.any_masked(key_spec) or seeing.any_masked(spec)))
+                 for name, value in record.headers],
         value=show_bytes(record.value, seeing.fields_masked(spec)))
 
 
 def _show_dead_letters(catalog: Catalog, kafka: KafkaClientConfig, records: list[Record], shown: list[ShownRecord],
                        seeing: _Visibility) -> None:
     letters = [decode_dead_letter(record) for record in records]
-    fetch_originals(kafka, [letter for letter in letters if letter.by_reference])
+    referenced = [letter for letter in letters if letter.by_reference]
+    try:
+        fetch_originals(kafka, referenced)
+    except Exception as exc:  # noqa: BLE001 - the dead letters still show; their originals say why not
+        for letter in referenced:
+            letter.verdict = f"the original could not be read from {letter.source} ({type(exc).__name__}: {exc})"
     for letter, row in zip(letters, shown, strict=True):
         row.dead_letter = _shown_letter(catalog, letter, seeing)
         if letter.envelope is not None:
@@ -396,10 +415,21 @@ def _topic_or_none(catalog: Catalog, name: str | None) -> TopicSpec | None:
     return catalog.topic(name) if name in catalog.topic_names() else None
 
 
+def _letter_source(catalog: Catalog, letter: DeadLetter) -> TopicSpec | None:
+    """The topic a dead letter's original came from, or (unknown to the catalog) what its app's
+    inputs may carry: never less masking than the app's inputs ask for."""
+    known = _topic_or_none(catalog, letter.source_topic)
+    if known is not None:
+        return known
+    app = next((a for a in catalog.apps if letter.envelope is not None and a.name == letter.envelope.app), None)
+    app = app or next((a for a in catalog.apps if a.dead_letter_topic == letter.at.rsplit("/", 2)[0]), None)
+    return _source_spec(catalog, app) if app is not None else None
+
+
 def _seen_reason(catalog: Catalog, letter: DeadLetter, seeing: _Visibility) -> str:
     """The dead letter's reason as this reader sees it: with the record's quoted values masked
     when its source has sensitive data the reader may not see (the field names it quotes kept)."""
-    source = _topic_or_none(catalog, letter.source_topic)
+    source = _letter_source(catalog, letter)
     if letter.envelope is None or not seeing.any_masked(source):
         return letter.reason
     assert source is not None
@@ -417,7 +447,7 @@ def _shown_letter(catalog: Catalog, letter: DeadLetter, seeing: _Visibility) -> 
         return ShownDeadLetter(reason=letter.reason, app=None, app_version=None, failed_at=None, source=None,
                                source_topic=None, source_partition=None, source_offset=None, source_time=None,
                                original_key=None, original_value=None, stored="", note="not a dead-letter envelope")
-    source = _topic_or_none(catalog, letter.source_topic)
+    source = _letter_source(catalog, letter)
     reason = _seen_reason(catalog, letter, seeing)
     referenced = sorted(letter.by_reference)
     stored = "inline" if not referenced else (

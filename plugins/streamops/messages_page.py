@@ -173,17 +173,19 @@ def render_browser(catalog: Catalog, form: dict[str, str], result: BrowseResult 
     if error:
         parts.append(f"<p class='error' id='error'>{e(error)}</p>")
     if result is not None:
-        parts.append(_result_html(catalog, result))
+        parts.append(_result_html(catalog, result, form))
     parts.append("</body></html>")
     return "".join(parts)
 
 
-def _result_html(catalog: Catalog, result: BrowseResult) -> str:
+def _result_html(catalog: Catalog, result: BrowseResult, form: dict[str, str]) -> str:
     head = (f"<p id='summary'>{e(result.topic)} partition {result.partition} of {result.partitions}: offsets "
             f"{result.low}-{result.high - 1 if result.high > result.low else result.low} on the broker; read "
             f"{result.scanned:,} from {result.start}, showing {len(result.records)}.")
     if result.next_offset < result.high:
-        query = {"topic": result.topic, "partition": result.partition, "offset": result.next_offset}
+        # The next page keeps the filters and the page size.
+        query = {**{k: v for k, v in form.items() if k in ("key", "header", "reason", "limit") and v},
+                 "topic": result.topic, "partition": result.partition, "offset": result.next_offset}
         head += f" <a id='next' href='{URL_PREFIX}{PAGE_PATH}?{e(urlencode(query))}'>Next page from {result.next_offset}</a>"
     head += "</p>"
     notes = "".join(f"<div class='note'>{e(n)}</div>" for n in result.notes)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -207,7 +206,7 @@ class ProvisioningPlan(BaseModel):
         return from_plan_json(cls, data)
 
 
-def select_topics(catalog: Catalog, names: Sequence[str] | None, now: datetime | None = None) -> list[TopicSpec]:
+def select_topics(catalog: Catalog, names: Sequence[str] | None) -> list[TopicSpec]:
     """The catalog topics to provision: all of them, or the named subset (each must exist). A
     topic whose retention is held (streamops.retention: recover_extend_retention, for a stated time)
     keeps the held retention.ms until the hold ends."""
@@ -220,8 +219,8 @@ def select_topics(catalog: Catalog, names: Sequence[str] | None, now: datetime |
                 f"choose from: {', '.join(catalog.topic_names())}"
             )
     chosen = [spec for spec in catalog.topics if not names or spec.name in set(names)]
-    holds, moment = read_holds(), now or datetime.now(UTC)
-    return [spec.model_copy(update={"configs": held_configs(spec.name, spec.configs, holds, moment)}) if spec.name in holds
+    holds = read_holds()
+    return [spec.model_copy(update={"configs": held_configs(spec.name, spec.configs, holds)}) if spec.name in holds
             else spec for spec in chosen]
 
 

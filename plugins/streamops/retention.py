@@ -16,14 +16,17 @@ the last hour (at least RUNWAY_FLOOR_S): enough to act and to catch up.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import fcntl
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from streamops.catalog import checkpoint_root
-from streamops.runtime_files import read_json_object, write_json_atomic
+from streamops.runtime_files import write_json_atomic
 from streamops.timestamps import parse_recorded_time
 
 CATCH_UP_MULTIPLE = 3
@@ -174,19 +177,48 @@ def holds_file() -> Path:
     return checkpoint_root() / "_retention" / "holds.json"
 
 
+class HoldsUnreadable(ValueError):
+    """The holds file is not what recover_extend_retention writes: provisioning stops rather than
+    revert a retention someone extended."""
+
+
 def read_holds() -> dict[str, RetentionHold]:
-    """Every hold on record, active or ended (not yet reverted): topic -> hold."""
-    data = read_json_object(holds_file()) or {}
-    return {topic: RetentionHold(**entry) for topic, entry in data.items() if isinstance(entry, dict)}
+    """Every hold on record, active or ended but kept (removed only when reverted): topic -> hold."""
+    path = holds_file()
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise HoldsUnreadable(f"{path} is not JSON ({exc}): fix or remove it; it records retention extensions "
+                              "(recover_extend_retention) that provision_topics must keep") from None
+    try:
+        return {str(topic): RetentionHold(**entry) for topic, entry in data.items()}
+    except (AttributeError, TypeError) as exc:
+        raise HoldsUnreadable(f"{path} holds an entry that is not a retention hold ({exc}): fix or remove it") from None
 
 
-def write_holds(holds: dict[str, RetentionHold]) -> None:
-    holds_file().parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(holds_file(), {topic: asdict(hold) for topic, hold in sorted(holds.items())}, indent=2)
+@contextmanager
+def holds_changed() -> Iterator[dict[str, RetentionHold]]:
+    """The holds to change, under a lock (an extension and the supervisor's revert never lose each
+    other's write); written back when the block ends."""
+    path = holds_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        holds = read_holds()
+        yield holds
+        write_json_atomic(path, {topic: asdict(hold) for topic, hold in sorted(holds.items())}, indent=2)
 
 
-def held_configs(topic: str, configs: dict[str, Any], holds: dict[str, RetentionHold], now: datetime) -> dict[str, Any]:
-    """A topic's declared configs with an active hold's retention.ms in place of the catalog's: what
-    provisioning keeps the broker at (so provision_topics neither reverts nor reports a hold)."""
+def held_configs(topic: str, configs: dict[str, Any], holds: dict[str, RetentionHold]) -> dict[str, Any]:
+    """A topic's declared configs with a hold's retention.ms where it keeps records longer than the
+    catalog's: what provisioning keeps the broker at (provision_topics neither reverts nor reports a
+    hold). A hold counts until the supervisor reverts it (an ended one it kept too)."""
     hold = holds.get(topic)
-    return {**configs, "retention.ms": hold.retention_ms} if hold is not None and hold.active(now) else configs
+    if hold is None:
+        return configs
+    declared = configs.get("retention.ms")
+    if isinstance(declared, int) and (declared < 0 or declared >= hold.retention_ms):
+        return configs
+    return {**configs, "retention.ms": hold.retention_ms}

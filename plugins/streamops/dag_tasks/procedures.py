@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from confluent_kafka import KafkaException
-
 from streamops.catalog import Catalog, load_catalog
 from streamops.dag_tasks import audited_step, trail
 from streamops.dag_tasks.approval import PlanApproval
@@ -112,8 +110,8 @@ def downstream_of(step: Step, app: str, again: list[InputRange], never: list[Inp
     try:
         return downstream_impact(step.kafka, step.admin, step.catalog, step.catalog.app(app), again=again, never=never,
                                  moved_to=moved_to)
-    except KafkaException as exc:
-        log.warning("The downstream impact of the plan could not be worked out: %s", exc)
+    except Exception as exc:  # noqa: BLE001 - a slow or unreadable cluster is said in the plan, never fails it
+        log.warning("The downstream impact of the plan could not be worked out: %s: %s", type(exc).__name__, exc)
         return DownstreamImpact(notes=[f"the readers of the outputs could not be found on the cluster ({exc}): "
                                        "check the consumer groups by hand before approving"])
 

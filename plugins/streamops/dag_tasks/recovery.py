@@ -239,7 +239,7 @@ def _extend_plan(step: Step) -> ExtendPlan:
 
 EXTEND = Procedure(
     name="retention extension plan", plan_type=ExtendPlan, plan=_extend_plan,
-    apply=lambda step, plan: apply_extend(step.admin, step.catalog, plan, run_id=step.run_id, by=step.user),
+    apply=lambda step, plan: apply_extend(step.admin, plan, run_id=step.run_id, by=step.user),
     verify=lambda step, plan, _applied: verify_extend(step.admin, plan),
 )
 

@@ -19,13 +19,13 @@ from typing import Any
 from tabulate import tabulate
 
 from streamops.app_status import app_status
-from streamops.catalog import Catalog
+from streamops.catalog import KNOWN_TOPIC_CONFIGS, Catalog, TopicSpec
 from streamops.kafka_client import KafkaClientConfig
-from streamops.kafka_offsets import DURATION_PATTERN, duration_ms
+from streamops.kafka_offsets import DURATION_PATTERN, duration_ms, end_offsets
 from streamops.plans import JsonPlan
-from streamops.provisioning import apply_plan, describe_broker, plan_topics, select_topics
+from streamops.provisioning import apply_plan, describe_broker, plan_topics
 from streamops.recovery.common import RecoveryRefused, resolve_app
-from streamops.retention import RetentionHold, read_holds, topic_retentions, write_holds
+from streamops.retention import RUNWAY_FLOOR_S, RetentionHold, holds_changed, read_holds, topic_retentions
 from streamops.timestamps import iso_ms
 
 MAX_EXTENSION = timedelta(days=30)
@@ -91,39 +91,65 @@ def plan_extend(admin: Any, kafka: KafkaClientConfig, catalog: Catalog, request:
         raise RecoveryRefused(problems)
     inputs = sorted(set(app.inputs.values()))
     kept = topic_retentions(admin, inputs)
-    runways = app_status(app, kafka).runways
+    notes = []
+    try:
+        runways = app_status(app, kafka).runways
+    except Exception as exc:  # noqa: BLE001 - the runway is shown, not needed: the extension still helps
+        runways = []
+        notes.append(f"the app's runway could not be read ({type(exc).__name__}: {exc}); shown as unknown")
     topics = []
     for topic in inputs:
         now_ms = kept.get(topic)
         if now_ms is None or now_ms.retention_ms is None:
-            problems.append(f"{topic} keeps its records without a time limit (retention.ms -1, or compaction only): "
-                            "nothing to extend")
+            notes.append(f"{topic} keeps its records without a time limit (retention.ms -1, or compaction only): "
+                         "left as it is")
             continue
         declared = catalog.topic(topic).configs.get("retention.ms")
         short = [r.runway_s for r in runways if r.topic == topic and r.runway_s is not None]
         topics.append(TopicExtension(topic, now_ms.retention_ms, declared if isinstance(declared, int) else None,
                                      now_ms.retention_ms + extra, min(short) if short else None))
-    if problems:
-        raise RecoveryRefused(problems)
-    return ExtendPlan(app.name, asdict(request), topics, iso_ms(now + timedelta(milliseconds=hold)))
+    if not topics:
+        raise RecoveryRefused([*notes, f"no input topic of {app.name} has a time retention to extend"])
+    return ExtendPlan(app.name, asdict(request), topics, iso_ms(now + timedelta(milliseconds=hold)), notes)
 
 
-def apply_extend(admin: Any, catalog: Catalog, plan: ExtendPlan, *, run_id: str, by: str) -> dict[str, Any]:
-    """The hold first (provision_topics keeps it from then on), then the broker, through provisioning."""
-    holds = read_holds()
-    for t in plan.topics:
-        holds[t.topic] = RetentionHold(t.topic, t.retention_ms_new, t.declared_ms, plan.until, run_id, by)
-    write_holds(holds)
-    names = [t.topic for t in plan.topics]
-    specs = select_topics(catalog, names)
-    provisioning = plan_topics(specs, describe_broker(admin, names), report_unmanaged=False)
-    failed = [f"{r.topic}: {r.error}" for r in apply_plan(admin, provisioning) if r.error]
+def _only_retention(admin: Any, topics: dict[str, int | None]) -> list[str]:
+    """Set retention.ms of each topic (None: remove the topic's own value) and nothing else, through
+    provisioning's plan and apply: the topic as the broker has it, with that one config changed."""
+    snapshot = describe_broker(admin, list(topics))
+    specs = []
+    for name, retention_ms in topics.items():
+        broker = snapshot.topics[name]
+        configs: dict[str, Any] = {k: _config_value(broker.configs[k]) for k in broker.overridden
+                                   if k != "retention.ms" and k in KNOWN_TOPIC_CONFIGS}
+        if retention_ms is not None:
+            configs["retention.ms"] = retention_ms
+        specs.append(TopicSpec(name=name, partitions=broker.partitions, replication_factor=broker.replication_factor,
+                               owner="-", description="-", configs=configs))
+    plan = plan_topics(specs, snapshot, report_unmanaged=False)
+    return [f"{r.topic}: {r.error}" for r in apply_plan(admin, plan) if r.error]
+
+
+def _config_value(text: str) -> Any:
+    """A broker's config value as the catalog writes it (numbers as numbers)."""
+    return int(text) if re.fullmatch(r"-?[0-9]+", text) else text
+
+
+def apply_extend(admin: Any, plan: ExtendPlan, *, run_id: str, by: str, now: datetime | None = None) -> dict[str, Any]:
+    """The hold first (provision_topics keeps it from then on), then the broker's retention.ms, and
+    only it. The hold's time counts from now (the approval may have taken a while)."""
+    now = now or datetime.now(UTC)
+    until = iso_ms(now + timedelta(milliseconds=duration_ms(plan.request["hold_for"])))
+    with holds_changed() as holds:
+        for t in plan.topics:
+            holds[t.topic] = RetentionHold(t.topic, t.retention_ms_new, t.declared_ms, until, run_id, by)
+    failed = _only_retention(admin, {t.topic: t.retention_ms_new for t in plan.topics})
     if failed:
         raise RecoveryRefused([f"the broker refused the change: {', '.join(failed)} (the hold is recorded; "
                                "provision_topics applies it once the broker takes it)"])
-    return {"summary": f"retention.ms of {', '.join(names)} held at "
-                       f"{', '.join(f'{t.retention_ms_new:,}' for t in plan.topics)} until {plan.until}",
-            "held": {t.topic: t.retention_ms_new for t in plan.topics}}
+    return {"summary": f"retention.ms of {', '.join(t.topic for t in plan.topics)} held at "
+                       f"{', '.join(f'{t.retention_ms_new:,}' for t in plan.topics)} until {until}",
+            "held": {t.topic: t.retention_ms_new for t in plan.topics}, "until": until}
 
 
 def verify_extend(admin: Any, plan: ExtendPlan) -> dict[str, Any]:
@@ -136,31 +162,45 @@ def verify_extend(admin: Any, plan: ExtendPlan) -> dict[str, Any]:
 
 
 def end_holds(admin: Any, kafka: KafkaClientConfig, catalog: Catalog, now: datetime | None = None) -> list[str]:
-    """The supervisor's part: put the catalog's retention back on every topic whose hold ended,
-    unless an app reading it has an unread record older than that retention (it would be deleted):
-    then the hold stays, and the line says so. What it did, a line per topic."""
+    """The supervisor's part: put the catalog's retention.ms back (and only it) on every topic whose
+    hold ended, unless an app reading it could lose an unread record by that: its oldest unread one
+    is older than the catalog's retention less the runway floor, or its age cannot be read, or the
+    catalog declares no retention.ms to go back to. Then the hold stays and the line says why.
+    What it did, a line per topic."""
     now = now or datetime.now(UTC)
-    holds = read_holds()
-    ended = {topic: hold for topic, hold in holds.items() if not hold.active(now)}
-    if not ended:
-        return []
+    ended = {topic: hold for topic, hold in read_holds().items() if not hold.active(now)}
     lines = []
     for topic, hold in sorted(ended.items()):
         declared = catalog.topic(topic).configs.get("retention.ms") if topic in catalog.topic_names() else None
-        limit_s = declared / 1000 if isinstance(declared, int) and declared >= 0 else None
-        readers = [a for a in catalog.apps if topic in a.inputs.values()]
-        oldest = max((r.oldest_age_s or 0.0 for a in readers for r in app_status(a, kafka).runways if r.topic == topic),
-                     default=0.0)
-        if limit_s is not None and oldest >= limit_s:
-            lines.append(f"{topic}: the retention hold of run {hold.run_id} ended at {hold.until}, but its oldest unread "
-                         f"record is {oldest:,.0f} s old, past the catalog's retention ({limit_s:,.0f} s): kept held "
-                         "(reverting would delete it); extend again with recover_extend_retention or let the app catch up")
+        why_kept = _revert_risk(kafka, catalog, topic, declared)
+        if why_kept:
+            lines.append(f"{topic}: the retention hold of run {hold.run_id} ended at {hold.until}, but {why_kept}: kept "
+                         "held; extend again with recover_extend_retention, let the app catch up, or revert by hand")
             continue
-        del holds[topic]
-        write_holds(holds)
-        specs = select_topics(catalog, [topic], now)
-        results = apply_plan(admin, plan_topics(specs, describe_broker(admin, [topic]), report_unmanaged=False))
-        errors = [r.error for r in results if r.error]
+        assert isinstance(declared, int)
+        with holds_changed() as holds:
+            holds.pop(topic, None)
+        errors = _only_retention(admin, {topic: declared})
         lines.append(f"{topic}: the retention hold of run {hold.run_id} ended at {hold.until}: "
                      + (f"reverting failed: {errors[0]}" if errors else f"the catalog's retention.ms {declared} is back"))
     return lines
+
+
+def _revert_risk(kafka: KafkaClientConfig, catalog: Catalog, topic: str, declared: object) -> str | None:
+    if not isinstance(declared, int) or declared < 0:
+        return "the catalog declares no time retention.ms for it to go back to"
+    for app in (a for a in catalog.apps if topic in a.inputs.values()):
+        for runway in app_status(app, kafka).runways:
+            if runway.topic != topic or runway.position >= _end_of(kafka, topic, runway.partition):
+                continue
+            if runway.oldest_age_s is None:
+                return f"{app.name}'s oldest unread record on partition {runway.partition} cannot be read"
+            if runway.oldest_age_s >= declared / 1000 - min(RUNWAY_FLOOR_S, declared / 2000):
+                return (f"{app.name}'s oldest unread record (partition {runway.partition}, offset {runway.position}) is "
+                        f"{runway.oldest_age_s:,.0f} s old: the catalog's retention ({declared / 1000:,.0f} s) would "
+                        "delete it, or nearly")
+    return None
+
+
+def _end_of(kafka: KafkaClientConfig, topic: str, partition: int) -> int:
+    return end_offsets(kafka, topic).get(partition, (0, 0))[1]

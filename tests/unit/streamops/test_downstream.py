@@ -63,3 +63,21 @@ def test_a_cutover_tells_each_group_its_topic_goes_quiet():
     assert moved.words() == ("group billing on out.a: after the cutover r writes to the versioned topics (v2): this group "
                              "receives nothing more on out.a until it reads those")
     assert DownstreamImpact(groups=[moved]).summary() == "downstream: 1 consumer group(s) affected"
+
+
+def test_a_hold_keeps_the_longer_of_its_retention_and_the_catalogs_and_a_bad_holds_file_is_named(tmp_path, monkeypatch):
+    import pytest
+
+    from streamops.retention import HoldsUnreadable, RetentionHold, held_configs, holds_changed, holds_file, read_holds
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path))
+    with holds_changed() as holds:
+        holds["in"] = RetentionHold("in", 620_000, 20_000, "2026-12-03T10:00:00.000Z", "r1", "ops")
+    kept = read_holds()
+    assert held_configs("in", {"retention.ms": 20_000, "cleanup.policy": "delete"}, kept) == {
+        "retention.ms": 620_000, "cleanup.policy": "delete"}  # ended or not: until the supervisor reverts it
+    assert held_configs("in", {"retention.ms": 900_000}, kept) == {"retention.ms": 900_000}  # the catalog raised it
+    assert held_configs("other", {"retention.ms": 1}, kept) == {"retention.ms": 1}
+    holds_file().write_text("{not json")
+    with pytest.raises(HoldsUnreadable, match=r"holds.json is not JSON .*: fix or remove it"):
+        read_holds()

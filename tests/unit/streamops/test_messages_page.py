@@ -104,3 +104,19 @@ def test_every_route_of_the_operator_pages_asks_for_a_login():
     for route in routes:
         assert route.dependant.dependencies, f"{route.path} has no login dependency"
         assert not {"user", "request", "_user"} & {q.name for q in route.dependant.query_params}, route.path
+
+
+def test_a_reason_shown_to_a_masked_reader_keeps_field_names_and_rules_and_no_value():
+    from streamops.message_browser import MASK, mask_reason
+
+    assert mask_reason("field 'op_type': 'NO_SUCH_OP' is not one of the allowed values", {"op_type"}) == (
+        f"field 'op_type': {MASK} is not one of the allowed values")
+    assert mask_reason("key 'u3' does not equal field 'user_id' 'u4' (input contract key: the catalog keys this input by "
+                       "field 'user_id')", {"user_id"}) == (
+        f"key {MASK} does not equal field 'user_id' {MASK} (input contract key: the catalog keys this input by field "
+        "'user_id')")
+    # A value with a quote in it, or a number: the sentence goes, the rule stays.
+    for reason in ("field 'user_id': 'o'neil' is too long (input contract pattern)", "field 'age' is 16, below 18"):
+        assert mask_reason(reason, {"user_id", "age"}).startswith(f"{MASK} (the reason quotes the record)")
+    assert mask_reason("value is not valid JSON (input contract json: RFC 8259)", set()) == (
+        "value is not valid JSON (input contract json: RFC 8259)")
