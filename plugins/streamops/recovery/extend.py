@@ -23,7 +23,7 @@ from streamops.catalog import KNOWN_TOPIC_CONFIGS, Catalog, TopicSpec
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import DURATION_PATTERN, duration_ms, end_offsets
 from streamops.plans import JsonPlan
-from streamops.provisioning import apply_plan, describe_broker, plan_topics
+from streamops.provisioning import apply_plan, describe_broker, plan_topics, verify
 from streamops.recovery.common import RecoveryRefused, resolve_app
 from streamops.retention import RUNWAY_FLOOR_S, RetentionHold, holds_changed, read_holds, topic_retentions
 from streamops.timestamps import iso_ms
@@ -127,7 +127,10 @@ def _only_retention(admin: Any, topics: dict[str, int | None]) -> list[str]:
         specs.append(TopicSpec(name=name, partitions=broker.partitions, replication_factor=broker.replication_factor,
                                owner="-", description="-", configs=configs))
     plan = plan_topics(specs, snapshot, report_unmanaged=False)
-    return [f"{r.topic}: {r.error}" for r in apply_plan(admin, plan) if r.error]
+    errors = [f"{r.topic}: {r.error}" for r in apply_plan(admin, plan) if r.error]
+    if not errors:
+        verify(admin, specs)  # until the broker reports the new value (its metadata catches up after a while)
+    return errors
 
 
 def _config_value(text: str) -> Any:
