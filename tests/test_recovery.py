@@ -223,7 +223,7 @@ def test_bad_requests_are_refused_and_change_nothing(spark, run_dag, app_env, ap
 
 
 def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_when_run_twice(
-    spark, run_dag, app_env, app_catalog, broker, tmp_path
+    spark, run_dag, app_env, app_catalog, broker, tmp_path, admin
 ):
     catalog_file, _ = app_env
     strict = app_catalog.model_copy(update={"apps": [
@@ -243,9 +243,14 @@ def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_
     run_available_now(spark, strict, "oplog-router", broker, spec.checkpoint_location())
     assert len(read_all(broker.client_config, spec.dead_letter_topic)) == 17
 
-    # The fix: the catalog raises the limit (app_env's catalog keeps 65536).
+    # The fix: the catalog raises the limit (app_env's catalog keeps 65536). A team reads the contacts
+    # output: the plan tells it what it will receive that it never had.
+    commit_offsets(admin, "crm-sync", {(spec.outputs["contacts"], p): 0
+                                       for p in end_offsets(broker.client_config, spec.outputs["contacts"])})
     dry = run_dag("recover_replay_dead_letters", catalog_file, dry_run=True, app="oplog-router", reason_contains="BYTE LIMIT")
     assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
+    assert dry.xcoms["plan"]["downstream"]["lines"][0] == (
+        f"group crm-sync on {spec.outputs['contacts']}: receives the outputs of 12 replayed dead letter(s), new to it")
     assert dry.xcoms["plan"]["totals"] == {"records": 17, "replay": 12, "still fails": 0, "already replayed": 0,
                                            "filtered out": 5, "other": 0}
     assert len(read_all(broker.client_config, source)) == 57

@@ -209,7 +209,7 @@ def test_nightly_reconciliation_passes_on_live_output_and_fails_on_a_tampered_wi
 
 
 def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_and_a_restart_after_it_keeps_them(
-    run_dag, app_env, reprocess_env, app_catalog, broker
+    run_dag, app_env, reprocess_env, app_catalog, broker, admin
 ):
     """The cutover hands the live app over to the new topics; then its driver is killed (-9) and the
     supervisor restarts it, under the same load: the restart keeps the new topics (an approved change
@@ -221,6 +221,7 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
     from streamops.loadgen import LoadSpec, background_load
     from streamops.reprocess import target_catalog
     from streamops.waiting import poll_until
+    from tests.support.operations import commit_offsets
     from tests.support.routes import wait_until_all_routed
 
     catalog_file, runtime = app_env
@@ -230,10 +231,17 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
     with background_load(spec, LoadSpec(count=200_000, keys=40, rate=300, seed=33), broker.client_config) as load:
         poll_until(lambda: (p := runtime.progress().get("route")) is not None and p.input_rows > 0,
                    timeout=120, what="the router to see load")
+        # A team's dashboard reads the groups output: the plan tells it that topic goes quiet.
+        groups = spec.outputs["groups"]
+        commit_offsets(admin, "dashboards", {(groups, p): 0 for p in end_offsets(broker.client_config, groups)})
         result = run_dag("reprocess", catalog_file, app="oplog-router", start="earliest", end="now", target="versioned",
                          version="v2", dry_run=False, cutover=True)
         under_load = load.is_alive()  # the producer was still writing when the cutover finished
         assert result.state == "success", result.task_states
+        assert result.xcoms["plan"]["downstream"]["lines"][0] == (
+            f"group dashboards on {groups}: after the cutover oplog-router writes to "
+            f"{', '.join(f'{t}.v2' for t in sorted(spec.outputs.values()))}: this group receives nothing more on {groups} "
+            "until it reads those")
         old_ends = {t: end_offsets(broker.client_config, t) for t in [*spec.outputs.values(), spec.dead_letter_topic]}
         cut = runtime.driver()
 

@@ -21,6 +21,7 @@ suite's own groups and Spark's never count (SUITE_GROUP_PREFIXES: they commit no
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -43,6 +44,8 @@ SCAN_SECONDS = 60.0
 CLOCK_SLACK_MS = 5 * 60 * 1000
 ADMIN_TIMEOUT_S = 30
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class InputRange:
@@ -61,6 +64,16 @@ class InputRange:
         return topic == self.topic and partition == self.partition and self.start <= offset < self.end
 
 
+@dataclass(frozen=True)
+class PlanEffect:
+    """What a plan does to an app's input, as its readers downstream feel it."""
+
+    again: tuple[InputRange, ...] = ()  # processed once more: their outputs are written again
+    never: tuple[InputRange, ...] = ()  # never processed: their outputs are never written
+    moved_to: str | None = None  # a cutover: the outputs leave for these topics, in words
+    replayed: int = 0  # dead letters put back on the input: outputs new to every reader
+
+
 @dataclass
 class GroupImpact:
     group: str
@@ -69,6 +82,7 @@ class GroupImpact:
     again_unread: int | None  # output records it has not read yet and will receive twice
     never: int  # input records whose outputs it never receives
     note: str = ""
+    replayed: int = 0  # replayed dead letters whose outputs it receives for the first time
 
     def words(self) -> str:
         parts = []
@@ -80,6 +94,8 @@ class GroupImpact:
                          + (f", and {self.again_unread:,} it has not read yet twice" if self.again_unread else ""))
         if self.never:
             parts.append(f"never receives the outputs of {self.never:,} input record(s)")
+        if self.replayed:
+            parts.append(f"receives the outputs of {self.replayed:,} replayed dead letter(s), new to it")
         if not parts and self.note:
             return f"group {self.group} on {self.topic}: {self.note}"
         said = "; ".join(parts) or "sees no difference"
@@ -99,7 +115,8 @@ class DownstreamImpact:
         return lines + self.notes
 
     def summary(self) -> str:
-        touched = [g for g in self.groups if g.again_read is None or g.again_read or g.again_unread or g.never or g.note]
+        touched = [g for g in self.groups
+                   if g.again_read is None or g.again_read or g.again_unread or g.never or g.note or g.replayed]
         return (f"downstream: {len(touched)} consumer group(s) affected" if touched
                 else "downstream: no consumer group outside the suite is affected")
 
@@ -143,14 +160,13 @@ def has_lineage(catalog: Catalog, topic: str) -> bool:
     return bool(spec and spec.value_schema and LINEAGE_FIELD in spec.value_schema)
 
 
-def downstream_impact(kafka: KafkaClientConfig, admin: Any, catalog: Catalog, app: AppSpec, *,
-                      again: Iterable[InputRange] = (), never: Iterable[InputRange] = (),
-                      moved_to: str | None = None) -> DownstreamImpact:
-    """The impact on the readers of `app`'s outputs of processing `again` once more and never
-    processing `never`; with `moved_to` (a cutover to new topics, in words), that the app's output
-    leaves the topics they read."""
-    again = [r for r in again if r.records]
-    never = [r for r in never if r.records]
+def downstream_impact(kafka: KafkaClientConfig, admin: Any, catalog: Catalog, app: AppSpec,
+                      effect: PlanEffect) -> DownstreamImpact:
+    """The impact on the readers of `app`'s outputs of a plan's `effect`: input processed again or
+    never, dead letters replayed, or (a cutover) the outputs moved to new topics."""
+    again = [r for r in effect.again if r.records]
+    never = [r for r in effect.never if r.records]
+    moved_to = effect.moved_to
     outputs = sorted(set(app.outputs.values()))
     impact = DownstreamImpact()
     groups = reading_groups(admin, outputs)
@@ -179,15 +195,27 @@ def downstream_impact(kafka: KafkaClientConfig, admin: Any, catalog: Catalog, ap
                 counted = None
         for group, committed in sorted(readers.items()):
             if again and counted is None:
-                impact.groups.append(GroupImpact(group, topic, None, None, never_records, note))
+                impact.groups.append(GroupImpact(group, topic, None, None, never_records, note, effect.replayed))
                 continue
             read = unread = 0
             for partition, offsets in (counted or {}).items():
                 mark = committed.get(partition, 0)
                 read += sum(1 for o in offsets if o < mark)
                 unread += sum(1 for o in offsets if o >= mark)
-            impact.groups.append(GroupImpact(group, topic, read, unread, never_records, note))
+            impact.groups.append(GroupImpact(group, topic, read, unread, never_records, note, effect.replayed))
     return impact
+
+
+def impact_or_note(kafka: KafkaClientConfig, admin: Any, catalog: Catalog, app: AppSpec,
+                   effect: PlanEffect) -> DownstreamImpact:
+    """downstream_impact, or an impact that says it could not be worked out (a group listing
+    refused, a broker away, a slow read): a plan is never failed by it."""
+    try:
+        return downstream_impact(kafka, admin, catalog, app, effect)
+    except Exception as exc:  # noqa: BLE001 - said in the plan; the recovery still has to happen
+        log.warning("The downstream impact of the plan could not be worked out: %s: %s", type(exc).__name__, exc)
+        return DownstreamImpact(notes=[f"the readers of the outputs could not be found on the cluster "
+                                       f"({type(exc).__name__}: {exc}): check the consumer groups by hand before approving"])
 
 
 def _re_emitted(kafka: KafkaClientConfig, topic: str, again: list[InputRange]) -> tuple[dict[int, list[int]] | None, str]:

@@ -28,7 +28,7 @@ from streamops.dag_tasks.approval import PlanApproval
 from streamops.dag_tasks.connections import admin_client, kafka_connection, spark_session, spark_target
 from streamops.dag_tasks.launching import AppLauncher
 from streamops.dag_tasks.recovery_params import shared_param_problems
-from streamops.downstream import DownstreamImpact, InputRange, downstream_impact
+from streamops.downstream import DownstreamImpact, PlanEffect, impact_or_note
 from streamops.kafka_client import KafkaClientConfig
 from streamops.plans import AppPlan
 from streamops.recovery.common import RecoveryRefused
@@ -96,24 +96,16 @@ class Procedure:
     verify: Callable[[Step, Any, Result], Result]  # (step, plan, what the apply returned) -> outcome, with a "summary"
     # More the plan task hands on beside the plan (e.g. a rebuild's reprocessing plan).
     handed_on: Callable[[Step, Any], Result] | None = None
-    # The input records the plan processes again and never (streamops.downstream): what the readers
-    # of the app's outputs see is worked out from them and shown with the plan.
-    # (again, never, the new topics a cutover moves the outputs to, in words, or None)
-    input_ranges: Callable[[Any], tuple[list[InputRange], list[InputRange], str | None]] | None = None
+    # What the plan does to the app's input (streamops.downstream.PlanEffect): what the readers of
+    # the app's outputs see is worked out from it and shown with the plan.
+    effect: Callable[[Any], PlanEffect] | None = None
 
 
-def downstream_of(step: Step, app: str, again: list[InputRange], never: list[InputRange],
-                  moved_to: str | None = None) -> DownstreamImpact:
+def downstream_of(step: Step, app: str, effect: PlanEffect) -> DownstreamImpact:
     """The plan's impact on the consumer groups reading the app's outputs. A cluster that cannot
     say (a group listing refused, a broker away) is said in the impact, never a failed plan: the
     recovery still has to happen."""
-    try:
-        return downstream_impact(step.kafka, step.admin, step.catalog, step.catalog.app(app), again=again, never=never,
-                                 moved_to=moved_to)
-    except Exception as exc:  # noqa: BLE001 - a slow or unreadable cluster is said in the plan, never fails it
-        log.warning("The downstream impact of the plan could not be worked out: %s: %s", type(exc).__name__, exc)
-        return DownstreamImpact(notes=[f"the readers of the outputs could not be found on the cluster ({exc}): "
-                                       "check the consumer groups by hand before approving"])
+    return impact_or_note(step.kafka, step.admin, step.catalog, step.catalog.app(app), effect)
 
 
 def plan_step(procedure: Procedure, context: Mapping[str, Any]) -> Result:
@@ -127,8 +119,8 @@ def plan_step(procedure: Procedure, context: Mapping[str, Any]) -> Result:
         log.info("%s for %s:\n%s", procedure.name[0].upper() + procedure.name[1:], plan.app, plan.table())
         result = {**plan.to_json(), "summary": plan.summary(),
                   **(procedure.handed_on(step, plan) if procedure.handed_on else {})}
-        if procedure.input_ranges is not None:
-            impact = downstream_of(step, plan.app, *procedure.input_ranges(plan))
+        if procedure.effect is not None:
+            impact = downstream_of(step, plan.app, procedure.effect(plan))
             log.info("What the readers of %s's outputs see:\n%s", plan.app, "\n".join(impact.lines()))
             result["downstream"] = impact.to_json()
             result["summary"] += f"; {impact.summary()}"

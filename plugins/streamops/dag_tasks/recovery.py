@@ -13,7 +13,7 @@ from typing import Any
 
 from streamops.dag_tasks import reprocess as reprocessing
 from streamops.dag_tasks.procedures import Procedure, Result, Step
-from streamops.downstream import InputRange
+from streamops.downstream import InputRange, PlanEffect
 from streamops.recovery.common import RecoveryRefused
 from streamops.recovery.extend import ExtendPlan, ExtendRequest, apply_extend, plan_extend, verify_extend
 from streamops.recovery.lifecycle import await_resumed
@@ -82,17 +82,19 @@ def _reset_verify(step: Step, plan: ResetPlan, _applied: Result) -> Result:
     return {**started, "progress": progress, "summary": f"{started['summary']}; lag now {progress['lag_after']}"}
 
 
-def _reset_ranges(plan: ResetPlan) -> tuple[list[InputRange], list[InputRange], None]:
+def _reset_effect(plan: ResetPlan) -> PlanEffect:
     """Back: [new, now) is processed again; forward: [now, new) never is (an app that never read
     has written nothing yet)."""
     rows = [r for r in plan.rows if r.selected and r.current is not None]
-    return ([InputRange(r.topic, r.partition, r.new, r.current) for r in rows if r.current is not None and r.new < r.current],
-            [InputRange(r.topic, r.partition, r.current, r.new) for r in rows if r.current is not None and r.new > r.current],
-            None)
+    return PlanEffect(
+        again=tuple(InputRange(r.topic, r.partition, r.new, r.current) for r in rows
+                    if r.current is not None and r.new < r.current),
+        never=tuple(InputRange(r.topic, r.partition, r.current, r.new) for r in rows
+                    if r.current is not None and r.new > r.current))
 
 
 RESET = Procedure(name="offset reset plan", plan_type=ResetPlan, plan=_reset_plan, apply=_reset_apply, verify=_reset_verify,
-                  input_ranges=_reset_ranges)
+                  effect=_reset_effect)
 
 
 # --- dead-letter replay ---------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ def _replay_verify(step: Step, _plan: ReplayPlan, applied: Result) -> Result:
 
 
 REPLAY = Procedure(name="dead-letter replay plan", plan_type=ReplayPlan, plan=_replay_plan, apply=_replay_apply,
-                   verify=_replay_verify)
+                   verify=_replay_verify, effect=lambda plan: PlanEffect(replayed=plan.totals.get("replay", 0)))
 
 
 # --- rebuild ----------------------------------------------------------------------------------------------
@@ -152,18 +154,18 @@ def _rebuild_apply(step: Step, plan: RebuildPlan) -> Result:
                        f"kept at {handed['backup']}"}
 
 
-def _rebuild_ranges(plan: RebuildPlan) -> tuple[list[InputRange], list[InputRange], str | None]:
+def _rebuild_effect(plan: RebuildPlan) -> PlanEffect:
     """Live: every retained input record is processed again into the live topics; versioned: the
     outputs move to new topics at the cutover."""
     if plan.target == "live":
-        return [InputRange(i["topic"], i["partition"], i["earliest"], i["latest"]) for i in plan.inputs], [], None
-    return [], [], f"the versioned topics ({plan.target})"
+        return PlanEffect(again=tuple(InputRange(i["topic"], i["partition"], i["earliest"], i["latest"]) for i in plan.inputs))
+    return PlanEffect(moved_to=f"the versioned topics ({plan.target})")
 
 
 REBUILD = Procedure(
     name="state rebuild plan", plan_type=RebuildPlan, plan=_rebuild_plan, apply=_rebuild_apply,
     verify=lambda step, plan, _applied: await_progress(step, plan.app, None, caught_up=plan.target == "live"),
-    handed_on=_rebuild_reprocess_plan, input_ranges=_rebuild_ranges,
+    handed_on=_rebuild_reprocess_plan, effect=_rebuild_effect,
 )
 
 
@@ -190,14 +192,14 @@ def _restore_verify(step: Step, plan: RestorePlan, _applied: Result) -> Result:
     return {**continued, "progress": progress, "summary": f"{continued['summary']}; lag now {progress['lag_after']}"}
 
 
-def _restore_ranges(plan: RestorePlan) -> tuple[list[InputRange], list[InputRange], None]:
+def _restore_effect(plan: RestorePlan) -> PlanEffect:
     """The snapshot's positions are behind the current ones: what lies between is processed again."""
-    return [InputRange(m["topic"], m["partition"], m["restored"], m["now"]) for m in plan.moves
-            if m["now"] is not None and m["restored"] is not None and m["restored"] < m["now"]], [], None
+    return PlanEffect(again=tuple(InputRange(m["topic"], m["partition"], m["restored"], m["now"]) for m in plan.moves
+                                  if m["now"] is not None and m["restored"] is not None and m["restored"] < m["now"]))
 
 
 RESTORE = Procedure(name="checkpoint restore plan", plan_type=RestorePlan, plan=_restore_plan, apply=_restore_apply,
-                    input_ranges=_restore_ranges,
+                    effect=_restore_effect,
                     verify=_restore_verify)
 
 
@@ -221,12 +223,12 @@ def _skip_verify(step: Step, plan: SkipPlan, applied: Result) -> Result:
     return verify_skip(step.catalog.app(plan.app), plan, applied, step.kafka, step.verify_deadline_s)
 
 
-def _skip_ranges(plan: SkipPlan) -> tuple[list[InputRange], list[InputRange], None]:
-    return [], [InputRange(e["topic"], e["partition"], e["first"], e["last"] + 1) for e in plan.entries], None
+def _skip_effect(plan: SkipPlan) -> PlanEffect:
+    return PlanEffect(never=tuple(InputRange(e["topic"], e["partition"], e["first"], e["last"] + 1) for e in plan.entries))
 
 
 SKIP = Procedure(name="skip-records plan", plan_type=SkipPlan, plan=_skip_plan, apply=_skip_apply, verify=_skip_verify,
-                 input_ranges=_skip_ranges)
+                 effect=_skip_effect)
 
 
 # --- extend retention ------------------------------------------------------------------------------

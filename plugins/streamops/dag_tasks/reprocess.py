@@ -15,6 +15,7 @@ from streamops.catalog import load_catalog
 from streamops.dag_tasks import refusals_fail
 from streamops.dag_tasks.connections import spark_session
 from streamops.dag_tasks.launching import AppLauncher
+from streamops.downstream import PlanEffect, impact_or_note
 from streamops.effective_spec import approve_topics, drift, effective_catalog
 from streamops.kafka_client import KafkaClientConfig, app_connection
 from streamops.launch_overrides import LaunchOverrideRefused, checked_version, required_version
@@ -81,7 +82,15 @@ def plan(admin, kafka: KafkaClientConfig, params: dict) -> dict:
     if problems:
         raise ReprocessRefused(problems)
     log.info("Reprocessing plan for %s:\n%s", the_plan.app, the_plan.table())
-    return {**the_plan.to_json(), "summary": the_plan.summary()}
+    result = {**the_plan.to_json(), "summary": the_plan.summary()}
+    if request.cutover:  # the readers of the live topics: after it, nothing more arrives there
+        catalog = app_catalog(request.app)
+        moved = ", ".join(sorted(t for live, t in the_plan.targets.items() if live in catalog.app(request.app).outputs.values()))
+        impact = impact_or_note(kafka, admin, catalog, catalog.app(request.app), PlanEffect(moved_to=f"{moved}"))
+        log.info("What the readers of %s's outputs see:\n%s", the_plan.app, "\n".join(impact.lines()))
+        result["downstream"] = impact.to_json()
+        result["summary"] += f"; {impact.summary()}"
+    return result
 
 
 @refusals_fail

@@ -4,8 +4,8 @@ counting on a real broker: tests/test_recovery.py, tests/test_supervision.py).""
 from __future__ import annotations
 
 from streamops.dag_tasks.approval import plan_body
-from streamops.dag_tasks.recovery import _rebuild_ranges, _reset_ranges, _restore_ranges, _skip_ranges
-from streamops.downstream import DownstreamImpact, GroupImpact, InputRange, is_suite_group
+from streamops.dag_tasks.recovery import _rebuild_effect, _reset_effect, _restore_effect, _skip_effect
+from streamops.downstream import DownstreamImpact, GroupImpact, InputRange, PlanEffect, is_suite_group
 
 
 def test_each_group_is_told_what_it_receives_again_and_never():
@@ -39,22 +39,23 @@ def test_the_approval_shows_the_impact_first_and_a_group_name_stays_text():
     assert "downstream" not in body.split("Approve applies exactly this plan", 1)[1]  # not again as a raw field
 
 
-def test_each_plan_names_the_input_ranges_it_processes_again_or_never():
+def test_each_plan_names_what_it_does_to_the_input():
     from types import SimpleNamespace
 
     rows = [SimpleNamespace(topic="in", partition=0, current=100, new=40, selected=True),
             SimpleNamespace(topic="in", partition=1, current=100, new=130, selected=True),
             SimpleNamespace(topic="in", partition=2, current=None, new=0, selected=True),  # never read: nothing written
             SimpleNamespace(topic="in", partition=3, current=100, new=0, selected=False)]
-    assert _reset_ranges(SimpleNamespace(rows=rows)) == ([InputRange("in", 0, 40, 100)], [InputRange("in", 1, 100, 130)], None)
-    assert _skip_ranges(SimpleNamespace(entries=[{"topic": "in", "partition": 3, "first": 7, "last": 9}])) == (
-        [], [InputRange("in", 3, 7, 10)], None)
+    assert _reset_effect(SimpleNamespace(rows=rows)) == PlanEffect(again=(InputRange("in", 0, 40, 100),),
+                                                                   never=(InputRange("in", 1, 100, 130),))
+    assert _skip_effect(SimpleNamespace(entries=[{"topic": "in", "partition": 3, "first": 7, "last": 9}])) == PlanEffect(
+        never=(InputRange("in", 3, 7, 10),))
     moves = [{"topic": "in", "partition": 0, "now": 90, "restored": 60}, {"topic": "in", "partition": 1, "now": None,
                                                                           "restored": 5}]
-    assert _restore_ranges(SimpleNamespace(moves=moves)) == ([InputRange("in", 0, 60, 90)], [], None)
+    assert _restore_effect(SimpleNamespace(moves=moves)) == PlanEffect(again=(InputRange("in", 0, 60, 90),))
     inputs = [{"topic": "in", "partition": 0, "earliest": 5, "latest": 50}]
-    assert _rebuild_ranges(SimpleNamespace(target="live", inputs=inputs)) == ([InputRange("in", 0, 5, 50)], [], None)
-    assert _rebuild_ranges(SimpleNamespace(target="v2", inputs=inputs)) == ([], [], "the versioned topics (v2)")
+    assert _rebuild_effect(SimpleNamespace(target="live", inputs=inputs)) == PlanEffect(again=(InputRange("in", 0, 5, 50),))
+    assert _rebuild_effect(SimpleNamespace(target="v2", inputs=inputs)) == PlanEffect(moved_to="the versioned topics (v2)")
 
 
 def test_a_cutover_tells_each_group_its_topic_goes_quiet():
@@ -81,3 +82,8 @@ def test_a_hold_keeps_the_longer_of_its_retention_and_the_catalogs_and_a_bad_hol
     holds_file().write_text("{not json")
     with pytest.raises(HoldsUnreadable, match=r"holds.json is not JSON .*: fix or remove it"):
         read_holds()
+
+
+def test_a_replay_tells_each_group_it_receives_outputs_new_to_it():
+    assert GroupImpact("billing", "out.a", 0, 0, 0, replayed=12).words() == (
+        "group billing on out.a: receives the outputs of 12 replayed dead letter(s), new to it")
