@@ -245,8 +245,8 @@ def test_dead_letter_replay_after_a_fix_delivers_the_repaired_records_once_even_
 
     # The fix: the catalog raises the limit (app_env's catalog keeps 65536). A team reads the contacts
     # output: the plan tells it what it will receive that it never had.
-    commit_offsets(admin, "crm-sync", {(spec.outputs["contacts"], p): 0
-                                       for p in end_offsets(broker.client_config, spec.outputs["contacts"])})
+    commit_offsets(admin, "crm-sync", {(spec.outputs["contacts"], p): high  # it has read all there is
+                                       for p, (_, high) in end_offsets(broker.client_config, spec.outputs["contacts"]).items()})
     dry = run_dag("recover_replay_dead_letters", catalog_file, dry_run=True, app="oplog-router", reason_contains="BYTE LIMIT")
     assert dry.task_states == {"plan": "success", "approve": "skipped", "apply": "skipped", "verify": "skipped"}
     assert dry.xcoms["plan"]["downstream"]["lines"][0] == (

@@ -233,7 +233,8 @@ def test_cutover_under_load_continues_on_the_new_topics_without_gap_or_overlap_a
                    timeout=120, what="the router to see load")
         # A team's dashboard reads the groups output: the plan tells it that topic goes quiet.
         groups = spec.outputs["groups"]
-        commit_offsets(admin, "dashboards", {(groups, p): 0 for p in end_offsets(broker.client_config, groups)})
+        commit_offsets(admin, "dashboards", {(groups, p): high
+                                             for p, (_, high) in end_offsets(broker.client_config, groups).items()})
         result = run_dag("reprocess", catalog_file, app="oplog-router", start="earliest", end="now", target="versioned",
                          version="v2", dry_run=False, cutover=True)
         under_load = load.is_alive()  # the producer was still writing when the cutover finished

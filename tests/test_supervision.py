@@ -226,7 +226,7 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
 
     # The documented way out: skip exactly that record (a dry run first: what and where it is, and
     # what a team reading the contacts output will never receive).
-    commit_offsets(admin, "analytics-team", {(contacts, p): 0 for p in end_offsets(kafka, contacts)})
+    commit_offsets(admin, "analytics-team", {(contacts, p): high for p, (_, high) in end_offsets(kafka, contacts).items()})
     record = f"{source}:{POISON_PARTITION}:{poison_offset}"
     dry = run_dag("recover_skip_records", catalog_file, dry_run=True, app="oplog-router", records=[record],
                   note="OPS-7 too big for contacts")
