@@ -118,7 +118,7 @@ def test_reset_to_a_datetime_processes_exactly_the_records_written_from_then_on(
     # What that team will see, exactly, in the plan (and so in the approval text and the audit).
     assert plan["downstream"]["groups"] == [{
         "group": "billing-readers", "topic": contacts, "again_read": read_again, "again_unread": len(again) - read_again,
-        "never": 0, "note": ""}]
+        "never": 0, "note": "", "replayed": 0}]
     assert 0 < read_again < len(again)
     assert plan["downstream"]["lines"][0] == (
         f"group billing-readers on {contacts}: receives again {read_again:,} record(s) it has read, and "
