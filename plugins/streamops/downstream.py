@@ -86,7 +86,11 @@ class GroupImpact:
 
     def words(self) -> str:
         parts = []
-        if self.again_read is None:
+        note = self.note
+        if self.again_read is None and note:  # a lineage output too large to count: the note says why
+            parts.append(f"receives again the outputs of the records processed again ({note})")
+            note = ""
+        elif self.again_read is None:
             parts.append("receives again the outputs recomputed from the records processed again (how many is known "
                          "only once the app has run: this output names no source record)")
         elif self.again_read or self.again_unread:
@@ -96,10 +100,10 @@ class GroupImpact:
             parts.append(f"never receives the outputs of {self.never:,} input record(s)")
         if self.replayed:
             parts.append(f"receives the outputs of {self.replayed:,} replayed dead letter(s), new to it")
-        if not parts and self.note:
-            return f"group {self.group} on {self.topic}: {self.note}"
+        if not parts and note:
+            return f"group {self.group} on {self.topic}: {note}"
         said = "; ".join(parts) or "sees no difference"
-        return f"group {self.group} on {self.topic}: {said}" + (f" ({self.note})" if self.note else "")
+        return f"group {self.group} on {self.topic}: {said}" + (f" ({note})" if note else "")
 
 
 @dataclass

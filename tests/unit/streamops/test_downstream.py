@@ -87,3 +87,9 @@ def test_a_hold_keeps_the_longer_of_its_retention_and_the_catalogs_and_a_bad_hol
 def test_a_replay_tells_each_group_it_receives_outputs_new_to_it():
     assert GroupImpact("billing", "out.a", 0, 0, 0, replayed=12).words() == (
         "group billing on out.a: receives the outputs of 12 replayed dead letter(s), new to it")
+
+
+def test_an_output_too_large_to_count_says_so_and_not_that_it_has_no_lineage():
+    line = GroupImpact("bi", "out.a", None, None, 0, "not counted: 900,000 records of out.a would have to be read").words()
+    assert line == ("group bi on out.a: receives again the outputs of the records processed again (not counted: 900,000 "
+                    "records of out.a would have to be read)")
