@@ -152,8 +152,9 @@ class BrowseResult:
 def show_bytes(data: bytes | None, masked_fields: list[str] | None = None, *, mask_all: bool = False,
                max_chars: int = SHOWN_CHARS) -> Shown:
     """`data` as the page shows it: JSON pretty-printed, UTF-8 text as text, else hex; cut at
-    `max_chars`. `masked_fields` (dotted paths) are masked in a JSON value; a value that must be
-    masked but is not a JSON object (text, hex) is masked whole, as is everything with `mask_all`."""
+    `max_chars`. `masked_fields` (dotted paths, through arrays and JSON held in strings) are masked
+    in a JSON value; a value that must be masked but whose fields cannot be found (text, hex, a bare
+    JSON value) is masked whole, as is everything with `mask_all`."""
     if data is None:
         return Shown("null", "null", 0)
     size = len(data)
@@ -172,11 +173,11 @@ def show_bytes(data: bytes | None, masked_fields: list[str] | None = None, *, ma
             parsed = None
         else:
             kind = "json"
-            if masked_fields and isinstance(parsed, dict):
+            if masked_fields and _maskable(parsed):
                 masked = _mask_paths(parsed, masked_fields)
             text = json.dumps(parsed, indent=2, ensure_ascii=False)
-    if masked_fields and not (kind == "json" and isinstance(parsed, dict)):
-        return Shown("masked", f"{MASK} (sensitive: not a JSON object whose fields can be masked; {size:,} bytes)",
+    if masked_fields and not (kind == "json" and _maskable(parsed)):
+        return Shown("masked", f"{MASK} (sensitive: not JSON whose fields can be masked; {size:,} bytes)",
                      size, masked=["(all)"])
     if kind == "hex":
         shown_bytes = max_chars // 3
@@ -188,18 +189,53 @@ def show_bytes(data: bytes | None, masked_fields: list[str] | None = None, *, ma
     return Shown(kind, text, size, cut, masked)
 
 
+def _maskable(parsed: Any) -> bool:
+    """A JSON value whose sensitive fields can be found: an object, or an array of objects and
+    arrays (a bare value, or an array holding one, cannot say which field it is: masked whole)."""
+    if isinstance(parsed, dict):
+        return True
+    return isinstance(parsed, list) and all(isinstance(item, dict) or (isinstance(item, list) and _maskable(item))
+                                            for item in parsed)
+
+
 def _mask_paths(parsed: Any, paths: list[str]) -> list[str]:
-    """Masks each dotted path present in the JSON object `parsed` (in place); the paths masked."""
-    masked = []
-    for path in paths:
-        *parents, last = path.split(".")
-        node = parsed
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and last in node:
-            node[last] = MASK
-            masked.append(path)
-    return masked
+    """Masks each dotted path in the JSON value `parsed` (in place); the paths masked. A path goes
+    through arrays (`items.user_id` masks every item's), and through a string that holds JSON (a
+    payload carried as text): what the record means counts, not how it was encoded."""
+    return [path for path in paths if _mask_path(parsed, path.split("."))]
+
+
+def _mask_path(node: Any, parts: list[str]) -> bool:
+    if isinstance(node, list):
+        # Each element, not any(): every match is masked.
+        return bool(sum(_mask_path(item, parts) for item in node))
+    if not isinstance(node, dict) or parts[0] not in node:
+        return False
+    name, rest = parts[0], parts[1:]
+    if not rest:
+        node[name] = MASK
+        return True
+    child = node[name]
+    if isinstance(child, str):
+        inner = _json_container(child)
+        if inner is None:
+            return False
+        masked = _mask_path(inner, rest)
+        if masked:
+            node[name] = json.dumps(inner, ensure_ascii=False)
+        return masked
+    return _mask_path(child, rest)
+
+
+def _json_container(text: str) -> Any:
+    """`text` parsed when it holds a JSON object or array, else None."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict | list) else None
 
 
 _QUOTED = re.compile(r"'([^'\s]*)'")
