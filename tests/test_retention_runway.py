@@ -2,7 +2,8 @@
 a stopped router with unread input on a topic with a short retention pages before retention can
 delete the first unread record, its runway falling; once records it never read are gone (deleted
 as retention deletes them: the log start offset moves), its state is 'input lost' with the
-partition and offsets, and nothing restarts it into Spark's failOnDataLoss crash."""
+partition and offsets, and nothing restarts it into Spark's failOnDataLoss crash. A size limit
+pages from the unread records' bytes, and the extension raises it by what the input writes."""
 
 from __future__ import annotations
 
@@ -134,3 +135,62 @@ def test_an_approved_extension_keeps_every_unread_record_and_the_catalogs_retent
     (ended_line,) = end_holds(admin, broker.client_config, catalog, later)
     assert ended_line.endswith("the catalog's retention.ms 20000 is back")
     assert topic_retentions(admin, [source])[source].retention_ms == 20_000 and source not in read_holds()
+
+
+def test_a_size_limit_pages_from_the_unread_bytes_and_the_extension_raises_it_by_what_the_input_writes(
+        spark, app_env, app_catalog, broker, admin):
+    """The router's input keeps 200,000 bytes per partition (and the catalog's time limit, days):
+    60 unread records of about 1 KB on partition 0 leave a runway of seconds by size, measured from
+    those exact bytes. The extension holds retention.bytes higher by what the partition writes in
+    the stated time, through provisioning; the end of the hold is refused while the unread records
+    would still fill the catalog's limit within the runway floor."""
+    import math
+    from datetime import UTC, datetime, timedelta
+
+    from streamops.kafka_records import produce
+    from streamops.recovery.extend import ExtendRequest, apply_extend, end_holds, plan_extend, verify_extend
+    from streamops.retention import read_holds, record_bytes, topic_retentions
+
+    catalog_file, runtime = app_env
+    source = app_catalog.app("oplog-router").inputs["operations"]
+    catalog = app_catalog.model_copy(update={"topics": [
+        t.model_copy(update={"configs": {**t.configs, "retention.bytes": 200_000}}) if t.name == source else t
+        for t in app_catalog.topics]})
+    ensure_topics(admin, [catalog.topic(source)])
+    catalog_file.write_text(catalog.to_yaml())
+    spec = load_catalog(catalog_file).app("oplog-router")
+    produce_to_partitions(broker.client_config, source, range(0, 12))
+    run_available_now(spark, catalog, "oplog-router", broker, spec.checkpoint_location())
+    runtime.set_desired("stopped", run_id="manual__ops", by="ops")
+    unread = [(f"u{n}", f'{{"seq": {n}, "user_id": "u{n}", "op_type": "SEND_MESSAGE", "pad": "{"x" * 1000}"}}')
+              for n in range(60)]
+    produce(broker.client_config, source, unread, partition=0)
+    unread_bytes = sum(record_bytes(k.encode(), v.encode(), None) for k, v in unread)
+
+    (runway,) = [r for r in app_status(spec, broker.client_config).runways if r.partition == 0]
+    assert (runway.unread_records, runway.unread_bytes, runway.retention_bytes) == (60, unread_bytes, 200_000)
+    assert runway.limited_by == "retention.bytes" and runway.runway_s is not None
+    assert runway.runway_s < runway.time_runway_s  # type: ignore[operator]  # days by time
+    health = evaluate(spec, app_status(spec, broker.client_config), runtime)
+    assert health.state == "retention risk"
+    assert re.search(rf"retention deletes input oplog-router has not processed in about \d+ s: {re.escape(source)} partition 0, "
+                     rf"offset {runway.position} \(its 60 unread record\(s\), about {unread_bytes / 1024:.1f} KiB written over "
+                     r"\d+ s, against retention.bytes 200,000 per partition\); it pages below 30 min", health.evidence), \
+        health.evidence
+
+    plan = plan_extend(admin, broker.client_config, catalog, ExtendRequest("oplog-router", "1 hour", "1 hour"))
+    (topic,) = plan.topics
+    assert topic.retention_bytes_now == 200_000 and topic.bytes_per_s
+    assert topic.retention_bytes_new == 200_000 + math.ceil(topic.bytes_per_s * 3600) > 200_000
+    assert topic.retention_ms_new == topic.retention_ms_now + 3_600_000  # type: ignore[operator]
+    assert topic.runway_after_s > topic.shortest_runway_s  # type: ignore[operator]
+    apply_extend(admin, plan, run_id="manual__extend", by="approver")
+    verify_extend(admin, plan)
+    assert topic_retentions(admin, [source])[source].retention_bytes == topic.retention_bytes_new
+    assert read_holds()[source].declared_bytes == 200_000
+
+    (kept_line,) = end_holds(admin, broker.client_config, catalog, datetime.now(UTC) + timedelta(hours=2))
+    assert f"oplog-router's unread records on partition 0 (from offset {runway.position}, about {unread_bytes:,} bytes) " \
+           "would reach the catalog's retention.bytes (200,000) in " in kept_line and kept_line.endswith("kept held; extend "
+           "again with recover_extend_retention, let the app catch up, or revert by hand"), kept_line
+    assert topic_retentions(admin, [source])[source].retention_bytes == topic.retention_bytes_new

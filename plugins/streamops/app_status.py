@@ -21,7 +21,7 @@ from streamops.checkpoints import cluster_problem, positions
 from streamops.failures import describe_failed_batches
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import duration_ms, end_offsets
-from streamops.retention import Runway, TopicRetention, topic_retentions
+from streamops.retention import SIZE_SAMPLE_RECORDS, Runway, TopicRetention, record_bytes, topic_retentions
 from streamops.runtime_records import RateLine
 from streamops.timestamps import parse_recorded_time
 
@@ -143,7 +143,8 @@ class AppStatus:
         return f"({self.code[:15]})" if self.code.startswith("sha256:") else f"({self.code})"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "total_lag": self.total_lag, "max_time_lag_s": self.max_time_lag_s}
+        return {**asdict(self), "total_lag": self.total_lag, "max_time_lag_s": self.max_time_lag_s,
+                "runways": [r.to_json() for r in self.runways]}
 
 
 def _age_seconds(iso: str | None) -> float | None:
@@ -153,21 +154,42 @@ def _age_seconds(iso: str | None) -> float | None:
     return round((datetime.now(UTC) - moment).total_seconds(), 1)
 
 
-def _record_timestamps(kafka: KafkaClientConfig, positions: list[TopicPartition]) -> dict[tuple[str, int], int]:
-    """Timestamp (ms) of the record at each position."""
+@dataclass
+class _Sample:
+    """What was read at an app's position in one partition."""
+
+    timestamp_ms: int  # the first unread record's
+    records: int = 0  # read for the size estimate
+    bytes: int = 0  # their record_bytes
+
+
+def _read_at_positions(kafka: KafkaClientConfig, positions: list[TopicPartition],
+                       wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], _Sample]:
+    """The record at each position, and from there up to `wanted` records' bytes (1: the timestamp
+    only). Bounded: at most 10 s in all; what was read by then is the sample."""
     if not positions:
         return {}
     consumer = kafka.consumer("streamops-status")
-    found: dict[tuple[str, int], int] = {}
+    found: dict[tuple[str, int], _Sample] = {}
+    done: set[tuple[str, int]] = set()
     try:
         consumer.assign(positions)
         deadline = time.monotonic() + 10
-        while len(found) < len(positions) and time.monotonic() < deadline:
+        batch = min(sum(wanted.get((tp.topic, tp.partition), 1) for tp in positions), 1000)
+        while len(done) < len(positions) and time.monotonic() < deadline:
             # consume() returns after the timeout unless every message asked for came: keep it short.
-            for message in consumer.consume(num_messages=len(positions), timeout=0.05):
-                if message.error() is None:
-                    found.setdefault((message.topic(), message.partition()), message.timestamp()[1])
-                    consumer.pause([TopicPartition(message.topic(), message.partition())])
+            for message in consumer.consume(num_messages=batch, timeout=0.05):
+                where = (message.topic(), message.partition())
+                if message.error() is not None or where in done:
+                    continue
+                sample = found.setdefault(where, _Sample(message.timestamp()[1]))
+                want = wanted.get(where, 1)
+                if want > 1:
+                    sample.records += 1
+                    sample.bytes += record_bytes(message.key(), message.value(), message.headers())
+                if want <= 1 or sample.records >= want:
+                    done.add(where)
+                    consumer.pause([TopicPartition(*where)])
     finally:
         consumer.close()
     return found
@@ -246,32 +268,45 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig | None, checkpoint: str |
                                                 partition in partitions))
                 if lag:
                     behind.append(TopicPartition(topic, partition, done))
-    stamps = _record_timestamps(kafka, behind)
+    retentions = _input_retentions(kafka, spec, status.lags)
+    # The unread records' bytes are sampled only where a size limit may delete them first.
+    wanted = {(p.topic, p.partition): min(p.lag, SIZE_SAMPLE_RECORDS) for p in status.lags
+              if p.lag and p.topic in retentions and retentions[p.topic].retention_bytes is not None}
+    samples = _read_at_positions(kafka, behind, wanted)
     now_ms = time.time() * 1000
     for behind_by in status.lags:
-        stamp = stamps.get((behind_by.topic, behind_by.partition)) if behind_by.lag else None
-        behind_by.time_lag_s = round((now_ms - stamp) / 1000, 1) if stamp else None
-    status.runways = _runways(kafka, spec, status.lags)
+        sample = samples.get((behind_by.topic, behind_by.partition)) if behind_by.lag else None
+        behind_by.time_lag_s = round((now_ms - sample.timestamp_ms) / 1000, 1) if sample and sample.timestamp_ms else None
+    status.runways = _runways(spec, status.lags, retentions, samples)
     return status
 
 
-def _runways(kafka: KafkaClientConfig, spec: AppSpec, lags: list[PartitionLag]) -> list[Runway]:
-    """The app's input partitions' runways; the inputs' retention as the broker has it."""
-    inputs = set(spec.inputs.values())
-    mine = [p for p in lags if p.topic in inputs and p.in_checkpoint]
-    if not mine:
-        return []
+def _input_retentions(kafka: KafkaClientConfig, spec: AppSpec, lags: list[PartitionLag]) -> dict[str, TopicRetention]:
+    """The retention of the app's inputs as the broker has it ({}: none read, no runway)."""
+    inputs = {p.topic for p in lags if p.topic in set(spec.inputs.values()) and p.in_checkpoint}
+    if not inputs:
+        return {}
     try:
-        retentions = topic_retentions(kafka.admin(), {p.topic for p in mine})
+        return topic_retentions(kafka.admin(), inputs)
     except Exception as exc:  # noqa: BLE001 - no DescribeConfigs, a slow broker: no runway, the status still reads
         log.warning("%s: the inputs' retention cannot be read (%s: %s): no retention runway", spec.name,
                     type(exc).__name__, exc)
-        retentions = {}
+        return {}
+
+
+def _runways(spec: AppSpec, lags: list[PartitionLag], retentions: dict[str, TopicRetention],
+             samples: dict[tuple[str, int], _Sample]) -> list[Runway]:
+    """The app's input partitions' runways."""
+    inputs = set(spec.inputs.values())
     runways = []
-    for p in mine:
+    for p in lags:
+        if p.topic not in inputs or not p.in_checkpoint:
+            continue
         kept = retentions.get(p.topic, TopicRetention(None, None))
+        sample = samples.get((p.topic, p.partition)) if p.lag else None
+        unread_bytes = round(sample.bytes / sample.records * p.lag) if sample and sample.records else None
         runways.append(Runway(p.topic, p.partition, p.processed_to, p.earliest, p.time_lag_s if p.lag else None,
-                              kept.retention_ms, kept.retention_bytes))
+                              kept.retention_ms, kept.retention_bytes, unread_bytes, p.lag))
     return runways
 
 

@@ -1,10 +1,14 @@
 """Retention runway: per app and input partition, the time until Kafka's retention deletes the
 oldest record the app has not processed yet, and what is lost once it has.
 
-Kafka deletes a log segment once its newest record is older than `retention.ms` (or once the
-partition is over `retention.bytes`), so the oldest unprocessed record lives at least until its
-own timestamp plus `retention.ms`: the runway below is that lower bound (time-based retention; a
-size limit is named in the evidence as not estimated). An app that is stopped, crashed or slow
+Kafka deletes a log segment once its newest record is older than `retention.ms`, so the oldest
+unprocessed record lives at least until its own timestamp plus `retention.ms`. By size, Kafka
+deletes the oldest segments while what stays is still over `retention.bytes` (per partition), so
+the oldest unprocessed record lives at least until the records after it reach `retention.bytes`:
+the size runway is the time the partition's input needs to write the difference, at the rate it
+wrote the unread records (their bytes over the oldest one's age; Kafka has no partition size
+through librdkafka's admin API, so the bytes are estimated from a sample of the unread records,
+uncompressed, which errs early). The runway is the shorter of the two. An app that is stopped, crashed or slow
 loses input it has not read when the runway reaches zero, and with failOnDataLoss Spark then
 fails every start: the supervisor pages before (`retention risk`) and says it after (`input lost`),
 instead of restarting it into a crash loop.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -32,6 +37,11 @@ from streamops.timestamps import parse_recorded_time
 CATCH_UP_MULTIPLE = 3
 RUNWAY_FLOOR_S = 30 * 60.0
 ADMIN_TIMEOUT_S = 30
+# Records read from an app's position to estimate its unread bytes (only on topics with retention.bytes).
+SIZE_SAMPLE_RECORDS = 500
+# Per record on disk beyond key, value and headers (record format v2: lengths, deltas, attributes);
+# the batch header (61 bytes per batch) is left out: fewer bytes counted, never more than a batch.
+RECORD_OVERHEAD_BYTES = 20
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,8 @@ class Runway:
     oldest_age_s: float | None  # age of the oldest unprocessed record (None: caught up)
     retention_ms: int | None
     retention_bytes: int | None = None
+    unread_bytes: int | None = None  # estimated (record_bytes); None: not measured (no retention.bytes)
+    unread_records: int = 0
 
     @property
     def lost(self) -> int:
@@ -58,11 +70,45 @@ class Runway:
         return max(self.earliest - self.position, 0)
 
     @property
-    def runway_s(self) -> float | None:
-        """Seconds until the oldest unprocessed record may be deleted (None: no limit or nothing waits)."""
+    def time_runway_s(self) -> float | None:
+        """Seconds until retention.ms may delete the oldest unprocessed record (None: no limit or nothing waits)."""
         if self.retention_ms is None or self.oldest_age_s is None:
             return None
         return round(self.retention_ms / 1000 - self.oldest_age_s, 1)
+
+    @property
+    def size_runway_s(self) -> float | None:
+        """Seconds until retention.bytes may delete it, at the rate the unread records were written
+        (None: no size limit, not measured, or nothing waits)."""
+        if self.retention_bytes is None or self.unread_bytes is None or self.oldest_age_s is None:
+            return None
+        if self.unread_bytes >= self.retention_bytes:
+            return 0.0
+        bytes_per_s = self.unread_bytes / max(self.oldest_age_s, 1.0)
+        return round((self.retention_bytes - self.unread_bytes) / bytes_per_s, 1) if bytes_per_s else None
+
+    @property
+    def runway_s(self) -> float | None:
+        """Seconds until the oldest unprocessed record may be deleted, by time or by size, whichever comes first."""
+        known = [r for r in (self.time_runway_s, self.size_runway_s) if r is not None]
+        return min(known) if known else None
+
+    @property
+    def limited_by(self) -> str | None:
+        """The config that deletes first: "retention.ms" or "retention.bytes" (None: neither)."""
+        size, time = self.size_runway_s, self.time_runway_s
+        if size is not None and (time is None or size < time):
+            return "retention.bytes"
+        return "retention.ms" if time is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "runway_s": self.runway_s, "limited_by": self.limited_by}
+
+
+def record_bytes(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None) -> int:
+    """A record's bytes in the log, uncompressed (RECORD_OVERHEAD_BYTES)."""
+    return (RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+            + sum(len(name.encode()) + len(data or b"") for name, data in headers or ()))
 
 
 def topic_retentions(admin: Any, topics: Iterable[str]) -> dict[str, TopicRetention]:
@@ -136,10 +182,25 @@ def risk_evidence(app: str, runways: Sequence[Runway], limit_s: float, how: str)
     runway = first.runway_s or 0.0
     when = f"in about {_words(runway)}" if runway > 0 else "from now on (it may already be gone at the next segment check)"
     more = f" and {len(short) - 1} more partition(s)" if len(short) > 1 else ""
+    if first.limited_by == "retention.bytes":
+        why = (f"its {first.unread_records:,} unread record(s), about {_size(first.unread_bytes or 0)} written over "
+               f"{_words(first.oldest_age_s or 0)}, against retention.bytes {first.retention_bytes:,} per partition")
+        config = "retention.bytes"
+    else:
+        why = f"written {_words(first.oldest_age_s or 0)} ago, retention.ms {first.retention_ms:,}"
+        config = "retention.ms"
     return (f"retention deletes input {app} has not processed {when}: {first.topic} partition {first.partition}, offset "
-            f"{first.position} (written {_words(first.oldest_age_s or 0)} ago, retention.ms {first.retention_ms:,}){more}; "
-            f"it pages below {_words(limit_s)} ({how}). Start or speed up the app, or raise the inputs' retention.ms in the "
-            "catalog and apply it with provision_topics (approval required) until it has caught up.")
+            f"{first.position} ({why}){more}; it pages below {_words(limit_s)} ({how}). Start or speed up the app, or "
+            f"extend the inputs' retention with recover_extend_retention (approval required; {config} is the limit "
+            "here) until it has caught up.")
+
+
+def _size(count: float) -> str:
+    if count < 1024:
+        return f"{count:,.0f} bytes"
+    units = ("KiB", "MiB", "GiB")
+    power = min(int(math.log(count, 1024)), len(units))
+    return f"{count / 1024 ** power:,.1f} {units[power - 1]}"
 
 
 def _words(seconds: float) -> str:
@@ -159,18 +220,26 @@ def _words(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class RetentionHold:
-    """One input topic's retention.ms held above the catalog's until `until` (ISO-8601 UTC)."""
+    """One input topic's retention held above the catalog's until `until` (ISO-8601 UTC): its
+    retention.ms, and its retention.bytes where a size limit deletes too (None: not held)."""
 
     topic: str
-    retention_ms: int  # what the broker keeps meanwhile
+    retention_ms: int | None  # what the broker keeps meanwhile
     declared_ms: int | None  # what the catalog declared when the hold began (None: the broker default)
     until: str
     run_id: str
     by: str
+    retention_bytes: int | None = None
+    declared_bytes: int | None = None
 
     def active(self, now: datetime) -> bool:
         ends = parse_recorded_time(self.until)
         return ends is not None and now < ends
+
+    def held(self) -> dict[str, int]:
+        """The configs held: name -> value."""
+        return {name: value for name, value in (("retention.ms", self.retention_ms),
+                                                ("retention.bytes", self.retention_bytes)) if value is not None}
 
 
 def holds_file() -> Path:
@@ -212,13 +281,15 @@ def holds_changed() -> Iterator[dict[str, RetentionHold]]:
 
 
 def held_configs(topic: str, configs: dict[str, Any], holds: dict[str, RetentionHold]) -> dict[str, Any]:
-    """A topic's declared configs with a hold's retention.ms where it keeps records longer than the
-    catalog's: what provisioning keeps the broker at (provision_topics neither reverts nor reports a
-    hold). A hold counts until the supervisor reverts it (an ended one it kept too)."""
+    """A topic's declared configs with a hold's retention.ms and retention.bytes where they keep
+    records longer than the catalog's: what provisioning keeps the broker at (provision_topics neither
+    reverts nor reports a hold). A hold counts until the supervisor reverts it (an ended one it kept too)."""
     hold = holds.get(topic)
     if hold is None:
         return configs
-    declared = configs.get("retention.ms")
-    if isinstance(declared, int) and (declared < 0 or declared >= hold.retention_ms):
-        return configs
-    return {**configs, "retention.ms": hold.retention_ms}
+    kept = dict(configs)
+    for name, value in hold.held().items():
+        declared = configs.get(name)
+        if not (isinstance(declared, int) and (declared < 0 or declared >= value)):
+            kept[name] = value
+    return kept

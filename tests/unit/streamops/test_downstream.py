@@ -79,6 +79,12 @@ def test_a_hold_keeps_the_longer_of_its_retention_and_the_catalogs_and_a_bad_hol
         "retention.ms": 620_000, "cleanup.policy": "delete"}  # ended or not: until the supervisor reverts it
     assert held_configs("in", {"retention.ms": 900_000}, kept) == {"retention.ms": 900_000}  # the catalog raised it
     assert held_configs("other", {"retention.ms": 1}, kept) == {"retention.ms": 1}
+    with holds_changed() as holds:  # a size limit held too, and a hold written before sizes were held still reads
+        holds["sized"] = RetentionHold("sized", None, None, "2026-12-03T10:00:00.000Z", "r2", "ops", 9_000_000, 1_000_000)
+    kept = read_holds()
+    assert held_configs("sized", {"retention.ms": -1, "retention.bytes": 1_000_000}, kept) == {
+        "retention.ms": -1, "retention.bytes": 9_000_000}
+    assert kept["in"].held() == {"retention.ms": 620_000} and kept["sized"].held() == {"retention.bytes": 9_000_000}
     holds_file().write_text("{not json")
     with pytest.raises(HoldsUnreadable, match=r"holds.json is not JSON .*: fix or remove it"):
         read_holds()

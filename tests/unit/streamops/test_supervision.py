@@ -356,3 +356,31 @@ def test_the_default_runway_threshold_is_three_times_the_catch_up_at_the_best_ra
     assert threshold_s(None, 10, 1000.0)[0] == RUNWAY_FLOOR_S
     assert threshold_s(None, 10, None) == (RUNWAY_FLOOR_S, "no rate measured in the last hour: the floor of 30 min")
     assert threshold_s(120.0, 10, None) == (120.0, "the catalog's supervision.min_retention_runway")
+
+
+def test_a_size_limit_pages_when_the_unread_bytes_will_reach_it_before_the_time_limit(router):
+    """By size, the oldest unread record goes once the records after it reach retention.bytes: its
+    runway is the difference at the rate the unread records were written; the shorter limit counts."""
+    from streamops.retention import RECORD_OVERHEAD_BYTES, Runway, record_bytes
+
+    spec, runtime = router
+    spec = spec.model_copy(update={"supervision": spec.supervision.model_copy(update={"min_retention_runway": "10 minutes"})})
+    runtime.set_desired("stopped", run_id="manual__3", by="bob")
+    source = spec.inputs["operations"]
+    # 250,000 bytes written over 100 s (2,500 bytes/s) against 1,000,000: 300 s; by time 3,500 s.
+    by_size = Runway(source, 2, 40, 0, 100.0, 3_600_000, 1_000_000, 250_000, 1_000)
+    assert (by_size.time_runway_s, by_size.size_runway_s, by_size.runway_s, by_size.limited_by) == (
+        3500.0, 300.0, 300.0, "retention.bytes")
+    assert Runway(source, 2, 40, 0, 100.0, None, 1_000_000, 1_000_001, 9).runway_s == 0.0  # over it already
+    assert Runway(source, 2, 40, 0, 100.0, 3_600_000, 1_000_000, None, 9).limited_by == "retention.ms"  # not measured
+    assert Runway(source, 2, 40, 0, None, None, 1_000_000, None, 0).runway_s is None  # nothing waits
+    assert by_size.to_json()["runway_s"] == 300.0 and by_size.to_json()["limited_by"] == "retention.bytes"
+    risk = evaluate(spec, _status(state="stopped", runways=[by_size]), runtime, T0)
+    assert risk.state == "retention risk"
+    assert (f"retention deletes input oplog-router has not processed in about 300 s: {source} partition 2, offset 40 "
+            "(its 1,000 unread record(s), about 244.1 KiB written over 100 s, against retention.bytes 1,000,000 per "
+            "partition); it pages below 10 min (the catalog's supervision.min_retention_runway). Start or speed up the "
+            "app, or extend the inputs' retention with recover_extend_retention (approval required; retention.bytes is "
+            "the limit here)") in risk.evidence
+    assert record_bytes(b"k1", b"value", [("h", b"12")]) == RECORD_OVERHEAD_BYTES + 2 + 5 + 1 + 2
+    assert record_bytes(None, None, None) == RECORD_OVERHEAD_BYTES
