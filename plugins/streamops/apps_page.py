@@ -3,7 +3,8 @@ served by the API server at /streamops/apps behind the UI's login (plugins/strea
 
 Per app: its health as the supervisor judges it (red when it needs someone, with the evidence),
 version, drift (what the catalog declares against what runs, field by field), uptime, driver
-host, last batch age, lag and time lag, input rate over the last hour (a small chart drawn here
+host, last batch age, lag and time lag, retention runway (streamops.retention), input rate over
+the last hour (a small chart drawn here
 from the driver's per-batch rates), dead letters, restarts, and links to its recent DAG runs
 (from the audit log), Data Docs, driver log and Spark UI. Also as JSON at /streamops/apps.json
 for scripts.
@@ -40,7 +41,7 @@ RECENT_RUNS = 5
 DRIVER_LOG_TAIL_BYTES = 256 * 1024
 # The DAGs an operator uses on an app, linked from every row.
 APP_DAGS = ("deploy_apps", "roll_restart_apps", "stop_apps", "reprocess", "recover_replay_dead_letters",
-            "recover_reset_offsets", "recover_restore_checkpoint")
+            "recover_reset_offsets", "recover_restore_checkpoint", "recover_extend_retention")
 
 
 @dataclass
@@ -57,6 +58,9 @@ class AppRow:
     last_batch_age_s: float | None = None
     lag: int | None = None
     time_lag_s: float | None = None
+    # The shortest retention runway of its input partitions (streamops.retention), and where.
+    runway_s: float | None = None
+    runway_where: str | None = None  # "topic partition N, by retention.ms"
     input_rate_per_minute: list[float] = field(default_factory=list)  # rows/s, oldest minute first
     dead_letters_total: int | None = None
     restarts_total: int = 0
@@ -95,6 +99,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             continue
         started = parse_recorded_time(current.started_at) if current.state == "running" else None
         time_lags = [p.time_lag_s for p in current.lags if p.time_lag_s is not None]
+        shortest = min((r for r in current.runways if r.runway_s is not None), key=lambda r: r.runway_s or 0.0, default=None)
         rows.append(AppRow(
             app=name, state=health.state, needs_someone=health.needs_someone, evidence=health.evidence,
             version=current.version, started_at=current.started_at,
@@ -105,6 +110,8 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             last_batch_age_s=current.progress_age_s,
             lag=sum(p.lag for p in current.lags) if current.lags else None,
             time_lag_s=max(time_lags) if time_lags else (0.0 if current.lags else None),
+            runway_s=shortest.runway_s if shortest else None,
+            runway_where=f"{shortest.topic} partition {shortest.partition}, by {shortest.limited_by}" if shortest else None,
             input_rate_per_minute=minute_rates(rates, now, CHART_MINUTES),
             dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
             recent_runs=runs, has_driver_log=has_log, drift=seen.drift.to_dict() if seen.drift else None,
@@ -239,6 +246,7 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             f"<td>{_duration(row.last_batch_age_s)}</td>"
             f"<td>{'-' if row.lag is None else f'{row.lag:,}'}</td>"
             f"<td>{_duration(row.time_lag_s)}</td>"
+            f"<td class='runway'>{_runway_cell(row)}</td>"
             f"<td>{sparkline(row.input_rate_per_minute)}</td>"
             f"<td>{'-' if row.dead_letters_total is None else f'{row.dead_letters_total:,}'}</td>"
             f"<td>{row.restarts_total}</td>"
@@ -254,9 +262,16 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
         f"when one needs someone. Operate: {dag_links}</p>"
         "<table><thead><tr><th>app</th><th>state</th><th>version</th><th>declared vs running</th><th>uptime</th>"
         "<th>driver host</th>"
-        "<th>last batch</th><th>lag (records)</th><th>time lag</th><th>input rate, last hour</th>"
+        "<th>last batch</th><th>lag (records)</th><th>time lag</th><th>retention runway</th><th>input rate, last hour</th>"
         "<th>dead letters</th><th>restarts</th><th>recent runs</th></tr></thead>"
         f"<tbody>{''.join(body)}</tbody></table></body></html>")
+
+
+def _runway_cell(row: AppRow) -> str:
+    """The time until retention may delete input it has not read: '-' when nothing waits or no limit."""
+    if row.runway_s is None:
+        return "-"
+    return f"{_duration(row.runway_s)}<div class='small'>{html.escape(row.runway_where or '')}</div>"
 
 
 def rows_as_json(rows: list[AppRow]) -> list[dict[str, Any]]:

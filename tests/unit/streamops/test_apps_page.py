@@ -54,7 +54,7 @@ def test_a_row_that_needs_someone_is_red_with_its_evidence_and_links():
     rows = [
         AppRow("router", "crashed", True, "should be running but its driver is crashed (pid 42)", version="1.0.1",
                driver_host="host-a", dead_letters_total=3, restarts_total=2, has_driver_log=True,
-               input_rate_per_minute=[0.0] * 59 + [12.5],
+               input_rate_per_minute=[0.0] * 59 + [12.5], runway_s=3_000.0, runway_where="ops partition 3, by retention.ms",
                recent_runs=[{"dag_id": "deploy_apps", "run_id": "manual__1+2", "at": "2026-11-24T11:00:00", "user": "ops",
                              "step": "deploy", "outcome": "done"}]),
         AppRow("counts", "stopped", False, "stopped by ops", spark_ui="http://host-b:4041"),
@@ -66,6 +66,8 @@ def test_a_row_that_needs_someone_is_red_with_its_evidence_and_links():
     assert 'href="/streamops/apps/router/driver-log"' in page and 'href="http://host-b:4041"' in page
     assert 'href="/dags/deploy_apps/runs/manual__1%2B2"' in page  # a run id is quoted into the link
     assert "peak 12.5/s, now 12.5/s" in page
+    assert "<td class='runway'>50 min<div class='small'>ops partition 3, by retention.ms</div></td>" in page
+    assert "<td class='runway'>-</td>" in page  # counts: nothing waits
     assert '<tr class="" data-app="counts" data-state="stopped"' in page
     assert "<script" not in page  # nothing external or scripted: the chart is inline SVG
     assert "<title>input rate over the last 60 minutes, peak 12.5 records/s, now 12.5 records/s</title>" in sparkline(
