@@ -4,8 +4,7 @@ served by the API server at /streamops/apps behind the UI's login (plugins/strea
 Per app: its health as the supervisor judges it (red when it needs someone, with the evidence),
 version, drift (what the catalog declares against what runs, field by field), uptime, driver
 host, last batch age, lag and time lag, retention runway (streamops.retention), input rate over
-the last hour (a small chart drawn here
-from the driver's per-batch rates), dead letters, restarts, and links to its recent DAG runs
+the last hour (a small chart drawn here from the driver's per-batch rates), dead letters, restarts, and links to its recent DAG runs
 (from the audit log), Data Docs, driver log and Spark UI. Also as JSON at /streamops/apps.json
 for scripts.
 """
