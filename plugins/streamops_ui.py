@@ -3,11 +3,12 @@
     /streamops/apps          every streaming app on one screen (Browse -> Streaming apps)
     /streamops/apps.json     the same for scripts
     /streamops/messages      the message browser: a topic's records (Browse -> Messages)
+    /streamops/apps/<app>/state   a stateful app's state per key (linked from the apps page)
     /streamops/data-docs/    validate_topic_quality's Data Docs (Browse -> Data Docs)
     /streamops/metrics       Prometheus figures (scrape token or login)
 
 Airflow loads every .py file directly under plugins/ as a plugin module; this one only mounts
-streamops.apps_page, streamops.messages_page, streamops.quality.docs and streamops.metrics (what
+streamops.apps_page, streamops.messages_page, streamops.state_page, streamops.quality.docs and streamops.metrics (what
 is served, and the login they ask for). One app under one prefix: two plugin apps on nested prefixes shadow each other.
 """
 
@@ -20,10 +21,12 @@ from streamops.messages_page import PAGE_PATH as MESSAGES_PATH
 from streamops.messages_page import add_messages_page
 from streamops.metrics import URL_PREFIX, metrics_app
 from streamops.quality import docs
+from streamops.state_page import add_state_page
 
 operator_pages = metrics_app()
 add_apps_page(operator_pages)
 add_messages_page(operator_pages)
+add_state_page(operator_pages)
 # url_route: a page opens inside the Airflow UI (its navigation stays around it).
 views = [{"name": "Streaming apps", "href": f"{URL_PREFIX}{PAGE_PATH}", "url_route": "streaming-apps",
           "destination": "nav", "category": "browse"},

@@ -6,6 +6,7 @@ import json
 
 from streamops.driver.queries import observed_totals
 from streamops.kafka_records import produce, read_all
+from streamops.state_query import StateRequest, read_state
 from tests.support.apps import run_available_now
 
 CAPTCHA = "com.example.security.CaptchaVerifier"
@@ -110,6 +111,22 @@ def test_challenges_left_join_windows_watermark_and_dead_letters(spark, broker, 
         (19, "field 'browserHash' must not be empty, got '' (0 characters) (input contract length)"),
     ]
     assert observed_totals(first) == {"records_in": 20, "dead_letters": 4, "captcha_verifications": 1}
+    # The state per key (streamops app state's read), as of the last batch: b1's challenge row and
+    # its open windows, equal to the records above.
+    files_before = sorted((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in checkpoint.rglob("*") if f.is_file())
+    state = read_state(spark, spec, StateRequest(key="b1"), checkpoint=str(checkpoint))
+    assert sorted((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in checkpoint.rglob("*") if f.is_file()) == \
+        files_before  # a read writes nothing in the checkpoint
+    stores = {store.query: store for store in state.stores}
+    (challenge,) = stores["challenge"].rows
+    assert (challenge["key"], challenge["value"]["count"], challenge["value"]["valueWithExtremumOrdering"]) == (
+        {"fingerprint": "b1"}, 5, {"event_id": f"{logs}/0/4", "event_time": "2026-01-01T14:11:58.000Z"})
+    windows = stores["window-count"]
+    assert [(r["key"]["window"]["start"][11:19], r["value"]["count"]) for r in windows.rows] == [
+        ("14:11:48", 1), ("14:11:50", 3), ("14:11:52", 4), ("14:11:54", 3), ("14:11:56", 1), ("14:11:58", 1)]
+    assert windows.watermark == "2026-01-01T14:11:50.000Z" and not windows.more
+    assert windows.batch_id == max(int(p.name) for p in (checkpoint / "window-count" / "commits").iterdir()
+                                   if p.name.isdigit())  # as of the last committed batch
     # One read per record in each query: the challenge query's union of challenges and dead
     # letters shares one parse (the driver's records.shared_parses), read once, not twice.
     assert {q.name: sum(p.numInputRows for p in q.recentProgress) for q in first} == {

@@ -3,6 +3,7 @@ stateful change (its standby sent away), all as real Airflow task runs with real
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -10,9 +11,11 @@ import yaml
 
 from streamops.app_runtime import AppRuntime
 from streamops.audit import read_audit
-from streamops.checkpoints import list_backups
+from streamops.checkpoints import batch_offsets, list_backups, query_dir
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
+from streamops.state_page import run_state_read
+from streamops.state_query import StateRequest
 from streamops.waiting import poll_until
 from tests.support.artifacts import same_code_as
 from tests.support.routes import wait_until_all_routed
@@ -107,6 +110,30 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)
     print(f"presence roll under load: {len(closes)} Close events, all notified, {len(notified) - len(set(notified))} duplicates")
 
+    # On-call reads one user's state while the rolled app runs (the apps page's read: Spark's state
+    # data source in a child process): as of its batch, the user's presence history ends with the
+    # latest presence event that batch had read, and holds nothing that was not read.
+    driver = runtime.driver()
+    events = [r for r in read_all(broker.client_config, spec.inputs["events"])]
+    user = events[-1].json()["user_id"]
+    answer = run_state_read("presence-notifier", StateRequest(key=user, limit=100))
+    stores = {store["query"]: store for store in answer["stores"]}
+    assert set(stores) == {"notify", "count"}, answer
+    notify = stores["notify"]
+    assert notify["operator"] == "flatMapGroupsWithState" and len(notify["rows"]) == 1, notify
+    (row,) = notify["rows"]
+    assert row["key"] == {"user_id": user}
+    ends = batch_offsets(query_dir(spec.checkpoint_location(), "notify"), notify["batch_id"])[spec.inputs["events"]]
+    read_by_then = sorted((_ms(r.json()["event_time"]), r.json()["action"], f"{r.topic}/{r.partition}/{r.offset}")
+                          for r in events if r.json()["user_id"] == user and r.offset < ends[r.partition])
+    history = [(e["time_ms"], e["action"], e["event_id"]) for e in row["value"]["groupState"]["history"]]
+    latest = [e for e in read_by_then if e[0] == read_by_then[-1][0]]  # the newest time (a tie in a millisecond: any)
+    assert history and history[-1] in latest and set(history) <= set(read_by_then), (history[-3:], read_by_then[-3:])
+    assert stores["count"]["rows"] and all(r["key"]["user_id"] == user for r in stores["count"]["rows"])
+    assert runtime.state() == "running" and runtime.driver().pid == driver.pid  # not paused, not restarted
+    print(f"presence state of {user} as of batch {notify['batch_id']}: {len(history)} history entries, "
+          f"{len(stores['count']['rows'])} count windows")
+
     # A stateful change (another count window) is refused before the running app is touched, and
     # the new version's warm standby is sent away: no driver of it is left waiting.
     running, backups_before = runtime.driver(), list_backups(spec.checkpoint_location())
@@ -132,3 +159,7 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     assert not [p.pid for p in psutil.process_iter(["cmdline"])
                 if {"--standby", "presence-notifier", "3.0.0"} <= set(p.info["cmdline"] or [])]
     assert run_dag("stop_apps", catalog_file, apps=["presence-notifier"]).state == "success"
+
+
+def _ms(iso: str) -> int:
+    return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)

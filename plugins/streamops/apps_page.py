@@ -4,8 +4,9 @@ served by the API server at /streamops/apps behind the UI's login (plugins/strea
 Per app: its health as the supervisor judges it (red when it needs someone, with the evidence),
 version, drift (what the catalog declares against what runs, field by field), uptime, driver
 host, last batch age, lag and time lag, retention runway (streamops.retention), input rate over
-the last hour (a small chart drawn here from the driver's per-batch rates), dead letters, restarts, and links to its recent DAG runs
-(from the audit log), Data Docs, driver log and Spark UI. Also as JSON at /streamops/apps.json
+the last hour (a small chart drawn here from the driver's per-batch rates), dead letters,
+restarts, and links to its recent DAG runs (from the audit log), Data Docs, driver log, Spark UI,
+its topics in the message browser and its state (streamops.state_page). Also as JSON at /streamops/apps.json
 for scripts.
 """
 
@@ -23,6 +24,7 @@ from streamops.app_runtime import AppRuntime
 from streamops.app_status import is_spark_ui_address, minute_rates
 from streamops.audit import read_audit
 from streamops.catalog import Catalog, CatalogError, load_catalog
+from streamops.checkpoints import has_state
 from streamops.kafka_client import KafkaClientConfig, airflow_connection, app_principal
 from streamops.messages_page import PAGE_PATH as MESSAGES_PATH
 from streamops.metrics import URL_PREFIX
@@ -71,6 +73,7 @@ class AppRow:
     code: str | None = None
     # Its topics, linked to the message browser: inputs first, then the dead letters.
     topics: list[str] = field(default_factory=list)
+    has_state: bool = False  # its checkpoint holds state: linked to the state page
 
 
 def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = None) -> list[AppRow]:
@@ -114,7 +117,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             input_rate_per_minute=minute_rates(rates, now, CHART_MINUTES),
             dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
             recent_runs=runs, has_driver_log=has_log, drift=seen.drift.to_dict() if seen.drift else None,
-            code=current.code, topics=topics,
+            code=current.code, topics=topics, has_state=has_state(spec.checkpoint_location()),
         ))
     return rows
 
@@ -225,6 +228,8 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             links.append(f'<a href="{base}{PAGE_PATH}/{quote(row.app)}/driver-log" target="_blank">driver log</a>')
         if data_docs_url:
             links.append(f'<a href="{e(data_docs_url)}" target="_top">Data Docs</a>')
+        if row.has_state:
+            links.append(f'<a class="state" href="{base}{PAGE_PATH}/{quote(row.app)}/state">state</a>')
         links += [f'<a class="messages" href="{base}{MESSAGES_PATH}?topic={quote(topic)}">'
                   f'{"dead letters" if i == len(row.topics) - 1 else "input " + e(topic)}</a>'
                   for i, topic in enumerate(row.topics)]

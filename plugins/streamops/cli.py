@@ -39,6 +39,7 @@ from streamops.bench import parse_benchmark, router_benchmark, table
 from streamops.bench_report import PARTS, roll_restart, run_report, tables
 from streamops.bench_stateful import STATEFUL_APPS, STATEFUL_RATES
 from streamops.catalog import CatalogError, catalog_path, load_catalog, selected_environment
+from streamops.driver.session import build_session
 from streamops.effective_spec import SpecRefused, bind_app, installed_code, launch_cluster
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, KafkaConfigError, app_conn_id
 from streamops.launch_overrides import LaunchOverrideRefused, checked_version
@@ -62,6 +63,7 @@ from streamops.paths import RUN_DIR
 from streamops.programs import ProgramError
 from streamops.quality import results
 from streamops.spark_submit import SparkTarget, driver_env, submit_spec
+from streamops.state_query import MAX_ROWS, StateRefused, StateRequest, read_state
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 broker_app = typer.Typer(help="The local Kafka broker (KRaft, single node).", no_args_is_help=True)
@@ -664,6 +666,45 @@ def app_run(
     if not print_only:
         launch = _launch_record(bound, spec, kafka) if bound is not None else None
         raise typer.Exit(run_in_foreground(argv, checkpoint or app_spec.checkpoint_location(), launch=launch))
+
+
+@apps_app.command("state")
+def app_state(
+    name: Annotated[str, typer.Argument(help="A stateful app in the catalog.")],
+    key: Annotated[str | None, typer.Option(help="Only rows whose key has this text (a user id, a fingerprint).")] = None,
+    query: Annotated[str | None, typer.Option(help="One stateful query (default: all of them).")] = None,
+    limit: Annotated[int, typer.Option(help=f"Rows per state store, at most {MAX_ROWS}.")] = 50,
+    checkpoint: Annotated[str | None, typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
+    json_out: Annotated[Path | None, typer.Option(help="Write the answer as JSON to this file (Spark's log stays on "
+                                                       "stdout).")] = None,
+) -> None:
+    """What a stateful app holds now, per key and window: its state stores read through Spark's
+    state data source as of each query's last committed batch (the live app is not paused)."""
+    try:  # the state's schema is in the checkpoint: no program or artifact is needed to read it
+        spec = load_catalog(check_programs=False).app(name)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    try:
+        request = StateRequest(query=query, key=key, limit=limit)
+    except ValueError as exc:
+        raise _fail(f"refused: {exc}") from None
+    spark = build_session(f"streamops-state-{name}", master="local[2]", extra_conf=STATE_READ_CONF)
+    try:
+        answer = read_state(spark, spec, request, checkpoint)
+    except StateRefused as exc:
+        if json_out is not None:
+            json_out.write_text(json.dumps({"refused": exc.operator_text()}))
+        raise _fail(exc.operator_text()) from None
+    finally:
+        spark.stop()
+    if json_out is not None:
+        json_out.write_text(json.dumps(answer.to_json()))
+    typer.echo(json.dumps(answer.to_json(), indent=2) if as_json else answer.text())
+
+
+# A state read is a small batch job beside the live app: no UI port taken, few shuffle partitions.
+STATE_READ_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
 
 
 def _launch_record(bound, spec, kafka: KafkaClientConfig) -> str:

@@ -109,12 +109,15 @@ def test_every_route_of_the_operator_pages_asks_for_a_login():
     from streamops.apps_page import add_apps_page
     from streamops.messages_page import add_messages_page
     from streamops.metrics import metrics_app
+    from streamops.state_page import add_state_page
 
     app = metrics_app()
     add_apps_page(app)
     add_messages_page(app)
+    add_state_page(app)
     routes = [r for r in app.routes if isinstance(r, APIRoute)]
-    assert {r.path for r in routes} >= {"/apps", "/messages", "/messages.json", "/messages/plan/{dag_id}"}
+    assert {r.path for r in routes} >= {"/apps", "/messages", "/messages.json", "/messages/plan/{dag_id}",
+                                        "/apps/{name}/state", "/apps/{name}/state.json"}
     for route in routes:
         assert route.dependant.dependencies, f"{route.path} has no login dependency"
         assert not {"user", "request", "_user"} & {q.name for q in route.dependant.query_params}, route.path
