@@ -273,13 +273,22 @@ def test_four_eyes_and_each_role_in_a_real_browser(stack, browser):
             assert answer.status_code == expected, (path, user, answer.status_code, answer.text[:300])
             if expected == 403:
                 assert answer.json()["detail"].startswith("Forbidden: ") and "viewer has none of them" in answer.json()["detail"]
+    # An app's state: the viewer is told why not (its keys are user ids); the operator's read runs
+    # Spark beside the API server and answers (the notifier has not run on this stack: no state).
+    state = "/streamops/apps/presence-notifier/state.json"
+    refused = httpx.get(stack.base + state, headers={"Authorization": tokens["viewer"]}, timeout=60)
+    assert refused.status_code == 403 and refused.json()["detail"].startswith(
+        "the state of presence-notifier holds data of inputs the catalog marks sensitive"), refused.text
+    answered = httpx.get(stack.base + state + "?key=u1", headers={"Authorization": tokens["operator"]}, timeout=300)
+    assert answered.status_code == 400 and "presence-notifier has no state in " in answered.json()["detail"], answered.text
     anonymous = browser.new_page()
     anonymous.goto(stack.base + "/streamops/apps")
     assert "/auth/login" in anonymous.url
     anonymous.close()
     for path in ("/streamops/apps", "/streamops/apps.json", "/streamops/data-docs/index.html",
                  "/streamops/data-docs/_assets/jquery@3.7.1/dist/jquery.min.js", "/streamops/metrics", "/api/v2/dags",
-                 "/streamops/messages", "/streamops/messages.json?topic=x", "/streamops/messages/plan/recover_skip_records"):
+                 "/streamops/messages", "/streamops/messages.json?topic=x", "/streamops/messages/plan/recover_skip_records",
+                 "/streamops/apps/presence-notifier/state", "/streamops/apps/presence-notifier/state.json"):
         refused = httpx.get(stack.base + path, timeout=30)
         assert refused.status_code == 401, (path, refused.status_code, refused.text[:200])
 
