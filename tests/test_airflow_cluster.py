@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 
+import httpx
 import psutil
 import pytest
 
@@ -191,6 +192,18 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     assert api.xcom("reprocess", backfill, "approve")["responded_by_user"]["name"] == "approver"
     inputs = sum(high - low for low, high in end_offsets(kafka, router.inputs["operations"]).values())
     assert api.xcom("reprocess", backfill, "run")["records_in"] == inputs
+    # Every driver's history on the profile's History Server: the one killed above (its whole
+    # process group: its event log never ended) with its jobs, and the backfill, named apart.
+    history = f"http://127.0.0.1:{profile.env['STREAMOPS_SPARK_HISTORY_PORT']}/api/v1/applications"
+
+    def listed() -> dict[str, dict]:
+        return {a["id"]: a for a in httpx.get(history, params={"limit": 200}, timeout=30).json()}
+
+    poll_until(lambda: after.application_id in listed() and "streamops-oplog-router-backfill" in
+               {a["name"] for a in listed().values()}, timeout=120, what="the History Server to list both drivers")
+    killed = listed()[after.application_id]
+    assert killed["name"] == "streamops-oplog-router" and killed["attempts"][0]["completed"] is False, killed
+    assert httpx.get(f"{history}/{after.application_id}/jobs", timeout=30).json(), "no jobs in the killed driver's history"
     cut = runtime.driver()
     assert runtime.is_running() and cut.version == "1.1.0+v2" and cut.spark_master == profile.spark.master_url
     # Under its own principal on the new topics: the cutover granted it exactly what the catalog gives

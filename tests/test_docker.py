@@ -78,6 +78,9 @@ def test_the_compose_cluster_has_every_component_with_health_checks():
     commands = {name: " ".join(s.get("command") or []) for name, s in services.items()}
     assert "org.apache.spark.deploy.master.Master" in commands["spark-master"]
     assert sum("deploy.worker.Worker" in c for c in commands.values()) == 2
+    assert "org.apache.spark.deploy.history.HistoryServer" in commands["spark-history"]
+    assert "logDirectory=file:///var/lib/streamops/checkpoints/_spark-events" in services["spark-history"]["environment"][
+        "SPARK_HISTORY_OPTS"]  # where the drivers write (streamops.spark_history: <checkpoint root>/_spark-events)
     for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
         assert any(c == f"airflow {component}" for c in commands.values()), component
     assert services["postgres"]["image"].startswith("postgres:")

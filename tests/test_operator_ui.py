@@ -161,7 +161,7 @@ def test_the_operator_path_in_a_real_browser(stack, browser):
     produce_to_partitions(kafka, router.inputs["operations"], range(1, 21))
     wait_until_all_routed(kafka, router, what="the records before the kill in the router's output")
     runtime = stack.runtime(APP)
-    killed = runtime.driver().pid
+    killed, killed_app = runtime.driver().pid, runtime.driver().application_id
     killed_at = time.monotonic()
     os.kill(killed, signal.SIGKILL)
     produce_to_partitions(kafka, router.inputs["operations"], range(21, 41))
@@ -180,6 +180,27 @@ def test_the_operator_path_in_a_real_browser(stack, browser):
     poll_until(lambda: operator.app_state(APP) == ("healthy", False), timeout=300, what="the router to show healthy again")
     assert operator.page.locator(f'tr[data-app="{APP}"]').get_attribute("data-restarts") == "1"
     operator.shot("router-restarted")
+
+    # The killed driver's history opens on the Spark History Server, its jobs up to the kill, linked
+    # from the router's row as crashed (it died without recording a stop).
+    def history_of_killed() -> dict | None:
+        answer = httpx.get(f"{stack.history_url}/api/v1/applications/{killed_app}/jobs", timeout=30)
+        return answer.json() if answer.status_code == 200 and answer.json() else None
+
+    jobs = poll_until(history_of_killed, timeout=120, what="the History Server to show the killed driver's jobs")
+    assert {job["status"] for job in jobs} <= {"SUCCEEDED", "RUNNING", "FAILED", "UNKNOWN"} and len(jobs) >= 1
+    application = httpx.get(f"{stack.history_url}/api/v1/applications/{killed_app}", timeout=30).json()
+    assert application["name"] == f"streamops-{APP}"
+
+    def crashed_link():
+        operator.page.goto(stack.base + "/streamops/apps")
+        link = operator.page.locator(f'tr[data-app="{APP}"] a.history[data-app-id="{killed_app}"]')
+        return link if link.count() and link.get_attribute("data-how") == "crashed" else None
+
+    link = poll_until(crashed_link, timeout=60, what="the apps page to link the killed driver as crashed")
+    operator.page.goto(link.get_attribute("href"))
+    assert killed_app in operator.page.content() and operator.page.get_by_text("Spark Jobs").first.is_visible()
+    operator.shot("killed-driver-history")
 
     # Plans the operator triggers with the forms' defaults and the approver approves in the UI.
     approver.log_in("/streamops/apps")

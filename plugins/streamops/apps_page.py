@@ -30,6 +30,7 @@ from streamops.messages_page import PAGE_PATH as MESSAGES_PATH
 from streamops.metrics import URL_PREFIX
 from streamops.quality.docs import URL_PREFIX as DATA_DOCS_PREFIX
 from streamops.quality.docs import serving_enabled
+from streamops.spark_history import PAST_DRIVERS_SHOWN, PastDriver, past_drivers
 from streamops.supervision import observe, unreadable
 from streamops.timestamps import page_time, parse_recorded_time
 from streamops.ui_auth import page_login
@@ -74,6 +75,9 @@ class AppRow:
     # Its topics, linked to the message browser: inputs first, then the dead letters.
     topics: list[str] = field(default_factory=list)
     has_state: bool = False  # its checkpoint holds state: linked to the state page
+    # Its past drivers on the Spark History Server, newest first (streamops.spark_history): each
+    # with its link and whether it ended, still runs, or died without ending its log (crashed).
+    past_drivers: list[dict[str, Any]] = field(default_factory=list)
 
 
 def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = None) -> list[AppRow]:
@@ -84,6 +88,7 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
     except (OSError, ValueError) as exc:  # a torn line must not blank the page: the rows still show
         log.warning("apps page: the audit log could not be read: %s", exc)
         audit = []
+    history = past_drivers()
     rows = []
     for name in catalog.app_names():
         spec = catalog.app(name)
@@ -118,8 +123,31 @@ def app_rows(catalog: Catalog, kafka: KafkaClientConfig, now: datetime | None = 
             dead_letters_total=seen.dead_letters_total, restarts_total=health.restarts_total,
             recent_runs=runs, has_driver_log=has_log, drift=seen.drift.to_dict() if seen.drift else None,
             code=current.code, topics=topics, has_state=has_state(spec.checkpoint_location()),
+            past_drivers=_past_drivers(history.get(name, []), current.application_id if current.state == "running" else None,
+                                       _endings(seen.runtime)),
         ))
     return rows
+
+
+def _past_drivers(drivers: list[PastDriver], running_id: str | None, ended: dict[str, str]) -> list[dict[str, Any]]:
+    """The newest few, each told apart: running now, how it ended as its own record says (stopped,
+    failed), or crashed (it died without recording a stop: killed, its host lost)."""
+    shown = []
+    for driver in drivers[:PAST_DRIVERS_SHOWN]:
+        how = "running" if driver.application_id == running_id else ended.get(driver.application_id, "crashed")
+        shown.append({**driver.to_json(), "how": how})
+    return shown
+
+
+def _endings(runtime: AppRuntime) -> dict[str, str]:
+    """Application id -> how its driver ended (outcome of its stop record), from the run history."""
+    try:
+        events = runtime.history()
+    except (OSError, ValueError) as exc:  # a torn history must not blank the row
+        log.warning("apps page: the run history of %s could not be read: %s", runtime.dir, exc)
+        return {}
+    return {str(e["application_id"]): str(e.get("outcome") or "stopped") for e in events  # type: ignore[typeddict-item]
+            if e.get("event") == "stopped" and e.get("application_id")}  # type: ignore[typeddict-item]
 
 
 def code_note(code: str | None) -> str:
@@ -228,6 +256,11 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             links.append(f'<a href="{base}{PAGE_PATH}/{quote(row.app)}/driver-log" target="_blank">driver log</a>')
         if data_docs_url:
             links.append(f'<a href="{e(data_docs_url)}" target="_top">Data Docs</a>')
+        if row.past_drivers:
+            links.append("drivers: " + ", ".join(
+                f'<a class="history" data-how="{e(d["how"])}" data-app-id="{e(d["application_id"])}" '
+                f'href="{e(d["link"])}" target="_blank" rel="noopener">{e((d["started"] or "?")[11:16])} {e(d["how"])}</a>'
+                for d in row.past_drivers))
         if row.has_state:
             links.append(f'<a class="state" href="{base}{PAGE_PATH}/{quote(row.app)}/state">state</a>')
         links += [f'<a class="messages" href="{base}{MESSAGES_PATH}?topic={quote(topic)}">'

@@ -54,6 +54,7 @@ from streamops.local_stack.airflow_stack import (
     LocalAirflow,
 )
 from streamops.local_stack.broker import LocalBroker
+from streamops.local_stack.history_server import SparkHistoryServer
 from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.process import AlreadyRunning, ServiceError, ports_from_env
 from streamops.local_stack.secure_cluster import ADMIN_USER as KAFKA_ADMIN_USER
@@ -247,7 +248,7 @@ def up(
         "--cluster", help="On the secured three-broker cluster of this machine (TLS, SASL/SCRAM, ACLs; catalog "
                           "environment 'cluster', each app as its own user) instead of the single local broker.")] = False,
 ) -> None:
-    """Start Kafka and Airflow, then provision every catalog topic through the DAG."""
+    """Start Kafka, Airflow and the Spark History Server, then provision every catalog topic through the DAG."""
     environment = (settings.ENVIRONMENT.get() or "cluster") if cluster else selected_environment()
     try:
         # A version pins code: the catalog's versions are built (once) before anything launches.
@@ -294,6 +295,10 @@ def up(
             typer.echo(airflow.start())
         except AlreadyRunning as exc:
             typer.echo(str(exc))
+        try:  # every driver's history, crashed ones included (streamops.spark_history)
+            typer.echo(SparkHistoryServer.from_env().start())
+        except AlreadyRunning as exc:
+            typer.echo(str(exc))
         api = AirflowApi(airflow.url, ADMIN_USER, airflow.admin_password() or "")
         api.wait_for_dag("provision_topics")
         started = time.monotonic()
@@ -317,11 +322,12 @@ def up(
 
 @app.command()
 def down() -> None:
-    """Stop Airflow, then Kafka: the broker, and when `up --cluster` set the stack up for it, the
+    """Stop Airflow and the Spark History Server, then Kafka: the broker, and when `up --cluster` set the stack up for it, the
     metadata services, the Spark cluster (unless apps run on it) and the secured Kafka cluster."""
     airflow = LocalAirflow.from_env()
     on_cluster = bool((airflow.record() or {}).get("kafka_settings_files"))
     typer.echo(airflow.stop())
+    typer.echo(SparkHistoryServer.from_env().stop())
     # The profile's services, also when the stack was switched back to the local default since.
 
     for metadata in {id(m): m for m in (airflow.metadata, MetadataServices.from_env()) if m is not None}.values():
@@ -369,6 +375,7 @@ def status() -> None:
     except ServiceError as exc:
         typer.echo(str(exc))
     typer.echo(airflow.status() + f" (catalog environment {airflow.environment}; Kafka: {airflow.target})")
+    typer.echo(SparkHistoryServer.from_env().status())
     if airflow.metadata is not None:
         typer.echo(airflow.metadata.status())
 

@@ -63,6 +63,11 @@ CLASS_ARCHIVE = Setting("STREAMOPS_CLASS_ARCHIVE", "on",
 CONTRACT_JVM = Setting("STREAMOPS_CONTRACT_JVM", "on",
                        "off: records.parse checks every record with Spark's SQL checks alone, not first with the input "
                        "contract's JVM pass (streamops.contract; the same outcome, slower)")
+SPARK_EVENT_LOG_DIR = Setting("STREAMOPS_SPARK_EVENT_LOG_DIR", "<checkpoint root>/_spark-events",
+                              "where every driver and backfill writes its Spark event log (rolling); the History "
+                              "Server reads it: a folder every driver host reaches, as the checkpoints")
+SPARK_HISTORY_URL = Setting("STREAMOPS_SPARK_HISTORY_URL", "http://127.0.0.1:<history port>",
+                            "the Spark History Server the apps page links each past driver to")
 KAFKA_CONFIG = Setting("STREAMOPS_KAFKA_CONFIG", "unset", "`streamops app run`: a Kafka client settings file (librdkafka keys)")
 KAFKA_BOOTSTRAP = Setting("STREAMOPS_KAFKA_BOOTSTRAP", "127.0.0.1:9092",
                           "a driver started by hand without --kafka-config: a PLAINTEXT Kafka without credentials")
@@ -84,6 +89,8 @@ CLUSTER_PORTS = Setting("STREAMOPS_CLUSTER_PORTS", "19092,19093,19094", "its cli
 SPARK_DIR = Setting("STREAMOPS_SPARK_DIR", "<run dir>/spark-standalone", "the Spark standalone cluster's state", LOCAL_STACK)
 SPARK_PORTS = Setting("STREAMOPS_SPARK_PORTS", "17077,18080,17078,18081", "its master,master-ui,worker,worker-ui ports",
                       LOCAL_STACK)
+SPARK_HISTORY_PORT = Setting("STREAMOPS_SPARK_HISTORY_PORT", "18180", "the local Spark History Server's port",
+                             LOCAL_STACK)
 METADATA_DIR = Setting("STREAMOPS_METADATA_DIR", "<run dir>/cluster-metadata", "PostgreSQL and Redis of the cluster profile",
                        LOCAL_STACK)
 METADATA_PORTS = Setting("STREAMOPS_METADATA_PORTS", "15432,16379", "their postgres,redis ports", LOCAL_STACK)

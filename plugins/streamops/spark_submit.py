@@ -23,6 +23,7 @@ from streamops.class_archive import driver_jvm_options
 from streamops.driver.arguments import DriverArgs
 from streamops.kafka_client import KafkaClientConfig
 from streamops.programs import DriverProtocolRefused, ran_digest, resolve_artifact
+from streamops.spark_history import event_log_conf
 from streamops.toolchain import driver_jars
 
 DEFAULT_MASTER = "local[*]"
@@ -213,10 +214,13 @@ def submit_spec(
         # Python workers put their working folder first on the path, where a copy of a package
         # would hide the artifact's: not with this (Python 3.11+).
         "spark.executorEnv.PYTHONSAFEPATH": "1",
+        # Every driver's history (streamops.spark_history): the History Server shows it after the driver is gone.
+        **event_log_conf(),
         **{key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in app.spark_conf.items()},
     }
     return SubmitSpec(
-        name=f"streamops-{app.name}",
+        # A backfill (it ends at given offsets) is named apart: the History Server lists it beside the app's drivers.
+        name=f"streamops-{app.name}" + ("-backfill" if ending_offsets is not None else ""),
         application=str(DRIVER_ENTRYPOINT),
         application_args=args,
         jars=[str(jar) for jar in driver_jars()],

@@ -22,6 +22,7 @@ from streamops.kafka_client import KafkaClientConfig
 from streamops.local_stack.airflow_api import AirflowApi
 from streamops.local_stack.airflow_stack import ADMIN_USER as AIRFLOW_ADMIN
 from streamops.local_stack.airflow_stack import LocalAirflow, _profile_from_record, read_stack_record
+from streamops.local_stack.history_server import SparkHistoryServer
 from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.secure_cluster import ADMIN_USER
 from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
@@ -85,6 +86,7 @@ def start_cluster_profile(secure_cluster, work: Path, prefix: str) -> ClusterPro
            if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
     env.update(
         STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_AIRFLOW_PORT=str(free_port()),
+        STREAMOPS_SPARK_HISTORY_PORT=str(free_port()),
         STREAMOPS_KAFKA_PORT=str(free_port_pair()),  # the single broker's: `up` without --cluster is refused here
         STREAMOPS_CATALOG=str(catalog_file), STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"),
         STREAMOPS_CLUSTER_DIR=str(secure_cluster.state_dir),
@@ -147,6 +149,9 @@ def _stop(env: dict[str, str], metadata: MetadataServices, spark: SparkStandalon
     try:
         return subprocess.run([STREAMOPS, "airflow", "stop"], env=env, capture_output=True, text=True, timeout=300)
     finally:
+        # `up --cluster` started it; `down` would stop the session's secured cluster too.
+        SparkHistoryServer(state_dir=Path(env["STREAMOPS_RUN_DIR"]) / "spark-history",
+                           port=int(env["STREAMOPS_SPARK_HISTORY_PORT"])).stop()
         metadata.stop()
         spark.stop()
         shutil.rmtree(metadata.state_dir, ignore_errors=True)

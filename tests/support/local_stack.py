@@ -42,6 +42,10 @@ class LocalStack:
         return int(self.env["STREAMOPS_KAFKA_PORT"])
 
     @property
+    def history_url(self) -> str:
+        return f"http://127.0.0.1:{self.env['STREAMOPS_SPARK_HISTORY_PORT']}"
+
+    @property
     def airflow_port(self) -> int:
         return int(self.env["STREAMOPS_AIRFLOW_PORT"])
 
@@ -69,7 +73,8 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
     env.update(STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_KAFKA_PORT=str(free_port_pair()),
-               STREAMOPS_AIRFLOW_PORT=str(free_port()), STREAMOPS_CATALOG=str(catalog_file),
+               STREAMOPS_AIRFLOW_PORT=str(free_port()), STREAMOPS_SPARK_HISTORY_PORT=str(free_port()),
+               STREAMOPS_CATALOG=str(catalog_file),
                STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"), STREAMOPS_NOTIFY_WEBHOOK_FILE=str(webhook_file),
                # The supervisor runs when a driver ends (its event-driven restart is under test), never
                # on a timer in between (a timed run must not race a test's own steps).
@@ -103,9 +108,11 @@ def stop_local_stack(stack: LocalStack, check: bool = True) -> None:
         return
     after = stack.streamops("status")
     problems = []
-    if down.returncode != 0 or "Kafka broker stopped" not in down.stdout or "Airflow api-server stopped" not in down.stdout:
+    if down.returncode != 0 or "Kafka broker stopped" not in down.stdout or "Airflow api-server stopped" not in down.stdout \
+            or "Spark History Server stopped" not in down.stdout:
         problems.append(f"`streamops down` (exit {down.returncode}) said:\n{down.stdout}\n{down.stderr[-2000:]}")
-    if "Kafka broker: stopped" not in after.stdout or "Airflow: stopped" not in after.stdout:
+    if "Kafka broker: stopped" not in after.stdout or "Airflow: stopped" not in after.stdout \
+            or "Spark History Server: stopped" not in after.stdout:
         problems.append(f"`streamops status` after `down` said:\n{after.stdout}")
     if problems:
         raise AssertionError("\n".join(problems))

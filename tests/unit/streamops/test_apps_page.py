@@ -105,3 +105,41 @@ def test_the_driver_log_served_is_one_of_the_apps_own_logs_whatever_driver_json_
     for named in (str(secret), str(runtime.logs_dir / ".." / ".." / "airflow.cfg"), str(own)):
         (runtime.dir / "driver.json").write_text(json.dumps({"driver_log": named}))
         assert runtime.driver_log() == own.resolve()
+
+
+def test_past_drivers_are_linked_and_told_apart_running_stopped_failed_or_crashed(monkeypatch, tmp_path):
+    from streamops import apps_page, spark_history
+    from streamops.spark_history import PastDriver, driver_link, past_drivers
+
+    listed = [{"id": f"app-{n}", "name": name, "attempts": [{"startTime": f"2026-12-04T0{n}:00:00.000GMT",
+                                                             "endTime": "x", "completed": n != 4}]}
+              for n, name in ((1, "streamops-router"), (2, "streamops-router"), (3, "streamops-router"),
+                              (4, "streamops-router"), (5, "streamops-router-backfill"), (6, "someone-elses"))]
+
+    class Answer:
+        status_code = 200
+
+        def raise_for_status(self):
+            return None
+
+        def json(self):
+            return listed
+
+    monkeypatch.setattr(spark_history.httpx, "get", lambda *a, **k: Answer())
+    drivers = past_drivers("http://history:18080")
+    assert sorted(drivers) == ["router", "router-backfill"]  # the suite's drivers only; backfills apart
+    assert [d.application_id for d in drivers["router"]] == ["app-4", "app-3", "app-2", "app-1"]  # newest first
+    assert drivers["router"][0] == PastDriver("app-4", "2026-12-04T04:00:00.000GMT", None, False,
+                                              "http://history:18080/history/app-4/jobs/")
+    shown = apps_page._past_drivers(drivers["router"], "app-4", {"app-3": "failed", "app-2": "stopped"})
+    assert [(d["application_id"], d["how"]) for d in shown] == [
+        ("app-4", "running"), ("app-3", "failed"), ("app-2", "stopped"), ("app-1", "crashed")]
+    page = render_page([AppRow("router", "running", False, "ok", past_drivers=shown)], NOW, None, "/streamops")
+    assert ('<a class="history" data-how="crashed" data-app-id="app-1" href="http://history:18080/history/app-1/jobs/" '
+            'target="_blank" rel="noopener">01:00 crashed</a>') in page
+    # A driver is linked from evidence only when its event log is there.
+    monkeypatch.setenv("STREAMOPS_SPARK_EVENT_LOG_DIR", str(tmp_path))
+    monkeypatch.setenv("STREAMOPS_SPARK_HISTORY_URL", "http://history:18080/")
+    (tmp_path / "eventlog_v2_app-7").mkdir()
+    assert driver_link("app-7") == "http://history:18080/history/app-7/jobs/"
+    assert driver_link("app-8") is None and driver_link(None) is None
