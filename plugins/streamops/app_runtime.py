@@ -209,6 +209,7 @@ class AppRuntime:
         with self._record_lock:
             if self.fenced:
                 self._append_history({"event": "fenced", "pid": os.getpid(), "host": socket.gethostname(),
+                                      "application_id": (self._own_record or {}).get("application_id"),
                                       "lease_epoch": self.lease.epoch, "stopped_at": now_iso(),
                                       "reason": self.lease.lost_reason()})
                 self.lease.end("fenced")

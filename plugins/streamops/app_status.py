@@ -164,9 +164,11 @@ class _Sample:
 
 
 def _read_at_positions(kafka: KafkaClientConfig, positions: list[TopicPartition],
-                       wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], _Sample]:
+                       wanted: dict[tuple[str, int], int], ends: dict[tuple[str, int], int]) -> dict[tuple[str, int], _Sample]:
     """The record at each position, and from there up to `wanted` records' bytes (1: the timestamp
-    only). Bounded: at most 10 s in all; what was read by then is the sample."""
+    only), or up to the partition's end (`ends`: offsets hold transaction markers and compaction
+    gaps, so fewer records than offsets may come). Bounded: at most 10 s in all; what was read by
+    then is the sample."""
     if not positions:
         return {}
     consumer = kafka.consumer("streamops-status")
@@ -187,7 +189,7 @@ def _read_at_positions(kafka: KafkaClientConfig, positions: list[TopicPartition]
                 if want > 1:
                     sample.records += 1
                     sample.bytes += record_bytes(message.key(), message.value(), message.headers())
-                if want <= 1 or sample.records >= want:
+                if want <= 1 or sample.records >= want or message.offset() + 1 >= ends.get(where, 0):
                     done.add(where)
                     consumer.pause([TopicPartition(*where)])
     finally:
@@ -272,7 +274,7 @@ def app_status(spec: AppSpec, kafka: KafkaClientConfig | None, checkpoint: str |
     # The unread records' bytes are sampled only where a size limit may delete them first.
     wanted = {(p.topic, p.partition): min(p.lag, SIZE_SAMPLE_RECORDS) for p in status.lags
               if p.lag and p.topic in retentions and retentions[p.topic].retention_bytes is not None}
-    samples = _read_at_positions(kafka, behind, wanted)
+    samples = _read_at_positions(kafka, behind, wanted, {(p.topic, p.partition): p.end for p in status.lags})
     now_ms = time.time() * 1000
     for behind_by in status.lags:
         sample = samples.get((behind_by.topic, behind_by.partition)) if behind_by.lag else None

@@ -33,7 +33,7 @@ from streamops.quality.docs import serving_enabled
 from streamops.spark_history import PAST_DRIVERS_SHOWN, PastDriver, past_drivers
 from streamops.supervision import observe, unreadable
 from streamops.timestamps import page_time, parse_recorded_time
-from streamops.ui_auth import page_login
+from streamops.ui_auth import may_read, page_login, page_user
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,8 @@ def _endings(runtime: AppRuntime) -> dict[str, str]:
     except (OSError, ValueError) as exc:  # a torn history must not blank the row
         log.warning("apps page: the run history of %s could not be read: %s", runtime.dir, exc)
         return {}
-    return {str(e["application_id"]): str(e.get("outcome") or "stopped") for e in events  # type: ignore[typeddict-item]
-            if e.get("event") == "stopped" and e.get("application_id")}  # type: ignore[typeddict-item]
+    return {str(e["application_id"]): "fenced" if e.get("event") == "fenced" else str(e.get("outcome") or "stopped")  # type: ignore[typeddict-item]
+            for e in events if e.get("event") in ("stopped", "fenced") and e.get("application_id")}  # type: ignore[typeddict-item]
 
 
 def code_note(code: str | None) -> str:
@@ -241,7 +241,9 @@ a{color:#0b5cad}
 QUIET_STATES = ("stopped", "not deployed", "in operation")
 
 
-def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, base: str) -> str:
+def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, base: str, *,
+                driver_history: bool = True) -> str:
+    """The page; `driver_history`: link each past driver on the History Server (DRIVER_LOGS roles)."""
     needing = [r.app for r in rows if r.needs_someone]
     headline = (f"{len(needing)} of {len(rows)} apps need attention: {', '.join(needing)}" if needing
                 else f"All {len(rows)} apps are as they should be")
@@ -256,7 +258,7 @@ def render_page(rows: list[AppRow], now: datetime, data_docs_url: str | None, ba
             links.append(f'<a href="{base}{PAGE_PATH}/{quote(row.app)}/driver-log" target="_blank">driver log</a>')
         if data_docs_url:
             links.append(f'<a href="{e(data_docs_url)}" target="_top">Data Docs</a>')
-        if row.past_drivers:
+        if row.past_drivers and driver_history:
             links.append("drivers: " + ", ".join(
                 f'<a class="history" data-how="{e(d["how"])}" data-app-id="{e(d["application_id"])}" '
                 f'href="{e(d["link"])}" target="_blank" rel="noopener">{e((d["started"] or "?")[11:16])} {e(d["how"])}</a>'
@@ -311,8 +313,8 @@ def _runway_cell(row: AppRow) -> str:
     return f"{_duration(row.runway_s)}<div class='small'>{html.escape(row.runway_where or '')}</div>"
 
 
-def rows_as_json(rows: list[AppRow]) -> list[dict[str, Any]]:
-    return [asdict(row) for row in rows]
+def rows_as_json(rows: list[AppRow], *, driver_history: bool = True) -> list[dict[str, Any]]:
+    return [{**asdict(row), "past_drivers": row.past_drivers if driver_history else []} for row in rows]
 
 
 def add_apps_page(app: Any) -> None:
@@ -320,20 +322,23 @@ def add_apps_page(app: Any) -> None:
     from fastapi import Depends, HTTPException
     from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 
-    login = page_login("the apps page", APPS_PAGE)
+    user_of = page_user("the apps page", APPS_PAGE)
     log_login = page_login("a driver's log", DRIVER_LOGS)
 
     @app.get(PAGE_PATH, response_class=HTMLResponse)
-    def apps_page(_user: str = Depends(login)) -> HTMLResponse:
+    def apps_page(user: Any = Depends(user_of)) -> HTMLResponse:  # noqa: B008
         now = datetime.now(UTC)
         rows = app_rows(load_catalog(check_programs=False), airflow_connection(), now)
         docs = f"{DATA_DOCS_PREFIX}/index.html" if serving_enabled() else None
-        return HTMLResponse(render_page(rows, now, docs, URL_PREFIX), headers={"Cache-Control": "no-store"})
+        # The History Server has no login of its own and shows what a driver log shows: linked for
+        # the roles that may read driver logs.
+        return HTMLResponse(render_page(rows, now, docs, URL_PREFIX, driver_history=may_read(user, DRIVER_LOGS)),
+                            headers={"Cache-Control": "no-store"})
 
     @app.get(f"{PAGE_PATH}.json")
-    def apps_json(_user: str = Depends(login)) -> JSONResponse:
+    def apps_json(user: Any = Depends(user_of)) -> JSONResponse:  # noqa: B008
         rows = app_rows(load_catalog(check_programs=False), airflow_connection())
-        return JSONResponse(rows_as_json(rows))
+        return JSONResponse(rows_as_json(rows, driver_history=may_read(user, DRIVER_LOGS)))
 
     @app.get(f"{PAGE_PATH}/{{name}}/driver-log", response_class=PlainTextResponse)
     def driver_log(name: str, _user: str = Depends(log_login)) -> PlainTextResponse:

@@ -705,8 +705,9 @@ def app_state(
         raise _fail(exc.operator_text()) from None
     finally:
         spark.stop()
-    if json_out is not None:
+    if json_out is not None:  # the page's read: the answer goes to the file only
         json_out.write_text(json.dumps(answer.to_json()))
+        return
     typer.echo(json.dumps(answer.to_json(), indent=2) if as_json else answer.text())
 
 

@@ -201,30 +201,39 @@ def _maskable(parsed: Any) -> bool:
 def _mask_paths(parsed: Any, paths: list[str]) -> list[str]:
     """Masks each dotted path in the JSON value `parsed` (in place); the paths masked. A path goes
     through arrays (`items.user_id` masks every item's), and through a string that holds JSON (a
-    payload carried as text): what the record means counts, not how it was encoded."""
+    payload carried as text): what the record means counts, not how it was encoded. Where a path
+    reaches a value it cannot go on through (text, a number, an array's bare item), that value is
+    masked whole: it may be the sensitive one in another shape."""
     return [path for path in paths if _mask_path(parsed, path.split("."))]
 
 
 def _mask_path(node: Any, parts: list[str]) -> bool:
+    """`node`: an object or an array; `parts`: what is left of the path (not empty)."""
     if isinstance(node, list):
-        # Each element, not any(): every match is masked.
-        return bool(sum(_mask_path(item, parts) for item in node))
+        # Each item, not any(): every match is masked.
+        return bool(sum(_mask_slot(node, index, parts) for index in range(len(node))))
     if not isinstance(node, dict) or parts[0] not in node:
         return False
-    name, rest = parts[0], parts[1:]
-    if not rest:
-        node[name] = MASK
+    if len(parts) == 1:
+        node[parts[0]] = MASK
         return True
-    child = node[name]
-    if isinstance(child, str):
-        inner = _json_container(child)
-        if inner is None:
-            return False
-        masked = _mask_path(inner, rest)
-        if masked:
-            node[name] = json.dumps(inner, ensure_ascii=False)
+    return _mask_slot(node, parts[0], parts[1:])
+
+
+def _mask_slot(container: Any, key: Any, parts: list[str]) -> bool:
+    """Search `container[key]` for `parts`."""
+    value = container[key]
+    if isinstance(value, dict | list):
+        return _mask_path(value, parts)
+    inner = _json_container(value) if isinstance(value, str) else None
+    if inner is not None:
+        masked = _mask_path(inner, parts)
+        # Written back from what was parsed, masked or not: a duplicate key's other copy, which the
+        # parser dropped, is not shown from the original text.
+        container[key] = json.dumps(inner, ensure_ascii=False)
         return masked
-    return _mask_path(child, rest)
+    container[key] = MASK
+    return True
 
 
 def _json_container(text: str) -> Any:

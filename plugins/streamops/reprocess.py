@@ -360,6 +360,7 @@ def backfill_command(app: AppSpec, plan: ReprocessPlan, kafka: KafkaClientConfig
         skip_records_of=live_checkpoint,
         # Its progress stays out of the consumer group: streamops.<app> shows the live app's lag.
         consumer_group=False,
+        label="backfill",
     )
     return spec.argv(spark)
 

@@ -39,9 +39,10 @@ RUNWAY_FLOOR_S = 30 * 60.0
 ADMIN_TIMEOUT_S = 30
 # Records read from an app's position to estimate its unread bytes (only on topics with retention.bytes).
 SIZE_SAMPLE_RECORDS = 500
-# Per record on disk beyond key, value and headers (record format v2: lengths, deltas, attributes);
-# the batch header (61 bytes per batch) is left out: fewer bytes counted, never more than a batch.
-RECORD_OVERHEAD_BYTES = 20
+# Per record on disk beyond key, value and headers: record format v2's lengths, deltas and
+# attributes (about 20 bytes), plus a batch header (61 bytes) as if each record were a batch of its
+# own: never fewer bytes than the log holds uncompressed, so the runway errs early.
+RECORD_OVERHEAD_BYTES = 20 + 61
 
 
 @dataclass(frozen=True)

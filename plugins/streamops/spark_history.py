@@ -14,6 +14,8 @@ its own names: `streamops-<app>`) and links each one.
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ import httpx
 
 from streamops import settings
 from streamops.catalog import checkpoint_root
+
+log = logging.getLogger(__name__)
 
 DEFAULT_HISTORY_PORT = 18180
 # Spark's smallest rolling size is 10 MiB; older files are compacted by the server.
@@ -32,17 +36,41 @@ APPS_LISTED = 200  # the newest drivers the apps page reads from the server
 PAST_DRIVERS_SHOWN = 5
 
 
-def event_log_dir() -> Path:
-    return Path(settings.SPARK_EVENT_LOG_DIR.get() or checkpoint_root() / "_spark-events")
+def event_log_location() -> str:
+    """Where drivers write event logs: the setting as given (a URI such as hdfs://... stays one),
+    else `<checkpoint root>/_spark-events` as an absolute local path."""
+    given = settings.SPARK_EVENT_LOG_DIR.get()
+    if given and "://" in given:
+        return given
+    return str(Path(given).absolute() if given else checkpoint_root().absolute() / "_spark-events")
+
+
+def event_log_dir() -> Path | None:
+    """The event log folder on this host (None: the logs are on a remote file system, a URI)."""
+    location = event_log_location()
+    return None if "://" in location else Path(location)
+
+
+def event_log_uri() -> str:
+    location = event_log_location()
+    return location if "://" in location else Path(location).as_uri()
 
 
 def event_log_conf() -> dict[str, str]:
-    """The Spark conf every launch gets (an app's catalog spark_conf may still change it)."""
-    folder = event_log_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    """The Spark conf every launch gets (an app's catalog spark_conf may still change it). A local
+    folder that cannot be made leaves event logs off with a warning: no history is better than no
+    launch."""
+    location = event_log_location()
+    if "://" not in location:
+        try:
+            Path(location).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            log.warning("Spark event logs are off for this launch: %s cannot be made (%s); set "
+                        "STREAMOPS_SPARK_EVENT_LOG_DIR to a folder every driver host can write", location, exc)
+            return {}
     return {
         "spark.eventLog.enabled": "true",
-        "spark.eventLog.dir": folder.resolve().as_uri(),
+        "spark.eventLog.dir": event_log_uri(),
         "spark.eventLog.rolling.enabled": "true",
         "spark.eventLog.rolling.maxFileSize": EVENT_LOG_FILE_SIZE,
     }
@@ -74,34 +102,52 @@ class PastDriver:
 
 def past_drivers(base: str | None = None, timeout_s: float = 3.0) -> dict[str, list[PastDriver]]:
     """App name -> its drivers the History Server knows, newest first ({}: the server did not
-    answer; the page says so). One request for every app."""
+    answer; the page says so). Two requests for every app: the unfinished logs (running drivers,
+    crashed ones), then the newest APPS_LISTED finished ones (the server sorts by end time, so one
+    capped list would leave the unfinished out). An entry that is not what the REST API documents
+    is skipped."""
     url = base or history_url()
+    listed: list[Any] = []
     try:
-        answer = httpx.get(f"{url}/api/v1/applications", params={"limit": APPS_LISTED}, timeout=timeout_s)
-        answer.raise_for_status()
-        listed = answer.json()
+        lists: tuple[dict[str, str | int], ...] = ({"status": "running"}, {"status": "completed", "limit": APPS_LISTED})
+        for params in lists:
+            answer = httpx.get(f"{url}/api/v1/applications", params=params, timeout=timeout_s)
+            answer.raise_for_status()
+            page = answer.json()
+            listed += page if isinstance(page, list) else []
     except (httpx.HTTPError, ValueError):
         return {}
-    drivers: dict[str, list[PastDriver]] = {}
-    for application in listed if isinstance(listed, list) else []:
-        name, attempts = str(application.get("name") or ""), application.get("attempts") or [{}]
-        if not name.startswith("streamops-"):
-            continue
-        last = attempts[0]
-        completed = bool(last.get("completed"))
-        drivers.setdefault(name.removeprefix("streamops-"), []).append(PastDriver(
-            str(application.get("id")), last.get("startTime"), last.get("endTime") if completed else None, completed,
-            f"{url}/history/{application.get('id')}/jobs/"))
-    for listed_drivers in drivers.values():
-        listed_drivers.sort(key=lambda d: d.started or "", reverse=True)
-    return drivers
+    drivers: dict[str, dict[str, PastDriver]] = {}
+    for application in listed:
+        driver = _past_driver(url, application)
+        if driver is not None:
+            drivers.setdefault(driver[0], {})[driver[1].application_id] = driver[1]
+    return {app: sorted(found.values(), key=lambda d: d.started or "", reverse=True) for app, found in drivers.items()}
+
+
+def _past_driver(url: str, application: Any) -> tuple[str, PastDriver] | None:
+    if not isinstance(application, dict):
+        return None
+    name, app_id, attempts = application.get("name"), application.get("id"), application.get("attempts")
+    if not (isinstance(name, str) and name.startswith("streamops-") and isinstance(app_id, str)
+            and re.fullmatch(r"[A-Za-z0-9_.\-]+", app_id) and isinstance(attempts, list) and attempts
+            and isinstance(attempts[0], dict)):
+        return None
+    last = attempts[0]
+    started, ended = last.get("startTime"), last.get("endTime")
+    completed = last.get("completed") is True
+    return name.removeprefix("streamops-"), PastDriver(
+        app_id, started if isinstance(started, str) else None, ended if completed and isinstance(ended, str) else None,
+        completed, f"{url}/history/{app_id}/jobs/")
 
 
 def driver_link(application_id: str | None) -> str | None:
     """The driver's jobs on the History Server, when its event log is there (None: a driver from
-    before event logs, or one whose log the cleaner removed)."""
+    before event logs, or one whose log the cleaner removed). Logs on a remote file system are
+    taken to be there."""
     if not application_id:
         return None
     folder = event_log_dir()
-    logged = folder.is_dir() and any(p.name.removeprefix("eventlog_v2_").startswith(application_id) for p in folder.iterdir())
+    logged = folder is None or (folder.is_dir() and any(
+        p.name.removeprefix("eventlog_v2_").startswith(application_id) for p in folder.iterdir()))
     return f"{history_url()}/history/{application_id}/jobs/" if logged else None

@@ -182,6 +182,7 @@ def submit_spec(
     ending_offsets: dict[str, dict[str, int]] | None = None,
     skip_records_of: str | None = None,
     consumer_group: bool = True,
+    label: str | None = None,
 ) -> SubmitSpec:
     """The spark-submit of an app at `version` (default: the catalog's). An artifact app ships
     that version's artifact, its digest checked (and equal to `expected_digest` when given: a
@@ -219,8 +220,8 @@ def submit_spec(
         **{key: str(value).lower() if isinstance(value, bool) else str(value) for key, value in app.spark_conf.items()},
     }
     return SubmitSpec(
-        # A backfill (it ends at given offsets) is named apart: the History Server lists it beside the app's drivers.
-        name=f"streamops-{app.name}" + ("-backfill" if ending_offsets is not None else ""),
+        # A backfill is named apart (`label`): the History Server lists it beside the app's drivers.
+        name=f"streamops-{app.name}" + (f"-{label}" if label else ""),
         application=str(DRIVER_ENTRYPOINT),
         application_args=args,
         jars=[str(jar) for jar in driver_jars()],

@@ -6,8 +6,9 @@ query's last committed batch), run as a child process of the API server with a d
 a time per host: a Spark session is a JVM, which the API server itself must not carry. The key,
 query and limit reach it as separate arguments (`--key=<text>`: never a shell, never an option).
 
-State built from an input the catalog marks sensitive (its keys are user ids) is shown only to a
-role with "StreamOps Sensitive Data"; others are told why.
+Only roles with "StreamOps Sensitive Data" read state (operator, approver, admin): state holds raw
+values of the inputs (user ids as keys) that no masking covers, and each read starts Spark on the
+server. A viewer is told so.
 
 No `from __future__ import annotations` here: FastAPI reads the routes' annotations at run time.
 """
@@ -23,11 +24,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from streamops.access import MESSAGES, SENSITIVE_DATA
-from streamops.catalog import AppSpec, Catalog, load_catalog
+from streamops.access import SENSITIVE_DATA
+from streamops.catalog import load_catalog
 from streamops.paths import RUN_DIR
 from streamops.state_query import MAX_ROWS, StateRefused, StateRequest
-from streamops.ui_auth import may_read, page_user
+from streamops.ui_auth import page_user
 
 PAGE_PATH = "/apps/{name}/state"
 READ_TIMEOUT_S = 180
@@ -45,12 +46,6 @@ pre{margin:0;white-space:pre-wrap;word-break:break-all}.small{font-size:12px;col
 
 class StateReadFailed(RuntimeError):
     """The read did not answer (busy, timed out, or failed): the text says which and what to do."""
-
-
-def sensitive_inputs(catalog: Catalog, app: AppSpec) -> list[str]:
-    """The app's inputs whose keys or fields the catalog marks sensitive (its state holds them)."""
-    names = set(catalog.topic_names())
-    return sorted(t for t in set(app.inputs.values()) if t in names and catalog.topic(t).has_sensitive_data)
 
 
 def state_command(app: str, request: StateRequest, out: Path) -> list[str]:
@@ -76,8 +71,8 @@ def run_state_read(app: str, request: StateRequest, timeout_s: float = READ_TIME
             out = Path(folder) / "answer.json"
             try:
                 # argv of this interpreter, a catalog app and validated values, each one argument: no shell.
-                done = subprocess.run(state_command(app, request, out), capture_output=True, text=True,  # noqa: S603
-                                      timeout=timeout_s, check=False)
+                done = subprocess.run(state_command(app, request, out), stdout=subprocess.DEVNULL,  # noqa: S603
+                                      stderr=subprocess.PIPE, text=True, timeout=timeout_s, check=False)
             except subprocess.TimeoutExpired:
                 raise StateReadFailed(f"the state read of {app} did not finish within {timeout_s:.0f} s (a large state, "
                                       "or a busy host): filter by a key, or use `streamops app state` on a host "
@@ -87,7 +82,7 @@ def run_state_read(app: str, request: StateRequest, timeout_s: float = READ_TIME
                 if "refused" in answer:
                     raise StateRefused([str(answer["refused"])])
                 return answer
-            tail = [line for line in (done.stderr or "").splitlines() if line.strip()][-3:]
+            tail = [line for line in (done.stderr or "")[-20_000:].splitlines() if line.strip()][-3:]
             raise StateReadFailed(f"the state read of {app} failed (exit {done.returncode}): {' / '.join(tail) or 'no output'}")
 
 
@@ -130,17 +125,13 @@ def add_state_page(app: Any) -> None:
     from fastapi import Depends, HTTPException, Request
     from fastapi.responses import HTMLResponse, JSONResponse
 
-    user_of = page_user("an app's state", MESSAGES)
+    user_of = page_user("an app's state", SENSITIVE_DATA)
 
-    def read(name: str, request: Request, user: Any) -> tuple[dict[str, str], dict[str, Any] | None, str | None, int]:
+    def read(name: str, request: Request) -> tuple[dict[str, str], dict[str, Any] | None, str | None, int]:
         catalog = load_catalog(check_programs=False)
         if name not in catalog.app_names():
             raise HTTPException(status_code=404, detail=f"no app {name!r} in the catalog")
         form = {k: v for k, v in request.query_params.items() if k in StateRequest.model_fields}
-        sensitive = sensitive_inputs(catalog, catalog.app(name))
-        if sensitive and not may_read(user, SENSITIVE_DATA):
-            return form, None, (f"the state of {name} holds data of inputs the catalog marks sensitive "
-                                f"({', '.join(sensitive)}); your role may not see it (StreamOps Sensitive Data)"), 403
         try:
             return form, run_state_read(name, StateRequest.from_form(form)), None, 200
         except StateRefused as exc:
@@ -149,14 +140,14 @@ def add_state_page(app: Any) -> None:
             return form, None, str(exc), 503
 
     @app.get(PAGE_PATH, response_class=HTMLResponse)
-    def state(name: str, request: Request, user: Any = Depends(user_of)) -> HTMLResponse:  # noqa: B008
-        form, answer, error, status = read(name, request, user)
+    def state(name: str, request: Request, _user: Any = Depends(user_of)) -> HTMLResponse:  # noqa: B008
+        form, answer, error, status = read(name, request)
         return HTMLResponse(render_state(name, form, answer, error), status_code=status,
                             headers={"Cache-Control": "no-store"})
 
     @app.get(PAGE_PATH + ".json")
-    def state_json(name: str, request: Request, user: Any = Depends(user_of)) -> JSONResponse:  # noqa: B008
-        _form, answer, error, status = read(name, request, user)
+    def state_json(name: str, request: Request, _user: Any = Depends(user_of)) -> JSONResponse:  # noqa: B008
+        _form, answer, error, status = read(name, request)
         if error:
             raise HTTPException(status_code=status, detail=error)
         return JSONResponse(answer, headers={"Cache-Control": "no-store"})

@@ -9,8 +9,9 @@ written in its checkpoint; the reading session keeps its working copies in its o
 Should the app's maintenance remove that batch's files while the read runs (a hundred batches
 later), the read is taken again on the newest committed batch.
 
-Bounded: at most `limit` rows per store (MAX_ROWS in all), filtered in Spark before they are
-collected; a key filter matches any text field of the state's key (user_id, fingerprint, a
+Bounded: at most `limit` rows per store and MAX_ROWS in all, filtered in Spark before they are
+collected, each value's lists and maps cut at SHOWN_ITEMS entries and long texts cut with their
+size; a key filter matches any text field of the state's key (user_id, fingerprint, a
 window's key column), so windows of one key come back together.
 """
 
@@ -37,7 +38,8 @@ from streamops.timestamps import iso_ms
 
 MAX_ROWS = 1000
 DEFAULT_ROWS = 50
-SHOWN_VALUE_CHARS = 2000  # a longer value (a list, a blob) is cut with its size
+SHOWN_VALUE_CHARS = 2000  # a longer text or blob is cut with its size
+SHOWN_ITEMS = 200  # entries of a list or map in a state value (a user's history), then a count
 
 
 class StateRequest(BaseModel):
@@ -46,7 +48,7 @@ class StateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     query: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
-    key: str | None = Field(None, min_length=1, max_length=200)
+    key: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")  # no control characters
     limit: int = Field(DEFAULT_ROWS, ge=1, le=MAX_ROWS)
 
     @classmethod
@@ -122,6 +124,10 @@ def read_state(spark: SparkSession, app: AppSpec, request: StateRequest, checkpo
     for query_dir in stateful:
         if request.query and query_dir.name != request.query:
             continue
+        if sum(len(store.rows) for store in answer.stores) >= MAX_ROWS:
+            answer.notes.append(f"{query_dir.name} and later queries not read: {MAX_ROWS:,} rows shown in all already "
+                                "(ask for one query, or filter by key)")
+            break
         committed = committed_batches(query_dir)
         if not committed:
             answer.notes.append(f"{query_dir.name}: no batch committed yet, so no state to read")
@@ -192,17 +198,22 @@ def _iso(ms: object) -> str | None:
 
 def _json_row(value: Any) -> Any:
     """A state row as JSON: times as ISO-8601, bytes as hex, long values cut with their size."""
-    if isinstance(value, dict):
-        return {k: _json_row(v) for k, v in value.items()}
+    if isinstance(value, dict):  # a row, or a map (whose keys may be times or structs)
+        shown = {str(k) if isinstance(k, str) else json.dumps(_json_row(k), sort_keys=True): _json_row(v)
+                 for k, v in list(value.items())[:SHOWN_ITEMS]}
+        if len(value) > SHOWN_ITEMS:
+            shown["…"] = f"{len(value) - SHOWN_ITEMS:,} more entries ({len(value):,} in all)"
+        return shown
     if isinstance(value, list | tuple):
-        return [_json_row(v) for v in value]
+        items = [_json_row(v) for v in value[:SHOWN_ITEMS]]
+        return items + [f"… {len(value) - SHOWN_ITEMS:,} more ({len(value):,} in all)"] if len(value) > SHOWN_ITEMS else items
     if isinstance(value, datetime):
         return iso_ms(value if value.tzinfo else value.replace(tzinfo=UTC))
     if isinstance(value, date):
         return str(value)  # YYYY-MM-DD
     if isinstance(value, bytes | bytearray):
-        shown = bytes(value[:SHOWN_VALUE_CHARS // 2]).hex()
-        return shown if len(value) <= SHOWN_VALUE_CHARS // 2 else f"{shown}… ({len(value):,} bytes)"
+        hexed = bytes(value[:SHOWN_VALUE_CHARS // 2]).hex()
+        return hexed if len(value) <= SHOWN_VALUE_CHARS // 2 else f"{hexed}… ({len(value):,} bytes)"
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):

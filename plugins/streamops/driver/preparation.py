@@ -53,7 +53,7 @@ class Prepared:
 
 def prepare(spec: AppSpec, program: StreamingProgram, options: RunOptions, runtime: AppRuntime,
             group_id: str | None) -> Prepared:
-    spark = build_session(f"streamops-{spec.name}")
+    spark = build_session(f"streamops-{spec.name}", launcher_names=True)
     spark.sparkContext.setLogLevel("WARN")
     publisher = ProgressPublisher(runtime, group_id, options.kafka)
     spark.streams.addListener(publisher)

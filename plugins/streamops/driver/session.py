@@ -36,14 +36,19 @@ REDACTION_CONF = {
 }
 
 
-def build_session(app_name: str, master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
+def build_session(app_name: str, master: str | None = None, extra_conf: dict[str, str] | None = None, *,
+                  launcher_names: bool = False) -> SparkSession:
     """Get or create the session. Under spark-submit the master and jars come from the
     launcher; run directly (tests, local runs) it uses local mode and the connector jars
     that bin/setup resolved."""
     # Executors must run the same Python (with pandas/pyarrow) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # No console progress bars: driver output is read as a log.
-    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    builder = SparkSession.builder.config("spark.ui.showConsoleProgress", "false")
+    if not (launcher_names and "PYSPARK_GATEWAY_PORT" in os.environ):
+        # With `launcher_names`, under spark-submit its --name names the app (a backfill's apart
+        # from the live driver's: the History Server lists them by it); an appName would override it.
+        builder = builder.appName(app_name)
     if master:
         builder = builder.master(master)
     # Under spark-submit the JVM already runs (PYSPARK_GATEWAY_PORT is set) and the launcher

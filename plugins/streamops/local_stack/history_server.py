@@ -18,7 +18,7 @@ import httpx
 
 from streamops.local_stack.process import AlreadyRunning, ServiceProcess
 from streamops.paths import RUN_DIR
-from streamops.spark_history import HISTORY_FILES_KEPT, HISTORY_MAX_AGE, event_log_dir, history_port
+from streamops.spark_history import HISTORY_FILES_KEPT, HISTORY_MAX_AGE, event_log_dir, event_log_uri, history_port
 from streamops.spark_submit import spark_env
 
 ADDRESS = "127.0.0.1"
@@ -28,7 +28,7 @@ ADDRESS = "127.0.0.1"
 class SparkHistoryServer:
     state_dir: Path = RUN_DIR / "spark-history"
     port: int = field(default_factory=history_port)
-    log_dir: Path = field(default_factory=event_log_dir)
+    log_dir: str = field(default_factory=event_log_uri)  # a file: or remote URI
     daemon_memory: str = "384m"
 
     @classmethod
@@ -46,7 +46,9 @@ class SparkHistoryServer:
     def start(self, timeout: float = 120.0) -> str:
         if self.process.pid() is not None:
             raise AlreadyRunning(f"the Spark History Server is already running at {self.url} (pid {self.process.pid()})")
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        local = event_log_dir()
+        if local is not None and self.log_dir == event_log_uri():
+            local.mkdir(parents=True, exist_ok=True)
         spark_home = Path(spark_env()["SPARK_HOME"])
         self.process.spawn([str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.history.HistoryServer"],
                            env=self._env(), cwd=self.state_dir)
@@ -71,7 +73,7 @@ class SparkHistoryServer:
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SPARK_"))}
         options = {
-            "spark.history.fs.logDirectory": self.log_dir.resolve().as_uri(),
+            "spark.history.fs.logDirectory": self.log_dir,
             "spark.history.ui.port": str(self.port),
             "spark.port.maxRetries": "0",  # on its port or not at all: the links name it
             # New and growing logs show within seconds (a crashed driver's too).

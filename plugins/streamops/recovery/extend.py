@@ -147,7 +147,7 @@ def _topic_extension(topic: str, broker: TopicRetention | None, declared: dict[s
     if broker.retention_bytes is not None:
         rates = [r.unread_bytes / max(r.oldest_age_s, 1.0) for r in runways
                  if r.unread_bytes is not None and r.oldest_age_s is not None]
-        rate = max(rates, default=0.0) or None
+        rate = round(max(rates, default=0.0), 1) or None  # as the plan shows it: the extension is what it says
         if rate is None:
             notes.append(f"{topic}: retention.bytes {broker.retention_bytes:,} left as it is: no unread records to "
                          "measure the rate it fills at (nothing a size limit could delete yet)")
@@ -162,7 +162,7 @@ def _topic_extension(topic: str, broker: TopicRetention | None, declared: dict[s
     return TopicExtension(topic, broker.retention_ms, declared_ms if isinstance(declared_ms, int) else None, new_ms,
                           min(short) if short else None, broker.retention_bytes,
                           declared_bytes if isinstance(declared_bytes, int) else None, new_bytes,
-                          round(rate, 1) if rate else None,
+                          rate,
                           min((a for a in after if a is not None), default=None) if short else None)
 
 
@@ -256,9 +256,13 @@ def end_holds(admin: Any, kafka: KafkaClientConfig, catalog: Catalog, now: datet
 
 
 def _revert_risk(kafka: KafkaClientConfig, catalog: Catalog, topic: str, declared: Mapping[str, object]) -> str | None:
-    missing = [name for name, value in declared.items() if not isinstance(value, int) or value < 0]
-    if missing:
-        return f"the catalog declares no {' or '.join(missing)} limit for it to go back to"
+    missing = [name for name, value in declared.items() if not isinstance(value, int)]
+    if missing:  # the broker's default would come back, which this suite does not read: a person decides
+        return (f"the catalog declares no {' or '.join(missing)} for it to go back to (the broker's default would "
+                "apply)")
+    declared = {name: value for name, value in declared.items() if isinstance(value, int) and value >= 0}
+    if not declared:  # unlimited (-1) deletes nothing: nothing unread is at risk
+        return None
     declared_ms, declared_bytes = declared.get("retention.ms"), declared.get("retention.bytes")
     for app in (a for a in catalog.apps if topic in a.inputs.values()):
         for runway in app_status(app, kafka).runways:

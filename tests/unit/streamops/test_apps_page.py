@@ -125,7 +125,13 @@ def test_past_drivers_are_linked_and_told_apart_running_stopped_failed_or_crashe
         def json(self):
             return listed
 
-    monkeypatch.setattr(spark_history.httpx, "get", lambda *a, **k: Answer())
+    def get(url, params, timeout):  # the server's two lists: unfinished, then finished
+        answer = Answer()
+        answer.json = lambda: [a for a in listed if a["attempts"][0]["completed"] == (params["status"] == "completed")] + [
+            "not an application", {"id": "<x>", "name": "streamops-router", "attempts": []}]
+        return answer
+
+    monkeypatch.setattr(spark_history.httpx, "get", get)
     drivers = past_drivers("http://history:18080")
     assert sorted(drivers) == ["router", "router-backfill"]  # the suite's drivers only; backfills apart
     assert [d.application_id for d in drivers["router"]] == ["app-4", "app-3", "app-2", "app-1"]  # newest first

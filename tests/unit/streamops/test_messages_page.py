@@ -70,17 +70,22 @@ def test_values_are_shown_pretty_masked_or_cut_and_never_as_markup():
 
 
 def test_a_sensitive_field_is_masked_in_every_array_item_and_inside_json_carried_as_text():
-    batch = {"users": [{"user_id": "u1"}, {"name": "n"}, [{"user_id": "u2"}]],
-             "payload": json.dumps({"user_id": "u3", "seq": 7}), "note": "user_id u4 in prose is not a field"}
-    shown = show_bytes(json.dumps(batch).encode(), ["users.user_id", "payload.user_id", "note.user_id"])
-    assert shown.kind == "json" and shown.masked == ["users.user_id", "payload.user_id"]
-    assert json.loads(shown.text) == {"users": [{"user_id": "•••"}, {"name": "n"}, [{"user_id": "•••"}]],
-                                      "payload": '{"user_id": "•••", "seq": 7}', "note": batch["note"]}
+    batch = {"users": [{"user_id": "u1"}, {"name": "n"}, [{"user_id": "u2"}], '{"user_id": "u5"}', "u6"],
+             "payload": '{"user_id": "u3", "seq": 7, "user_id": "u7"}', "note": "user_id u4 in prose", "other": "kept"}
+    shown = show_bytes(json.dumps(batch).encode(), ["users.user_id", "payload.user_id", "note.user_id", "absent.user_id"])
+    assert shown.kind == "json" and shown.masked == ["users.user_id", "payload.user_id", "note.user_id"]
+    # Through arrays and JSON in strings (a duplicate key's dropped copy is not shown either); a value
+    # the path reaches but cannot go through (prose, an array's bare item) is masked whole.
+    assert json.loads(shown.text) == {
+        "users": [{"user_id": "•••"}, {"name": "n"}, [{"user_id": "•••"}], '{"user_id": "•••"}', "•••"],
+        "payload": '{"user_id": "•••", "seq": 7}', "note": "•••", "other": "kept"}
+    assert not re.search(r"u[1-7]\b", shown.text)
     # A top-level array of records, each masked; an array with a bare value in it is masked whole.
     assert json.loads(show_bytes(b'[{"user_id":"u1"},{"user_id":"u2"}]', ["user_id"]).text) == [
         {"user_id": "•••"}, {"user_id": "•••"}]
     assert show_bytes(b'[{"user_id":"u1"},"u2"]', ["user_id"]).kind == "masked"
-    assert show_bytes(b'{"payload": "{not json"}', ["payload.user_id"]).masked == []
+    assert show_bytes(b'{"payload": "{not json"}', ["payload.user_id"]).text == '{\n  "payload": "•••"\n}'
+    assert show_bytes(b'{"n": 1}', ["payload.user_id"]).masked == []  # the field is not there: nothing to mask
 
 
 def test_a_plan_form_embeds_its_conf_as_data_and_only_for_a_role_that_may_trigger():
