@@ -4,8 +4,8 @@ Every driver and backfill the suite launches writes its event log (spark_submit.
 rolling files, so a driver that runs for weeks keeps bounded files), into one folder beside the
 checkpoints (`$STREAMOPS_SPARK_EVENT_LOG_DIR`, default `<checkpoint root>/_spark-events`). The
 History Server (`streamops up` starts one on the local stack and the cluster profile; compose
-runs one) serves them, crashed drivers included: a driver killed mid-batch leaves its log
-in progress, which the server lists as incomplete with every job and stage up to the kill. It
+runs one) serves them, crashed drivers included: a driver whose JVM is killed leaves its log in
+progress, which the server lists as incomplete with every job and stage up to the kill. It
 also keeps the folder bounded (its cleaner: logs older than HISTORY_MAX_AGE go).
 
 The apps page lists each app's past drivers from the server's REST API (`/api/v1/applications`,
