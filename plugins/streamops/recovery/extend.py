@@ -185,8 +185,6 @@ def _set_retention(admin: Any, topics: dict[str, dict[str, int | None]]) -> list
     return errors
 
 
-
-
 def _config_value(text: str) -> Any:
     """A broker's config value as the catalog writes it (numbers as numbers)."""
     return int(text) if re.fullmatch(r"-?[0-9]+", text) else text
