@@ -32,9 +32,14 @@ Imported by the Spark apps' driver (streamops.driver): no Airflow, no Kafka clie
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
+import re
 import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,6 +250,36 @@ def bind_cluster(app: str, checkpoint: str | Path, cluster_id: str | None, boots
 
 # --- snapshots --------------------------------------------------------------------------------------
 
+_held = threading.local()  # per thread: checkpoint -> how deep its files lock is held
+
+
+@contextmanager
+def files_lock(checkpoint: str | Path) -> Iterator[None]:
+    """One copy or replacement of the checkpoint's files, or one pruning of its snapshots, at a
+    time: a restore never replaces the queries a scheduled copy is reading, a prune never removes
+    the snapshot a restore is copying. A flock on _runtime/snapshots.lock (the kernel releases it
+    if the process dies); re-entrant within a thread (a restore takes a backup first)."""
+    key = str(Path(checkpoint).resolve())
+    depths: dict[str, int] = getattr(_held, "depths", None) or {}
+    _held.depths = depths
+    if depths.get(key):
+        depths[key] += 1
+        try:
+            yield
+        finally:
+            depths[key] -= 1
+        return
+    runtime_dir = Path(checkpoint) / RUNTIME_FOLDER
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    with open(runtime_dir / "snapshots.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        depths[key] = 1
+        try:
+            yield
+        finally:
+            depths[key] = 0
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
 
 def backups_dir(checkpoint: str | Path) -> Path:
     """Where the app's snapshots are: <checkpoint root>/_backups/<app>."""
@@ -258,11 +293,15 @@ def backup_path(checkpoint: str | Path, name: str) -> Path:
 
 
 def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
-    """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all.
-    The snapshot says what it holds in `_backup.json`: label, time, and the driver that last
-    wrote the checkpoint (version and launch conf, so a restore can start that version again)."""
-    target = backups_dir(checkpoint) / f"{file_stamp(utc_now())}-{label}"
-    info_file = target / BACKUP_INFO
+    """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all (an
+    app's snapshot policy prunes them: streamops.snapshots). Safe while the app runs
+    (copy_checkpoint). The snapshot says what it holds in `_backup.json`: label, time, and the
+    driver that last wrote the checkpoint (version and launch conf, so a restore can start that
+    version again). Written under a hidden name and renamed when whole: a copy cut short (a killed
+    task) is never listed as a snapshot."""
+    stamp = file_stamp(utc_now())
+    target = backups_dir(checkpoint) / f"{stamp}-{label}"
+    partial = backups_dir(checkpoint) / f"{PARTIAL_PREFIX}{stamp}-{label}"
     driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()
     try:
         info = checked(BackupInfo, {
@@ -271,15 +310,83 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
             "version": driver.version,
             "launch": driver.launch.to_json(),
             "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
-        }, str(info_file))
+        }, str(target / BACKUP_INFO))
     except RuntimeRecordError as exc:
         # A backup is never refused for want of a description: it then says its label and time only.
         log.warning("%s: the last driver's record does not describe this snapshot (%s); it records its label "
                     "and time only", checkpoint, exc)
         info = BackupInfo(label=label, taken_at=now_iso())
-    shutil.copytree(checkpoint, target, ignore=shutil.ignore_patterns(RUNTIME_FOLDER))
-    info_file.write_text(json.dumps(info, indent=1, sort_keys=True))
+    with files_lock(checkpoint):
+        vanished = copy_checkpoint(checkpoint, partial)
+    if vanished:
+        info["skipped_files"] = len(vanished)
+        log.info("%s: %d file(s) the running app's maintenance removed during the copy were left out (older "
+                 "versions Spark no longer needs), e.g. %s", checkpoint, len(vanished), vanished[0])
+    (partial / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
+    partial.rename(target)
     return target
+
+
+# Hidden names in the snapshots folder: a copy being written, a snapshot being deleted. Never listed.
+PARTIAL_PREFIX = ".partial-"
+PRUNING_PREFIX = ".pruning-"
+
+# A file of a versioned log or store: batch N's offsets/commit, state version N's delta,
+# snapshot, changelog or zip (RocksDB's v2 names add "_<unique id>"), and their ".crc" twins.
+_VERSIONED = re.compile(r"^\.?(\d+)(?:[._].*)?$")
+
+
+def copy_checkpoint(checkpoint: str | Path, target: Path) -> list[str]:
+    """Copy a checkpoint, running or not, so that the copy is one a query restarts from: each
+    query's offset log first, then its commit log (so every copied commit has its offset entry),
+    then the rest, leaving out state store files of versions after the copied last commit's (a
+    batch that committed during the copy; Spark writes them again on a restart). State version
+    N+1 is what batch N committed, and the maintenance never removes the newest versions, so the
+    state of the last copied commit is whole. A file removed during the copy (the maintenance
+    deleting versions the query no longer needs) is left out; its relative path is returned.
+    Spark writes every checkpoint file by rename, so each file copied is whole. Not _runtime."""
+    source = Path(checkpoint)
+    target.mkdir(parents=True)
+    vanished: list[str] = []
+    for child in sorted(source.iterdir()):
+        if child.name == RUNTIME_FOLDER:
+            continue
+        if child.is_dir() and (child / "offsets").is_dir():
+            _copy_query(source, child, target / child.name, vanished)
+        else:
+            _copy_tree(source, child, target / child.name, None, vanished)
+    return vanished
+
+
+def _copy_query(root: Path, query: Path, target: Path, vanished: list[str]) -> None:
+    target.mkdir()
+    _copy_tree(root, query / "offsets", target / "offsets", None, vanished)
+    _copy_tree(root, query / "commits", target / "commits", None, vanished)
+    committed = committed_batches(target)
+    newest_state = committed[-1] + 1 if committed else None  # the state version the last commit wrote
+    for child in sorted(query.iterdir()):
+        if child.name not in ("offsets", "commits"):
+            _copy_tree(root, child, target / child.name, newest_state if child.name == "state" else None, vanished)
+
+
+def _copy_tree(root: Path, source: Path, target: Path, newest: int | None, vanished: list[str]) -> None:
+    """Copy a file or folder; with `newest`, no versioned file above that version."""
+    try:
+        if not source.is_dir():
+            if source.name.endswith(".tmp"):  # a file Spark is writing (renamed when whole)
+                return
+            match = _VERSIONED.match(source.name)
+            if newest is not None and match and int(match.group(1)) > newest:
+                return
+            shutil.copy2(source, target)
+            return
+        target.mkdir(exist_ok=True)
+        children = sorted(source.iterdir())
+    except FileNotFoundError:
+        vanished.append(str(source.relative_to(root)))
+        return
+    for child in children:
+        _copy_tree(root, child, target / child.name, newest, vanished)
 
 
 def backup_info(backup: Path) -> BackupInfo:
@@ -302,25 +409,29 @@ def backup_info(backup: Path) -> BackupInfo:
 def list_backups(checkpoint: str | Path) -> list[Path]:
     """The app's snapshots, oldest first (names start with their UTC time)."""
     root = backups_dir(checkpoint)
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.exists() else []
 
 
 def restore_checkpoint(checkpoint: str | Path, backup: Path) -> Path:
     """Put `backup` in place of the checkpoint's query folders. What was there is kept as a
     snapshot of its own ("replaced-..."), never deleted. Returns that snapshot."""
-    replaced = backup_checkpoint(checkpoint, "replaced")
-    retire_queries(checkpoint)
-    for child in backup.iterdir():
-        if child.name.startswith("_") and child.name != CLUSTER_FILE:  # _backup.json, never a query folder
-            continue
-        target = Path(checkpoint) / child.name
-        shutil.copytree(child, target) if child.is_dir() else shutil.copy2(child, target)
+    with files_lock(checkpoint):
+        replaced = backup_checkpoint(checkpoint, "replaced")
+        retire_queries(checkpoint)
+        for child in backup.iterdir():
+            if child.name.startswith("_") and child.name != CLUSTER_FILE:  # _backup.json, never a query folder
+                continue
+            target = Path(checkpoint) / child.name
+            shutil.copytree(child, target) if child.is_dir() else shutil.copy2(child, target)
     return replaced
 
 
 def retire_queries(checkpoint: str | Path) -> None:
     """Remove the query folders, keeping _runtime (lease, history, ledgers). Callers take a
     backup first: the checkpoint then starts new, and the snapshot is the way back."""
-    for child in Path(checkpoint).iterdir() if Path(checkpoint).exists() else []:
-        if child.name != RUNTIME_FOLDER:
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    if not Path(checkpoint).exists():
+        return
+    with files_lock(checkpoint):
+        for child in Path(checkpoint).iterdir():
+            if child.name != RUNTIME_FOLDER:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()

@@ -435,6 +435,16 @@ class OperationRecord(_Record):
         return bool(self.failed_at)
 
 
+class SnapshotHold(_Record):
+    """One entry of _runtime/snapshot-holds.json (streamops.snapshots): a run that will read a snapshot (a restore plan
+    awaiting its approval and apply), so no prune removes it before `until`."""
+
+    snapshot: str
+    run_id: str
+    what: str
+    until: str
+
+
 class FailedRoll(_Record):
     """reconcile-failed.json: the catalog entry (its declared spec's digest) a reconcile roll failed
     to bring in (health gate failed, rolled back): not rolled again until it changes
@@ -491,6 +501,7 @@ class BackupInfo(TypedDict, total=False):
     version: str | None  # of the driver that last wrote the checkpoint
     launch: dict[str, Any]  # that driver's LaunchRecord ({}: none recorded)
     code: dict[str, Any] | None  # its CodeRecord (None: a driver from before artifacts)
+    skipped_files: int  # files the running app's maintenance removed during the copy (left out)
 
 
 class ClusterBinding(TypedDict, total=False):
