@@ -365,6 +365,25 @@ class SupervisionSpec(_Strict):
         return self
 
 
+class SnapshotPolicy(_Strict):
+    """When the snapshot_checkpoints DAG copies the app's checkpoint (streamops.snapshots), and
+    which of its snapshots it keeps: the last `keep_last`, every one younger than `keep_for`, and
+    whatever a running operation, a pending restore or the last good rollback needs. It is due
+    `every` so long after the last scheduled snapshot, or once a query has committed
+    `every_batches` batches since (whichever comes first), and only if a batch was committed since."""
+
+    every: Duration | None = None
+    every_batches: StrictInt | None = Field(default=None, ge=1)
+    keep_last: StrictInt = Field(default=3, ge=1, le=1000)
+    keep_for: Duration = "1 day"
+
+    @model_validator(mode="after")
+    def _has_a_schedule(self) -> SnapshotPolicy:
+        if self.every is None and self.every_batches is None:
+            raise ValueError("a snapshot policy needs 'every' (a time such as \"6 hours\"), 'every_batches', or both")
+        return self
+
+
 ReconcilePolicy = Literal["report", "approve", "auto"]
 
 
@@ -422,6 +441,9 @@ class AppSpec(_Strict):
     # "Desired state and drift"): report (show the drift only), approve (plan the roll and wait
     # for an approval), auto (roll compatible changes without one, audited).
     reconcile: ReconcilePolicy = "report"
+    # Scheduled checkpoint snapshots and their retention (docs/operating.md "Checkpoint snapshots").
+    # None: snapshots are taken only before a change, and every one is kept.
+    snapshots: SnapshotPolicy | None = None
 
     @model_validator(mode="before")
     @classmethod

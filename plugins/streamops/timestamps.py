@@ -106,6 +106,14 @@ def file_stamp(moment: datetime | int) -> str:
     return f"{utc.year:04d}{utc:%m%dT%H%M%S}.{utc.microsecond:06d}Z"
 
 
+def parse_file_stamp(stamp: str) -> datetime | None:
+    """The time a `file_stamp` says (None: the text is not one)."""
+    try:
+        return datetime.strptime(stamp, "%Y%m%dT%H%M%S.%fZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
 def run_tag(moment: datetime | int) -> str:
     """'20261124t010000': a UTC stamp to the second that may be part of a topic name (lower case)."""
     utc = _utc(moment)

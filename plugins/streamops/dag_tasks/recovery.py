@@ -24,6 +24,7 @@ from streamops.recovery.restart import RestartPlan, apply_restart, plan_restart
 from streamops.recovery.restore import RestorePlan, apply_restore, plan_restore, verify_restore
 from streamops.recovery.skip import SkipPlan, apply_skip, plan_skip, verify_skip
 from streamops.reprocess import VERSION_SUFFIX_PATTERN
+from streamops.snapshots import SnapshotGone, hold, release
 from streamops.timestamps import run_tag, utc_now
 
 
@@ -177,12 +178,21 @@ def _restore_plan(step: Step) -> RestorePlan:
     plan = plan_restore(step.catalog, p["app"], p["snapshot"], stop_if_running=p["stop_if_running"],
                         for_apply=p["dry_run"] is False)
     step.app(plan.app).trusted(plan.version, plan.spark_conf)
+    if p["dry_run"] is False:
+        # No snapshot policy prunes the chosen snapshot while the plan waits for its approval.
+        try:
+            hold(step.catalog.app(plan.app).checkpoint_location(), plan.snapshot, step.run_id, "recover_restore_checkpoint")
+        except SnapshotGone as exc:
+            raise RecoveryRefused([f"{exc}: run the DAG again"]) from None
     return plan
 
 
 def _restore_apply(step: Step, plan: RestorePlan) -> Result:
     app = step.app(plan.app)
-    return apply_restore(app.app, plan, app.start_version(), app.stopper())
+    try:
+        return apply_restore(app.app, plan, app.start_version(), app.stopper())
+    finally:
+        release(app.app.checkpoint_location(), step.run_id)
 
 
 def _restore_verify(step: Step, plan: RestorePlan, _applied: Result) -> Result:

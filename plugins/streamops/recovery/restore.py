@@ -11,7 +11,6 @@ from tabulate import tabulate
 from streamops.app_runtime import AppRuntime, DriverRecord, LaunchRecord
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import (
-    backup_info,
     backup_path,
     batch_marks,
     list_backups,
@@ -22,27 +21,12 @@ from streamops.checkpoints import (
 )
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, name_problem, resolve_app
-
-
-@dataclass
-class Snapshot:
-    name: str
-    label: str
-    taken_at: str | None
-    version: str | None
-    batches: dict[str, int | None]
-    launch: dict = field(default_factory=dict)  # version and Spark conf of the driver that wrote it
-    code: dict | None = None  # the code that driver ran (artifact and digest), when recorded
-
-    @classmethod
-    def of(cls, path: Path) -> Snapshot:
-        info = backup_info(path)
-        return cls(path.name, info.get("label", "?"), info.get("taken_at"), info.get("version"), batch_marks(path),
-                   info.get("launch") or {}, info.get("code"))
+from streamops.snapshots import Snapshot
+from streamops.snapshots import snapshots as app_snapshots
 
 
 def snapshots(app: AppSpec) -> list[Snapshot]:
-    return [Snapshot.of(p) for p in list_backups(app.checkpoint_location())]
+    return app_snapshots(app.checkpoint_location())
 
 
 @dataclass
@@ -66,9 +50,10 @@ class RestorePlan(JsonPlan):
 
     def table(self) -> str:
         history = tabulate(
-            [[("-> " if s["name"] == self.snapshot else "   ") + s["name"], s["label"], s["version"] or "-",
-              ", ".join(f"{q} #{b}" for q, b in s["batches"].items()) or "-"] for s in self.history],
-            headers=["snapshot", "taken before", "version", "batches"],
+            [[("-> " if s["name"] == self.snapshot else "   ") + s["name"], s["label"], s.get("taken_at") or "-",
+              Snapshot(**s).code_text(), ", ".join(f"{q} #{b}" for q, b in s["batches"].items()) or "-"]
+             for s in self.history],
+            headers=["snapshot", "taken", "taken at", "code", "batches"],
         )
         moves = tabulate([[m["query"], m["topic"], m["partition"], "-" if m["now"] is None else m["now"], m["restored"]]
                           for m in self.moves], headers=["query", "topic", "partition", "offset now", "offset restored"])
