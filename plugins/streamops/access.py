@@ -75,7 +75,7 @@ SUITE_DAGS = (
     "app_status", "deploy_apps", "provision_topics", "reconcile_desired_state", "reconcile_stateful_apps",
     "recover_extend_retention", "recover_rebuild_state", "recover_replay_dead_letters", "recover_reset_offsets",
     "recover_restart_app", "recover_restore_checkpoint", "recover_skip_records", "reprocess", "roll_restart_apps",
-    "stop_apps", "validate_topic_quality",
+    "snapshot_checkpoints", "stop_apps", "validate_topic_quality",
 )
 
 

@@ -39,6 +39,7 @@ from streamops.bench import parse_benchmark, router_benchmark, table
 from streamops.bench_report import PARTS, roll_restart, run_report, tables
 from streamops.bench_stateful import STATEFUL_APPS, STATEFUL_RATES
 from streamops.catalog import CatalogError, catalog_path, load_catalog, selected_environment
+from streamops.checkpoints import list_backups
 from streamops.driver.session import build_session
 from streamops.effective_spec import SpecRefused, bind_app, installed_code, launch_cluster
 from streamops.kafka_client import DEFAULT_CONN_ID, KafkaClientConfig, KafkaConfigError, app_conn_id
@@ -63,6 +64,8 @@ from streamops.local_stack.spark_cluster import SparkStandalone
 from streamops.paths import RUN_DIR
 from streamops.programs import ProgramError
 from streamops.quality import results
+from streamops.snapshots import listing as snapshot_listing
+from streamops.snapshots import listing_table as snapshot_table
 from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.state_query import MAX_ROWS, StateRefused, StateRequest, read_state
 
@@ -681,7 +684,10 @@ def app_state(
     key: Annotated[str | None, typer.Option(help="Only rows whose key has this text (a user id, a fingerprint).")] = None,
     query: Annotated[str | None, typer.Option(help="One stateful query (default: all of them).")] = None,
     limit: Annotated[int, typer.Option(help=f"Rows per state store, at most {MAX_ROWS}.")] = 50,
-    checkpoint: Annotated[str | None, typer.Option(help="Checkpoint root (default: from the catalog).")] = None,
+    checkpoint: Annotated[str | None, typer.Option(help="The checkpoint folder to read (default: the app's, from the "
+                                                       "catalog).")] = None,
+    snapshot: Annotated[str | None, typer.Option(help="Read one of the app's checkpoint snapshots instead (a name "
+                                                      "`streamops app snapshots` lists).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
     json_out: Annotated[Path | None, typer.Option(help="Write the answer as JSON to this file (Spark's log stays on "
                                                        "stdout).")] = None,
@@ -692,6 +698,12 @@ def app_state(
         spec = load_catalog(check_programs=False).app(name)
     except KeyError as exc:
         raise _fail(str(exc.args[0])) from None
+    if snapshot is not None:
+        kept = {p.name: p for p in list_backups(checkpoint or spec.checkpoint_location())}
+        if snapshot not in kept:
+            raise _fail(f"refused: snapshot {snapshot!r} is not among {name}'s snapshots; the latest are: "
+                        f"{', '.join(list(kept)[-5:]) or 'none'}")
+        checkpoint = str(kept[snapshot])
     try:
         request = StateRequest(query=query, key=key, limit=limit)
     except ValueError as exc:
@@ -709,6 +721,21 @@ def app_state(
         json_out.write_text(json.dumps(answer.to_json()))
         return
     typer.echo(json.dumps(answer.to_json(), indent=2) if as_json else answer.text())
+
+
+@apps_app.command("snapshots")
+def app_snapshots(
+    name: Annotated[str, typer.Argument(help="An app in the catalog.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the list as JSON.")] = False,
+) -> None:
+    """The app's checkpoint snapshots, oldest first: each one's batches, time and code, and why
+    its snapshot policy keeps it (or that the next prune removes it)."""
+    try:
+        spec = load_catalog(check_programs=False).app(name)
+    except KeyError as exc:
+        raise _fail(str(exc.args[0])) from None
+    rows = snapshot_listing(spec)
+    typer.echo(json.dumps(rows, indent=2) if as_json else snapshot_table(spec, rows))
 
 
 # A state read is a small batch job beside the live app: no UI port taken, few shuffle partitions.

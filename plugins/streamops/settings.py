@@ -54,6 +54,9 @@ METRICS_TOKEN_FILE = Setting("STREAMOPS_METRICS_TOKEN_FILE", "unset (UI login on
 SUPERVISOR = Setting("STREAMOPS_SUPERVISOR", "scheduled",
                      "scheduled: app_status every 2 minutes and at once when a driver ends; events: only when a driver "
                      "ends; manual: no schedule (another supervisor watches)")
+SNAPSHOTS = Setting("STREAMOPS_SNAPSHOTS", "scheduled",
+                    "scheduled: snapshot_checkpoints every 10 minutes takes the snapshots the catalog's policies make due "
+                    "and prunes the rest; manual: only when triggered")
 LEASE_TTL_S = Setting("STREAMOPS_LEASE_TTL_S", "30", "seconds a driver's lease outlives its last heartbeat (2-3600)")
 HOST_ADDRESS = Setting("STREAMOPS_HOST_ADDRESS", "this host's FQDN",
                        "the address this host is known by (Airflow's task hostname, a lease holder's address)")

@@ -96,8 +96,8 @@ def start_cluster_profile(secure_cluster, work: Path, prefix: str) -> ClusterPro
         STREAMOPS_SPARK_DIR=str(spark.state_dir), STREAMOPS_CELERY_LOG_PORTS=f"{free_port()},{free_port()}",
         STREAMOPS_SPARK_PORTS=",".join(str(p) for p in (spark.master_port, spark.master_ui_port, spark.worker_port,
                                                          spark.worker_ui_port)),
-        # The supervisor runs when a test triggers it, never on its own in between.
-        STREAMOPS_SUPERVISOR="manual",
+        # The supervisor and the snapshot policies run when a test triggers them, never on their own.
+        STREAMOPS_SUPERVISOR="manual", STREAMOPS_SNAPSHOTS="manual",
     )
     try:
         up = subprocess.run([STREAMOPS, "up", "--cluster"], env=env, capture_output=True, text=True, timeout=900)

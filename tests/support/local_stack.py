@@ -77,8 +77,9 @@ def start_local_stack(work: Path, prefix: str) -> LocalStack:
                STREAMOPS_CATALOG=str(catalog_file),
                STREAMOPS_CHECKPOINT_ROOT=str(run_dir / "checkpoints"), STREAMOPS_NOTIFY_WEBHOOK_FILE=str(webhook_file),
                # The supervisor runs when a driver ends (its event-driven restart is under test), never
-               # on a timer in between (a timed run must not race a test's own steps).
-               STREAMOPS_SUPERVISOR="events")
+               # on a timer in between (a timed run must not race a test's own steps); no timed
+               # snapshots either (tests count an app's snapshots).
+               STREAMOPS_SUPERVISOR="events", STREAMOPS_SNAPSHOTS="manual")
     try:
         up = subprocess.run([STREAMOPS, "up"], env=env, capture_output=True, text=True, timeout=900)
     except BaseException:
