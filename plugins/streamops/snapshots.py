@@ -13,9 +13,9 @@ Kept, whatever the policy's numbers say:
   one it took), and the snapshots a run that failed while changing it took (its way back, until an
   operator decides);
 - a snapshot a restore plan holds (`hold`: from its plan until its apply, at most HOLD_FOR);
-- the last good rollback: the newest snapshot of code other than the code running now (what rolls
-  the last roll back), not one a restore set aside ("replaced": the checkpoint of the version that
-  was rolled back from).
+- the last good rollback: the newest snapshot of a version (or code) other than the one running
+  now (what rolls the last roll back), not one a restore set aside ("replaced": the checkpoint of
+  the version that was rolled back from).
 
 An app without a policy keeps every snapshot, as before policies. Removal renames a snapshot to a
 hidden name first, so a prune cut short never leaves a half-deleted snapshot in the list.
@@ -88,7 +88,7 @@ class Snapshot:
         return parse_file_stamp(self.name.split("-", 1)[0])
 
     def code_identity(self) -> str | None:
-        """What code wrote it: the artifact's digest, else the version (None: not recorded)."""
+        """What wrote it: the version and its code (None: not recorded)."""
         return code_identity(self.code, self.version)
 
     def code_text(self) -> str:
@@ -101,8 +101,13 @@ class Snapshot:
 
 
 def code_identity(code: dict | None, version: str | None) -> str | None:
+    """A version and the artifact digest it ran: a roll to another version is a change even with
+    the same code (its settings and Spark conf come with the version), and so is new code under
+    the same version (installed code). None: neither was recorded."""
     digest = (code or {}).get("digest")
-    return str(digest) if digest else (f"version {version}" if version else None)
+    if not digest and not version:
+        return None
+    return f"{version or '?'} {digest or ''}".strip()
 
 
 def snapshots(checkpoint: str | Path) -> list[Snapshot]:
@@ -252,12 +257,13 @@ def retention(policy: SnapshotPolicy | None, taken: list[Snapshot], *, now: date
     rollback = last_good_rollback(taken, running_code)
     if rollback is not None:
         reasons[rollback.name].append(f"the last good rollback: the newest snapshot of {rollback.code_text()}, "
-                                      f"the code before the running {running_version or 'version'}")
+                                      f"the version before the running {running_version or 'one'}")
     return [Decision(s, bool(reasons[s.name]), reasons[s.name]) for s in taken]
 
 
 def last_good_rollback(taken: list[Snapshot], running_code: str | None) -> Snapshot | None:
-    """The newest snapshot written by code other than `running_code`, not one a restore set aside."""
+    """The newest snapshot written by another version or code than `running_code` (a code_identity),
+    not one a restore set aside."""
     if running_code is None:
         return None
     candidates = [s for s in taken if s.label != REPLACED and s.code_identity() not in (None, running_code)]

@@ -246,12 +246,12 @@ def test_the_last_good_rollback_is_kept_and_a_replaced_checkpoint_is_not_it(tmp_
     v1_again = snapshot_at(checkpoint, old + timedelta(hours=3), "before-2.1.0", "1.0.0", "sha256:aa")
     newest = [snapshot_at(checkpoint, old + timedelta(hours=h), SCHEDULED, "2.1.0", "sha256:cc") for h in (4, 5)]
     policy = SnapshotPolicy(every="6 hours", keep_last=2, keep_for="1 hour")
-    judged = retention(policy, snapshots(checkpoint), now=NOW, running_code="sha256:cc", running_version="2.1.0")
+    judged = retention(policy, snapshots(checkpoint), now=NOW, running_code="2.1.0 sha256:cc", running_version="2.1.0")
     assert names(judged) == [v1_again, *newest]
     (rollback,) = [d for d in judged if d.snapshot.name == v1_again]
-    assert rollback.why == ["the last good rollback: the newest snapshot of 1.0.0 (aa), the code before the running 2.1.0"]
+    assert rollback.why == ["the last good rollback: the newest snapshot of 1.0.0 (aa), the version before the running 2.1.0"]
     # Running 1.0.0 again after a restore: the newest of other code is 2.1.0's, never a replaced one.
-    judged = retention(policy, snapshots(checkpoint), now=NOW, running_code="sha256:aa", running_version="1.0.0")
+    judged = retention(policy, snapshots(checkpoint), now=NOW, running_code="1.0.0 sha256:aa", running_version="1.0.0")
     assert names(judged) == newest
     assert v1_early not in names(judged) and v1_last not in names(judged)
 
