@@ -11,9 +11,10 @@ import yaml
 
 from streamops.app_runtime import AppRuntime
 from streamops.audit import read_audit
-from streamops.checkpoints import batch_offsets, list_backups, query_dir
+from streamops.checkpoints import backup_info, backup_path, batch_marks, batch_offsets, list_backups, query_dir
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
+from streamops.snapshots import holds as snapshot_holds
 from streamops.state_page import run_state_read
 from streamops.state_query import StateRequest
 from streamops.waiting import poll_until
@@ -134,6 +135,8 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     print(f"presence state of {user} as of batch {notify['batch_id']}: {len(history)} history entries, "
           f"{len(stores['count']['rows'])} count windows")
 
+    _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd)
+
     # A stateful change (another count window) is refused before the running app is touched, and
     # the new version's warm standby is sent away: no driver of it is left waiting.
     running, backups_before = runtime.driver(), list_backups(spec.checkpoint_location())
@@ -163,3 +166,53 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
 
 def _ms(iso: str) -> int:
     return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd):
+    """snapshot_checkpoints on a policy (every batch; keep the last one, none for its age) copies
+    the running notifier under load twice: the first copy is pruned by the second run, the roll's
+    snapshot of 2.0.0 stays as the last good rollback. A restore from the live copy starts the app
+    on it and continues its batches (Spark loads its state), the snapshot held for the restore."""
+    checkpoint = spec.checkpoint_location()
+    with_policy = yaml.safe_load(catalog_file.read_text())
+    next(a for a in with_policy["apps"] if a["name"] == "presence-notifier")["snapshots"] = {
+        "every_batches": 1, "keep_last": 1, "keep_for": "1 millisecond"}
+    catalog_file.write_text(yaml.safe_dump(with_policy, sort_keys=False))
+    (roll_snapshot,) = [p.name for p in list_backups(checkpoint)]
+    assert roll_snapshot.endswith("-before-2.1.0")
+    driver, outcomes = runtime.driver(), []
+    with background_load(spec, LoadSpec(count=100_000, keys=30, rate=200, seed=5), broker.client_config):
+        for _ in range(2):
+            last = list_backups(checkpoint)[-1]
+            poll_until(lambda last=last: batch_marks(checkpoint)["notify"] > (batch_marks(last)["notify"] or -1),
+                       timeout=120, what="a batch committed since the last snapshot")
+            run = run_dag("snapshot_checkpoints", catalog_file, apps=["presence-notifier"])
+            assert run.state == "success", run.task_states
+            (outcome,) = run.xcoms["apply_policies"]["apps"]
+            assert outcome["taken"], outcome
+            outcomes.append(outcome)
+    taken = [o["taken"] for o in outcomes]
+    assert outcomes[0]["removed"] == [] and outcomes[1]["removed"] == [taken[0]]
+    assert [p.name for p in list_backups(checkpoint)] == [roll_snapshot, taken[1]]
+    kept = {k["name"]: k["why"] for k in outcomes[1]["kept"]}
+    assert kept == {roll_snapshot: ["the last good rollback: the newest snapshot of 2.0.0 "
+                                    f"({_digest(checkpoint, roll_snapshot)}), the version before the running 2.1.0"],
+                    taken[1]: ["one of the last 1"]}
+    assert runtime.driver().pid == driver.pid and runtime.state() == "running"  # copied live, not paused
+
+    newest = backup_path(checkpoint, taken[1])
+    capfd.readouterr()
+    restored = run_dag("recover_restore_checkpoint", catalog_file, app="presence-notifier", snapshot=taken[1],
+                       stop_if_running=True, dry_run=False)
+    assert restored.state == "success", restored.task_states
+    assert restored.xcoms["apply"]["restored_batches"] == batch_marks(newest)
+    table = capfd.readouterr().out
+    assert f"-> {taken[1]}" in table and f"2.1.0 ({_digest(checkpoint, taken[1])})" in table, table[-3000:]
+    assert runtime.state() == "running" and runtime.driver().pid != driver.pid
+    assert snapshot_holds(checkpoint) == []  # the restore's hold ended with its apply
+    print(f"scheduled snapshots under load: {taken[1]} kept, {taken[0]} pruned, {roll_snapshot} kept as the rollback; "
+          f"restored {taken[1]} (batches {batch_marks(newest)})")
+
+
+def _digest(checkpoint: str, snapshot: str) -> str:
+    return backup_info(backup_path(checkpoint, snapshot))["code"]["digest"].removeprefix("sha256:")[:12]

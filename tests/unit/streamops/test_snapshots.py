@@ -337,3 +337,27 @@ def test_an_app_without_a_policy_is_left_alone(tmp_path: Path):
     run = apply_policy(app_with(checkpoint))
     assert run.why == "the app has no snapshot policy" and run.removed == [] and len(list_backups(checkpoint)) == 1
     assert Snapshot.of(list_backups(checkpoint)[0]).code_text() == "1.0.0 (aa)"
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def test_the_command_line_lists_the_snapshots_and_reads_only_a_kept_one(tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from streamops.cli import app
+
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    checkpoint = stateful_checkpoint(tmp_path, committed=2).rename(tmp_path / "checkpoints" / "presence-notifier")
+    write_driver(checkpoint, "2.0.0", "sha256:aa")
+    shot = snapshot_at(checkpoint, NOW - timedelta(days=10), "before-2.1.0", "2.0.0", "sha256:aa", batch=2)
+    listed = CliRunner().invoke(app, ["app", "snapshots", "presence-notifier"])
+    assert listed.exit_code == 0, listed.output
+    assert "policy: every 6 hours; keep the last 4 and every one younger than 2 days" in listed.output  # the catalog's
+    assert shot in listed.output and "2.0.0 (aa)" in listed.output and "count #2" in listed.output
+    as_json = json.loads(CliRunner().invoke(app, ["app", "snapshots", "presence-notifier", "--json"]).output)
+    assert [(r["name"], r["kept"], r["why"]) for r in as_json] == [(shot, True, ["one of the last 4"])]
+    refused = CliRunner().invoke(app, ["app", "state", "presence-notifier", "--snapshot", "20260101T000000.000000Z-x"])
+    assert refused.exit_code != 0
+    assert ("refused: snapshot '20260101T000000.000000Z-x' is not among presence-notifier's snapshots; the latest are: "
+            f"{shot}") in refused.output
