@@ -190,6 +190,8 @@ def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime
             assert run.state == "success", run.task_states
             (outcome,) = run.xcoms["apply_policies"]["apps"]
             assert outcome["taken"], outcome
+            (audited,) = read_audit(run_id=run.run_id)
+            assert (audited["step"], audited["outcome"], audited["snapshots_taken"]) == ("snapshot", "done", [outcome["taken"]])
             outcomes.append(outcome)
     taken = [o["taken"] for o in outcomes]
     assert outcomes[0]["removed"] == [] and outcomes[1]["removed"] == [taken[0]]

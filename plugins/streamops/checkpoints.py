@@ -316,14 +316,14 @@ def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
         log.warning("%s: the last driver's record does not describe this snapshot (%s); it records its label "
                     "and time only", checkpoint, exc)
         info = BackupInfo(label=label, taken_at=now_iso())
-    with files_lock(checkpoint):
+    with files_lock(checkpoint):  # a hidden copy exists only while its writer holds the lock, or left by a dead one
         vanished = copy_checkpoint(checkpoint, partial)
-    if vanished:
-        info["skipped_files"] = len(vanished)
-        log.info("%s: %d file(s) the running app's maintenance removed during the copy were left out (older "
-                 "versions Spark no longer needs), e.g. %s", checkpoint, len(vanished), vanished[0])
-    (partial / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
-    partial.rename(target)
+        if vanished:
+            info["skipped_files"] = len(vanished)
+            log.info("%s: %d file(s) the running app's maintenance removed during the copy were left out (older "
+                     "versions Spark no longer needs), e.g. %s", checkpoint, len(vanished), vanished[0])
+        (partial / BACKUP_INFO).write_text(json.dumps(info, indent=1, sort_keys=True))
+        partial.rename(target)
     return target
 
 

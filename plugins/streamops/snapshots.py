@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -57,8 +56,6 @@ SCHEDULED = "scheduled"  # the label of the snapshots the policy takes
 REPLACED = "replaced"  # the label restore_checkpoint gives the checkpoint it set aside
 # A restore plan's hold lasts until its apply ends, at most this long (an approval waits an hour).
 HOLD_FOR = timedelta(hours=3)
-# A copy cut short (its task killed) is removed by a later prune once it is this old.
-STALE_PARTIAL = timedelta(hours=6)
 
 
 @dataclass
@@ -342,7 +339,7 @@ def apply_policy(app: AppSpec, *, dry_run: bool = False, now: datetime | None = 
                 if not dry_run:
                     _remove(backups_dir(checkpoint) / decision.snapshot.name)
         if not dry_run:
-            _remove_leftovers(checkpoint, now or utc_now())
+            _remove_leftovers(checkpoint)
     log.info("%s", result.summary())
     return result
 
@@ -353,15 +350,12 @@ def _remove(snapshot: Path) -> None:
     shutil.rmtree(hidden)
 
 
-def _remove_leftovers(checkpoint: str | Path, now: datetime) -> None:
-    """A prune or a copy cut short (its task killed) left a hidden folder: remove it (a copy only
-    once it is STALE_PARTIAL old: a copy in another process may still be writing it)."""
-    root = backups_dir(checkpoint)
-    for leftover in _hidden(root):
-        copying = leftover.name.startswith(PARTIAL_PREFIX)
-        if copying and time.time() - leftover.stat().st_mtime < STALE_PARTIAL.total_seconds():
-            continue
-        log.info("removing %s, left by a %s cut short", leftover, "copy" if copying else "prune")
+def _remove_leftovers(checkpoint: str | Path) -> None:
+    """A prune or a copy cut short (its task killed) left a hidden folder: remove it. Called under
+    the files lock, which every copy holds until its snapshot is renamed: no copy is being written."""
+    for leftover in _hidden(backups_dir(checkpoint)):
+        log.info("removing %s, left by a %s cut short", leftover,
+                 "copy" if leftover.name.startswith(PARTIAL_PREFIX) else "prune")
         shutil.rmtree(leftover, ignore_errors=True)
 
 

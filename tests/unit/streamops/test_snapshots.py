@@ -297,6 +297,7 @@ def test_the_policy_takes_what_is_due_prunes_exactly_and_a_dry_run_changes_nothi
     older = [snapshot_at(checkpoint, datetime(2026, 1, d, tzinfo=UTC), SCHEDULED, batch=0) for d in (1, 2, 3)]
     # A prune and a copy cut short earlier: hidden folders, never listed.
     (backups_dir(checkpoint) / f".pruning-{older[0]}").mkdir()
+    (backups_dir(checkpoint) / ".partial-20260104T000000.000000Z-scheduled" / "count").mkdir(parents=True)
     app = app_with(checkpoint, every_batches=1, keep_last=2, keep_for="1 hour")
 
     dry = apply_policy(app, dry_run=True)
