@@ -201,6 +201,9 @@ class PresenceNotifier(StreamingProgram):
                    "user's presence history",),
         "count": ("windowed count per user_id with a watermark",),
     }
+    # A window's length and slide shape which windows the state holds; its key schema is the same
+    # for every length, so Spark's own check cannot see a change.
+    state_settings = {"count": ("count_window", "count_slide")}
     window_counts = {"notification_counts": WindowCountOutput("count", "user_id")}
 
     def queries(self, app: AppSpec, version: str, source: Callable[[list[str]], DataFrame]) -> list[OutputQuery]:

@@ -10,6 +10,7 @@ import psutil
 import yaml
 
 from streamops.app_runtime import AppRuntime
+from streamops.artifacts import build
 from streamops.audit import read_audit
 from streamops.checkpoints import backup_info, backup_path, batch_marks, batch_offsets, list_backups, query_dir
 from streamops.kafka_records import read_all
@@ -18,7 +19,7 @@ from streamops.snapshots import holds as snapshot_holds
 from streamops.state_page import run_state_read
 from streamops.state_query import StateRequest
 from streamops.waiting import poll_until
-from tests.support.artifacts import same_code_as
+from tests.support.artifacts import presence_source_counting_by_length, same_code_as
 from tests.support.routes import wait_until_all_routed
 
 
@@ -137,20 +138,20 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
 
     _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd)
 
-    # A stateful change (another count window) is refused before the running app is touched, and
-    # the new version's warm standby is sent away: no driver of it is left waiting.
+    # A stateful change (version 3.0.0 counts per another key) is refused by Spark's own check, on a
+    # copy of the running checkpoint in the new version's warm standby, before the running app is
+    # touched; the standby is sent away: no driver of it is left waiting.
     running, backups_before = runtime.driver(), list_backups(spec.checkpoint_location())
-    changed = yaml.safe_load(catalog_file.read_text())
-    next(a for a in changed["apps"] if a["name"] == "presence-notifier")["settings"]["count_window"] = "11 minutes"
-    catalog_file.write_text(yaml.safe_dump(changed, sort_keys=False))
+    build("presence-notifier", "3.0.0", spec.program, source=presence_source_counting_by_length(tmp_path))
     capfd.readouterr()
-    same_code_as(spec, "3.0.0")
     refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="3.0.0")
     assert refused.state == "failed"
     out = capfd.readouterr().out
     assert ("presence-notifier: the new version cannot restart from the running version's checkpoint, so nothing was stopped"
             in out)
-    assert "query 'count' changes its stateful operators" in out, out[-3000:]
+    assert ("query 'count': Spark refuses to restart it from the running version's checkpoint: Provided key schema does not "
+            "match existing state key schema.") in out, out[-3000:]
+    assert "(STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)" in out and "query 'notify'" not in out  # notify's state carries over
     assert runtime.state() == "running" and runtime.driver().pid == running.pid
     assert list_backups(spec.checkpoint_location()) == backups_before
     (standby_log,) = [log for log in runtime.logs_dir.glob("driver-*.log")

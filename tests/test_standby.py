@@ -16,8 +16,8 @@ from streamops.waiting import DeadlineExceeded
 def test_the_standby_hears_go_with_who_said_it(tmp_path):
     slot = StandbySlot(tmp_path, new_token())
     assert slot.ready() is None
-    slot.report_ready(plan_fingerprint={"route": []}, application_id="local-1")
-    assert slot.ready()["plan_fingerprint"] == {"route": []} and slot.ready()["application_id"] == "local-1"
+    slot.report_ready(state_check={"checked": [], "problems": []}, application_id="local-1")
+    assert slot.ready()["state_check"] == {"checked": [], "problems": []} and slot.ready()["application_id"] == "local-1"
 
     timer = threading.Timer(0.3, lambda: slot.say(GO, by="manual__roll"))
     timer.start()
@@ -60,7 +60,8 @@ slot = StandbySlot(Path.cwd(), token)  # launchers start drivers in the runtime 
 if mode == "slow":
     slot.await_word(60, interrupted=lambda: False)
     sys.exit(0)
-slot.report_ready(plan_fingerprint={"route": []}, pid=4242, host="standby-host")
+slot.report_ready(state_check={"checked": ["count"], "problems": ["query 'count': Spark refuses it"]}, pid=4242,
+                  host="standby-host")
 word = slot.await_word(60, interrupted=lambda: False)
 print("heard", word["word"], word.get("why"), flush=True)
 sys.exit(0)
@@ -76,9 +77,9 @@ def stand_in(mode: str) -> list[str]:
     return [sys.executable, "-c", STAND_IN, mode]
 
 
-def test_a_ready_standby_reports_its_plan_and_leaves_when_sent_away(router, tmp_path):
+def test_a_ready_standby_reports_its_state_check_and_leaves_when_sent_away(router, tmp_path):
     standby = start_standby(router, stand_in("ready"), checkpoint=str(tmp_path), launched_by="manual__roll", version="1.1.0")
-    assert standby.plan_fingerprint == {"route": []}
+    assert standby.state_problems == ["query 'count': Spark refuses it"]
     assert standby.describe() == f"driver pid 4242 on standby-host, log {standby.start.driver_log}"
     assert standby.abort("the new version changes its stateful operators") == "the standby exited without starting"
     assert standby.start.process.returncode == 0

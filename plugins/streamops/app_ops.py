@@ -179,8 +179,11 @@ class Standby:
     told_go: bool = False
 
     @property
-    def plan_fingerprint(self) -> dict[str, list[str]] | None:
-        return self.ready_record.get("plan_fingerprint") if self.ready_record else None
+    def state_problems(self) -> list[str] | None:
+        """Why Spark (or the program's declared state settings) refuses this version's restart from
+        the running version's checkpoint ([]: it does not); None: it reported no verdict."""
+        check = self.ready_record.get("state_check") if self.ready_record else None
+        return list(check["problems"]) if check is not None else None
 
     def describe(self) -> str:
         pid, host = (self.ready_record["pid"], self.ready_record["host"]) if self.ready_record else ("?", "?")

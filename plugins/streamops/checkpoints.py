@@ -358,6 +358,32 @@ def copy_checkpoint(checkpoint: str | Path, target: Path) -> list[str]:
     return vanished
 
 
+def copy_query(query: Path, target: Path) -> list[str]:
+    """One query folder, copied as copy_checkpoint copies each (the files removed meanwhile are
+    returned, relative to the checkpoint)."""
+    vanished: list[str] = []
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _copy_query(query.parent, query, target, vanished)
+    return vanished
+
+
+def add_empty_batch(query: Path) -> int | None:
+    """On a COPY of a query folder only: make the batch after its last commit an empty one (that
+    commit's offsets again, planned and not committed, the later entries removed). A restart then
+    runs exactly that batch, reading nothing, and Spark's checks of the state against the new plan
+    run when it is planned (streamops.driver.state_check). Returns the batch (None: no commit)."""
+    committed = committed_batches(query)
+    if not committed:
+        return None
+    last = committed[-1]
+    for path in (query / "offsets").iterdir():
+        match = _VERSIONED.match(path.name)
+        if match and int(match.group(1)) > last:
+            path.unlink()
+    shutil.copyfile(query / "offsets" / str(last), query / "offsets" / str(last + 1))
+    return last + 1
+
+
 def _copy_query(root: Path, query: Path, target: Path, vanished: list[str]) -> None:
     target.mkdir()
     _copy_tree(root, query / "offsets", target / "offsets", None, vanished)

@@ -28,9 +28,9 @@ from tabulate import tabulate
 
 from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.catalog import Catalog
+from streamops.checkpoints import has_state
 from streamops.effective_spec import Drift, drift
 from streamops.plans import JsonPlan
-from streamops.rollout import incompatibilities
 from streamops.runtime_files import read_json_object, write_json_atomic
 from streamops.runtime_records import FailedRoll, RuntimeRecordError
 from streamops.timestamps import now_iso
@@ -102,16 +102,17 @@ def _field_line(item: dict[str, Any]) -> str:
 
 
 def plan_sync(catalog: Catalog, names: list[str], *, principal_of: Callable[[str], str | None],
-              kafka_cluster: str | None, fingerprint_of: Callable[[str, str, dict[str, str]], dict[str, list[str]] | None],
+              kafka_cluster: str | None, state_check_of: Callable[[str, str, dict[str, str]], list[str] | None],
               on_demand: bool) -> SyncPlan:
-    """The plan for `names`. `fingerprint_of(app, version, spark_conf)`: the stateful plan the
-    roll's new driver would build (None: it cannot say), compared with the running one's."""
-    items = [_item(catalog, name, principal_of(name), kafka_cluster, fingerprint_of, on_demand) for name in names]
+    """The plan for `names`. `state_check_of(app, version, spark_conf)`: why the roll's new driver
+    cannot restart from the app's checkpoint, as Spark judges it on a copy ([]: it can; None: it
+    could not be judged), asked for stateful apps only."""
+    items = [_item(catalog, name, principal_of(name), kafka_cluster, state_check_of, on_demand) for name in names]
     return SyncPlan(items=items, planned_at=now_iso(), on_demand=on_demand)
 
 
 def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str | None,
-          fingerprint_of: Callable[[str, str, dict[str, str]], dict[str, list[str]] | None], on_demand: bool) -> SyncItem:
+          state_check_of: Callable[[str, str, dict[str, str]], list[str] | None], on_demand: bool) -> SyncItem:
     app = catalog.app(name)
     policy = "approve" if on_demand and app.reconcile == "report" else app.reconcile
     runtime = AppRuntime(app.checkpoint_location())
@@ -149,11 +150,11 @@ def _item(catalog: Catalog, name: str, principal: str | None, kafka_cluster: str
     # The version: the catalog's when the catalog changed it, else the one running (approved).
     item.version = catalog.app(name).version if "version" in heads else str(record.launched_version or app.version)
     item.spark_conf = dict(record.launched_spark_conf)
-    if any(record.plan_fingerprint.values()):  # stateful: its plan must carry its state over, judged before anything stops
-
-        new_plan = fingerprint_of(name, item.version, item.spark_conf)
-        problems = incompatibilities(record.plan_fingerprint, new_plan) if new_plan is not None else [
-            "the new values' plan could not be built (see the plan task's log)"]
+    # Stateful: its state must carry over to the new values, as Spark judges it before anything stops.
+    if any(record.stateful_operators.values()) or has_state(app.checkpoint_location()):
+        verdict = state_check_of(name, item.version, item.spark_conf)
+        problems = verdict if verdict is not None else [
+            "Spark's check of the new values against the checkpoint could not run (see the plan task's log)"]
         if problems:
             item.action = REFUSE
             item.reason = (f"a state-incompatible change ({'; '.join(problems)}): its state cannot carry over, so a roll "

@@ -25,6 +25,10 @@ Declarations (class attributes), checked when the catalog loads:
 - `stateful_operators`: per query, the stateful operators it keeps in its checkpoint, in words
   ("groupBy(user_id).flatMapGroupsWithState: presence history"). A rolling restart refuses a
   version whose declared operators (or whose stateful plan) differ: Spark could not restore them.
+- `state_settings`: per query, the settings that shape what its state holds where Spark cannot
+  see it (a window's length and slide: the state's schema is the same for every length). A roll or
+  reconcile refuses a change of one: Spark's own check on a copy of the checkpoint judges the rest
+  (streamops.driver.state_check).
 - `window_counts`: output roles holding windowed counts (`records.windowed_counts`), so the
   quality reconciliation and the nightly reconciliation can recompute them.
 - `lineage_outputs`: output roles (or "*": every output role) whose records carry `event_id`
@@ -102,6 +106,7 @@ class StreamingProgram:
     reads_outputs: ClassVar[tuple[str, ...]] = ()
     query_names: ClassVar[tuple[str, ...]]
     stateful_operators: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    state_settings: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     window_counts: ClassVar[Mapping[str, WindowCountOutput]] = {}
     lineage_outputs: ClassVar[Mapping[str, LineageOutput]] = {}
 
@@ -139,7 +144,12 @@ def contract_problems(program: object, reference: str) -> list[str]:
                          ("lineage_outputs", set(program.lineage_outputs))):
         if outputs is not None and roles - outputs:
             problems.append(f"{reference}: {label} names {sorted(roles - outputs)}, not among its output_roles")
+    fields = set(program.Settings.model_fields) if hasattr(program, "Settings") else set()
+    for query, names in program.state_settings.items():
+        for name in set(names) - fields:
+            problems.append(f"{reference}: state_settings of query {query!r} names {name!r}, which is not one of its settings")
     for label, queries in (("stateful_operators", set(program.stateful_operators)),
+                           ("state_settings", set(program.state_settings)),
                            ("window_counts", {w.query for w in program.window_counts.values()}),
                            ("lineage_outputs", {w.query for w in program.lineage_outputs.values()})):
         if queries - set(program.query_names):
@@ -164,6 +174,7 @@ def describe(program: StreamingProgram) -> dict[str, Any]:
         "query_names": list(program.query_names),
         "output_roles_setting": program.output_roles_setting,
         "stateful_operators": {query: list(ops) for query, ops in program.stateful_operators.items()},
+        "state_settings": {query: list(names) for query, names in program.state_settings.items()},
         "window_counts": {role: vars(w) for role, w in program.window_counts.items()},
         "lineage_outputs": {role: vars(w) for role, w in program.lineage_outputs.items()},
     }

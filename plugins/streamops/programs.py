@@ -67,6 +67,7 @@ class ProgramInfo:
     query_names: tuple[str, ...]
     output_roles_setting: str | None = None
     stateful_operators: dict[str, list[str]] = field(default_factory=dict)
+    state_settings: dict[str, list[str]] = field(default_factory=dict)
     window_counts: dict[str, WindowCountOutput] = field(default_factory=dict)
     lineage_outputs: dict[str, LineageOutput] = field(default_factory=dict)
     # Where the code comes from: the artifact (name, version, digest), or None: installed here.
@@ -85,6 +86,7 @@ class ProgramInfo:
             query_names=tuple(data["query_names"]),
             output_roles_setting=data.get("output_roles_setting"),
             stateful_operators=data.get("stateful_operators") or {},
+            state_settings=data.get("state_settings") or {},
             window_counts={role: WindowCountOutput(**w) for role, w in (data.get("window_counts") or {}).items()},
             lineage_outputs={role: LineageOutput(**w) for role, w in (data.get("lineage_outputs") or {}).items()},
             artifact=artifact,

@@ -2,8 +2,9 @@
 checkpoint, a health gate, and a rollback to the previous version and checkpoint on failure.
 
 Per app: (1) start the new version as a warm standby beside the running one (streamops.standby:
-session and plans built, no lease); (2) compare its stateful plan with the running one's and
-refuse, stopping only the standby, if Spark could not restore the checkpoint; (3) stop the running
+session and plans built, no lease), which lets Spark judge a restart from a copy of the running
+checkpoint (driver.state_check); (2) refuse, stopping only the standby, if Spark (or a declared
+state setting) says the checkpoint cannot carry over; (3) stop the running
 version gracefully; (4) back up the checkpoint (taken while stopped, so the snapshot is
 consistent); (5) tell the standby to take over: it takes the lease and starts its queries, so the
 output gap is the stop plus a query start, not a JVM start; (6) health gate; (7) on failure stop
@@ -23,7 +24,7 @@ from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, restore_checkpoint
-from streamops.driver.arguments import PLAN_FINGERPRINT_FLAG, PLAN_FINGERPRINT_LINE
+from streamops.driver.arguments import STATE_CHECK_FLAG, STATE_CHECK_LINE
 from streamops.kafka_client import KafkaClientConfig
 from streamops.refusals import OneLineRefused
 from streamops.spark_submit import driver_env
@@ -55,42 +56,24 @@ def dependency_order(catalog: Catalog, names: list[str]) -> list[str]:
     return ordered
 
 
-# --- the stateful plan check ------------------------------------------------------------------------
+# --- the state check ------------------------------------------------------------------------------
 
 
-def plan_fingerprint(command: LaunchCommand | list[str]) -> dict[str, list[str]]:
-    """The stateful plan a launch command's driver would run with, asked before anything stops
-    (the reconcile of a stateful app): its --plan-fingerprint builds the queries and starts nothing.
-    A roll asks its warm standby instead, which reports the plan when ready."""
+def state_check(command: LaunchCommand | list[str]) -> list[str]:
+    """Why the version a launch command runs cannot restart from the app's checkpoint ([]: it
+    can), asked before anything stops (the reconcile of a stateful app): its driver's --check-state
+    lets Spark judge on a copy of the checkpoint (driver.state_check) and starts nothing else. A
+    roll asks its warm standby instead, which reports the verdict when ready."""
     result = subprocess.run(  # noqa: S603 - argv from the catalog
-        [*as_launch_command(command).argv, PLAN_FINGERPRINT_FLAG], capture_output=True, text=True, timeout=600, env=driver_env()
+        [*as_launch_command(command).argv, STATE_CHECK_FLAG], capture_output=True, text=True, timeout=900, env=driver_env()
     )
     for line in result.stdout.splitlines():
-        if line.startswith(PLAN_FINGERPRINT_LINE):
-            return json.loads(line.removeprefix(PLAN_FINGERPRINT_LINE))
+        if line.startswith(STATE_CHECK_LINE):
+            return list(json.loads(line.removeprefix(STATE_CHECK_LINE))["problems"])
     raise RolloutRefused(
-        f"could not build the new version's plan (exit {result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        f"could not judge the new version's restart from the checkpoint (exit {result.returncode}):\n"
+        f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
     )
-
-
-def incompatibilities(running: dict[str, list[str]], new: dict[str, list[str]]) -> list[str]:
-    # A driver from before programs declared their stateful operators recorded the plan alone:
-    # compare like with like.
-    if not any(line.startswith("declared: ") for lines in running.values() for line in lines):
-        new = {query: [line for line in lines if not line.startswith("declared: ")] for query, lines in new.items()}
-    problems = []
-    for query in sorted(set(running) | set(new)):
-        if query not in new:
-            problems.append(f"query {query!r} is gone from the new version (its checkpoint would be orphaned)")
-        elif query not in running:
-            continue  # a new query starts from its own empty checkpoint
-        elif running[query] != new[query]:
-            before, after = set(running[query]), set(new[query])
-            changed = (
-                [f"- {line[:200]}" for line in sorted(before - after)] + [f"+ {line[:200]}" for line in sorted(after - before)]
-            )
-            problems.append(f"query {query!r} changes its stateful operators:\n    " + "\n    ".join(changed))
-    return problems
 
 
 # --- health gate ----------------------------------------------------------------------------------------
@@ -203,13 +186,12 @@ def roll_restart(
     except LaunchError as exc:
         raise RolloutRefused(f"{app.name}: version {new_version} could not start as a standby, so nothing was "
                              f"stopped: {exc}") from None
-    new_plan = standby.plan_fingerprint
+    problems = standby.state_problems
     log(f"{app.name}: standby ready ({standby.describe()})")
     try:
-        if new_plan is None:
-            raise RolloutRefused(f"{app.name}: version {new_version}'s standby reported no plan, so nothing was stopped; "
-                                 f"see its log ({standby.describe()})")
-        problems = incompatibilities(previous.plan_fingerprint, new_plan)
+        if problems is None:
+            raise RolloutRefused(f"{app.name}: version {new_version}'s standby reported no state check, so nothing was "
+                                 f"stopped; see its log ({standby.describe()})")
         if problems:
             raise RolloutRefused(
                 f"{app.name}: the new version cannot restart from the running version's checkpoint, so nothing was "
@@ -223,7 +205,8 @@ def roll_restart(
     except BaseException as exc:  # any start failure is a failed gate: roll back
         log(f"{app.name}: {standby.abort(f'the rollout stopped: {exc}')}")
         raise
-    log(f"{app.name}: stateful plan unchanged; stopping version {previous.version} (pid {previous.pid})")
+    log(f"{app.name}: the checkpoint carries over to the new version; stopping version {previous.version} "
+        f"(pid {previous.pid})")
     stop_began = time.monotonic()
     try:
         log(stop(app, checkpoint=checkpoint, requested_by=run_id, deadline_s=stop_deadline_s))

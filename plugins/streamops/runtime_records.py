@@ -173,7 +173,9 @@ class DriverRecord:
     spark_master: str | None = None
     spark_ui: str | None = None
     driver_host: str | None = None
-    plan_fingerprint: dict[str, list[str]] = field(default_factory=dict)  # query -> its stateful operators
+    # query -> the stateful operators its program declares (drivers before Spark's state check
+    # recorded their plan's stateful lines as `plan_fingerprint`: read as this).
+    stateful_operators: dict[str, list[str]] = field(default_factory=dict)
     queries_started: list[str] = field(default_factory=list)
     queries_started_at: str | None = None
     last_idle_at: str | None = None
@@ -191,6 +193,8 @@ class DriverRecord:
         found: dict[str, Any] = {}
         for item in fields(cls):
             raw = value.get(item.name)
+            if item.name == "stateful_operators" and raw is None:
+                raw = value.get("plan_fingerprint")
             if item.name == "launch":
                 found[item.name] = LaunchRecord.from_json(raw)
             elif item.name == "code":

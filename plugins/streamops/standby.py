@@ -49,8 +49,16 @@ class StandbyReady(TypedDict, total=False):
 
     pid: Required[int]
     host: Required[str]
-    plan_fingerprint: dict[str, list[str]]  # query -> its stateful operators: the rollout compares the running version's
+    state_check: StateCheckRecord  # Spark's verdict on restarting from the running version's checkpoint
     application_id: str | None  # its Spark application
+
+
+class StateCheckRecord(TypedDict):
+    """What driver.state_check found: the queries Spark checked on a copy, and each problem in
+    words (none: this version restarts from the checkpoint)."""
+
+    checked: list[str]
+    problems: list[str]
 
 
 class StandbyWord(TypedDict, total=False):
@@ -82,11 +90,12 @@ class StandbySlot:
 
     # --- the standby driver's side ---------------------------------------------------------------
 
-    def report_ready(self, plan_fingerprint: dict[str, list[str]], application_id: str | None = None, *,
+    def report_ready(self, state_check: StateCheckRecord, application_id: str | None = None, *,
                      pid: int | None = None, host: str | None = None) -> None:
-        """Say this driver is ready (`pid` and `host`: this process's unless given)."""
+        """Say this driver is ready (`pid` and `host`: this process's unless given), with Spark's
+        verdict on its restart from the checkpoint."""
         ready = StandbyReady(pid=os.getpid() if pid is None else pid, host=host or socket.gethostname(),
-                             plan_fingerprint=plan_fingerprint)
+                             state_check=state_check)
         if application_id is not None:
             ready["application_id"] = application_id
         self._write(self.ready_file, checked(StandbyReady, ready, str(self.ready_file)))

@@ -71,3 +71,23 @@ def router_source(tmp_path: Path, marker: str, *, refuse_odd_seqs: bool = False)
     module.write_text(changed)
     return copy
 
+
+
+def presence_source_counting_by_length(tmp_path: Path) -> Path:
+    """A copy of spark_apps whose presence notifier counts notifications per user id's length (a
+    number) instead of per user id (text): a version whose `count` state has another key schema,
+    which Spark refuses to read from the running version's checkpoint."""
+    import shutil
+
+    from streamops.paths import PROJECT_ROOT
+
+    copy = tmp_path / "presence-by-length"
+    shutil.copytree(PROJECT_ROOT / "spark_apps", copy / "spark_apps", ignore=shutil.ignore_patterns("__pycache__"))
+    module = copy / "spark_apps" / "presence_notifier.py"
+    text = module.read_text()
+    changed = text.replace('''    return records.windowed_counts(
+        timed, "user_id",''', '''    return records.windowed_counts(
+        timed.withColumn("user_id", F.length("user_id")), "user_id",''')
+    assert changed != text, "the notifier's windowed count changed: update this helper"
+    module.write_text(changed)
+    return copy

@@ -21,7 +21,7 @@ from streamops.desired_state import SyncItem, SyncPlan, plan_sync, record_roll_o
 from streamops.effective_spec import drift
 from streamops.kafka_client import app_principal
 from streamops.refusals import Refused
-from streamops.rollout import plan_fingerprint
+from streamops.rollout import state_check
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def plan(context: Mapping[str, Any]) -> dict:
         on_demand = getattr(context["dag_run"], "run_type", None) == "manual"
         kafka = kafka_connection()
         the_plan = plan_sync(catalog, names, principal_of=app_principal, kafka_cluster=kafka.cluster_id(),
-                             fingerprint_of=partial(_new_fingerprint, catalog, context["run_id"]), on_demand=on_demand)
+                             state_check_of=partial(_state_check, catalog, context["run_id"]), on_demand=on_demand)
         log.info("%s\n%s", the_plan.summary, the_plan.table)
         for item in the_plan.items:
             if item.catalog_edit:
@@ -46,13 +46,14 @@ def plan(context: Mapping[str, Any]) -> dict:
     return audited_step(context, "plan", make_plan)
 
 
-def _new_fingerprint(catalog: Catalog, run_id: str, app: str, version: str, spark_conf: dict[str, str]
-                     ) -> dict[str, list[str]] | None:
-    """The stateful plan the roll's new driver would build (its --plan-fingerprint), or None."""
+def _state_check(catalog: Catalog, run_id: str, app: str, version: str, spark_conf: dict[str, str]) -> list[str] | None:
+    """Why the roll's new driver could not restart from the app's checkpoint, as Spark judges it on
+    a copy (its --check-state); None: it could not be judged."""
     try:
-        return plan_fingerprint(AppLauncher.of(catalog, app, run_id).command(version, spark_conf))
+        return state_check(AppLauncher.of(catalog, app, run_id).command(version, spark_conf))
     except Refused as exc:
-        log.warning("%s: the plan of version %s with the catalog's values could not be built: %s", app, version, exc)
+        log.warning("%s: version %s with the catalog's values could not be checked against the checkpoint: %s",
+                    app, version, exc)
         return None
 
 

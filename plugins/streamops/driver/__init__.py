@@ -11,7 +11,8 @@ it queries and never starts them itself. Modules, each a concern:
 - `session`, `kafka_io`: the SparkSession every app runs in; Kafka source and sink options.
 - `outputs`: the program's queries over the app's topics, skip list and end offsets applied.
 - `queries`: starting them; `sink`: the lease-fenced Kafka sink; `real_time`: what real-time mode needs.
-- `fingerprints`: the stateful plan a restart must keep; `progress`: per-batch progress published.
+- `state_check`: Spark's verdict on restarting from a checkpoint (a copy, one empty batch); `progress`:
+  per-batch progress published.
 - `preparation`, `warm_standby`: what is built before the queries start; a rolling restart's standby.
 - `stopping`: graceful stops, signals, and how an ending is worded.
 

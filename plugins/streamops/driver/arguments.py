@@ -23,8 +23,8 @@ from streamops.driver.options import AVAILABLE_NOW
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_STANDBY_TIMEOUT_S = 900.0
-PLAN_FINGERPRINT_FLAG = "--plan-fingerprint"
-PLAN_FINGERPRINT_LINE = "PLAN-FINGERPRINT "  # the line the driver prints it on, then JSON
+STATE_CHECK_FLAG = "--check-state"
+STATE_CHECK_LINE = "STATE-CHECK "  # the line the driver prints its verdict on, then JSON
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class DriverArgs:
     max_offsets_per_trigger: int | None = None
     standby: str | None = None  # a warm standby's token (driver.warm_standby)
     standby_timeout_s: float = DEFAULT_STANDBY_TIMEOUT_S
-    plan_fingerprint: bool = False  # print the stateful plan (PLAN-FINGERPRINT <json>) and exit: nothing started
+    check_state: bool = False  # judge a restart from the checkpoint (STATE-CHECK <json>) and exit: nothing started
 
     def __post_init__(self) -> None:
         if self.kafka_config and self.bootstrap_servers:
@@ -76,8 +76,8 @@ class DriverArgs:
                 argv += [flag, value]
         if not self.consumer_group:
             argv.append("--no-consumer-group")
-        if self.plan_fingerprint:
-            argv.append(PLAN_FINGERPRINT_FLAG)
+        if self.check_state:
+            argv.append(STATE_CHECK_FLAG)
         return argv
 
 
@@ -127,9 +127,10 @@ def parser() -> argparse.ArgumentParser:
                         "for the rollout's word before taking the lease (streamops.standby)")
     p.add_argument("--standby-timeout", type=float, default=DEFAULT_STANDBY_TIMEOUT_S,
                    help="seconds a standby waits for the rollout's word before it exits by itself")
-    p.add_argument(PLAN_FINGERPRINT_FLAG, action="store_true",
-                   help="print the stateful plan's fingerprint as JSON and exit (no lease, nothing started): what a "
-                        "reconcile compares with the running version's before it rolls a stateful app")
+    p.add_argument(STATE_CHECK_FLAG, dest="check_state", action="store_true",
+                   help="let Spark judge whether this version restarts from the checkpoint (its queries for one empty "
+                        "batch on a copy), print the verdict as JSON and exit (no lease, nothing started): what a "
+                        "reconcile asks before it rolls a stateful app (driver.state_check)")
     return p
 
 

@@ -1,5 +1,5 @@
 """What a driver builds before its queries start (a live start and a warm standby alike): the
-session, the progress listener, the queries' plans and their stateful fingerprint.
+session, the progress listener, the queries' plans and the stateful operators its program declares.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pyspark.sql import SparkSession
 
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import AppSpec
-from streamops.driver.fingerprints import stateful_fingerprint
 from streamops.driver.options import RunOptions
 from streamops.driver.outputs import build_outputs
 from streamops.driver.progress import ProgressPublisher
@@ -27,13 +26,13 @@ LISTENER_DRAIN_MS = 5000  # at a driver's exit: Spark's queued listener events a
 @dataclass
 class Prepared:
     """What a driver builds before its queries start: the session, the listener that publishes
-    progress, the queries' plans and their stateful fingerprint."""
+    progress, the queries' plans and the stateful operators its program declares (per query)."""
 
     spark: SparkSession
     publisher: ProgressPublisher
     outputs: list[OutputQuery]
     sources_read: list[list[str]]
-    fingerprint: dict[str, list[str]]
+    stateful_operators: dict[str, list[str]]
 
     def release(self) -> None:
         """Stop listening before the driver exits. Spark posts a query's last events after
@@ -59,4 +58,10 @@ def prepare(spec: AppSpec, program: StreamingProgram, options: RunOptions, runti
     spark.streams.addListener(publisher)
     sources_read: list[list[str]] = []
     outputs = build_outputs(spark, spec, program, options, sources_read)
-    return Prepared(spark, publisher, outputs, sources_read, stateful_fingerprint(program, outputs))
+    return Prepared(spark, publisher, outputs, sources_read, declared_state(program))
+
+
+def declared_state(program: StreamingProgram) -> dict[str, list[str]]:
+    """Per query, the stateful operators the program declares: what the driver record says it
+    keeps (whether a restart must carry state over is Spark's to judge: driver.state_check)."""
+    return {query: list(operators) for query, operators in program.stateful_operators.items()}

@@ -27,6 +27,9 @@ from streamops.timestamps import now_iso
 
 log = logging.getLogger("streamops.app")
 
+# The names of driver.state_check's queries end so (defined here: that module imports this one's users).
+STATE_CHECK_SUFFIX = ".state-check"
+
 
 def offsets_of(progress: StreamingQueryProgress) -> dict[str, dict[str, int]]:
     """topic -> partition -> next offset to read, from a progress event's Kafka sources."""
@@ -80,6 +83,8 @@ class ProgressPublisher(StreamingQueryListener):
 
     def publish(self, p: StreamingQueryProgress) -> None:
         name = p.name or str(p.id)  # every query the driver starts is named <app>.<query>
+        if name.endswith(STATE_CHECK_SUFFIX):
+            return  # the state check's batch on a copy of the checkpoint: not the app's progress
         with self._lock:
             if self._published.get(name, -1) >= p.batchId:
                 return

@@ -24,14 +24,14 @@ from streamops import settings
 from streamops.app_runtime import AlreadyRunningError, AppRuntime
 from streamops.artifacts import file_digest
 from streamops.catalog import REAL_TIME, AppSpec, Catalog, catalog_path, load_catalog
-from streamops.driver.arguments import PLAN_FINGERPRINT_LINE, DriverArgs, parse_args
+from streamops.driver.arguments import STATE_CHECK_LINE, DriverArgs, parse_args
 from streamops.driver.exit_codes import ExitCode
-from streamops.driver.fingerprints import stateful_fingerprint
 from streamops.driver.options import AVAILABLE_NOW, RunOptions
 from streamops.driver.outputs import build_outputs
 from streamops.driver.preparation import Prepared, prepare
 from streamops.driver.queries import observed_totals, start_app
 from streamops.driver.session import build_session
+from streamops.driver.state_check import check_state
 from streamops.driver.stopping import StopSignals, ended_by, graceful_stop, not_a_stop_refusal, record_failed_batches
 from streamops.driver.warm_standby import await_go, warm_up
 from streamops.failures import error_gist
@@ -164,12 +164,15 @@ class DriverRun:
         )
 
     def stand_by(self, token: str) -> bool:
-        """As a warm standby: prepare, rehearse, wait for the rollout's word. True: go."""
+        """As a warm standby: prepare, rehearse, let Spark judge a restart from the running
+        version's checkpoint, wait for the rollout's word. True: go."""
         self.prepared = prepare(self.spec, self.program, self.options, self.runtime, group_id=self.group_id)
         log.info("warm standby %s: %s", token,
                  warm_up(self.prepared.spark, self.spec, self.program, self.options,
                          interrupted=lambda: bool(self.stops.received)))
-        return await_go(StandbySlot(self.runtime.dir, token), self.prepared, self.args.standby_timeout_s, self.stops)
+        state = check_state(self.prepared.spark, self.spec, self.program, self.prepared.outputs, self.options.checkpoint)
+        return await_go(StandbySlot(self.runtime.dir, token), self.prepared, self.args.standby_timeout_s, self.stops,
+                        state)
 
     def start(self) -> None:
         """Prepare (unless a standby did), record where it runs, start the queries."""
@@ -180,7 +183,7 @@ class DriverRun:
         # Where it runs: the driver's host, its master and its UI (status lists executors from it).
         self.runtime.update(application_id=context.applicationId, spark_master=context.master, spark_ui=context.uiWebUrl,
                             driver_host=context.getConf().get("spark.driver.host", None) or socket.gethostname(),
-                            plan_fingerprint=self.prepared.fingerprint)
+                            stateful_operators=self.prepared.stateful_operators)
         self.running = self.options.trigger == AVAILABLE_NOW
         self.queries = start_app(spark, self.spec, self.program, self.options, self.prepared.outputs,
                                  still_held=self.runtime.lease.still_held, sources_read=self.prepared.sources_read,
@@ -257,13 +260,14 @@ class DriverRun:
             self.runtime.release(self.outcome, self.reason)
 
 
-def print_plan_fingerprint(spec: AppSpec, program: StreamingProgram, options: RunOptions) -> ExitCode:
-    """The stateful plan this version would run with (`--plan-fingerprint`): the queries are built,
-    never started; no lease is taken. The reconcile judges a stateful app's roll by it."""
+def print_state_check(spec: AppSpec, program: StreamingProgram, options: RunOptions) -> ExitCode:
+    """Spark's verdict on this version restarting from the app's checkpoint (`--check-state`):
+    its queries for one empty batch on a copy, writing nowhere; no lease is taken, the running
+    app is not touched. The reconcile judges a stateful app's roll by it."""
     spark = build_session(f"streamops-{spec.name}-plan")
     spark.sparkContext.setLogLevel("ERROR")
-    fingerprint = stateful_fingerprint(program, build_outputs(spark, spec, program, options))
-    print(PLAN_FINGERPRINT_LINE + json.dumps(fingerprint, sort_keys=True), flush=True)
+    verdict = check_state(spark, spec, program, build_outputs(spark, spec, program, options), options.checkpoint)
+    print(STATE_CHECK_LINE + json.dumps(verdict.to_json(), sort_keys=True), flush=True)
     return ExitCode.OK
 
 
@@ -275,8 +279,8 @@ def main(argv: list[str]) -> int:
     options = run_options(args, spec)
     log.info("app %s (%s %s) from %s: %s",
              spec.name, spec.program, options.version or spec.version, catalog_path(args.catalog), options)
-    if args.plan_fingerprint:
-        return print_plan_fingerprint(spec, program, options)
+    if args.check_state:
+        return print_state_check(spec, program, options)
     run = DriverRun(args, catalog, spec, program, options, AppRuntime(options.checkpoint), StopSignals())
     if args.standby and not run.stand_by(args.standby):
         return ExitCode.OK

@@ -1,6 +1,7 @@
 """A driver started as a warm standby for a rolling restart (`--standby TOKEN`): it rehearses its
-queries as batch jobs that write nothing, reports ready with its plan's fingerprint, and waits
-for the rollout's word (`streamops.standby.StandbySlot` is the other side of that exchange).
+queries as batch jobs that write nothing, lets Spark judge a restart from the running version's
+checkpoint (driver.state_check), reports ready with that verdict, and waits for the rollout's word
+(`streamops.standby.StandbySlot` is the other side of that exchange).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from streamops.driver.kafka_io import BOUNDED_READ_OPTIONS, kafka_sink_options
 from streamops.driver.options import RunOptions
 from streamops.driver.outputs import operator_skip, with_shared_parses
 from streamops.driver.preparation import Prepared
+from streamops.driver.state_check import StateCheck
 from streamops.driver.stopping import StopSignals
 from streamops.failures import error_gist
 from streamops.kafka_offsets import end_offsets
@@ -138,14 +140,15 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
     return summary + (f"; skipped: {'; '.join(skipped_steps)}" if skipped_steps else "")
 
 
-def await_go(slot: StandbySlot, prepared: Prepared, timeout_s: float, stops: StopSignals) -> bool:
-    """As a warm standby: report ready (with the plan's fingerprint, which the rollout compares
-    with the running version's), then wait for the rollout's word. True: go and take the lease."""
+def await_go(slot: StandbySlot, prepared: Prepared, timeout_s: float, stops: StopSignals, state: StateCheck) -> bool:
+    """As a warm standby: report ready (with Spark's verdict on restarting from the running
+    version's checkpoint, which the rollout acts on), then wait for the rollout's word. True: go
+    and take the lease."""
     if stops.received:  # signalled while it prepared: the rollout is gone or gave up
         log.warning("warm standby %s: %s while it prepared; exiting without starting", slot.token, stops.describe())
         prepared.release()
         return False
-    slot.report_ready(plan_fingerprint=prepared.fingerprint, application_id=prepared.spark.sparkContext.applicationId)
+    slot.report_ready(state_check=state.to_json(), application_id=prepared.spark.sparkContext.applicationId)
     log.info("warm standby %s ready; waiting up to %gs for the rollout's word", slot.token, timeout_s)
     try:
         word = slot.await_word(timeout_s, interrupted=lambda: bool(stops.received))

@@ -45,12 +45,12 @@ def resolve_app(catalog: Catalog, name: object, problems: list[str]) -> AppSpec 
 
 
 def keeps_state(app: AppSpec) -> bool:
-    """Does the app keep state a new checkpoint would lose? (state folders, or a stateful plan)"""
+    """Does the app keep state a new checkpoint would lose? (state folders, or declared state)"""
     checkpoint = app.checkpoint_location()
     if has_state(checkpoint):
         return True
-    fingerprint = (AppRuntime(checkpoint).driver() or DriverRecord()).plan_fingerprint
-    return any(fingerprint.values())
+    declared = (AppRuntime(checkpoint).driver() or DriverRecord()).stateful_operators
+    return any(declared.values())
 
 
 def refuse_if_running(app: AppSpec, what: str, problems: list[str]) -> None:

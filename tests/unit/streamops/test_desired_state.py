@@ -23,7 +23,7 @@ def catalog(tmp_path, monkeypatch):
 
 
 def running(catalog, name: str, *, version: str | None = None, spark_conf: dict | None = None,
-            fingerprint: dict | None = None) -> AppRuntime:
+            stateful: dict | None = None) -> AppRuntime:
     """The app running here (this process holds its lease) with the spec a launch of the catalog
     entry (with its approved changes) records."""
     from streamops.app_runtime import LaunchRecord
@@ -34,7 +34,7 @@ def running(catalog, name: str, *, version: str | None = None, spark_conf: dict 
                       code=declared_spec(catalog, name, principal=None, kafka_cluster=CLUSTER).code,
                       principal=None, kafka_cluster=CLUSTER)
     runtime = AppRuntime(app.checkpoint_location())
-    runtime.acquire({"app": name, "version": spec.version, "plan_fingerprint": fingerprint or {},
+    runtime.acquire({"app": name, "version": spec.version, "stateful_operators": stateful or {},
                      "launch": LaunchRecord(version=spec.version, spark_conf=spark_conf or {}, spec=spec.to_record()).to_json()})
     return runtime
 
@@ -43,9 +43,9 @@ def edited(catalog, name: str, **changes):
     return catalog.model_copy(update={"apps": [a.model_copy(update=changes) if a.name == name else a for a in catalog.apps]})
 
 
-def plan(catalog, names, *, fingerprint=None, on_demand=False) -> dict:
+def plan(catalog, names, *, state_check=None, on_demand=False) -> dict:
     the_plan = plan_sync(catalog, names, principal_of=lambda _app: None, kafka_cluster=CLUSTER,
-                         fingerprint_of=fingerprint or (lambda *_: pytest.fail("no stateful plan should be built")),
+                         state_check_of=state_check or (lambda *_: pytest.fail("no stateless app is checked by Spark")),
                          on_demand=on_demand)
     assert SyncPlan.from_json(the_plan.to_json()).items == the_plan.items  # what the apply reads back
     return {i.app: i for i in the_plan.items}
@@ -76,13 +76,13 @@ def test_a_catalog_change_rolls_per_policy_keeping_what_was_approved(catalog):
     assert (roll.action, roll.policy, roll.version, roll.spark_conf) == (
         "roll", "report", "1.0.0+v2", {"spark.driver.memory": "2g"})
     assert "keeping the approved" in roll.reason and "policy report: shown only" in roll.reason and not roll.applied
-    the_plan = plan_sync(changed, [ROUTER], principal_of=lambda _: None, kafka_cluster=CLUSTER, fingerprint_of=lambda *_: None,
+    the_plan = plan_sync(changed, [ROUTER], principal_of=lambda _: None, kafka_cluster=CLUSTER, state_check_of=lambda *_: None,
                          on_demand=False)
     assert the_plan.approval_not_needed == "Nothing in this plan needs an approval: no roll is planned."
     # By hand, report counts as approve; under policy auto, no approval is needed.
     assert plan(changed, [ROUTER], on_demand=True)[ROUTER].policy == "approve"
     auto = edited(changed, ROUTER, reconcile="auto")
-    auto_plan = plan_sync(auto, [ROUTER], principal_of=lambda _: None, kafka_cluster=CLUSTER, fingerprint_of=lambda *_: None,
+    auto_plan = plan_sync(auto, [ROUTER], principal_of=lambda _: None, kafka_cluster=CLUSTER, state_check_of=lambda *_: None,
                           on_demand=True)
     assert auto_plan.rolls("auto")[0].app == ROUTER
     assert auto_plan.approval_not_needed.endswith("oplog-router roll(s) without one (policy auto).")
@@ -95,21 +95,23 @@ def test_what_a_roll_cannot_carry_is_refused_with_the_way_forward(catalog):
     assert inputs.action == "refuse" and "changes the topics it reads" in inputs.reason
     assert "recover_rebuild_state" in inputs.reason
     elsewhere = plan_sync(catalog, [ROUTER], principal_of=lambda _: None, kafka_cluster="cluster-B",
-                          fingerprint_of=lambda *_: None, on_demand=False).items[0]
+                          state_check_of=lambda *_: None, on_demand=False).items[0]
     assert elsewhere.action == "refuse" and "another Kafka cluster" in elsewhere.reason
     router.release("stopped", "asked")
 
-    old_plan = {"notify": ["declared: window 10 minutes"]}
-    running(catalog, NOTIFIER, fingerprint=old_plan)
+    running(catalog, NOTIFIER, stateful={"notify": ["groupBy(user_id).flatMapGroupsWithState"]})
     wider = edited(catalog, NOTIFIER, settings={**catalog.app(NOTIFIER).settings, "count_window": "11 minutes"})
     asked = []
-    (stateful,) = plan(wider, [NOTIFIER],
-                       fingerprint=lambda *args: asked.append(args) or {"notify": ["declared: window 11 minutes"]}).values()
+    refusal = "query 'count': setting count_window changes from 10 minutes to 11 minutes"
+    (stateful,) = plan(wider, [NOTIFIER], state_check=lambda *args: asked.append(args) or [refusal]).values()
     assert asked == [(NOTIFIER, catalog.app(NOTIFIER).version, {})]
     assert stateful.action == "refuse"
-    assert stateful.reason.startswith("a state-incompatible change (query 'notify' changes its stateful")
+    assert stateful.reason.startswith(f"a state-incompatible change ({refusal}): its state cannot carry over")
     assert "reprocess it" in stateful.reason and "rebuild its state (recover_rebuild_state)" in stateful.reason
-    (compatible,) = plan(wider, [NOTIFIER], fingerprint=lambda *_: old_plan).values()
+    (unjudged,) = plan(wider, [NOTIFIER], state_check=lambda *_: None).values()
+    assert unjudged.action == "refuse" and "Spark's check of the new values against the checkpoint could not run" in \
+        unjudged.reason
+    (compatible,) = plan(wider, [NOTIFIER], state_check=lambda *_: []).values()
     assert compatible.action == "roll"
 
 

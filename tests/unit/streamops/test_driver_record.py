@@ -38,7 +38,7 @@ CURRENT = {
     "spark_master": "local[2]",
     "spark_ui": "http://worker-a:4040",
     "driver_host": "worker-a",
-    "plan_fingerprint": {"route": []},
+    "stateful_operators": {"route": []},
     "queries_started": ["route"],
     "queries_started_at": "2026-01-02T03:04:20.000Z",
     "last_idle_at": "2026-01-02T03:05:00.000Z",
@@ -68,7 +68,7 @@ def test_a_current_record_is_read_field_by_field(tmp_path):
         pid=4102, pid_created=1767322245.25, pid_start="0b1e5a4c-7d1f-4c0e-9a55-3f0d8f6c2b11+2217548", host="worker-a",
         started_at="2026-01-02T03:04:06.000Z", lease_epoch=3,
         application_id="local-1767322246000", spark_master="local[2]", spark_ui="http://worker-a:4040", driver_host="worker-a",
-        plan_fingerprint={"route": []}, queries_started=["route"], queries_started_at="2026-01-02T03:04:20.000Z",
+        stateful_operators={"route": []}, queries_started=["route"], queries_started_at="2026-01-02T03:04:20.000Z",
         last_idle_at="2026-01-02T03:05:00.000Z", failed_batches=[], stopped_at="2026-01-02T04:00:00.000Z", outcome="stopped",
         reason="stop requested by manual__x; oplog-router.route: stopped between micro-batches",
     )
@@ -92,7 +92,7 @@ def test_a_record_of_a_driver_from_before_launch_records_and_artifacts(tmp_path)
     assert record.launch == LaunchRecord() and record.launch.to_json() == {}
     assert (record.code, record.artifact_digest, record.lease_epoch, record.stopped_at, record.outcome) == (
         None, None, None, None, None)
-    assert (record.queries_started, record.failed_batches, record.plan_fingerprint) == ([], [], {})
+    assert (record.queries_started, record.failed_batches, record.stateful_operators) == ([], [], {})
     # A restart starts what it ran: the version it recorded, no conf overrides.
     assert (record.launched_version, record.launched_spark_conf) == ("1.0.0", {})
     assert AppRuntime(tmp_path).state() == "crashed"  # no stop recorded, no lease
@@ -112,9 +112,9 @@ def test_a_driver_started_by_hand_records_an_empty_launch(tmp_path):
 
 def test_missing_null_and_empty_lists_and_objects_read_alike(tmp_path):
     for value in (None, [], {}):
-        record = write(tmp_path, {**CURRENT, "queries_started": value, "failed_batches": value, "plan_fingerprint": value,
+        record = write(tmp_path, {**CURRENT, "queries_started": value, "failed_batches": value, "stateful_operators": value,
                                   "launch": value, "code": value}).driver()
-        assert (record.queries_started, record.failed_batches, record.plan_fingerprint) == ([], [], {})
+        assert (record.queries_started, record.failed_batches, record.stateful_operators) == ([], [], {})
         assert (record.launch, record.code) == (LaunchRecord(), None)
 
 

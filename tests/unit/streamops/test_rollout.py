@@ -1,12 +1,13 @@
-"""The rollout's pure decisions: the order apps roll in, and what makes a new plan incompatible
-with a running query's checkpoint. Rolls on real drivers: tests/test_rolling_restart.py."""
+"""The rollout's pure decisions: the order apps roll in, and the words of a refused state check
+(Spark's check itself: tests/test_state_check.py). Rolls on real drivers: tests/test_rolling_restart.py."""
 
 from __future__ import annotations
 
 import yaml
 
 from streamops.catalog import load_catalog
-from streamops.rollout import dependency_order, incompatibilities
+from streamops.driver.state_check import setting_changes, spark_words
+from streamops.rollout import dependency_order
 
 
 def test_dependency_order_puts_writers_before_their_readers():
@@ -23,11 +24,23 @@ def test_dependency_order_puts_writers_before_their_readers():
     ]
 
 
-def test_incompatibilities_name_the_changed_operator():
-    assert incompatibilities({"q": ["Aggregate [a]"]}, {"q": ["Aggregate [a]"], "new": ["x"]}) == []
-    assert incompatibilities({"q": ["Aggregate [a]"]}, {"q": ["Aggregate [b]"]}) == [
-        "query 'q' changes its stateful operators:\n    - Aggregate [a]\n    + Aggregate [b]"
-    ]
-    assert incompatibilities({"gone": ["x"]}, {}) == [
-        "query 'gone' is gone from the new version (its checkpoint would be orphaned)"
-    ]
+def test_a_declared_state_setting_changed_is_named_with_both_values():
+    declared = {"count": ("count_window", "count_slide")}
+    running = {"count_window": "10 minutes", "count_slide": "1 minute", "message": "hi"}
+    assert setting_changes(declared, running, {**running, "message": "hello"}) == []  # not a state setting
+    assert setting_changes(declared, running, {**running, "count_window": "11 minutes"}) == [
+        "query 'count': setting count_window changes from 10 minutes to 11 minutes, and the state holds what 10 minutes "
+        "made (the program declares it shapes the state; Spark checks the state's schema, not this)"]
+    assert setting_changes(declared, None, {}) == []  # a driver that recorded no settings: Spark's check alone
+
+
+def test_sparks_refusal_is_told_in_a_line_with_its_error_class():
+    message = ("[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does not match existing state key schema.\n"
+               "Please check number and type of fields.\nExisting key_schema=StructType(StructField(k,LongType,true)) and "
+               "new key_schema=StructType(StructField(k,StringType,true)).\nIf you want to force running the query without "
+               "schema validation, please set spark.sql.streaming.stateStore.stateSchemaCheck to false.\n"
+               "=== Streaming Query ===\nIdentifier: [id = 1]")
+    assert spark_words(message) == (
+        "Spark refuses to restart it from the running version's checkpoint: Provided key schema does not match existing "
+        "state key schema. Please check number and type of fields. Existing key_schema=StructType(StructField(k,LongType,"
+        "true)) and new key_schema=StructType(StructField(k,StringType,true)). (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)")

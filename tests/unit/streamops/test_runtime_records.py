@@ -202,8 +202,9 @@ def test_a_driver_record_that_is_not_a_run_event_never_keeps_the_driver_from_end
 
 def test_the_standby_files_round_trip_and_keep_their_json_shape(tmp_path):
     slot = StandbySlot(tmp_path, "standby-abc123")
-    slot.report_ready({"route": ["stateful"]}, "app-1", pid=4242, host="host-b")
-    assert slot.ready() == {"pid": 4242, "host": "host-b", "plan_fingerprint": {"route": ["stateful"]}, "application_id": "app-1"}
+    verdict = {"checked": ["count"], "problems": ["query 'count': Spark refuses ..."]}
+    slot.report_ready(verdict, "app-1", pid=4242, host="host-b")
+    assert slot.ready() == {"pid": 4242, "host": "host-b", "state_check": verdict, "application_id": "app-1"}
     assert json.loads(slot.ready_file.read_text()) == slot.ready()
     slot.say(GO, by="manual__roll")
     assert slot.await_word(1, interrupted=lambda: False) == {"word": GO, "by": "manual__roll"}
@@ -214,9 +215,9 @@ def test_the_standby_files_round_trip_and_keep_their_json_shape(tmp_path):
 def test_a_standby_file_that_is_not_its_record_is_named(tmp_path):
     slot = StandbySlot(tmp_path, "standby-abc123")
     slot.dir.mkdir(parents=True)
-    slot.ready_file.write_text(json.dumps({"pid": "4242", "host": "host-b", "plan_fingerprint": ["route"]}))
+    slot.ready_file.write_text(json.dumps({"pid": "4242", "host": "host-b", "state_check": ["route"]}))
     with pytest.raises(
-        RuntimeRecordError, match=r"standby-abc123.ready.json: not a StandbyReady \(plan_fingerprint: Input should "
+        RuntimeRecordError, match=r"standby-abc123.ready.json: not a StandbyReady \(state_check: Input should "
     ):
         slot.ready()
     slot.word_file.write_text(json.dumps({"word": "later"}))

@@ -48,13 +48,16 @@ def router(tmp_path):
     return CATALOG.app("oplog-router").model_copy(update={"checkpoint": str(tmp_path / "cp")})
 
 
-def test_an_app_keeps_state_when_its_checkpoint_has_state_or_its_plan_is_stateful(router):
+def test_an_app_keeps_state_when_its_checkpoint_has_state_or_its_program_declares_it(router):
     checkpoint = Path(router.checkpoint_location())
     runtime = AppRuntime(str(checkpoint))
     runtime.dir.mkdir(parents=True)
     assert not keeps_state(router)
-    runtime.driver_file.write_text(json.dumps({"plan_fingerprint": {"route": []}}))
-    assert not keeps_state(router)  # a stateless plan
+    runtime.driver_file.write_text(json.dumps({"stateful_operators": {"route": []}}))
+    assert not keeps_state(router)  # stateless
+    runtime.driver_file.write_text(json.dumps({"stateful_operators": {"route": ["groupBy(user_id).count"]}}))
+    assert keeps_state(router)
+    # A driver from before Spark's state check recorded its plan's stateful lines under the old name.
     runtime.driver_file.write_text(json.dumps({"plan_fingerprint": {"route": ["StateStoreSave"]}}))
     assert keeps_state(router)
     runtime.driver_file.unlink()
