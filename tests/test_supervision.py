@@ -16,12 +16,17 @@ import re
 import signal
 from pathlib import Path
 
+import httpx
+
 from streamops.audit import read_audit
 from streamops.catalog import SupervisionSpec, load_catalog
 from streamops.kafka_offsets import end_offsets
 from streamops.kafka_records import produce
+from streamops.local_stack.history_server import SparkHistoryServer
+from streamops.spark_history import failed_batch_job
 from streamops.waiting import poll_until
 from tests.support.artifacts import same_code_as
+from tests.support.ports import free_port
 from tests.support.webhook import WebhookReceiver
 
 
@@ -176,11 +181,26 @@ def test_supervisor_restarts_a_killed_app_backs_off_stops_a_crash_loop_and_skipp
     assert re.fullmatch(r"restart 3 waits for its backoff of 1200s: not before \S+Z", _health(waiting)["action"])
     assert [r["attempt"] for r in runtime.restarts()] == [1, 2]
 
-    # The guard: at its limit, the app stays down and the run fails saying so, naming the batch.
+    # The guard: at its limit, the app stays down and the run fails saying so, naming the batch and
+    # linking the job that batch failed in on a real History Server (one of this test's, scanning
+    # the drivers' event logs every second).
     _with_policy(catalog, catalog_file, backoff_initial="1 second", max_restarts=2, max_dead_letter_rate=1)
-    capfd.readouterr()
-    looped = run_dag("app_status", catalog_file, apps=["oplog-router"])
-    said = capfd.readouterr().out
+    history = SparkHistoryServer(state_dir=catalog_file.parent / "history", port=free_port(), update_interval="1s")
+    history.start()
+    try:
+        monkeypatch.setenv("STREAMOPS_SPARK_HISTORY_URL", history.url)
+        last_driver = runtime.driver().application_id
+        job = poll_until(lambda: failed_batch_job(last_driver, "oplog-router.route", failed["batch"]), timeout=120,
+                         what="the History Server to list the failed batch's job")
+        capfd.readouterr()
+        looped = run_dag("app_status", catalog_file, apps=["oplog-router"])
+        said = capfd.readouterr().out
+        assert f"The failed batch's job (query route, batch {failed['batch']}): {job}" in said
+        assert job.startswith(f"{history.url}/history/{last_driver}/jobs/job/?id=")
+        page = httpx.get(job, timeout=60, follow_redirects=True)
+        assert page.status_code == 200 and f"Details for Job {job.rsplit('=', 1)[1]}" in page.text
+    finally:
+        history.stop()
     assert looped.state == "failed" and runtime.state() == "failed" and _health(looped)["state"] == "crash-loop"
     assert "1 streaming app(s) need attention: oplog-router (crash-loop)" in said
     assert f"query route failed on batch {failed['batch']} ({source} partition " in said

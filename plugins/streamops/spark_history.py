@@ -141,6 +141,37 @@ def _past_driver(url: str, application: Any) -> tuple[str, PastDriver] | None:
         completed, f"{url}/history/{app_id}/jobs/")
 
 
+_APPLICATION_ID = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def failed_batch_job(application_id: str | None, query_name: str, batch: int, base: str | None = None,
+                     timeout_s: float = 3.0) -> str | None:
+    """The History Server's page of the job `query_name`'s batch `batch` failed in (None: the
+    server has no such failed job yet, or did not answer). Spark describes each streaming job as
+    "<query name>\\nid = ...\\nrunId = ...\\nbatch = <N>"; a retried batch's last job is the one."""
+    if not application_id or not _APPLICATION_ID.fullmatch(application_id):
+        return None
+    url = base or history_url()
+    try:
+        answer = httpx.get(f"{url}/api/v1/applications/{application_id}/jobs", params={"status": "failed"},
+                           timeout=timeout_s)
+        answer.raise_for_status()
+        jobs = answer.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    found = [job["jobId"] for job in (jobs if isinstance(jobs, list) else [])
+             if isinstance(job, dict) and isinstance(job.get("jobId"), int)
+             and _describes(job.get("description"), query_name, batch)]
+    return f"{url}/history/{application_id}/jobs/job/?id={max(found)}" if found else None
+
+
+def _describes(description: object, query_name: str, batch: int) -> bool:
+    if not isinstance(description, str):
+        return False
+    lines = [line.strip() for line in description.strip().splitlines()]
+    return bool(lines) and lines[0] == query_name and f"batch = {batch}" in lines
+
+
 def driver_link(application_id: str | None) -> str | None:
     """The driver's jobs on the History Server, when its event log is there (None: a driver from
     before event logs, or one whose log the cleaner removed). Logs on a remote file system are

@@ -52,7 +52,7 @@ from streamops.programs import protocol_problem
 from streamops.recovery.restart import restart_from_checkpoint
 from streamops.retention import lost_evidence, risk_evidence, threshold_s
 from streamops.runtime_records import DesiredState, RestartAttempt, RestartEntry
-from streamops.spark_history import driver_link
+from streamops.spark_history import driver_link, failed_batch_job
 from streamops.timestamps import iso_ms, now_iso
 from streamops.timestamps import parse_recorded_time as _parse
 
@@ -298,7 +298,13 @@ def evaluate(spec: AppSpec, status: AppStatus, runtime: AppRuntime, now: datetim
             evidence = (f"should be running (version {desired.version or status.version}, asked for by {_who(desired)}) "
                         f"but its driver is {status.state} (pid {status.pid}, ended {when}): {ended}.")
         if status.state != "never started" and (history := driver_link(status.application_id)):
-            evidence += f" Its Spark history (the failed batch's job, stages, executors): {history}"
+            jobs = [(batch, failed_batch_job(status.application_id, f"{spec.name}.{batch['query']}", number))
+                    for batch in (runtime.driver() or DriverRecord()).failed_batches
+                    if isinstance(number := batch.get("batch"), int)]
+            for batch, job in jobs:
+                if job:
+                    evidence += f" The failed batch's job (query {batch['query']}, batch {batch['batch']}): {job}"
+            evidence += f" Its Spark history (jobs, stages, executors): {history}"
         failed_restarts = [r for r in restarts if r.get("outcome") == "failed"]
         if failed_restarts and failed_restarts[-1] is restarts[-1]:
             last = failed_restarts[-1]

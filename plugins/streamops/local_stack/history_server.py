@@ -30,6 +30,9 @@ class SparkHistoryServer:
     port: int = field(default_factory=history_port)
     log_dir: str = field(default_factory=event_log_uri)  # a file: or remote URI
     daemon_memory: str = "384m"
+    # New and growing logs show within this; a shorter scan re-reads every running driver's
+    # growing log that often, which costs a small host a core (a test's short-lived server: less).
+    update_interval: str = "30s"
 
     @classmethod
     def from_env(cls) -> SparkHistoryServer:
@@ -76,9 +79,7 @@ class SparkHistoryServer:
             "spark.history.fs.logDirectory": self.log_dir,
             "spark.history.ui.port": str(self.port),
             "spark.port.maxRetries": "0",  # on its port or not at all: the links name it
-            # New and growing logs show within half a minute (a crashed driver's too); a shorter scan
-            # re-reads every running driver's growing log that often, which costs a small host a core.
-            "spark.history.fs.update.interval": "30s",
+            "spark.history.fs.update.interval": self.update_interval,
             "spark.history.fs.cleaner.enabled": "true",
             "spark.history.fs.cleaner.maxAge": HISTORY_MAX_AGE,
             "spark.history.fs.eventLog.rolling.maxFilesToRetain": str(HISTORY_FILES_KEPT),
