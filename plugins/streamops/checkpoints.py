@@ -35,11 +35,13 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import os
 import re
 import shutil
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -253,12 +255,21 @@ def bind_cluster(app: str, checkpoint: str | Path, cluster_id: str | None, boots
 _held = threading.local()  # per thread: checkpoint -> how deep its files lock is held
 
 
-@contextmanager
-def files_lock(checkpoint: str | Path) -> Iterator[None]:
+class FilesBusy(RuntimeError):
+    """files_lock(wait=False): another copy, restore or prune holds the checkpoint's files."""
+
+
+def files_lock(checkpoint: str | Path, *, wait: bool = True) -> AbstractContextManager[None]:
     """One copy or replacement of the checkpoint's files, or one pruning of its snapshots, at a
     time: a restore never replaces the queries a scheduled copy is reading, a prune never removes
     the snapshot a restore is copying. A flock on _runtime/snapshots.lock (the kernel releases it
-    if the process dies); re-entrant within a thread (a restore takes a backup first)."""
+    if the process dies); re-entrant within a thread (a restore takes a backup first). Without
+    `wait`, FilesBusy at once when another holds it (a scheduled copy gives way)."""
+    return _files_lock(checkpoint, wait)
+
+
+@contextmanager
+def _files_lock(checkpoint: str | Path, wait: bool) -> Iterator[None]:
     key = str(Path(checkpoint).resolve())
     depths: dict[str, int] = getattr(_held, "depths", None) or {}
     _held.depths = depths
@@ -272,7 +283,10 @@ def files_lock(checkpoint: str | Path) -> Iterator[None]:
     runtime_dir = Path(checkpoint) / RUNTIME_FOLDER
     runtime_dir.mkdir(parents=True, exist_ok=True)
     with open(runtime_dir / "snapshots.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FilesBusy(f"another copy, restore or prune of {checkpoint} is under way") from None
         depths[key] = 1
         try:
             yield
@@ -292,32 +306,39 @@ def backup_path(checkpoint: str | Path, name: str) -> Path:
     return backups_dir(checkpoint) / name
 
 
-def backup_checkpoint(checkpoint: str | Path, label: str) -> Path:
+def backup_checkpoint(checkpoint: str | Path, label: str, *, wait: bool = True,
+                      give_way: Callable[[], str | None] | None = None) -> Path:
     """Copy the checkpoint (not its _runtime folder) to a new timestamped snapshot; keep all (an
     app's snapshot policy prunes them: streamops.snapshots). Safe while the app runs
     (copy_checkpoint). The snapshot says what it holds in `_backup.json`: label, time, and the
     driver that last wrote the checkpoint (version and launch conf, so a restore can start that
-    version again). Written under a hidden name and renamed when whole: a copy cut short (a killed
-    task) is never listed as a snapshot."""
-    stamp = file_stamp(utc_now())
-    target = backups_dir(checkpoint) / f"{stamp}-{label}"
-    partial = backups_dir(checkpoint) / f"{PARTIAL_PREFIX}{stamp}-{label}"
-    driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()
-    try:
-        info = checked(BackupInfo, {
-            "label": label,
-            "taken_at": now_iso(),
-            "version": driver.version,
-            "launch": driver.launch.to_json(),
-            "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
-        }, str(target / BACKUP_INFO))
-    except RuntimeRecordError as exc:
-        # A backup is never refused for want of a description: it then says its label and time only.
-        log.warning("%s: the last driver's record does not describe this snapshot (%s); it records its label "
-                    "and time only", checkpoint, exc)
-        info = BackupInfo(label=label, taken_at=now_iso())
-    with files_lock(checkpoint):  # a hidden copy exists only while its writer holds the lock, or left by a dead one
-        vanished = copy_checkpoint(checkpoint, partial)
+    version again), read once the copy holds the files. Written under a hidden name and renamed
+    when whole: a copy cut short (a killed task) is never listed as a snapshot. `wait` and
+    `give_way`: a scheduled copy's (files_lock's FilesBusy; copy_checkpoint's CopyStopped, the
+    partial copy removed)."""
+    with files_lock(checkpoint, wait=wait):  # a hidden copy exists only while its writer holds the lock, or left by a dead one
+        stamp = file_stamp(utc_now())
+        target = backups_dir(checkpoint) / f"{stamp}-{label}"
+        partial = backups_dir(checkpoint) / f"{PARTIAL_PREFIX}{stamp}-{label}"
+        driver = AppRuntime(str(checkpoint)).driver() or DriverRecord()
+        try:
+            info = checked(BackupInfo, {
+                "label": label,
+                "taken_at": now_iso(),
+                "version": driver.version,
+                "launch": driver.launch.to_json(),
+                "code": driver.code.to_json() if driver.code else None,  # the artifact (digest) that wrote it
+            }, str(target / BACKUP_INFO))
+        except RuntimeRecordError as exc:
+            # A backup is never refused for want of a description: it then says its label and time only.
+            log.warning("%s: the last driver's record does not describe this snapshot (%s); it records its label "
+                        "and time only", checkpoint, exc)
+            info = BackupInfo(label=label, taken_at=now_iso())
+        try:
+            vanished = copy_checkpoint(checkpoint, partial, give_way)
+        except CopyStopped:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         if vanished:
             info["skipped_files"] = len(vanished)
             log.info("%s: %d file(s) the running app's maintenance removed during the copy were left out (older "
@@ -336,35 +357,101 @@ PRUNING_PREFIX = ".pruning-"
 _VERSIONED = re.compile(r"^\.?(\d+)(?:[._].*)?$")
 
 
-def copy_checkpoint(checkpoint: str | Path, target: Path) -> list[str]:
-    """Copy a checkpoint, running or not, so that the copy is one a query restarts from: each
-    query's offset log first, then its commit log (so every copied commit has its offset entry),
-    then the rest, leaving out state store files of versions after the copied last commit's (a
-    batch that committed during the copy; Spark writes them again on a restart). State version
-    N+1 is what batch N committed, and the maintenance never removes the newest versions, so the
-    state of the last copied commit is whole. A file removed during the copy (the maintenance
-    deleting versions the query no longer needs) is left out; its relative path is returned.
-    Spark writes every checkpoint file by rename, so each file copied is whole. Not _runtime."""
+class CopyStopped(RuntimeError):
+    """A copy gave way (its `give_way` said so): the partial copy is left for its caller to remove."""
+
+
+class _Copier:
+    """One copy: where it is relative to, the files removed meanwhile, hard links or bytes, and
+    when to give way (asked at most once a second)."""
+
+    def __init__(self, root: Path, *, link: bool = False, give_way: Callable[[], str | None] | None = None):
+        self.root, self.link, self.give_way = root, link, give_way
+        self.vanished: list[str] = []
+        self._asked = time.monotonic()
+
+    def query(self, query: Path, target: Path) -> None:
+        """A query folder, whole as of a commit: its commit log first (its last commit L), then its
+        offset log (every entry up to L was written before its commit, so it is there), leaving out
+        entries after L + 1 (the batch in flight, which a restart runs again) and commits whose
+        offset entry the maintenance removed meanwhile; then the rest, leaving out state of
+        versions after L + 1 (what later batches wrote). State version L + 1 is what batch L
+        committed, and the maintenance never removes the newest versions."""
+        target.mkdir(parents=True)
+        self.tree(query / "commits", target / "commits", None)
+        committed = committed_batches(target)
+        last = committed[-1] if committed else None
+        self.tree(query / "offsets", target / "offsets", None if last is None else last + 1)
+        planned = set(_batch_ids(target / "offsets"))
+        for batch in committed:
+            if batch not in planned:  # an old commit whose offsets were purged during the copy
+                for stale in (target / "commits").glob(f"*{batch}*"):
+                    if (match := _VERSIONED.match(stale.name)) and int(match.group(1)) == batch:
+                        stale.unlink()
+        for child in sorted(query.iterdir()):
+            if child.name not in ("offsets", "commits"):
+                self.tree(child, target / child.name, None if last is None else last + 1)
+
+    def tree(self, source: Path, target: Path, newest: int | None) -> None:
+        """A file or folder; with `newest`, no versioned file above that version."""
+        if self.give_way is not None and time.monotonic() - self._asked >= 1.0:
+            self._asked = time.monotonic()
+            if why := self.give_way():
+                raise CopyStopped(why)
+        try:
+            if not source.is_dir():
+                if source.name.endswith(".tmp"):  # a file Spark is writing (renamed when whole)
+                    return
+                match = _VERSIONED.match(source.name)
+                if newest is not None and match and int(match.group(1)) > newest:
+                    return
+                if self.link:
+                    try:
+                        os.link(source, target)
+                        return
+                    except FileNotFoundError:
+                        raise
+                    except OSError:  # another file system, or no hard links there: the bytes
+                        pass
+                shutil.copy2(source, target)
+                return
+            target.mkdir(exist_ok=True)
+            children = sorted(source.iterdir())
+        except FileNotFoundError:
+            self.vanished.append(str(source.relative_to(self.root)))
+            return
+        for child in children:
+            self.tree(child, target / child.name, newest)
+
+
+def copy_checkpoint(checkpoint: str | Path, target: Path, give_way: Callable[[], str | None] | None = None) -> list[str]:
+    """Copy a checkpoint, running or not, so that each query restarts from the copy: each query
+    folder whole as of its last copied commit (_Copier.query). A file removed during the copy (the
+    maintenance deleting versions the query no longer needs) is left out; its path relative to
+    the checkpoint is returned. Spark writes every checkpoint file by rename, so each file copied
+    is whole. Not _runtime. `give_way()` returning a reason stops the copy (CopyStopped)."""
     source = Path(checkpoint)
     target.mkdir(parents=True)
-    vanished: list[str] = []
+    copier = _Copier(source, give_way=give_way)
     for child in sorted(source.iterdir()):
         if child.name == RUNTIME_FOLDER:
             continue
         if child.is_dir() and (child / "offsets").is_dir():
-            _copy_query(source, child, target / child.name, vanished)
+            copier.query(child, target / child.name)
         else:
-            _copy_tree(source, child, target / child.name, None, vanished)
-    return vanished
+            copier.tree(child, target / child.name, None)
+    return copier.vanished
 
 
-def copy_query(query: Path, target: Path) -> list[str]:
-    """One query folder, copied as copy_checkpoint copies each (the files removed meanwhile are
-    returned, relative to the checkpoint)."""
-    vanished: list[str] = []
+def link_query(query: Path, target: Path) -> list[str]:
+    """One query folder as copy_checkpoint copies each, as hard links where the file system has
+    them (Spark never changes a checkpoint file in place, so a link is as good as a copy for a
+    check that only adds files, and takes no space or time): the state check's scratch copy.
+    Returns the files removed meanwhile, relative to the checkpoint."""
+    copier = _Copier(query.parent, link=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    _copy_query(query.parent, query, target, vanished)
-    return vanished
+    copier.query(query, target)
+    return copier.vanished
 
 
 def add_empty_batch(query: Path) -> int | None:
@@ -382,37 +469,6 @@ def add_empty_batch(query: Path) -> int | None:
             path.unlink()
     shutil.copyfile(query / "offsets" / str(last), query / "offsets" / str(last + 1))
     return last + 1
-
-
-def _copy_query(root: Path, query: Path, target: Path, vanished: list[str]) -> None:
-    target.mkdir()
-    _copy_tree(root, query / "offsets", target / "offsets", None, vanished)
-    _copy_tree(root, query / "commits", target / "commits", None, vanished)
-    committed = committed_batches(target)
-    newest_state = committed[-1] + 1 if committed else None  # the state version the last commit wrote
-    for child in sorted(query.iterdir()):
-        if child.name not in ("offsets", "commits"):
-            _copy_tree(root, child, target / child.name, newest_state if child.name == "state" else None, vanished)
-
-
-def _copy_tree(root: Path, source: Path, target: Path, newest: int | None, vanished: list[str]) -> None:
-    """Copy a file or folder; with `newest`, no versioned file above that version."""
-    try:
-        if not source.is_dir():
-            if source.name.endswith(".tmp"):  # a file Spark is writing (renamed when whole)
-                return
-            match = _VERSIONED.match(source.name)
-            if newest is not None and match and int(match.group(1)) > newest:
-                return
-            shutil.copy2(source, target)
-            return
-        target.mkdir(exist_ok=True)
-        children = sorted(source.iterdir())
-    except FileNotFoundError:
-        vanished.append(str(source.relative_to(root)))
-        return
-    for child in children:
-        _copy_tree(root, child, target / child.name, newest, vanished)
 
 
 def backup_info(backup: Path) -> BackupInfo:
@@ -442,6 +498,8 @@ def restore_checkpoint(checkpoint: str | Path, backup: Path) -> Path:
     """Put `backup` in place of the checkpoint's query folders. What was there is kept as a
     snapshot of its own ("replaced-..."), never deleted. Returns that snapshot."""
     with files_lock(checkpoint):
+        if not backup.is_dir():  # removed since the caller chose it: nothing is touched
+            raise FileNotFoundError(f"snapshot {backup} is gone (pruned since it was chosen): nothing was restored")
         replaced = backup_checkpoint(checkpoint, "replaced")
         retire_queries(checkpoint)
         for child in backup.iterdir():

@@ -59,14 +59,21 @@ def dependency_order(catalog: Catalog, names: list[str]) -> list[str]:
 # --- the state check ------------------------------------------------------------------------------
 
 
+STATE_CHECK_S = 900  # a --check-state driver: its start, the copies, one empty batch per query
+
+
 def state_check(command: LaunchCommand | list[str]) -> list[str]:
     """Why the version a launch command runs cannot restart from the app's checkpoint ([]: it
     can), asked before anything stops (the reconcile of a stateful app): its driver's --check-state
     lets Spark judge on a copy of the checkpoint (driver.state_check) and starts nothing else. A
     roll asks its warm standby instead, which reports the verdict when ready."""
-    result = subprocess.run(  # noqa: S603 - argv from the catalog
-        [*as_launch_command(command).argv, STATE_CHECK_FLAG], capture_output=True, text=True, timeout=900, env=driver_env()
-    )
+    try:
+        result = subprocess.run(  # noqa: S603 - argv from the catalog
+            [*as_launch_command(command).argv, STATE_CHECK_FLAG], capture_output=True, text=True, timeout=STATE_CHECK_S,
+            env=driver_env())
+    except subprocess.TimeoutExpired:
+        raise RolloutRefused(f"could not judge the new version's restart from the checkpoint: its --check-state driver "
+                             f"did not answer within {STATE_CHECK_S} s") from None
     for line in result.stdout.splitlines():
         if line.startswith(STATE_CHECK_LINE):
             return list(json.loads(line.removeprefix(STATE_CHECK_LINE))["problems"])

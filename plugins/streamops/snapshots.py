@@ -38,6 +38,8 @@ from streamops.catalog import AppSpec, SnapshotPolicy
 from streamops.checkpoints import (
     PARTIAL_PREFIX,
     PRUNING_PREFIX,
+    CopyStopped,
+    FilesBusy,
     backup_checkpoint,
     backup_info,
     backups_dir,
@@ -85,8 +87,8 @@ class Snapshot:
         return parse_file_stamp(self.name.split("-", 1)[0])
 
     def code_identity(self) -> str | None:
-        """What wrote it: the version and its code (None: not recorded)."""
-        return code_identity(self.code, self.version)
+        """What wrote it: the version, its code and its effective spec (None: not recorded)."""
+        return code_identity(self.code, self.version, self.launch)
 
     def code_text(self) -> str:
         digest = (self.code or {}).get("digest")
@@ -97,14 +99,16 @@ class Snapshot:
         return max(marks) if marks else None
 
 
-def code_identity(code: dict | None, version: str | None) -> str | None:
-    """A version and the artifact digest it ran: a roll to another version is a change even with
-    the same code (its settings and Spark conf come with the version), and so is new code under
-    the same version (installed code). None: neither was recorded."""
+def code_identity(code: dict | None, version: str | None, launch: dict | None = None) -> str | None:
+    """A version, the artifact digest it ran and the digest of its effective spec (settings, Spark
+    conf, topics: streamops.effective_spec): a roll to another version is a change even with the
+    same code, and so is a roll of settings or conf under the same version. None: nothing recorded."""
     digest = (code or {}).get("digest")
+    spec = (launch or {}).get("spec")
+    spec_digest = spec.get("digest") if isinstance(spec, dict) else None
     if not digest and not version:
         return None
-    return f"{version or '?'} {digest or ''}".strip()
+    return " ".join(str(part) for part in (version or "?", digest, spec_digest) if part)
 
 
 def snapshots(checkpoint: str | Path) -> list[Snapshot]:
@@ -177,10 +181,12 @@ def due(policy: SnapshotPolicy, checkpoint: str | Path, taken: list[Snapshot], n
     if not scheduled:
         return Due(True, "no scheduled snapshot yet")
     last = scheduled[-1]
-    advanced = {q: b - _or_before_first(last.batches.get(q)) for q, b in marks.items() if b is not None}
-    most = max(advanced.values(), default=0)
-    if most <= 0:
+    if marks == last.batches:
         return Due(False, f"no batch committed since {last.name}")
+    # A query whose batches went back (a restore or a reset since) counts its batches from the start.
+    advanced = {q: b - before if (before := _or_before_first(last.batches.get(q))) <= b else b + 1
+                for q, b in marks.items() if b is not None}
+    most = max(advanced.values(), default=0)
     if policy.every_batches is not None and most >= policy.every_batches:
         query = max(advanced, key=lambda q: advanced[q])
         return Due(True, f"query {query} committed {most} batch(es) since {last.name} (every {policy.every_batches})")
@@ -275,12 +281,14 @@ def decisions(app: AppSpec, *, now: datetime | None = None, due_now: bool = Fals
     driver = runtime.driver()
     code = driver.code.to_json() if driver and driver.code else None
     version = driver.version if driver else None
+    launch = driver.launch.to_json() if driver else None
     taken = snapshots(checkpoint)
     if due_now:
         moment = now or utc_now()
         taken.append(Snapshot(f"{file_stamp(moment)}-{SCHEDULED} (due now)", SCHEDULED, iso_seconds_utc(moment), version,
-                              batch_marks(checkpoint), code=code))
-    return retention(app.snapshots, taken, now=now, running_code=code_identity(code, version), running_version=version,
+                              batch_marks(checkpoint), launch=launch or {}, code=code))
+    return retention(app.snapshots, taken, now=now, running_code=code_identity(code, version, launch),
+                     running_version=version,
                      operation=runtime.operation(), held=holds(checkpoint, now))
 
 
@@ -326,22 +334,42 @@ def apply_policy(app: AppSpec, *, dry_run: bool = False, now: datetime | None = 
         is_due = due(policy, checkpoint, snapshots(checkpoint), now)
         result.due, result.why = is_due.due, is_due.why
         if is_due.due and not dry_run:
-            path = backup_checkpoint(checkpoint, SCHEDULED)
-            result.taken = path.name
-            result.skipped_files = int(backup_info(path).get("skipped_files", 0))
-    with files_lock(checkpoint):
-        judged = decisions(app, now=now, due_now=dry_run and result.due)
-        for decision in judged:
-            if decision.kept:
-                result.kept.append({"name": decision.snapshot.name, "label": decision.snapshot.label, "why": decision.why})
-            else:
-                result.removed.append(decision.snapshot.name)
-                if not dry_run:
-                    _remove(backups_dir(checkpoint) / decision.snapshot.name)
-        if not dry_run:
-            _remove_leftovers(checkpoint)
+            # A scheduled copy gives way: to a copy or restore under way (it does not wait), and
+            # to a run that starts changing the app meanwhile (a roll waits on this copy while its
+            # app is down). The next scheduled run takes it instead.
+            try:
+                path = backup_checkpoint(checkpoint, SCHEDULED, wait=False, give_way=lambda: _changing(runtime))
+            except (FilesBusy, CopyStopped) as exc:
+                result.due, result.why = False, f"deferred: {exc}"
+                path = None
+            if path is not None:
+                result.taken = path.name
+                result.skipped_files = int(backup_info(path).get("skipped_files", 0))
+    try:
+        with files_lock(checkpoint, wait=False):  # nor does the prune wait: the next run prunes
+            _prune(app, result, dry_run, now)
+    except FilesBusy as exc:
+        result.why += f"; pruning deferred: {exc}"
     log.info("%s", result.summary())
     return result
+
+
+def _prune(app: AppSpec, result: PolicyRun, dry_run: bool, now: datetime | None) -> None:
+    checkpoint = app.checkpoint_location()
+    for decision in decisions(app, now=now, due_now=dry_run and result.due):
+        if decision.kept:
+            result.kept.append({"name": decision.snapshot.name, "label": decision.snapshot.label, "why": decision.why})
+        else:
+            result.removed.append(decision.snapshot.name)
+            if not dry_run:
+                _remove(backups_dir(checkpoint) / decision.snapshot.name)
+    if not dry_run:
+        _remove_leftovers(checkpoint)
+
+
+def _changing(runtime: AppRuntime) -> str | None:
+    operation = runtime.operation()
+    return f"{operation.what} (run {operation.run_id}) began changing the app" if operation is not None else None
 
 
 def _remove(snapshot: Path) -> None:

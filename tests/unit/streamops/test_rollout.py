@@ -44,3 +44,18 @@ def test_sparks_refusal_is_told_in_a_line_with_its_error_class():
         "Spark refuses to restart it from the running version's checkpoint: Provided key schema does not match existing "
         "state key schema. Please check number and type of fields. Existing key_schema=StructType(StructField(k,LongType,"
         "true)) and new key_schema=StructType(StructField(k,StringType,true)). (STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE)")
+
+
+def test_a_failure_that_is_not_about_state_says_the_check_could_not_judge():
+    assert spark_words("[KAFKA_UNREACHABLE] Timed out waiting for a node assignment.") == (
+        "Spark's check could not judge (its empty batch on a copy of the checkpoint failed): Timed out waiting for a "
+        "node assignment. (KAFKA_UNREACHABLE)")
+    assert spark_words("java.lang.OutOfMemoryError: Java heap space") == (
+        "Spark's check could not judge (its empty batch on a copy of the checkpoint failed): java.lang.OutOfMemoryError: "
+        "Java heap space")
+
+
+def test_a_duration_written_another_way_is_no_change():
+    declared = {"count": ("count_window",)}
+    assert setting_changes(declared, {"count_window": "10 minutes"}, {"count_window": "10 minute"}) == []
+    assert setting_changes(declared, {"count_window": "600 seconds"}, {"count_window": "10 minutes"}) == []

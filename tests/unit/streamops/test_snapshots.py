@@ -6,7 +6,10 @@ written by hand in Spark's layout, times injected; the real app's copy is test_r
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -126,9 +129,11 @@ def test_a_copy_is_whole_as_of_its_last_commit_and_leaves_out_state_written_afte
     assert not (target / "_runtime").exists()
 
 
-def test_a_commit_during_the_copy_and_files_the_maintenance_removes_meanwhile(tmp_path: Path, monkeypatch):
-    """The commit log is copied after the offset log, so a batch that commits meanwhile is in
-    neither or in the offsets only; a file removed meanwhile is left out and named."""
+def test_commits_during_the_copy_and_files_the_maintenance_removes_meanwhile(tmp_path: Path, monkeypatch):
+    """The commit log is copied first (its last commit L), then the offset log, which holds every
+    entry up to L (each was written before its commit): batches that commit meanwhile are left to
+    run again, a commit whose offsets the maintenance purged meanwhile is dropped, and a state file
+    removed meanwhile is left out and named."""
     checkpoint = stateful_checkpoint(tmp_path, committed=4)
     query, store = checkpoint / "count", checkpoint / "count" / "state" / "0" / "0"
     real_copy = shutil.copy2
@@ -136,11 +141,15 @@ def test_a_commit_during_the_copy_and_files_the_maintenance_removes_meanwhile(tm
 
     def racing_copy(source, target, *args, **kwargs):
         source = Path(source)
-        if source == query / "offsets" / "5" and not happened:
-            # The running batch 5 commits, 6 is planned and its state written.
-            commit_batch(query, 5)
-            plan_batch(query, 6, {EVENTS: {"0": 70}})
-            (store / "6.changelog").write_bytes(b"changes 6")
+        if source == query / "commits" / "4" and not happened:
+            # Batches 5 and 6 run and commit (their offsets first), 7 is planned, their state is
+            # written, and the maintenance purges batch 0's offsets.
+            for batch in (5, 6):
+                plan_batch(query, batch, {EVENTS: {"0": 10 * (batch + 1)}})
+                commit_batch(query, batch)
+                (store / f"{batch + 1}.changelog").write_bytes(b"changes")
+            plan_batch(query, 7, {EVENTS: {"0": 80}})
+            (query / "offsets" / "0").unlink()
             happened.append("raced")
         if source == store / "1.changelog":
             source.unlink()  # the maintenance removes version 1 after the copy listed it
@@ -150,11 +159,13 @@ def test_a_commit_during_the_copy_and_files_the_maintenance_removes_meanwhile(tm
     target = tmp_path / "copy"
     vanished = copy_checkpoint(checkpoint, target)
     assert happened and vanished == ["count/state/0/0/1.changelog"]
-    # Commits 0..5 (5 committed before the commit log was copied); state up to version 6, which
-    # batch 5 wrote; offsets up to 5: the copy's listing of the offset log predates batch 6.
-    assert committed_batches(target / "count") == [0, 1, 2, 3, 4, 5]
-    assert sorted(int(p.name) for p in (target / "count" / "offsets").iterdir() if p.name.isdigit()) == [0, 1, 2, 3, 4, 5]
-    assert "6.changelog" in {p.name for p in (target / "count" / "state" / "0" / "0").iterdir()}
+    # Commits 1..4 (listed before 5 and 6 committed; 0's offsets were purged); offsets up to 5, the
+    # batch after the last copied commit, which a restart runs again; state up to version 5.
+    assert committed_batches(target / "count") == [1, 2, 3, 4]
+    assert sorted(int(p.name) for p in (target / "count" / "offsets").iterdir() if p.name.isdigit()) == [1, 2, 3, 4, 5]
+    assert all((target / "count" / "offsets" / str(b)).exists() for b in committed_batches(target / "count"))
+    versions = sorted(int(p.name.split(".")[0]) for p in (target / "count" / "state" / "0" / "0").glob("*.changelog"))
+    assert versions == [2, 3, 4, 5]
 
 
 def test_a_backup_cut_short_is_never_listed_and_says_what_it_left_out(tmp_path: Path, monkeypatch):
@@ -166,14 +177,14 @@ def test_a_backup_cut_short_is_never_listed_and_says_what_it_left_out(tmp_path: 
         (backups_dir(checkpoint) / next(iter(p.name for p in backups_dir(checkpoint).iterdir())) / "x").write_text("")
         raise KeyboardInterrupt  # the task is killed in the middle of the copy
 
-    monkeypatch.setattr(checkpoints, "copy_checkpoint", lambda source, target: (target.mkdir(parents=True), killed()))
+    monkeypatch.setattr(checkpoints, "copy_checkpoint", lambda source, target, *_: (target.mkdir(parents=True), killed()))
     with pytest.raises(KeyboardInterrupt):
         backup_checkpoint(checkpoint, SCHEDULED)
     assert list_backups(checkpoint) == [] and [p.name[:9] for p in backups_dir(checkpoint).iterdir()] == [".partial-"]
     monkeypatch.undo()
     real = checkpoints.copy_checkpoint
     monkeypatch.setattr(checkpoints, "copy_checkpoint",
-                        lambda source, target: [*real(source, target), "count/state/0/0/1.changelog"])
+                        lambda source, target, *_: [*real(source, target), "count/state/0/0/1.changelog"])
     (taken,) = [backup_checkpoint(checkpoint, SCHEDULED)]
     assert list_backups(checkpoint) == [taken] and backup_info(taken)["skipped_files"] == 1
     assert batch_marks(taken) == {"count": 2}
@@ -362,3 +373,44 @@ def test_the_command_line_lists_the_snapshots_and_reads_only_a_kept_one(tmp_path
     assert refused.exit_code != 0
     assert ("refused: snapshot '20260101T000000.000000Z-x' is not among presence-notifier's snapshots; the latest are: "
             f"{shot}") in refused.output
+
+
+def test_a_checkpoint_that_went_back_is_due_again_and_a_scheduled_copy_gives_way(tmp_path: Path, monkeypatch):
+    checkpoint = stateful_checkpoint(tmp_path, committed=2)
+    last = snapshot_at(checkpoint, NOW - timedelta(hours=1), SCHEDULED, batch=9)  # before a restore to batch 2
+    went_back = due(SnapshotPolicy(every_batches=3), checkpoint, snapshots(checkpoint), NOW)
+    assert went_back.due and went_back.why == f"query count committed 3 batch(es) since {last} (every 3)"
+    assert not due(SnapshotPolicy(every_batches=4), checkpoint, snapshots(checkpoint), NOW).due
+
+    # A run begins changing the app while the scheduled copy runs: the copy stops, nothing is left.
+    app = app_with(checkpoint, every_batches=1, keep_last=5, keep_for="1 hour")
+    runtime = AppRuntime(checkpoint)
+    import streamops.checkpoints as checkpoints
+
+    real_tree = checkpoints._Copier.tree
+
+    def slow_tree(self, source, target, newest):
+        if source.name == "state" and not runtime.operation():
+            runtime.begin_operation("manual__reset", "recover_reset_offsets apply")
+            self._asked = 0.0  # ask at once
+        return real_tree(self, source, target, newest)
+
+    monkeypatch.setattr(checkpoints._Copier, "tree", slow_tree)
+    run = apply_policy(app)
+    assert run.taken is None and run.why == ("deferred: recover_reset_offsets apply (run manual__reset) began changing "
+                                             "the app")
+    assert [p.name for p in list_backups(checkpoint)] == [last] and sorted(os.listdir(backups_dir(checkpoint))) == [last]
+    runtime.end_operation("manual__reset")
+    monkeypatch.undo()
+
+    # Another copy or restore holds the files: the scheduled copy does not wait.
+    import fcntl
+
+    with open(runtime.dir / "snapshots.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        other = subprocess.run([sys.executable, "-c", (
+            "import sys; from streamops.snapshots import apply_policy; from streamops.catalog import AppSpec; import json;"
+            f"app = AppSpec.model_validate_json({app.model_dump_json()!r}); print(apply_policy(app).why)")],
+            capture_output=True, text=True, timeout=60)
+    busy = f"another copy, restore or prune of {checkpoint} is under way"
+    assert other.stdout.strip() == f"deferred: {busy}; pruning deferred: {busy}", other.stderr
