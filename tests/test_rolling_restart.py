@@ -1,5 +1,7 @@
-"""roll_restart_apps end to end: zero loss under load, rollback on a failed gate, refusal of a
-stateful change (its standby sent away), all as real Airflow task runs with real detached drivers."""
+"""roll_restart_apps end to end: zero loss under load, a version that cannot start refused before
+anything stops, scheduled snapshots of a running stateful app and a restore from one, a stateful
+change refused by Spark's own check (its standby sent away), all as real Airflow task runs with
+real detached drivers."""
 
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ from tests.support.artifacts import presence_source_counting_by_length, same_cod
 from tests.support.routes import wait_until_all_routed
 
 
-def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app_env, app_catalog, broker, capfd, monkeypatch):
+def test_roll_under_load_loses_nothing_and_a_version_that_cannot_start_is_refused_before_anything_stops(
+        run_dag, app_env, app_catalog, broker, capfd, monkeypatch):
     catalog_file, runtime = app_env
     spec = app_catalog.app("oplog-router")
     assert run_dag("deploy_apps", catalog_file, apps=["oplog-router"], version="1.0.0").state == "success"
@@ -50,8 +53,7 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     expected, duplicates = routing.expected, routing.duplicates
     print(f"rolling restart under load: {len(expected)} routed records, none lost, {duplicates} duplicates")
 
-    # A broken new version: its plan builds, but its queries cannot start. The gate fails and
-    # 1.1.0 comes back on its checkpoint.
+    # A broken new version: its plan builds, but its queries cannot start.
     good_pid = runtime.driver().pid
     backups_before = list_backups(spec.checkpoint_location())
     capfd.readouterr()
@@ -68,21 +70,22 @@ def test_roll_under_load_loses_nothing_and_a_failed_gate_rolls_back(run_dag, app
     )
     assert broken.state == "failed"
     out = capfd.readouterr().out
-    assert "oplog-router: version 1.2.0 failed its health gate (the new version did not start:" in out, out[-3000:]
-    assert "minBatchesToRetain has to be positive" in out
-    assert "rolled back to version 1.1.0 on the checkpoint backup" in out
+    # Its standby's check starts its query on a copy of the checkpoint: Spark cannot start it, so
+    # the roll is refused before the running version is touched (a gate failure's rollback:
+    # test_bring_your_own_app.py).
+    assert ("oplog-router: the new version cannot restart from the running version's checkpoint, so nothing was stopped"
+            in out), out[-3000:]
+    assert "query 'route': Spark's check could not judge" in out and "minBatchesToRetain has to be positive" in out
     (audited,) = read_audit(run_id=broken.run_id)
-    assert (audited["step"], audited["outcome"]) == ("roll", "failed") and "rolled back to version 1.1.0" in audited["error"]
+    assert (audited["step"], audited["outcome"]) == ("roll", "refused")
     record = runtime.driver()
-    assert runtime.state() == "running" and record.version == "1.1.0" and record.pid != good_pid
-    backups = list_backups(spec.checkpoint_location())
-    assert len(backups) == len(backups_before) + 2  # the pre-roll snapshot and the replaced one
-    assert [e["event"] for e in runtime.history()][-2:] == ["stopped", "started"]
+    assert runtime.state() == "running" and record.version == "1.1.0" and record.pid == good_pid
+    assert list_backups(spec.checkpoint_location()) == backups_before
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"]).state == "success"
 
 
 def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful_change_is_refused(
-        run_dag, app_env, app_catalog, broker, tmp_path, capfd):
+        run_dag, app_env, app_catalog, broker, tmp_path, capfd, caplog):
     catalog_file, _ = app_env
     spec = app_catalog.app("presence-notifier")
     runtime = AppRuntime(tmp_path / "checkpoints" / "presence-notifier")
@@ -136,7 +139,7 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     print(f"presence state of {user} as of batch {notify['batch_id']}: {len(history)} history entries, "
           f"{len(stores['count']['rows'])} count windows")
 
-    _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd)
+    _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd, caplog)
 
     # A stateful change (version 3.0.0 counts per another key) is refused by Spark's own check, on a
     # copy of the running checkpoint in the new version's warm standby, before the running app is
@@ -169,7 +172,7 @@ def _ms(iso: str) -> int:
     return round(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd):
+def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd, caplog):
     """snapshot_checkpoints on a policy (every batch; keep the last one, none for its age) copies
     the running notifier under load twice: the first copy is pruned by the second run, the roll's
     snapshot of 2.0.0 stays as the last good rollback. A restore from the live copy starts the app
@@ -205,11 +208,12 @@ def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime
 
     newest = backup_path(checkpoint, taken[1])
     capfd.readouterr()
+    caplog.clear()
     restored = run_dag("recover_restore_checkpoint", catalog_file, app="presence-notifier", snapshot=taken[1],
                        stop_if_running=True, dry_run=False)
     assert restored.state == "success", restored.task_states
     assert restored.xcoms["apply"]["restored_batches"] == batch_marks(newest)
-    table = capfd.readouterr().out
+    table = capfd.readouterr().out + caplog.text  # the plan's table, in its task's log
     assert f"-> {taken[1]}" in table and f"2.1.0 ({_digest(checkpoint, taken[1])})" in table, table[-3000:]
     assert runtime.state() == "running" and runtime.driver().pid != driver.pid
     assert snapshot_holds(checkpoint) == []  # the restore's hold ended with its apply
