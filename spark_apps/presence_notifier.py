@@ -13,7 +13,9 @@ compares it with on generated input. (Version 1.x ran `notify_user` itself in Py
 applyInPandasWithState, and fell behind at 10,000 events/s on two cores.)
 
 Query `count` reads the notifications and counts them per user in `count_window` windows
-hopping every `count_slide`, on event time with a watermark, emitted as updates.
+hopping every `count_slide`, on event time with a watermark, emitted as updates. It counts each
+notification once by its id: the notify query writes at least once, and a task retried after a
+lost executor writes its notifications again (3.0.0; 2.x counted every copy).
 """
 
 from __future__ import annotations
@@ -161,15 +163,18 @@ def counted(parsed: DataFrame, name: str) -> DataFrame:
 
 
 def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame:
-    """Notifications per user in hopping event-time windows, as updates."""
+    """Notifications per user in hopping event-time windows, as updates; each notification once,
+    however often it was delivered (its notification_id)."""
     settings = spec.settings
     assert isinstance(settings, PresenceSettings)
     notifications = source([spec.outputs["notifications"]]).select(
-        F.from_json(F.col("value").cast("string"), "user_id string, event_time string").alias("n"), "timestamp"
+        F.from_json(F.col("value").cast("string"), "notification_id string, user_id string, event_time string").alias("n"),
+        "timestamp",
     )
     timed = notifications.select(
-        F.col("n.user_id").alias("user_id"), F.to_timestamp("n.event_time").alias("event_time"), "timestamp"
-    ).where(F.col("user_id").isNotNull() & F.col("event_time").isNotNull())
+        F.col("n.notification_id").alias("notification_id"), F.col("n.user_id").alias("user_id"),
+        F.to_timestamp("n.event_time").alias("event_time"), "timestamp",
+    ).where(F.col("notification_id").isNotNull() & F.col("user_id").isNotNull() & F.col("event_time").isNotNull())
     # The notifications carry event times the inputs' bounds let through; a record some other
     # writer put on the topic must not move this query's watermark either.
     bounds = [spec.contract(role) for role in spec.inputs]  # the loosest of the inputs' bounds
@@ -181,7 +186,7 @@ def counts(spec: AppSpec, source: Callable[[list[str]], DataFrame]) -> DataFrame
     timed = records.within_future_bound(timed, "event_time", loosest).drop("timestamp")
     return records.windowed_counts(
         timed, "user_id", "event_time", settings.count_window, settings.count_slide, settings.watermark,
-        spec.outputs["notification_counts"],
+        spec.outputs["notification_counts"], distinct_by="notification_id",
     )
 
 
@@ -199,7 +204,8 @@ class PresenceNotifier(StreamingProgram):
     stateful_operators = {
         "notify": (f"groupBy(user_id).flatMapGroupsWithState ({NOTIFY_CLASS} rules {NOTIFY_LOGIC_VERSION}): each "
                    "user's presence history",),
-        "count": ("windowed count per user_id with a watermark",),
+        "count": ("notification ids within the watermark (each notification counted once)",
+                  "windowed count per user_id with a watermark"),
     }
     # A window's length and slide shape which windows the state holds; its key schema is the same
     # for every length, so Spark's own check cannot see a change.

@@ -69,7 +69,7 @@ def test_starting_stopping_or_rolling_apps_needs_an_explicit_choice(dag_bag):
         with pytest.raises(ParamValidationError, match="apps"):
             params.validate()  # its defaults as they stand: no app chosen, no run
     roll = dag_bag.get_dag("roll_restart_apps").params.get_param("version")
-    assert roll.value == suggested_version(load_catalog()) == "2.0.1"  # browser-activity is at 2.0.0
+    assert roll.value == suggested_version(load_catalog()) == "3.0.1"  # presence-notifier is at 3.0.0
     assert roll.description.startswith("Suggested: the next patch after the catalog's newest version.")
     # The recovery forms put the dry-run switch right after the app, above the mode's fields.
     for dag_id in ("recover_reset_offsets", "recover_replay_dead_letters", "recover_rebuild_state", "recover_skip_records",

@@ -128,6 +128,16 @@ def test_close_events_ticks_while_closed_latest_state_and_hopping_counts(spark, 
         window("u2", f"{jan1}:05:00", f"{jan1}:15:00", 1),
     ]
 
+    # A notification delivered twice (a task retried after a lost executor writes its records
+    # again) counts once: the count query drops the copy by its notification_id.
+    (written,) = [r for r in read_all(broker.client_config, spec.outputs["notifications"])
+                  if r.json()["source_event_id"] == f"{t}/6"]
+    produce(broker.client_config, spec.outputs["notifications"], [(written.key, written.value)], partition=written.partition)
+    emitted = len(read_all(broker.client_config, spec.outputs["notification_counts"]))
+    again = run_available_now(spark, app_catalog, "presence-notifier", broker, tmp_path / "ckpt")
+    assert {q.name: sum(p.numInputRows for p in q.recentProgress) for q in again}["presence-notifier.count"] == 1
+    assert len(read_all(broker.client_config, spec.outputs["notification_counts"])) == emitted  # no window changed
+
     dead = [r.json() for r in read_all(broker.client_config, spec.dead_letter_topic)]
     kafka_time = {(d["source"]["topic"], d["source"]["offset"]): d["source"]["timestamp"] for d in dead}
 

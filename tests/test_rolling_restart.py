@@ -20,7 +20,7 @@ from streamops.loadgen import LoadSpec, background_load
 from streamops.snapshots import holds as snapshot_holds
 from streamops.state_page import run_state_read
 from streamops.state_query import StateRequest
-from streamops.waiting import poll_until
+from streamops.waiting import DeadlineExceeded, poll_until
 from tests.support.artifacts import presence_source_counting_by_length, same_code_as
 from tests.support.routes import wait_until_all_routed
 
@@ -93,8 +93,8 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     with background_load(spec, LoadSpec(count=200_000, keys=30, rate=200, seed=4), broker.client_config) as load:
         poll_until(lambda: (p := runtime.progress().get("notify")) is not None and p.input_rows > 0,
                    timeout=180, what="notify to see load")
-        same_code_as(spec, "2.1.0")
-        rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="2.1.0", gate_deadline_s=180)
+        same_code_as(spec, "3.1.0")
+        rolled = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="3.1.0", gate_deadline_s=180)
         under_load = load.is_alive()
     assert rolled.state == "success", rolled.task_states
     assert under_load
@@ -112,7 +112,10 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
         notified[:] = [n["source_event_id"] for n in notifications if n["cause"] == "close"]
         return closes <= set(notified)
 
-    poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)
+    try:
+        poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)
+    except DeadlineExceeded:
+        raise AssertionError(_unnotified(closes - set(notified), len(closes), runtime)) from None
     print(f"presence roll under load: {len(closes)} Close events, all notified, {len(notified) - len(set(notified))} duplicates")
 
     # On-call reads one user's state while the rolled app runs (the apps page's read: Spark's state
@@ -122,10 +125,12 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     events = [r for r in read_all(broker.client_config, spec.inputs["events"])]
     user = events[-1].json()["user_id"]
     answer = run_state_read("presence-notifier", StateRequest(key=user, limit=100))
-    stores = {store["query"]: store for store in answer["stores"]}
-    assert set(stores) == {"notify", "count"}, answer
-    notify = stores["notify"]
-    assert notify["operator"] == "flatMapGroupsWithState" and len(notify["rows"]) == 1, notify
+    stores = {(store["query"], store["operator"]): store for store in answer["stores"]}
+    # count keeps the notification ids it has seen (keyed by id: none is the user's) and the windows.
+    assert set(stores) == {("notify", "flatMapGroupsWithState"), ("count", "dedupeWithinWatermark"),
+                           ("count", "stateStoreSave")}, answer
+    notify = stores["notify", "flatMapGroupsWithState"]
+    assert len(notify["rows"]) == 1, notify
     (row,) = notify["rows"]
     assert row["key"] == {"user_id": user}
     ends = batch_offsets(query_dir(spec.checkpoint_location(), "notify"), notify["batch_id"])[spec.inputs["events"]]
@@ -134,20 +139,21 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     history = [(e["time_ms"], e["action"], e["event_id"]) for e in row["value"]["groupState"]["history"]]
     latest = [e for e in read_by_then if e[0] == read_by_then[-1][0]]  # the newest time (a tie in a millisecond: any)
     assert history and history[-1] in latest and set(history) <= set(read_by_then), (history[-3:], read_by_then[-3:])
-    assert stores["count"]["rows"] and all(r["key"]["user_id"] == user for r in stores["count"]["rows"])
+    windows = stores["count", "stateStoreSave"]["rows"]
+    assert windows and all(r["key"]["user_id"] == user for r in windows)
     assert runtime.state() == "running" and runtime.driver().pid == driver.pid  # not paused, not restarted
     print(f"presence state of {user} as of batch {notify['batch_id']}: {len(history)} history entries, "
-          f"{len(stores['count']['rows'])} count windows")
+          f"{len(windows)} count windows")
 
     _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd, caplog)
 
-    # A stateful change (version 3.0.0 counts per another key) is refused by Spark's own check, on a
+    # A stateful change (version 4.0.0 counts per another key) is refused by Spark's own check, on a
     # copy of the running checkpoint in the new version's warm standby, before the running app is
     # touched; the standby is sent away: no driver of it is left waiting.
     running, backups_before = runtime.driver(), list_backups(spec.checkpoint_location())
-    build("presence-notifier", "3.0.0", spec.program, source=presence_source_counting_by_length(tmp_path))
+    build("presence-notifier", "4.0.0", spec.program, source=presence_source_counting_by_length(tmp_path))
     capfd.readouterr()
-    refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="3.0.0")
+    refused = run_dag("roll_restart_apps", catalog_file, apps=["presence-notifier"], version="4.0.0")
     assert refused.state == "failed"
     out = capfd.readouterr().out
     assert ("presence-notifier: the new version cannot restart from the running version's checkpoint, so nothing was stopped"
@@ -158,14 +164,34 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
     assert runtime.state() == "running" and runtime.driver().pid == running.pid
     assert list_backups(spec.checkpoint_location()) == backups_before
     (standby_log,) = [log for log in runtime.logs_dir.glob("driver-*.log")
-                      if " --standby " in (text := log.read_text()) and " --version 3.0.0 " in text]
+                      if " --standby " in (text := log.read_text()) and " --version 4.0.0 " in text]
     said = standby_log.read_text()
     assert "not needed, exiting without starting: the rollout stopped: presence-notifier: the new version cannot" in said
     assert list((runtime.dir / "standby").iterdir()) == []
-    # (The running driver started as the first roll's standby: only 3.0.0's would be left over.)
+    # (The running driver started as the first roll's standby: only 4.0.0's would be left over.)
     assert not [p.pid for p in psutil.process_iter(["cmdline"])
-                if {"--standby", "presence-notifier", "3.0.0"} <= set(p.info["cmdline"] or [])]
+                if {"--standby", "presence-notifier", "4.0.0"} <= set(p.info["cmdline"] or [])]
     assert run_dag("stop_apps", catalog_file, apps=["presence-notifier"]).state == "success"
+
+
+def _unnotified(missing: set[str], closes: int, runtime: AppRuntime) -> str:
+    """Why Close events went without a notification: read past by a committed batch (lost) or
+    not read yet (the app behind, stopped or crashed), with the driver's own words."""
+    notify = runtime.progress().get("notify")
+    ends = (notify.end_offsets if notify else {}) or {}
+
+    def read_past(event: str) -> bool:
+        topic, partition, offset = event.rsplit("/", 2)
+        return int(offset) < ends.get(topic, {}).get(partition, -1)
+
+    lost = sorted(e for e in missing if read_past(e))
+    driver = runtime.driver()
+    log = runtime.driver_log()
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log else "(no driver log)"
+    return (f"{len(missing)} of {closes} Close events without a notification: {len(lost)} read past by notify's "
+            f"committed batch {notify.batch_id if notify else None} (lost: {lost[:5]}), the rest not read yet "
+            f"({sorted(set(missing) - set(lost))[:5]}); app {runtime.state()}, driver {driver.pid if driver else None} "
+            f"{driver.outcome if driver else ''} {driver.reason if driver else ''}; its log ends:\n{tail}")
 
 
 def _ms(iso: str) -> int:
@@ -175,7 +201,7 @@ def _ms(iso: str) -> int:
 def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime, broker, capfd, caplog):
     """snapshot_checkpoints on a policy (every batch; keep the last one, none for its age) copies
     the running notifier under load twice: the first copy is pruned by the second run, the roll's
-    snapshot of 2.0.0 stays as the last good rollback. A restore from the live copy starts the app
+    snapshot of 3.0.0 stays as the last good rollback. A restore from the live copy starts the app
     on it and continues its batches (Spark loads its state), the snapshot held for the restore."""
     checkpoint = spec.checkpoint_location()
     with_policy = yaml.safe_load(catalog_file.read_text())
@@ -183,7 +209,7 @@ def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime
         "every_batches": 1, "keep_last": 1, "keep_for": "1 millisecond"}
     catalog_file.write_text(yaml.safe_dump(with_policy, sort_keys=False))
     (roll_snapshot,) = [p.name for p in list_backups(checkpoint)]
-    assert roll_snapshot.endswith("-before-2.1.0")
+    assert roll_snapshot.endswith("-before-3.1.0")
     driver, outcomes = runtime.driver(), []
     with background_load(spec, LoadSpec(count=100_000, keys=30, rate=200, seed=5), broker.client_config):
         for _ in range(2):
@@ -201,8 +227,8 @@ def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime
     assert outcomes[0]["removed"] == [] and outcomes[1]["removed"] == [taken[0]]
     assert [p.name for p in list_backups(checkpoint)] == [roll_snapshot, taken[1]]
     kept = {k["name"]: k["why"] for k in outcomes[1]["kept"]}
-    assert kept == {roll_snapshot: ["the last good rollback: the newest snapshot of 2.0.0 "
-                                    f"({_digest(checkpoint, roll_snapshot)}), the version before the running 2.1.0"],
+    assert kept == {roll_snapshot: ["the last good rollback: the newest snapshot of 3.0.0 "
+                                    f"({_digest(checkpoint, roll_snapshot)}), the version before the running 3.1.0"],
                     taken[1]: ["one of the last 1"]}
     assert runtime.driver().pid == driver.pid and runtime.state() == "running"  # copied live, not paused
 
@@ -214,7 +240,7 @@ def _scheduled_snapshots_of_the_running_app(run_dag, catalog_file, spec, runtime
     assert restored.state == "success", restored.task_states
     assert restored.xcoms["apply"]["restored_batches"] == batch_marks(newest)
     table = capfd.readouterr().out + caplog.text  # the plan's table, in its task's log
-    assert f"-> {taken[1]}" in table and f"2.1.0 ({_digest(checkpoint, taken[1])})" in table, table[-3000:]
+    assert f"-> {taken[1]}" in table and f"3.1.0 ({_digest(checkpoint, taken[1])})" in table, table[-3000:]
     assert runtime.state() == "running" and runtime.driver().pid != driver.pid
     assert snapshot_holds(checkpoint) == []  # the restore's hold ended with its apply
     print(f"scheduled snapshots under load: {taken[1]} kept, {taken[0]} pruned, {roll_snapshot} kept as the rollback; "

@@ -903,15 +903,21 @@ def iso_time(column: str | Column) -> Column:
 
 
 def windowed_counts(
-    frame: DataFrame, key: str, event_time: str, window: str, slide: str, watermark: str, topic: str
+    frame: DataFrame, key: str, event_time: str, window: str, slide: str, watermark: str, topic: str,
+    distinct_by: str | None = None,
 ) -> DataFrame:
     """Rows per `key` in `window` windows every `slide` on event time, as update records
-    (key `<key>|<window start>`, value {key, window_start, window_end, count})."""
-    counted = (
-        frame.withWatermark(event_time, watermark)
-        .groupBy(F.window(event_time, window, slide), key)
-        .count()
-    )
+    (key `<key>|<window start>`, value {key, window_start, window_end, count}).
+
+    `distinct_by`: a column that identifies a record (an id the writer gives it), so a record
+    delivered twice counts once. Kafka sinks write at least once (a task retried after a lost
+    executor writes its records again): a query counting a topic with such copies counts them
+    unless it drops the copies first, which Spark does within the watermark (a copy later than
+    that would be dropped as late by the count anyway)."""
+    timed = frame.withWatermark(event_time, watermark)
+    if distinct_by is not None:
+        timed = timed.dropDuplicatesWithinWatermark([distinct_by])
+    counted = timed.groupBy(F.window(event_time, window, slide), key).count()
     start, end = iso_time("window.start"), iso_time("window.end")
     value = F.struct(F.col(key), start.alias("window_start"), end.alias("window_end"), F.col("count"))
     return counted.select(
