@@ -185,6 +185,13 @@ class Standby:
         check = self.ready_record.get("state_check") if self.ready_record else None
         return list(check["problems"]) if check is not None else None
 
+    @property
+    def state_check_deferred(self) -> str | None:
+        """Why the standby did not judge the restart itself (no executor to run it on): the
+        rollout asks a --check-state driver instead. None: it judged (or reported nothing)."""
+        check = self.ready_record.get("state_check") if self.ready_record else None
+        return check.get("deferred") if check is not None else None
+
     def describe(self) -> str:
         pid, host = (self.ready_record["pid"], self.ready_record["host"]) if self.ready_record else ("?", "?")
         return f"driver pid {pid} on {host}, log {self.start.driver_log}"

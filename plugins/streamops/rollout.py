@@ -64,13 +64,15 @@ STATE_CHECK_S = 900  # a --check-state driver: its start, the copies, one empty 
 
 def state_check(command: LaunchCommand | list[str]) -> list[str]:
     """Why the version a launch command runs cannot restart from the app's checkpoint ([]: it
-    can), asked before anything stops (the reconcile of a stateful app): its driver's --check-state
-    lets Spark judge on a copy of the checkpoint (driver.state_check) and starts nothing else. A
-    roll asks its warm standby instead, which reports the verdict when ready."""
+    can), asked before anything stops (the reconcile of a stateful app, a roll whose standby had
+    no executor): its driver's --check-state lets Spark judge on a copy of the checkpoint
+    (driver.state_check) and starts nothing else. It runs Spark on this host (`on_this_host`):
+    one empty batch on a copy never waits for the cluster's cores, nor takes any from the running
+    app. A roll asks its warm standby first, which reports the verdict when ready."""
     try:
         result = subprocess.run(  # noqa: S603 - argv from the catalog
-            [*as_launch_command(command).argv, STATE_CHECK_FLAG], capture_output=True, text=True, timeout=STATE_CHECK_S,
-            env=driver_env())
+            [*on_this_host(as_launch_command(command).argv), STATE_CHECK_FLAG], capture_output=True, text=True,
+            timeout=STATE_CHECK_S, env=driver_env())
     except subprocess.TimeoutExpired:
         raise RolloutRefused(f"could not judge the new version's restart from the checkpoint: its --check-state driver "
                              f"did not answer within {STATE_CHECK_S} s") from None
@@ -81,6 +83,19 @@ def state_check(command: LaunchCommand | list[str]) -> list[str]:
         f"could not judge the new version's restart from the checkpoint (exit {result.returncode}):\n"
         f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
     )
+
+
+CHECK_MASTER = "local[1]"
+
+
+def on_this_host(argv: list[str]) -> list[str]:
+    """A spark-submit argv with Spark in this process's host (CHECK_MASTER, client mode) instead of
+    the app's master: everything else (the program, its jars, its conf) as the launch has it."""
+    local = list(argv)
+    for flag, value in (("--master", CHECK_MASTER), ("--deploy-mode", "client")):
+        if flag in local[:-1]:
+            local[local.index(flag) + 1] = value
+    return local
 
 
 # --- health gate ----------------------------------------------------------------------------------------
@@ -196,6 +211,10 @@ def roll_restart(
     problems = standby.state_problems
     log(f"{app.name}: standby ready ({standby.describe()})")
     try:
+        if deferred := standby.state_check_deferred:
+            log(f"{app.name}: the standby could not judge the restart from the checkpoint ({deferred}); a --check-state "
+                f"driver judges it on this host ({CHECK_MASTER})")
+            problems = state_check(new_command)
         if problems is None:
             raise RolloutRefused(f"{app.name}: version {new_version}'s standby reported no state check, so nothing was "
                                  f"stopped; see its log ({standby.describe()})")

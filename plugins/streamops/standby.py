@@ -30,7 +30,7 @@ import secrets
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Literal, Required
+from typing import Final, Literal, NotRequired, Required
 
 # pydantic reads a TypedDict of typing_extensions only, before Python 3.12.
 from typing_extensions import TypedDict
@@ -55,10 +55,12 @@ class StandbyReady(TypedDict, total=False):
 
 class StateCheckRecord(TypedDict):
     """What driver.state_check found: the queries Spark checked on a copy, and each problem in
-    words (none: this version restarts from the checkpoint)."""
+    words (none: this version restarts from the checkpoint); or why the standby left the check
+    to the rollout (deferred: it had no executor to run it on)."""
 
     checked: list[str]
     problems: list[str]
+    deferred: NotRequired[str]
 
 
 class StandbyWord(TypedDict, total=False):

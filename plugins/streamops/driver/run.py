@@ -31,9 +31,9 @@ from streamops.driver.outputs import build_outputs
 from streamops.driver.preparation import Prepared, prepare
 from streamops.driver.queries import observed_totals, start_app
 from streamops.driver.session import build_session
-from streamops.driver.state_check import check_state
+from streamops.driver.state_check import StateCheck, check_state
 from streamops.driver.stopping import StopSignals, ended_by, graceful_stop, not_a_stop_refusal, record_failed_batches
-from streamops.driver.warm_standby import await_go, warm_up
+from streamops.driver.warm_standby import await_go, warm_up, without_executor
 from streamops.failures import error_gist
 from streamops.kafka_client import KafkaClientConfig, KafkaConfigError
 from streamops.program_contract import StreamingProgram, describe
@@ -165,12 +165,19 @@ class DriverRun:
 
     def stand_by(self, token: str) -> bool:
         """As a warm standby: prepare, rehearse, let Spark judge a restart from the running
-        version's checkpoint, wait for the rollout's word. True: go."""
+        version's checkpoint (or, with no executor to run it on, leave that to the rollout), wait
+        for the rollout's word. True: go."""
         self.prepared = prepare(self.spec, self.program, self.options, self.runtime, group_id=self.group_id)
+        no_executor = without_executor(self.prepared.spark)
         log.info("warm standby %s: %s", token,
                  warm_up(self.prepared.spark, self.spec, self.program, self.options,
-                         interrupted=lambda: bool(self.stops.received)))
-        state = check_state(self.prepared.spark, self.spec, self.program, self.prepared.outputs, self.options.checkpoint)
+                         interrupted=lambda: bool(self.stops.received), no_executor=no_executor))
+        if no_executor:
+            log.info("warm standby %s: state check left to the rollout: %s", token, no_executor)
+            state = StateCheck(deferred=no_executor)
+        else:
+            state = check_state(self.prepared.spark, self.spec, self.program, self.prepared.outputs,
+                                self.options.checkpoint)
         return await_go(StandbySlot(self.runtime.dir, token), self.prepared, self.args.standby_timeout_s, self.stops,
                         state)
 

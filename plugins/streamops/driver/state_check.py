@@ -58,13 +58,19 @@ _MESSAGE_ENDS = ("If you want to force", "=== Streaming Query ===", "SQLSTATE")
 
 @dataclass
 class StateCheck:
-    """What the check found: the queries Spark checked, and each problem in the operator's words."""
+    """What the check found: the queries Spark checked, and each problem in the operator's words;
+    or why it was not run here (`deferred`: a standby with no executor leaves it to the rollout's
+    --check-state driver, which runs Spark on its own host)."""
 
     checked: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    deferred: str | None = None
 
     def to_json(self) -> StateCheckRecord:
-        return {"checked": list(self.checked), "problems": list(self.problems)}
+        record: StateCheckRecord = {"checked": list(self.checked), "problems": list(self.problems)}
+        if self.deferred:
+            record["deferred"] = self.deferred
+        return record
 
 
 def check_state(spark: SparkSession, spec: AppSpec, program: StreamingProgram, outputs: list[OutputQuery],

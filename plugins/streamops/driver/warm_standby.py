@@ -59,20 +59,33 @@ def _has_executor(context: SparkContext, wait_s: float) -> bool:
         return False
 
 
+def without_executor(spark: SparkSession) -> str | None:
+    """Why this standby cannot run a job yet (None: it can): on a cluster, the running version may
+    hold every core the cluster gives these apps (spark.cores.max), and the standby gets executors
+    only when that driver stops. Its rehearsal is skipped then, and its state check is left to a
+    driver that runs Spark on its own host (the rollout's --check-state)."""
+    context = spark.sparkContext
+    if LOCAL_MASTER.match(context.master or "") or _has_executor(context, WARM_UP_EXECUTOR_WAIT_S):
+        return None
+    return (f"no executor registered within {WARM_UP_EXECUTOR_WAIT_S:g}s on {context.master} (the running version may "
+            "hold the cluster's cores; this driver gets executors when it stops)")
+
+
 def _write_nowhere(frame: DataFrame) -> None:
     """Run the frame's plan as a batch job that writes nothing (Spark's noop sink)."""
     frame.write.format("noop").mode("overwrite").save()
 
 
 def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, options: RunOptions,
-            interrupted: Callable[[], bool] = lambda: False) -> str:
+            interrupted: Callable[[], bool] = lambda: False, no_executor: str | None = None) -> str:
     """A standby's rehearsal, so the first micro-batch after a roll's stop does not pay for what
     a fresh JVM does once: each query's plan run as a batch job over the latest records of its
     inputs (WARM_UP_RECORDS per partition) into Spark's no-op sink, which compiles the plan's
     generated code, loads the Kafka client and lets the JIT see the parser; and one empty write
     through the Kafka sink, which opens the producer (Spark pools it with the sink's options).
     Nothing is written to any topic, no offset is committed. Best effort, within WARM_UP_LIMIT_S:
-    a step that fails (a plan that runs only on streams, e.g. applyInPandasWithState) is skipped."""
+    a step that fails (a plan that runs only on streams, e.g. applyInPandasWithState) is skipped;
+    all of it when the session has no executor (`no_executor`, from `without_executor`)."""
     bound = program.bind(spec)
     skipped = options.skip_records if options.skip_records is not None else AppRuntime(options.checkpoint).skip_records()
 
@@ -91,11 +104,8 @@ def warm_up(spark: SparkSession, spec: AppSpec, program: StreamingProgram, optio
 
     began = time.monotonic()
     context = spark.sparkContext
-    if not LOCAL_MASTER.match(context.master or "") and not _has_executor(context, WARM_UP_EXECUTOR_WAIT_S):
-        # The running version may hold every core the cluster gives these apps (spark.cores.max):
-        # the standby gets its executors when that driver stops.
-        return (f"rehearsal skipped: no executor registered within {WARM_UP_EXECUTOR_WAIT_S:g}s (the running version "
-                "may hold the cluster's cores; this driver gets executors when it stops)")
+    if no_executor:
+        return f"rehearsal skipped: {no_executor}"
     # Bounded: on a cluster without a spare executor its jobs would wait for ever. Tagged, so the
     # timer cancels only these jobs; untagged after, so the queries started later are not.
     context.addJobTag(WARM_UP_TAG)

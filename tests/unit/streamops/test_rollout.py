@@ -7,7 +7,7 @@ import yaml
 
 from streamops.catalog import load_catalog
 from streamops.driver.state_check import setting_changes, spark_words
-from streamops.rollout import dependency_order
+from streamops.rollout import dependency_order, on_this_host
 
 
 def test_dependency_order_puts_writers_before_their_readers():
@@ -59,3 +59,12 @@ def test_a_duration_written_another_way_is_no_change():
     declared = {"count": ("count_window",)}
     assert setting_changes(declared, {"count_window": "10 minutes"}, {"count_window": "10 minute"}) == []
     assert setting_changes(declared, {"count_window": "600 seconds"}, {"count_window": "10 minutes"}) == []
+
+
+def test_the_state_check_runs_spark_on_this_host_whatever_the_apps_master():
+    argv = ["spark-submit", "--master", "spark://127.0.0.21:7077", "--name", "streamops-x", "--conf", "spark.cores.max=2",
+            "--jars", "a.jar", "driver.py", "--app", "x"]
+    assert on_this_host(argv) == [*argv[:2], "local[1]", *argv[3:]]
+    cluster_mode = ["spark-submit", "--master", "k8s://https://k:6443", "--deploy-mode", "cluster", "driver.py"]
+    assert on_this_host(cluster_mode) == ["spark-submit", "--master", "local[1]", "--deploy-mode", "client", "driver.py"]
+    assert argv[2] == "spark://127.0.0.21:7077"  # the launch's own argv is left as it was
