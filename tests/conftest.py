@@ -88,7 +88,8 @@ def pytest_configure(config):
 # The tests on the secured Kafka cluster and the cluster profile (which runs on it) run one after
 # the other, first: those components start once and stop after their last user, so no other test
 # shares the machine with three idle brokers and a second Airflow.
-CLUSTER_MODULES = ("test_secure_cluster.py", "test_secured_pipeline.py", "test_airflow_cluster.py", "test_spark_cluster.py")
+CLUSTER_MODULES = ("test_secure_cluster.py", "test_secured_pipeline.py", "test_airflow_cluster.py", "test_spark_cluster.py",
+                   "test_stateful_clusters.py")
 
 
 def _run_order(item) -> tuple[int, int]:
@@ -240,6 +241,14 @@ def cluster_profile(secure_cluster, tmp_path_factory, request):
     stop_after_last_user(request, "cluster_profile", stop)
     yield profile
     stop()
+
+
+@pytest.fixture
+def cluster_profile_paths(cluster_profile, monkeypatch):
+    """This process reads the apps' runtime folders (status, records) and catalog where the cluster
+    profile's drivers and DAGs do."""
+    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", cluster_profile.env["STREAMOPS_CHECKPOINT_ROOT"])
+    monkeypatch.setenv("STREAMOPS_CATALOG", str(cluster_profile.catalog_file))
 
 
 @pytest.fixture(scope="session")

@@ -29,24 +29,7 @@ from tests.support.artifacts import same_code_as
 from tests.support.cluster_profile import ClusterProfile
 from tests.support.routes import wait_until_all_routed
 
-pytestmark = pytest.mark.timeout(1800)
-
-
-def _both_workers_up(profile: ClusterProfile) -> None:
-    """Both Celery workers take tasks and both Spark workers run (an earlier test may have stopped one)."""
-    for name in AIRFLOW_WORKERS:
-        if profile.airflow.processes[f"celery-{name}"].pid() is None:
-            profile.airflow.start_worker(name)
-    for worker, address in WORKER_ADDRESSES.items():
-        if address not in profile.spark.alive_worker_hosts():
-            profile.spark.start_worker(worker)
-
-
-@pytest.fixture(autouse=True)
-def _profile_paths(cluster_profile, monkeypatch):
-    """This process reads the apps' runtime folders (status, records) where the profile's drivers write them."""
-    monkeypatch.setenv("STREAMOPS_CHECKPOINT_ROOT", cluster_profile.env["STREAMOPS_CHECKPOINT_ROOT"])
-    monkeypatch.setenv("STREAMOPS_CATALOG", str(cluster_profile.catalog_file))
+pytestmark = [pytest.mark.timeout(1800), pytest.mark.usefixtures("cluster_profile_paths")]
 
 
 def _launch(profile: ClusterProfile, run_id: str) -> dict:
@@ -69,7 +52,7 @@ def test_the_metadata_is_on_postgres_and_tasks_run_on_two_celery_hosts(cluster_p
 
 def test_deploy_on_one_worker_survives_it_and_is_stopped_from_the_other(cluster_profile):
     profile, api = cluster_profile, cluster_profile.api
-    _both_workers_up(profile)
+    profile.all_workers_up()
     router = profile.catalog.app("oplog-router")
     runtime = profile.runtime("oplog-router")
     kafka = profile.kafka
@@ -145,7 +128,7 @@ def test_roll_restart_recover_restart_and_reprocess_through_celery_on_the_standa
     router = profile.catalog.app("oplog-router")
     runtime = profile.runtime("oplog-router")
     kafka = profile.kafka
-    _both_workers_up(profile)
+    profile.all_workers_up()
     if not runtime.is_running():
         deployed = api.trigger("deploy_apps", {"apps": ["oplog-router"]})
         assert api.wait_for_run("deploy_apps", deployed, timeout=600) == "success"

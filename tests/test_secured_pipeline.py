@@ -1,7 +1,8 @@
 """The suite against a production-shaped Kafka: three brokers, TLS on every listener, SASL/SCRAM,
 ACLs enforced. The catalog's `cluster` environment, the DAGs with Airflow connections holding the
 credentials, the router under its own principal, a write it is not allowed, a broker killed under
-load, and no password anywhere a person or another user can read it."""
+load; browser-activity (stateful) under its own principal, exactly as a golden run, refused what
+its ACLs do not grant; and no password anywhere a person or another user can read it."""
 
 from __future__ import annotations
 
@@ -14,17 +15,19 @@ from pathlib import Path
 
 import psutil
 import pytest
+from confluent_kafka import KafkaException
 
 from streamops.acls import AppAcl, app_acls, apply_acls
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import load_catalog
 from streamops.kafka_client import app_conn_id
-from streamops.kafka_records import read_all
+from streamops.kafka_records import produce, read_all
 from streamops.loadgen import LoadSpec, background_load
 from streamops.loadgen import run as run_load
 from streamops.local_stack.secure_cluster import ADMIN_USER
 from streamops.waiting import poll_until
 from tests.support import LOCAL_SPARK_CONNECTION
+from tests.support.golden import caught_up, golden_run, latest_per_key
 from tests.support.routes import routed, wait_until_all_routed
 
 pytestmark = pytest.mark.timeout(1500)
@@ -121,16 +124,58 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     assert runtime.state() == "running"
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=60).state == "success"
 
-    # validate_topic_quality reads the outputs (and, to reconcile, the input) through the same
-    # connection: every routed record accounted for, the broker kill's duplicates a warning.
-    outputs = [topic for topic in router.outputs.values() if topic in catalog.validated_topics()]
-    quality = run_dag("validate_topic_quality", catalog_file, topics=outputs, range="last_records", last_records=100_000)
+    # browser-activity, a stateful app, under its own principal with only the ACLs the catalog
+    # derives for it (its compacted challenges table among its outputs): it runs under load while
+    # the router's outputs are validated.
+    browser = catalog.app("browser-activity")
+    browser_runtime = AppRuntime(browser.checkpoint_location())
+    logs, challenges, counts = browser.inputs["logs"], browser.outputs["challenges"], browser.outputs["activity_counts"]
+    principal = "User:browser-activity"
+    assert {acl for acl in app_acls(catalog) if acl.principal == principal} == {
+        *(AppAcl(principal, "Topic", "Literal", logs, op) for op in ("Read", "Describe")),
+        *(AppAcl(principal, "Topic", "Literal", topic, op) for topic in (challenges, counts, browser.dead_letter_topic)
+          for op in ("Write", "Describe")),
+        AppAcl(principal, "Group", "Prefixed", "streamops.browser-activity", "Read"),
+    }
+    browser_deployed = run_dag("deploy_apps", catalog_file, apps=["browser-activity"])
+    assert browser_deployed.state == "success", browser_deployed.task_states
+    assert " as browser-activity (SCRAM-SHA-512) (from connection kafka_app_browser_activity)" in \
+        browser_runtime.driver().kafka
+    with background_load(browser, LoadSpec(count=10_000_000, keys=40, rate=60, seed=16), admin_kafka):
+        # validate_topic_quality reads the outputs (and, to reconcile, the input) through the same
+        # connection: every routed record accounted for, the broker kill's duplicates a warning.
+        outputs = [topic for topic in router.outputs.values() if topic in catalog.validated_topics()]
+        quality = run_dag("validate_topic_quality", catalog_file, topics=outputs, range="last_records",
+                          last_records=100_000)
+        poll_until(lambda: all((p := browser_runtime.progress().get(q)) is not None and p.batch_id >= 3
+                               for q in ("challenge", "window-count")), timeout=300,
+                   what="browser-activity's queries to commit batches under load")
     assert quality.state == "success", quality.task_states
     outcomes = {o["topic"]: o for o in quality.xcoms["validate"]}
     assert sorted(outcomes) == sorted(outputs)
     assert {t: (o["success"], o["failed_expectations"], o["reconciliation"]["missing"]) for t, o in outcomes.items()} == {
         t: (True, [], 0) for t in outputs}
     assert sum(o["records"] for o in outcomes.values()) == len(got)
+
+    # Its challenges table and its windows: those of a golden run over the same input. What its
+    # ACLs do not grant, the brokers refuse to its principal: writing its own input, reading
+    # another app's topic.
+    poll_until(lambda: caught_up(browser_runtime, admin_kafka, [("challenge", [logs]), ("window-count", [logs])]),
+               timeout=300, what="browser-activity to process every record of its load", max_interval=2)
+    assert run_dag("stop_apps", catalog_file, apps=["browser-activity"], deadline_s=60).state == "success"
+    golden = golden_run(spark, catalog, "browser-activity", admin_kafka, tmp_path / "browser-golden")
+    expected_challenges = latest_per_key(admin_kafka, golden.outputs["challenges"])
+    assert expected_challenges and latest_per_key(admin_kafka, challenges) == expected_challenges
+    expected_windows = latest_per_key(admin_kafka, golden.outputs["activity_counts"])
+    assert expected_windows and latest_per_key(admin_kafka, counts) == expected_windows
+    own = secure_cluster.client_config("browser-activity")
+    with pytest.raises(KafkaException, match="(?i)topic authorization failed|TOPIC_AUTHORIZATION_FAILED"):
+        produce(own, logs, [("k", "{}")])
+    with pytest.raises(KafkaException, match="(?i)topic authorization failed|TOPIC_AUTHORIZATION_FAILED"):
+        read_all(own, catalog.app("presence-notifier").inputs["events"], timeout=30)
+    with capfd.disabled():
+        print(f"browser-activity under its own principal: {len(expected_challenges)} challenge keys and "
+              f"{len(expected_windows)} windows as the golden run wrote them")
 
     # recover_reset_offsets: planned as the suite, the app restarted under its own principal from a
     # time; exactly the records written since then are routed again.
@@ -153,18 +198,19 @@ def test_the_router_on_a_secured_three_broker_cluster_under_its_own_principal(
     assert run_dag("stop_apps", catalog_file, apps=["oplog-router"], deadline_s=60).state == "success"
 
     # No password in any log, XCom, runtime or audit file, command line or broker log; the one
-    # file that holds the driver's credentials is readable by its user only.
+    # file per driver that holds its credentials is readable by its user only.
     passwords = [p for p in secure_cluster.passwords().values() if p]
-    connection_file = runtime.dir / "kafka-client.json"
-    assert stat.S_IMODE(connection_file.stat().st_mode) == 0o600
-    assert any(p in connection_file.read_text() for p in passwords)
+    connection_files = [runtime.dir / "kafka-client.json", browser_runtime.dir / "kafka-client.json"]
+    for connection_file in connection_files:
+        assert stat.S_IMODE(connection_file.stat().st_mode) == 0o600
+        assert any(p in connection_file.read_text() for p in passwords)
     assert "recover_reset_offsets" in (tmp_path / "checkpoints" / "_audit" / "audit.jsonl").read_text()  # grepped below
     printed = capfd.readouterr()
     texts = {"task logs": printed.out + printed.err, "driver argv and environment": "\n".join(argv),
-             "xcom": json.dumps([provisioned.xcoms, deployed.xcoms, status.xcoms, again.xcoms, quality.xcoms, reset.xcoms],
-                                default=str)}
+             "xcom": json.dumps([provisioned.xcoms, deployed.xcoms, status.xcoms, again.xcoms, quality.xcoms, reset.xcoms,
+                                 browser_deployed.xcoms], default=str)}
     for path in [*tmp_path.rglob("*"), *Path(os.environ["AIRFLOW_HOME"]).rglob("*"), *secure_cluster.state_dir.rglob("*.log")]:
-        if path.is_file() and path != connection_file and path.stat().st_size < 50_000_000:
+        if path.is_file() and path not in connection_files and path.stat().st_size < 50_000_000:
             texts[str(path)] = path.read_text(errors="replace")
     leaked = sorted(where for where, text in texts.items() if any(p in text for p in passwords))
     assert leaked == []

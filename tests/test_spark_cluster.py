@@ -1,7 +1,7 @@
-"""The apps on a Spark standalone cluster of this machine (the session's one, the cluster profile's):
-a master and two workers on their own loopback addresses, the router's executors on both workers,
-and a worker killed under load with every record still routed exactly (the app goes on on the
-other worker)."""
+"""The Spark standalone cluster of this machine (the session's one, the cluster profile's): a master
+and two workers on their own loopback addresses, the CLI that finds it, and two drivers of one app
+on it one after the other (a paused one taken over). An app's executors on both workers and a
+worker killed under load: tests/test_stateful_clusters.py (the presence notifier, through Celery)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,15 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-import psutil
 import pytest
 
-from streamops.app_status import app_status, status_table
 from streamops.loadgen import LoadSpec, background_load
-from streamops.loadgen import run as run_load
 from streamops.local_stack.process import AlreadyRunning
 from streamops.local_stack.spark_cluster import MASTER_ADDRESS, WORKER_ADDRESSES, SparkStandalone
 from streamops.spark_submit import SparkTarget, driver_env, submit_spec
 from streamops.waiting import poll_until
 from tests.support.ports import free_port
-from tests.support.routes import expected_routes, routed, wait_until_all_routed
+from tests.support.routes import wait_until_all_routed
 
 pytestmark = pytest.mark.timeout(1200)
 
@@ -60,66 +57,6 @@ def test_the_cli_finds_the_cluster_it_is_pointed_at(spark_cluster):
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1
     assert "STREAMOPS_SPARK_PORTS '1,2' is not four ports: master,master-ui,worker,worker-ui" in bad.stderr
-
-def test_the_router_runs_its_executors_on_both_workers_and_survives_losing_one(spark_cluster, broker, app_catalog, tmp_path):
-    router = app_catalog.app("oplog-router")
-    kafka = broker.client_config
-    run_load(router, LoadSpec(count=400, keys=20, seed=41), kafka)
-    ui_port = free_port()
-    spec = submit_spec(router, kafka=kafka, catalog=_catalog_file(app_catalog, tmp_path), trigger="1 second",
-                       checkpoint=str(tmp_path / "checkpoint"))
-    # The driver on "this" host (an Airflow worker's, in the cluster profile), executors on the workers.
-    spec = dataclasses.replace(spec, conf={**spec.conf, **spark_cluster.app_conf(cores=2), "spark.ui.port": str(ui_port),
-                                           "spark.port.maxRetries": "0", "spark.driver.host": "127.0.0.1",
-                                           "spark.driver.bindAddress": "127.0.0.1"})
-    def where():
-        return app_status(router, kafka, checkpoint=str(tmp_path / "checkpoint"))
-
-    with open(tmp_path / "driver.log", "wb") as log:
-        driver = subprocess.Popen(spec.argv(SparkTarget(spark_cluster.master_url)), env=driver_env(),
-                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        poll_until(lambda: expected_routes(kafka, router) <= set(routed(kafka, router)), timeout=300,
-                   what="the router on the standalone cluster to route the first records")
-        # One executor on each worker (each has one core; an executor takes one), as status says it.
-        poll_until(lambda: where().executor_hosts == sorted(WORKER_ADDRESSES.values()), timeout=60,
-                   what="an executor on each worker")
-        status = where()
-        assert (status.state, status.spark_master, status.driver_host, status.spark_ui) == (
-            "running", spark_cluster.master_url, "127.0.0.1", f"http://127.0.0.1:{ui_port}")
-        assert (f"127.0.0.1 @ {spark_cluster.master_url} (127.0.0.22, 127.0.0.23); http://127.0.0.1:{ui_port}"
-                in status_table([status]))
-        assert [app["name"] for app in spark_cluster.applications()] == ["streamops-oplog-router"]
-        refused = subprocess.run([str(Path(sys.executable).parent / "streamops"), "spark", "down"], env=_cli_env(spark_cluster),
-                                 capture_output=True, text=True, timeout=120)
-        assert refused.returncode == 1
-        assert f"apps run on the Spark cluster at {spark_cluster.master_url}: streamops-oplog-router (app-" in refused.stderr
-        assert "stop them first (stop_apps, or Ctrl-C `streamops app run`), or pass --force" in refused.stderr
-
-        with background_load(router, LoadSpec(count=10_000_000, keys=20, rate=100, seed=42, start_seq=10_000), kafka):
-            before = len(routed(kafka, router))
-            poll_until(lambda: len(routed(kafka, router)) > before + 100, timeout=180, what="routing under load")
-            spark_cluster.kill_worker(2)
-            # A lost machine: nothing of worker 2 (its executor JVM included) is left running.
-            poll_until(lambda: not _processes_of(WORKER_ADDRESSES[2]), timeout=60, what="worker 2's processes to be gone")
-            after_kill = len(routed(kafka, router))
-            poll_until(lambda: len(routed(kafka, router)) > after_kill + 300, timeout=300,
-                       what="routing to go on with one worker lost")
-            assert driver.poll() is None, "the driver ended when a worker was lost"
-            poll_until(lambda: where().executor_hosts == [WORKER_ADDRESSES[1]], timeout=120,
-                       what="the lost worker's executor to be gone from the app")
-            assert where().state == "running"
-        expected, got = wait_until_all_routed(kafka, router, timeout=300, what="every record routed after the worker loss")
-        print(f"\nstandalone cluster: {len(expected)} routes expected and found, "
-              f"{sum(n - 1 for n in Counter(got).values())} duplicates (worker 2 killed under load)")
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGTERM)
-            try:
-                driver.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(driver.pid, signal.SIGKILL)
-
 
 def test_a_paused_driver_is_taken_over_and_stops_without_committing_when_it_wakes(spark_cluster, broker, app_catalog,
                                                                                    tmp_path):
@@ -192,16 +129,6 @@ def test_a_paused_driver_is_taken_over_and_stops_without_committing_when_it_wake
                 os.killpg(driver.pid, signal.SIGCONT)
                 os.killpg(driver.pid, signal.SIGKILL)
                 driver.wait(timeout=60)
-
-
-def _processes_of(address: str) -> list[int]:
-    """Processes started for the worker on this address (the worker, its executors' JVMs)."""
-    found = []
-    for process in psutil.process_iter(["pid", "cmdline"]):
-        line = " ".join(process.info["cmdline"] or [])
-        if f"--host {address}" in line or f"--hostname {address}" in line:
-            found.append(process.info["pid"])
-    return found
 
 
 def _cli_env(cluster) -> dict[str, str]:

@@ -21,10 +21,12 @@ from streamops.catalog import Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
 from streamops.local_stack.airflow_api import AirflowApi
 from streamops.local_stack.airflow_stack import ADMIN_USER as AIRFLOW_ADMIN
+from streamops.local_stack.airflow_stack import CELERY_WORKER_ADDRESSES as CELERY_WORKERS
 from streamops.local_stack.airflow_stack import LocalAirflow, _profile_from_record, read_stack_record
 from streamops.local_stack.history_server import SparkHistoryServer
 from streamops.local_stack.metadata_services import MetadataServices
 from streamops.local_stack.secure_cluster import ADMIN_USER
+from streamops.local_stack.spark_cluster import WORKER_ADDRESSES as SPARK_WORKERS
 from streamops.local_stack.spark_cluster import SparkStandalone, free_spark_ports
 from tests.support.ports import free_port, free_port_pair
 
@@ -60,6 +62,16 @@ class ClusterProfile:
     def runtime(self, app: str) -> AppRuntime:
         return AppRuntime(self.checkpoints / app)
 
+    def all_workers_up(self) -> None:
+        """Both Celery workers take tasks and both Spark workers run (an earlier test may have
+        stopped or killed one)."""
+        for name in CELERY_WORKERS:
+            if self.airflow.processes[f"celery-{name}"].pid() is None:
+                self.airflow.start_worker(name)
+        for worker, address in SPARK_WORKERS.items():
+            if address not in self.spark.alive_worker_hosts():
+                self.spark.start_worker(worker)
+
     def kill_drivers(self) -> None:
         """Never leave a driver behind: the whole process group of each app's running driver."""
         for name in self.catalog.app_names():
@@ -82,8 +94,10 @@ def start_cluster_profile(secure_cluster, work: Path, prefix: str) -> ClusterPro
     metadata = MetadataServices(Path(tempfile.mkdtemp(prefix="streamops-cluster-profile-")), free_port(), free_port())
     metadata.state_dir.chmod(0o711)
     spark = SparkStandalone(work / "spark", **free_spark_ports())
+    # The run's artifact store (tests/support/artifacts.py): the profile's every process, a Celery
+    # worker the test starts again included, runs the versions the tests publish there.
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k == "STREAMOPS_KAFKA_JVM_OPTIONS"}
+           if not k.startswith(("AIRFLOW", "STREAMOPS_")) or k in ("STREAMOPS_KAFKA_JVM_OPTIONS", "STREAMOPS_ARTIFACT_STORE")}
     env.update(
         STREAMOPS_RUN_DIR=str(run_dir), STREAMOPS_AIRFLOW_PORT=str(free_port()),
         STREAMOPS_SPARK_HISTORY_PORT=str(free_port()),
@@ -155,3 +169,15 @@ def _stop(env: dict[str, str], metadata: MetadataServices, spark: SparkStandalon
         metadata.stop()
         spark.stop()
         shutil.rmtree(metadata.state_dir, ignore_errors=True)
+
+
+def processes_on(address: str) -> list[int]:
+    """Processes started for the Spark worker on this address (the worker, its executors' JVMs)."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if f"--host {address}" in line or f"--hostname {address}" in line:
+            found.append(process.info["pid"])
+    return found
