@@ -912,11 +912,12 @@ def windowed_counts(
     `distinct_by`: a column that identifies a record (an id the writer gives it), so a record
     delivered twice counts once. Kafka sinks write at least once (a task retried after a lost
     executor writes its records again): a query counting a topic with such copies counts them
-    unless it drops the copies first, which Spark does within the watermark (a copy later than
-    that would be dropped as late by the count anyway)."""
+    unless it drops the copies first. A stream drops them within the watermark (a copy later than
+    that would be dropped as late by the count anyway); a batch read of the same records (a
+    backfill, a reconciliation's recount) drops every copy."""
     timed = frame.withWatermark(event_time, watermark)
     if distinct_by is not None:
-        timed = timed.dropDuplicatesWithinWatermark([distinct_by])
+        timed = timed.dropDuplicatesWithinWatermark([distinct_by]) if frame.isStreaming else timed.dropDuplicates([distinct_by])
     counted = timed.groupBy(F.window(event_time, window, slide), key).count()
     start, end = iso_time("window.start"), iso_time("window.end")
     value = F.struct(F.col(key), start.alias("window_start"), end.alias("window_end"), F.col("count"))
