@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import psutil
+import pytest
 import yaml
 
 from streamops.app_runtime import AppRuntime
@@ -23,6 +24,9 @@ from streamops.state_query import StateRequest
 from streamops.waiting import DeadlineExceeded, poll_until
 from tests.support.artifacts import presence_source_counting_by_length, same_code_as
 from tests.support.routes import wait_until_all_routed
+
+# Rolls, a roll's catch-up under load, snapshots and a restore, each waiting on a deadline of its own.
+pytestmark = pytest.mark.timeout(1500)
 
 
 def test_roll_under_load_loses_nothing_and_a_version_that_cannot_start_is_refused_before_anything_stops(
@@ -113,7 +117,7 @@ def test_presence_notifier_rolled_under_load_notifies_every_close_and_a_stateful
         return closes <= set(notified)
 
     try:
-        poll_until(every_close_notified, timeout=180, what="a notification for every Close", max_interval=2)
+        poll_until(every_close_notified, timeout=480, what="a notification for every Close", max_interval=2)
     except DeadlineExceeded:
         raise AssertionError(_unnotified(closes - set(notified), len(closes), runtime)) from None
     print(f"presence roll under load: {len(closes)} Close events, all notified, {len(notified) - len(set(notified))} duplicates")

@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from streamops.app_runtime import AppRuntime
 from streamops.catalog import Catalog, load_catalog
 from streamops.kafka_client import KafkaClientConfig
@@ -173,8 +175,6 @@ def _stop(env: dict[str, str], metadata: MetadataServices, spark: SparkStandalon
 
 def processes_on(address: str) -> list[int]:
     """Processes started for the Spark worker on this address (the worker, its executors' JVMs)."""
-    import psutil
-
     found = []
     for process in psutil.process_iter(["pid", "cmdline"]):
         line = " ".join(process.info["cmdline"] or [])
