@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from streamops.acls import AppAcl, app_acls
 from streamops.app_status import app_status, status_table
 from streamops.kafka_records import read_all
 from streamops.loadgen import LoadSpec, background_load
@@ -43,6 +44,17 @@ def test_presence_notifier_rolled_holding_every_core_then_a_worker_lost_under_lo
     spec = profile.catalog.app("presence-notifier")
     runtime = profile.runtime("presence-notifier")
     kafka = profile.kafka
+    # Its principal may read its inputs and the notifications it counts, write its outputs (the
+    # compacted latest-state table among them) and dead letters, use its own consumer groups;
+    # nothing else (`streamops up --cluster` applied these).
+    principal = "User:presence-notifier"
+    assert {acl for acl in app_acls(profile.catalog) if acl.principal == principal} == {
+        *(AppAcl(principal, "Topic", "Literal", topic, op) for topic in [*spec.inputs.values(), spec.outputs["notifications"]]
+          for op in ("Read", "Describe")),
+        *(AppAcl(principal, "Topic", "Literal", topic, op) for topic in [*spec.outputs.values(), spec.dead_letter_topic]
+          for op in ("Write", "Describe")),
+        AppAcl(principal, "Group", "Prefixed", "streamops.presence-notifier", "Read"),
+    }
     # Both cores of the cluster: an executor on each worker, each holding some of the state's
     # partitions. Every batch's offsets kept, for the replay below.
     conf = {"spark.cores.max": 2, "spark.sql.streaming.minBatchesToRetain": 10_000}
