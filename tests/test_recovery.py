@@ -356,7 +356,7 @@ def test_processes_a_dead_driver_left_behind_are_found_and_ended(tmp_path):
     import sys
 
     from streamops.app_runtime import DriverRecord
-    from streamops.recovery.lifecycle import end_leftovers, leftovers
+    from streamops.driver_processes import end_leftovers, leftovers
 
     # Ignores SIGTERM, like a JVM stuck in shutdown: only SIGKILL ends it.
     stuck = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from streamops.app_runtime import AppRuntime, DriverRecord
+from streamops.driver_processes import await_driver_exit
 from streamops.runtime_records import BackupInfo, ClusterBinding, InputRange, RuntimeRecordError, UncommittedBatch, checked
 from streamops.timestamps import file_stamp, iso_seconds_utc, now_iso, utc_now
 
@@ -496,7 +497,9 @@ def list_backups(checkpoint: str | Path) -> list[Path]:
 
 def restore_checkpoint(checkpoint: str | Path, backup: Path) -> Path:
     """Put `backup` in place of the checkpoint's query folders. What was there is kept as a
-    snapshot of its own ("replaced-..."), never deleted. Returns that snapshot."""
+    snapshot of its own ("replaced-..."), never deleted. Returns that snapshot. Only once the
+    last driver's processes have ended (`await_driver_exit`): its JVM may still write state."""
+    await_driver_exit(checkpoint)
     with files_lock(checkpoint):
         if not backup.is_dir():  # removed since the caller chose it: nothing is touched
             raise FileNotFoundError(f"snapshot {backup} is gone (pruned since it was chosen): nothing was restored")
@@ -512,9 +515,11 @@ def restore_checkpoint(checkpoint: str | Path, backup: Path) -> Path:
 
 def retire_queries(checkpoint: str | Path) -> None:
     """Remove the query folders, keeping _runtime (lease, history, ledgers). Callers take a
-    backup first: the checkpoint then starts new, and the snapshot is the way back."""
+    backup first: the checkpoint then starts new, and the snapshot is the way back. Only once the
+    last driver's processes have ended (`await_driver_exit`): its JVM may still write state."""
     if not Path(checkpoint).exists():
         return
+    await_driver_exit(checkpoint)
     with files_lock(checkpoint):
         for child in Path(checkpoint).iterdir():
             if child.name != RUNTIME_FOLDER:

@@ -1,14 +1,9 @@
-"""Driver leftovers and the wait for a restarted app to make progress again."""
+"""The wait for a restarted app to make progress again (a dead driver's leftover processes:
+streamops.driver_processes)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import time
-from dataclasses import asdict, dataclass
-
-import psutil
 
 from streamops.app_ops import driver_log_tail
 from streamops.app_runtime import AppRuntime, DriverRecord
@@ -16,60 +11,6 @@ from streamops.app_status import app_status
 from streamops.catalog import AppSpec
 from streamops.kafka_client import KafkaClientConfig
 from streamops.waiting import DeadlineExceeded, poll_until
-
-
-@dataclass
-class Leftover:
-    pid: int
-    name: str
-    command: str
-
-
-def leftovers(driver: DriverRecord) -> list[Leftover]:
-    """Processes of the last driver's process group still alive on this host: spark-submit,
-    its JVM (which runs the queries) and Python workers. With the lease free the Python driver
-    is gone, but a JVM that outlived it could still write to the checkpoint."""
-    group = driver.process_group
-    if not group or driver.host != socket.gethostname():
-        return []
-    found = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
-        try:
-            if proc.pid == os.getpid() or os.getpgid(proc.pid) != group or proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            command = " ".join(proc.info["cmdline"] or [])
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue
-        # Only this app's Spark processes (spark-submit, its JVM and the Python driver name the app;
-        # Python workers are PySpark's): the group of a driver started from a shell may hold others.
-        if f"--app {driver.app} " in f"{command} " or "pyspark.daemon" in command or "pyspark.worker" in command:
-            found.append(Leftover(proc.pid, proc.info["name"] or "?", command[:300]))
-    return found
-
-
-def end_leftovers(found: list[Leftover], grace_s: float = 15.0) -> list[dict]:
-    """SIGTERM each leftover, SIGKILL what is still there after `grace_s`; wait until all are gone."""
-    processes = []
-    for item in found:
-        try:
-            proc = psutil.Process(item.pid)
-            proc.send_signal(signal.SIGTERM)
-            processes.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    _, alive = psutil.wait_procs(processes, timeout=grace_s)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    _, still = psutil.wait_procs(alive, timeout=30)
-    if still:
-        raise RuntimeError(
-            f"processes {[p.pid for p in still]} of the dead driver survived SIGKILL; not starting a second driver"
-        )
-    killed = {p.pid for p in alive}
-    return [{**asdict(item), "signal": "SIGKILL" if item.pid in killed else "SIGTERM"} for item in found]
 
 
 class NotResumed(RuntimeError):

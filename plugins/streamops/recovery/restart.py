@@ -11,13 +11,13 @@ from streamops.app_runtime import AppRuntime, DriverRecord
 from streamops.app_status import app_status
 from streamops.catalog import AppSpec, Catalog
 from streamops.checkpoints import backup_checkpoint, batch_marks, query_dirs
+from streamops.driver_processes import end_leftovers, leftovers
 from streamops.failures import describe_failed_batches, describe_ranges
 from streamops.kafka_client import KafkaClientConfig
 from streamops.kafka_offsets import OffsetSpan
 from streamops.kafka_records import read_spans
 from streamops.plans import JsonPlan
 from streamops.recovery.common import RecoveryRefused, resolve_app
-from streamops.recovery.lifecycle import end_leftovers, leftovers
 from streamops.runtime_records import FailedBatch
 
 

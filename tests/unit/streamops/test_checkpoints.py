@@ -5,6 +5,10 @@ snapshots (backup, list, restore, retire)."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from streamops.checkpoints import (
     retire_queries,
     uncommitted_batch,
 )
+from streamops.driver_processes import DriverStillWriting, await_driver_exit
 from streamops.runtime_files import write_json_atomic
 
 EVENTS, TICKS = "app.events", "app.ticks"
@@ -273,3 +278,46 @@ def test_a_driver_record_that_cannot_describe_the_snapshot_does_not_stop_the_bac
     assert batch_marks(backup) == {"count": None, "route": 1}  # the queries were backed up
     info = backup_info(backup)
     assert info["label"] == "before-test" and info["taken_at"] and "version" not in info
+
+
+def test_a_restore_waits_for_the_last_drivers_jvm_to_end_and_refuses_while_a_driver_holds_the_lease(checkpoint: Path):
+    """The Python driver has released its lease; its JVM (same process group, a real process
+    here) still uploads a state snapshot as it shuts down. The restore waits for it to end: the
+    late file is in the replaced snapshot and the restored checkpoint is exactly the backup."""
+    backup = backup_checkpoint(checkpoint, "before-reset")
+    go = checkpoint.parent / "go"
+    late = checkpoint / "count" / "state" / "0" / "0" / "1.zip"
+    # Waits for `go`, then writes late (as RocksDB's maintenance does, a moment later) and exits.
+    jvm = subprocess.Popen(
+        [sys.executable, "-c", "import pathlib, sys, time\ngo, late = map(pathlib.Path, sys.argv[1:3])\n"
+         "while not go.exists(): time.sleep(0.01)\ntime.sleep(0.5)\nlate.parent.mkdir(parents=True)\n"
+         "late.write_bytes(b'snapshot')", str(go), str(late), "org.apache.spark.deploy.SparkSubmit", "--app", "my-app"],
+        start_new_session=True)
+    try:
+        runtime = AppRuntime(checkpoint)
+        record = json.loads(runtime.driver_file.read_text())
+        write_json_atomic(runtime.driver_file, {**record, "pid": 999999, "host": socket.gethostname(),
+                                                "process_group": jvm.pid, "stopped_at": "2026-12-07T20:18:09Z"})
+        before = tree(checkpoint)
+        with pytest.raises(DriverStillWriting, match=rf"released its lease, but its processes were still alive 0.3s later "
+                                                      rf"\(pid {jvm.pid} .*`ps -g {jvm.pid}`.*folders were not touched"):
+            await_driver_exit(checkpoint, timeout_s=0.3)
+        assert tree(checkpoint) == before
+        go.touch()
+        replaced = restore_checkpoint(checkpoint, backup)
+        assert jvm.poll() == 0
+        assert (replaced / "count" / "state" / "0" / "0" / "1.zip").read_bytes() == b"snapshot"
+        assert {k: v for k, v in tree(checkpoint).items() if not k.startswith("_runtime")} == \
+            {k: v for k, v in tree(backup).items() if k != BACKUP_INFO}
+    finally:
+        if jvm.poll() is None:
+            jvm.kill()
+        jvm.wait()
+
+    runtime.acquire({"app": "my-app"})  # a driver holds the lease: refused at once, nothing touched
+    try:
+        with pytest.raises(DriverStillWriting, match=f"driver pid {os.getpid()} on .* holds the lease of .*stop the app first"):
+            retire_queries(checkpoint)
+        assert query_dirs(checkpoint)
+    finally:
+        runtime.release("stopped", "test")
