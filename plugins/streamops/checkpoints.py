@@ -504,7 +504,7 @@ def restore_checkpoint(checkpoint: str | Path, backup: Path) -> Path:
         if not backup.is_dir():  # removed since the caller chose it: nothing is touched
             raise FileNotFoundError(f"snapshot {backup} is gone (pruned since it was chosen): nothing was restored")
         replaced = backup_checkpoint(checkpoint, "replaced")
-        retire_queries(checkpoint)
+        _remove_query_folders(checkpoint)
         for child in backup.iterdir():
             if child.name.startswith("_") and child.name != CLUSTER_FILE:  # _backup.json, never a query folder
                 continue
@@ -521,6 +521,11 @@ def retire_queries(checkpoint: str | Path) -> None:
         return
     await_driver_exit(checkpoint)
     with files_lock(checkpoint):
-        for child in Path(checkpoint).iterdir():
-            if child.name != RUNTIME_FOLDER:
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        _remove_query_folders(checkpoint)
+
+
+def _remove_query_folders(checkpoint: str | Path) -> None:
+    """Everything but _runtime, under the files lock the caller holds, its driver gone."""
+    for child in Path(checkpoint).iterdir():
+        if child.name != RUNTIME_FOLDER:
+            shutil.rmtree(child) if child.is_dir() else child.unlink()

@@ -92,12 +92,12 @@ def await_driver_exit(checkpoint: str | Path, timeout_s: float = EXIT_WAIT_S) ->
     every process of its last driver on this host has ended. DriverStillWriting otherwise, naming
     the processes (after `timeout_s`) or the driver that holds the lease (at once)."""
     runtime = AppRuntime(checkpoint)
-    if runtime.is_running():
-        record = runtime.driver() or DriverRecord()
+    running = runtime.is_running()
+    record = runtime.driver() or DriverRecord()  # read after: a driver that just took the lease is named
+    if running:
         raise DriverStillWriting(
             f"driver pid {record.pid} on {record.host} holds the lease of {checkpoint}: its folders were not touched; "
             "stop the app first")
-    record = runtime.driver() or DriverRecord()
     try:
         poll_until(lambda: not leftovers(record), timeout=timeout_s, interval=0.1, max_interval=1.0,
                    what=f"the processes of driver pid {record.pid} to end")
