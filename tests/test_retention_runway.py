@@ -49,6 +49,13 @@ def test_a_stopped_app_pages_before_retention_deletes_its_unread_input_and_then_
     assert all(0 < first[p] <= RETENTION_MS / 1000 for p in range(4)), first
     poll_until(lambda: evaluate(spec, app_status(spec, broker.client_config), runtime).state == "retention risk",
                timeout=120, what="the runway to fall below the catalog's 590 seconds")
+    # The four partitions were written one produce after another (seconds apart on a busy host), so the
+    # evidence names all four only once the last of them is below the page line too.
+    def all_four_below_the_page_line() -> bool:
+        now = runways()
+        return all((now[p] or 0.0) < 590 for p in range(4))
+
+    poll_until(all_four_below_the_page_line, timeout=120, what="every unread partition's runway to fall below 590 s")
     later = runways()
     assert all(later[p] < first[p] for p in range(4)), (first, later)
     assert all(low == 0 for low, _ in end_offsets(broker.client_config, source).values())  # paged before any loss
