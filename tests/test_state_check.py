@@ -47,6 +47,16 @@ def counted(frame: DataFrame) -> DataFrame:
     return frame.withColumn("k", F.col("value") % 5).groupBy("k").count()
 
 
+def running_tasks(spark) -> int:
+    """Tasks running in this Spark, as its task scheduler counts them: a task, a killed one too, leaves
+    the count only once its thread has reported its end (the status tracker's counts come earlier)."""
+    counts = spark.sparkContext._jsc.sc().taskScheduler().runningTasksByExecutors().values().iterator()
+    total = 0
+    while counts.hasNext():
+        total += counts.next()
+    return total
+
+
 def files(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")
             if p.is_file() and "_runtime" not in p.parts}
@@ -61,6 +71,9 @@ def test_spark_judges_each_new_version_on_a_copy_for_one_empty_batch(spark, tmp_
         poll_until(lambda: len(committed_batches(checkpoint / "count")) >= 3, timeout=120, what="3 committed batches")
     finally:
         running.stop()
+    # stop() returns once the query's thread has ended; a task of the batch it cancelled may still be
+    # committing its state store (a changelog written after the snapshot below). No task runs afterwards.
+    poll_until(lambda: not running_tasks(spark), timeout=60, what="the stopped query's tasks to end")
     runtime = AppRuntime(checkpoint)
     runtime.dir.mkdir(parents=True, exist_ok=True)
     runtime.driver_file.write_text(json.dumps({"launch": {"version": "1.0.0", "spec": {"settings": {"window": "10 minutes"}}}}))
