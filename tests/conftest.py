@@ -34,7 +34,8 @@ os.environ.setdefault("STREAMOPS_CATALOG", str(Path(__file__).resolve().parents[
 os.environ["STREAMOPS_RUN_DIR"] = str(_SESSION_DIR / "run")
 # The drivers tests launch (spark-submit, through the DAGs and the CLI) live for seconds to minutes:
 # C2's compiling never pays back there, and C1 alone started and ran them about 15% faster here.
-# The session's own long-lived Spark (the `spark` fixture) keeps the JVM's default.
+# The session's own Spark (the `spark` fixture) too: it lives one run, where its C2 thread took a
+# third of its CPU; C1 alone ran the in-process Spark modules with 17-21% less CPU (docs/testing.md).
 SPARK_DRIVER_JIT = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", SPARK_DRIVER_JIT)
 # The brokers the tests start live minutes, too: C1 alone started the secured cluster's three nodes
@@ -464,16 +465,11 @@ def spark(session_dir):
 
     # py4j logs its shutdown at interpreter exit, after pytest has closed the captured streams.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    driver_jit = os.environ.pop("SPARK_SUBMIT_OPTS", None)  # not for this long-lived JVM
-    try:
-        session = build_session(
-            "streamops-tests",
-            master="local[2]",
-            extra_conf={"spark.ui.enabled": "false", "spark.sql.warehouse.dir": str(session_dir / "warehouse")},
-        )
-    finally:
-        if driver_jit is not None:
-            os.environ["SPARK_SUBMIT_OPTS"] = driver_jit
+    session = build_session(
+        "streamops-tests",
+        master="local[2]",
+        extra_conf={"spark.ui.enabled": "false", "spark.sql.warehouse.dir": str(session_dir / "warehouse")},
+    )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
