@@ -21,7 +21,8 @@ from tests.support.apps import run_available_now
 from tests.support.oplog_events import produce_to_partitions
 
 RETENTION_MS = 600_000  # 10 minutes
-PAGE_BELOW = "590 seconds"  # the catalog's min_retention_runway: pages once the oldest unread record is 10 s old
+PAGE_BELOW_S = 590
+PAGE_BELOW = f"{PAGE_BELOW_S} seconds"  # the catalog's min_retention_runway: pages once the oldest unread record is 10 s old
 
 
 def test_a_stopped_app_pages_before_retention_deletes_its_unread_input_and_then_says_what_was_lost(
@@ -53,7 +54,7 @@ def test_a_stopped_app_pages_before_retention_deletes_its_unread_input_and_then_
     # evidence names all four only once the last of them is below the page line too.
     def all_four_below_the_page_line() -> bool:
         now = runways()
-        return all((now[p] or 0.0) < 590 for p in range(4))
+        return all((now[p] or 0.0) < PAGE_BELOW_S for p in range(4))
 
     poll_until(all_four_below_the_page_line, timeout=120, what="every unread partition's runway to fall below 590 s")
     later = runways()
